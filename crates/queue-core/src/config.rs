@@ -1,0 +1,132 @@
+//! Per-queue settings. A queue's config hash holds only what an operator set; every
+//! other field takes its default (the module's `queue.default-*` configs, or the
+//! built-in values below), so a fresh queue works without any setup.
+
+use crate::error::QueueError;
+
+/// One setting: its name as used by `QUEUE.CONFIG`, its built-in default and range.
+#[derive(Debug, Clone, Copy)]
+pub struct Field {
+    pub name: &'static str,
+    pub default: i64,
+    pub min: i64,
+    pub max: i64,
+    pub help: &'static str,
+}
+
+const DAY_MS: i64 = 86_400_000;
+
+/// The schema, in the order `QUEUE.CONFIG Q GET *` and `QUEUE.INFO` list it.
+pub const FIELDS: [Field; 8] = [
+    Field { name: "soft_cap", default: 1000, min: 0, max: 10_000_000, help: "users inside plus unclaimed tickets that PROMOTE fills up to (0 pauses admission)" },
+    Field { name: "hard_cap", default: 0, min: 0, max: 10_000_000, help: "sessions TICKET.CLAIM never exceeds (0: no hard cap)" },
+    Field { name: "rate", default: 0, min: 0, max: 1_000_000, help: "token bucket refill, users per second (0: no rate limit)" },
+    Field { name: "burst", default: 0, min: 0, max: 10_000_000, help: "token bucket size (0: same as rate)" },
+    Field { name: "batch_max", default: 1000, min: 1, max: 100_000, help: "most tickets one PROMOTE issues" },
+    Field { name: "ticket_ttl", default: 60_000, min: 100, max: DAY_MS, help: "ms a ticket stays claimable" },
+    Field { name: "session_lease", default: 30_000, min: 100, max: DAY_MS, help: "ms a session lives without a heartbeat" },
+    Field { name: "abandon_after", default: 60_000, min: 0, max: DAY_MS, help: "ms a waiting user may go unheard before being dropped (0: never)" },
+];
+
+pub fn field(name: &[u8]) -> Result<&'static Field, QueueError> {
+    FIELDS
+        .iter()
+        .find(|f| f.name.as_bytes().eq_ignore_ascii_case(name))
+        .ok_or_else(|| QueueError::UnknownConfigField(String::from_utf8_lossy(name).into_owned()))
+}
+
+/// Checks a value given for `field`.
+pub fn check_value(field: &Field, raw: &[u8]) -> Result<i64, QueueError> {
+    let v = crate::args::parse_i64(raw).ok_or(QueueError::NotInteger)?;
+    if v < field.min || v > field.max {
+        return Err(QueueError::OutOfRange(field.name, field.min, field.max));
+    }
+    Ok(v)
+}
+
+/// Effective settings of one queue.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Config {
+    pub values: [i64; FIELDS.len()],
+}
+
+impl Default for Config {
+    fn default() -> Self {
+        Config { values: FIELDS.map(|f| f.default) }
+    }
+}
+
+impl Config {
+    fn index(name: &str) -> usize {
+        FIELDS.iter().position(|f| f.name == name).expect("known field")
+    }
+    pub fn get(&self, name: &str) -> i64 {
+        self.values[Self::index(name)]
+    }
+    pub fn set(&mut self, name: &str, v: i64) {
+        self.values[Self::index(name)] = v;
+    }
+    /// Applies a stored value; stored values that no longer parse or fit are ignored
+    /// (the default stands), so a hand-edited hash can never wedge a queue.
+    pub fn apply_stored(&mut self, name: &[u8], raw: &[u8]) {
+        if let Ok(f) = field(name) {
+            if let Ok(v) = check_value(f, raw) {
+                self.set(f.name, v);
+            }
+        }
+    }
+    pub fn soft_cap(&self) -> i64 {
+        self.values[0]
+    }
+    pub fn hard_cap(&self) -> i64 {
+        self.values[1]
+    }
+    pub fn rate(&self) -> i64 {
+        self.values[2]
+    }
+    /// Bucket size in users: `burst`, or `rate` when burst is 0, and at least 1.
+    pub fn bucket_size(&self) -> i64 {
+        let b = if self.values[3] > 0 { self.values[3] } else { self.values[2] };
+        b.max(1)
+    }
+    pub fn batch_max(&self) -> i64 {
+        self.values[4]
+    }
+    pub fn ticket_ttl(&self) -> i64 {
+        self.values[5]
+    }
+    pub fn session_lease(&self) -> i64 {
+        self.values[6]
+    }
+    pub fn abandon_after(&self) -> i64 {
+        self.values[7]
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn defaults_and_overrides() {
+        let mut c = Config::default();
+        assert_eq!(c.soft_cap(), 1000);
+        assert_eq!(c.bucket_size(), 1);
+        c.apply_stored(b"rate", b"5");
+        assert_eq!(c.bucket_size(), 5);
+        c.apply_stored(b"BURST", b"20");
+        assert_eq!(c.bucket_size(), 20);
+        c.apply_stored(b"soft_cap", b"-3"); // out of range: ignored
+        c.apply_stored(b"nope", b"1");
+        assert_eq!(c.soft_cap(), 1000);
+    }
+
+    #[test]
+    fn values_are_checked() {
+        let f = field(b"batch_max").unwrap();
+        assert_eq!(check_value(f, b"0"), Err(QueueError::OutOfRange("batch_max", 1, 100_000)));
+        assert_eq!(check_value(f, b"x"), Err(QueueError::NotInteger));
+        assert_eq!(check_value(f, b"10"), Ok(10));
+        assert_eq!(field(b"colour").unwrap_err().to_string(), "ERR unknown config field 'colour'");
+    }
+}

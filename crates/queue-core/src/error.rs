@@ -1,0 +1,88 @@
+//! Every error a client can see, with its exact text. The Lua fallback returns the
+//! same strings; tests assert them verbatim.
+
+use std::fmt;
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum QueueError {
+    /// Wrong number of arguments; carries the lowercase command name.
+    Arity(&'static str),
+    Syntax,
+    NotInteger,
+    /// A number outside its allowed range: (what, min, max).
+    OutOfRange(&'static str, i64, i64),
+    InvalidQueue,
+    InvalidUserId,
+    InvalidNickname,
+    InvalidTicketId,
+    UnknownConfigField(String),
+    WrongType,
+    /// TICKET.CLAIM: no such ticket (never issued, already used, or revoked).
+    NoTicket,
+    /// TICKET.CLAIM: the ticket's lifetime is over.
+    TicketExpired,
+    /// TICKET.CLAIM: the ticket's user already holds a session.
+    AlreadyInside,
+    /// TICKET.CLAIM: the queue's hard cap of sessions is reached.
+    HardCap,
+}
+
+pub const MAX_NAME_LEN: usize = 64;
+pub const MAX_NICKNAME_LEN: usize = 64;
+
+impl fmt::Display for QueueError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        use QueueError::*;
+        match self {
+            Arity(cmd) => write!(f, "ERR wrong number of arguments for '{cmd}' command"),
+            Syntax => f.write_str("ERR syntax error"),
+            NotInteger => f.write_str("ERR value is not an integer or out of range"),
+            OutOfRange(what, min, max) => {
+                write!(f, "ERR {what} must be an integer from {min} to {max}")
+            }
+            InvalidQueue => f.write_str(
+                "ERR invalid queue name: 1 to 64 characters from A-Z a-z 0-9 . _ : -",
+            ),
+            InvalidUserId => f.write_str(
+                "ERR invalid userId: 1 to 64 characters from A-Z a-z 0-9 . _ : @ -",
+            ),
+            InvalidNickname => f.write_str(
+                "ERR invalid nickname: 1 to 64 bytes, no control characters",
+            ),
+            InvalidTicketId => f.write_str(
+                "ERR invalid ticketId: 1 to 64 characters from A-Z a-z 0-9 . _ : @ -",
+            ),
+            UnknownConfigField(name) => write!(f, "ERR unknown config field '{name}'"),
+            WrongType => {
+                f.write_str("WRONGTYPE Operation against a key holding the wrong kind of value")
+            }
+            NoTicket => f.write_str("NOTICKET unknown or already used ticket"),
+            TicketExpired => f.write_str("EXPIRED ticket has expired"),
+            AlreadyInside => f.write_str("INSIDE user is already inside"),
+            HardCap => f.write_str("FULL hard cap reached"),
+        }
+    }
+}
+
+impl std::error::Error for QueueError {}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn texts_carry_their_prefix() {
+        let cases: &[(QueueError, &str)] = &[
+            (QueueError::Arity("queue.enter"), "ERR wrong number of arguments for 'queue.enter' command"),
+            (QueueError::NoTicket, "NOTICKET unknown or already used ticket"),
+            (QueueError::TicketExpired, "EXPIRED ticket has expired"),
+            (QueueError::AlreadyInside, "INSIDE user is already inside"),
+            (QueueError::HardCap, "FULL hard cap reached"),
+            (QueueError::OutOfRange("MAX", 1, 100000), "ERR MAX must be an integer from 1 to 100000"),
+            (QueueError::UnknownConfigField("x".into()), "ERR unknown config field 'x'"),
+        ];
+        for (e, text) in cases {
+            assert_eq!(e.to_string(), *text);
+        }
+    }
+}

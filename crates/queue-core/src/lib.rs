@@ -1,0 +1,15 @@
+//! Pure logic of the waiting room, shared by the Valkey module (and mirrored by the
+//! Lua fallback): names and key layout, argument parsing, the per-queue config schema,
+//! admission arithmetic, record encodings, ticket ids and the client-visible errors.
+//!
+//! Nothing here touches the server API, so all of it is unit-tested without a server.
+
+pub mod admission;
+pub mod args;
+pub mod config;
+pub mod error;
+pub mod keys;
+pub mod record;
+pub mod ticket;
+
+pub use error::QueueError;

