@@ -10,8 +10,9 @@ if [ "$(id -u)" != 0 ]; then SUDO="sudo"; fi
 
 need_apt=()
 command -v valkey-server >/dev/null 2>&1 || need_apt+=(valkey-server)
-[ -e /usr/lib/llvm-14/lib/libclang.so.1 ] || ls /usr/lib/x86_64-linux-gnu/libclang-*.so* >/dev/null 2>&1 || need_apt+=(libclang1-14)
-[ -d /usr/lib/llvm-14/lib/clang ] || need_apt+=(libclang-common-14-dev)
+for p in libclang1-14 libclang-common-14-dev; do
+  dpkg -s "$p" >/dev/null 2>&1 || need_apt+=("$p")
+done
 
 if [ ${#need_apt[@]} -gt 0 ]; then
   src=/etc/apt/sources.list.d/debian.sources

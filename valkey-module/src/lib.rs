@@ -1,1 +1,165 @@
+//! valkey-queue: a fair waiting room inside Valkey.
+//!
+//! This file is the manifest: every command with its flags, key positions, ACL
+//! category and documentation, the module configs, and the INFO section. The
+//! handlers live in one file per command family; pure logic lives in `queue-core`.
 
+mod config;
+mod counters;
+mod defaults;
+mod docs;
+mod effects;
+mod ids;
+mod queue;
+mod server;
+mod session;
+mod state;
+mod ticket;
+
+use docs::{key, opt_int, string, strings, Arg, ArgType, Doc, KEY_RO, KEY_RW};
+use redis_module::{raw, redis_module, AclCategory, Context, InfoContext, RedisResult, RedisString, Status};
+use std::ffi::CString;
+use std::os::raw::c_int;
+
+/// The ACL category every command belongs to: `ACL SETUSER svc +@queue`.
+const ACL_CATEGORY: &str = "queue";
+
+type Callback = extern "C" fn(*mut raw::RedisModuleCtx, *mut *mut raw::RedisModuleString, c_int) -> c_int;
+
+struct Command {
+    name: &'static str,
+    callback: Callback,
+    flags: &'static str,
+    doc: Doc,
+}
+
+macro_rules! command {
+    ($name:literal, $handler:path, $flags:literal, $doc:expr) => {
+        Command {
+            name: $name,
+            callback: {
+                extern "C" fn callback(ctx: *mut raw::RedisModuleCtx, argv: *mut *mut raw::RedisModuleString, argc: c_int) -> c_int {
+                    server::run(ctx, argv, argc, $handler)
+                }
+                callback
+            },
+            flags: $flags,
+            doc: $doc,
+        }
+    };
+}
+
+const Q: Arg = key("queue");
+
+const COMMANDS: &[Command] = &[
+    command!("queue.enter", queue::enter, "write deny-oom fast", Doc {
+        summary: "Joins the queue at the back (re-entry moves to the back); lets the user in at once when nobody waits and there is room",
+        complexity: "O(log N) with N the number of waiting users",
+        arity: 4, key_flags: KEY_RW, args: &[Q, string("userId"), string("nickname")],
+    }),
+    command!("queue.status", queue::status, "write fast", Doc {
+        summary: "Where a user stands: WAITING with rank and estimated wait, PROMOTED with its ticket, ACTIVE, or UNKNOWN; notes that a waiting user is still there",
+        complexity: "O(log N)",
+        arity: 3, key_flags: KEY_RW, args: &[Q, string("userId")],
+    }),
+    command!("queue.ranks", queue::ranks, "write", Doc {
+        summary: "QUEUE.STATUS for many users in one call (for push updates)",
+        complexity: "O(M log N) with M the users asked about",
+        arity: -3, key_flags: KEY_RW, args: &[Q, strings("userId")],
+    }),
+    command!("queue.leave", queue::leave, "write fast", Doc {
+        summary: "Takes a user out of the line, or withdraws its unclaimed ticket; replies 1 if it was there",
+        complexity: "O(log N)",
+        arity: 3, key_flags: KEY_RW, args: &[Q, string("userId")],
+    }),
+    command!("queue.promote", queue::promote, "write deny-oom", Doc {
+        summary: "Drops expired tickets, expired leases and waiters who went silent, then issues tickets to the head of the line within the soft cap, the rate bucket, MAX and batch_max",
+        complexity: "O((P + S) log N) with P promoted and S swept users",
+        arity: -2, key_flags: KEY_RW, args: &[Q, opt_int("count", "MAX")],
+    }),
+    command!("ticket.claim", ticket::claim, "write deny-oom fast", Doc {
+        summary: "Uses a ticket (once): opens a session lease for its user; errors NOTICKET, EXPIRED, INSIDE or FULL",
+        complexity: "O(log N)",
+        arity: 3, key_flags: KEY_RW, args: &[Q, string("ticketId")],
+    }),
+    command!("session.heartbeat", session::heartbeat, "write fast", Doc {
+        summary: "Extends the session leases of users inside; replies 1 per extended lease, 0 where none is live",
+        complexity: "O(M log S) with M users and S sessions",
+        arity: -3, key_flags: KEY_RW, args: &[Q, strings("userId")],
+    }),
+    command!("session.end", session::end, "write fast", Doc {
+        summary: "Ends a user's session, freeing its slot; replies 1 if it had one",
+        complexity: "O(log S)",
+        arity: 3, key_flags: KEY_RW, args: &[Q, string("userId")],
+    }),
+    command!("queue.info", queue::info, "readonly fast", Doc {
+        summary: "Counts (waiting, joining, active, free slots), settings and counters of a queue",
+        complexity: "O(log N)",
+        arity: 2, key_flags: KEY_RO, args: &[Q],
+    }),
+    command!("queue.config", config::config, "write fast", Doc {
+        summary: "Reads (GET field|*) or changes (SET field value ...) a queue's settings at runtime",
+        complexity: "O(F) with F fields",
+        arity: -4, key_flags: KEY_RW, args: &[
+            Q,
+            Arg { name: "operation", kind: ArgType::Str, token: None, optional: false, multiple: false },
+            strings("field-and-value"),
+        ],
+    }),
+];
+
+fn init(ctx: &Context, args: &[RedisString]) -> Status {
+    if let Err(e) = defaults::register(ctx.ctx) {
+        ctx.log_warning(&e);
+        return Status::Err;
+    }
+    let args: Vec<&[u8]> = args.iter().map(|a| a.as_slice()).collect();
+    if let Err(e) = defaults::apply_load_args(&args) {
+        ctx.log_warning(&e);
+        return Status::Err;
+    }
+    let category = CString::new(ACL_CATEGORY).unwrap();
+    for c in COMMANDS {
+        let (name, flags) = (CString::new(c.name).unwrap(), CString::new(c.flags).unwrap());
+        // SAFETY: module load, live context; the server copies names, flags and docs.
+        unsafe {
+            if raw::RedisModule_CreateCommand.unwrap()(ctx.ctx, name.as_ptr(), Some(c.callback), flags.as_ptr(), 1, 1, 1)
+                != raw::REDISMODULE_OK as c_int
+            {
+                ctx.log_warning(&format!("cannot create command {}", c.name));
+                return Status::Err;
+            }
+            let cmd = raw::RedisModule_GetCommand.unwrap()(ctx.ctx, name.as_ptr());
+            if raw::RedisModule_SetCommandACLCategories.unwrap()(cmd, category.as_ptr()) != raw::REDISMODULE_OK as c_int {
+                ctx.log_warning(&format!("cannot set the ACL category of {}", c.name));
+                return Status::Err;
+            }
+            if let Err(e) = docs::attach(ctx.ctx, c.name, &c.doc) {
+                ctx.log_warning(&e);
+                return Status::Err;
+            }
+        }
+    }
+    Status::Ok
+}
+
+fn info(ctx: &InfoContext, _for_crash_report: bool) {
+    let mut section = ctx.builder().add_section("counters");
+    for (name, c) in counters::ALL {
+        match section.field(name, c.load(std::sync::atomic::Ordering::Relaxed)) {
+            Ok(s) => section = s,
+            Err(_) => return,
+        }
+    }
+    let _ = section.build_section().and_then(|b| b.build_info());
+}
+
+redis_module! {
+    name: "queue",
+    version: 10000,
+    allocator: (redis_module::alloc::RedisAlloc, redis_module::alloc::RedisAlloc),
+    data_types: [],
+    acl_categories: [ACL_CATEGORY,],
+    init: init,
+    info: info,
+}

@@ -1,0 +1,323 @@
+#!/usr/bin/env bash
+# module-bench.sh -- benchmark the valkey-queue module against bare Valkey commands,
+# side by side in one run, and print figures, ratios and targets.
+#
+#   bench/module-bench.sh                                  # defaults (~2-4 min on 2 cores)
+#   ROUNDS=1 N=50000 MEM_USERS=100000 bench/module-bench.sh   # quick run
+#
+# Environment:
+#   MODULE        module .so (default: <repo>/target/release/libvalkey_queue.so)
+#   ROUNDS        interleaved throughput rounds, median taken          (default 5)
+#   N             requests per valkey-benchmark run                    (default 200000)
+#   CLIENTS       valkey-benchmark -c                                  (default 50)
+#   PIPELINE      valkey-benchmark -P                                  (default 16)
+#   STATUS_USERS  members pre-filled for STATUS vs ZRANK               (default 100000)
+#   PROMOTE_USERS waiting users for PROMOTE vs ZPOPMIN (kept >= this)  (default 100000)
+#   PROMOTE_REPS  timed PROMOTE / ZPOPMIN calls, median taken          (default 9)
+#   MEM_USERS     users for the memory figure                          (default 1000000)
+#   BACKEND       module (default) | lua  -- lua is a hook, not working yet (see qcmd)
+#                 | none: load nothing (tests the script itself; QUEUE.* sides error)
+#   LUA_LIB       Lua library for BACKEND=lua (default <repo>/lua-fallback/queue.lua)
+#   VALKEY_SERVER / VALKEY_BENCHMARK  binaries (default: from PATH)
+#   KEEP_TMP=1    keep the temp dir (server logs) for debugging
+#
+# It starts its own valkey-server child process (not daemonized) on a free
+# 127.0.0.1 port with a temp dir, and kills it on exit. It is a report, not a
+# test: it exits 0 whatever the PASS/FAIL verdicts (non-zero only when it cannot
+# run at all, e.g. the module is missing or the server does not start).
+set -uo pipefail
+
+SCRIPT_DIR=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+REPO_ROOT=$(cd "$SCRIPT_DIR/.." && pwd)
+LIB="$SCRIPT_DIR/lib/benchlib.py"
+
+MODULE=${MODULE:-$REPO_ROOT/target/release/libvalkey_queue.so}
+ROUNDS=${ROUNDS:-5}
+N=${N:-200000}
+CLIENTS=${CLIENTS:-50}
+PIPELINE=${PIPELINE:-16}
+STATUS_USERS=${STATUS_USERS:-100000}
+PROMOTE_USERS=${PROMOTE_USERS:-100000}
+PROMOTE_REPS=${PROMOTE_REPS:-9}
+PROMOTE_MAX=1000
+MEM_USERS=${MEM_USERS:-1000000}
+BACKEND=${BACKEND:-module}
+LUA_LIB=${LUA_LIB:-$REPO_ROOT/lua-fallback/queue.lua}
+VALKEY_SERVER=${VALKEY_SERVER:-valkey-server}
+VALKEY_BENCHMARK=${VALKEY_BENCHMARK:-valkey-benchmark}
+PY=${PYTHON:-python3}
+export BACKEND
+
+HOST=127.0.0.1
+PORT=""
+SERVER_PID=""
+SERVER_COUNT=0
+SERVER_LOG=""
+TMPDIR_BENCH=$(mktemp -d "${TMPDIR:-/tmp}/module-bench.XXXXXX")
+T_START=$(date +%s)
+ERRFILE="$TMPDIR_BENCH/errors"   # human-readable problems, printed after the table
+: >"$ERRFILE"
+
+log()  { printf '[%4ds] %s\n' "$(( $(date +%s) - T_START ))" "$*" >&2; }
+# (a file, not an array: note_error is also called inside $(...) subshells)
+note_error() { printf '%s\n' "$*" >>"$ERRFILE"; log "ERROR: $*"; }
+
+# ---------------------------------------------------------------- server life
+stop_server() {
+  if [ -n "$SERVER_PID" ] && kill -0 "$SERVER_PID" 2>/dev/null; then
+    kill "$SERVER_PID" 2>/dev/null
+    for _ in $(seq 1 50); do kill -0 "$SERVER_PID" 2>/dev/null || break; sleep 0.1; done
+    kill -0 "$SERVER_PID" 2>/dev/null && kill -9 "$SERVER_PID" 2>/dev/null
+    wait "$SERVER_PID" 2>/dev/null
+  fi
+  SERVER_PID=""
+}
+cleanup() {
+  stop_server
+  if [ -n "${KEEP_TMP:-}" ]; then echo "kept $TMPDIR_BENCH" >&2; else rm -rf "$TMPDIR_BENCH"; fi
+}
+trap cleanup EXIT
+trap 'exit 130' INT
+trap 'exit 143' TERM
+
+# Starts a fresh server (stopping the previous one) with the module or Lua library.
+start_server() {
+  stop_server
+  local attempt log
+  for attempt in 1 2 3; do
+    PORT=$("$PY" "$LIB" freeport) || { echo "cannot pick a free port" >&2; exit 2; }
+    SERVER_COUNT=$((SERVER_COUNT + 1))
+    log="$TMPDIR_BENCH/valkey-$SERVER_COUNT.log"
+    SERVER_LOG=$log
+    local load=()
+    [ "$BACKEND" = module ] && load=(--loadmodule "$MODULE")
+    "$VALKEY_SERVER" --port "$PORT" --bind 127.0.0.1 --save '' --appendonly no \
+      --dir "$TMPDIR_BENCH" --logfile "$log" "${load[@]}" &
+    SERVER_PID=$!
+    for _ in $(seq 1 100); do
+      kill -0 "$SERVER_PID" 2>/dev/null || break
+      if [ "$("$PY" "$LIB" call "$PORT" PING 2>/dev/null)" = "reply=True" ]; then
+        load_backend
+        return 0
+      fi
+      sleep 0.1
+    done
+    echo "valkey-server did not come up on port $PORT (attempt $attempt); log tail:" >&2
+    tail -n 15 "$log" >&2 2>/dev/null
+    stop_server
+  done
+  exit 2
+}
+
+# If the server died during a phase (crash, or killed from outside), note how and
+# start a fresh one so the remaining phases still run.
+check_server() {
+  [ -n "$SERVER_PID" ] || return 0
+  kill -0 "$SERVER_PID" 2>/dev/null && return 0
+  wait "$SERVER_PID" 2>/dev/null
+  local st=$?
+  note_error "valkey-server pid $SERVER_PID died during '$1' (wait status $st); log tail: $(tail -n 4 "$SERVER_LOG" 2>/dev/null | tr '\n' ' ')"
+  SERVER_PID=""
+  start_server
+}
+
+# ------------------------------------------------------------ BACKEND HOOK
+# qcmd maps a QUEUE.X command line onto the selected backend:
+#   module: unchanged                 QUEUE.ENTER bq id nick
+#   lua:    FCALL queue_enter 1 bq id nick
+# (same mapping as to_backend() in bench/lib/benchlib.py). The Lua path is a
+# hook only: LUA_LIB does not exist yet and nothing here has been run with it.
+qcmd() {
+  if [ "$BACKEND" = lua ] && [[ "${1^^}" == QUEUE.* ]]; then
+    local name=${1#*.}
+    shift
+    echo "FCALL queue_${name,,} 1 $*"
+  else
+    echo "$*"
+  fi
+}
+load_backend() {
+  [ "$BACKEND" = lua ] || return 0
+  # Hook: load the Lua library into the fresh server (FUNCTION LOAD REPLACE).
+  if [ ! -f "$LUA_LIB" ]; then echo "BACKEND=lua: $LUA_LIB not found" >&2; exit 2; fi
+  valkey-cli -h "$HOST" -p "$PORT" -x FUNCTION LOAD REPLACE < "$LUA_LIB" >/dev/null \
+    || { echo "BACKEND=lua: FUNCTION LOAD failed" >&2; exit 2; }
+}
+# -------------------------------------------------------- end BACKEND HOOK
+
+py()   { "$PY" "$LIB" "$@"; }
+kv()   { sed -n "s/^$1=//p" <<<"$2" | head -n1; }   # kv KEY "$output" (one key=value a line)
+pcall() { py call "$PORT" "$@"; }
+
+# Sets queue config fields one at a time (so one bad field does not hide the rest).
+qconfig() {
+  local key=$1; shift
+  while [ $# -ge 2 ]; do
+    local out
+    out=$(py config "$PORT" "$key" "$1" "$2") \
+      || note_error "$(kv error "$out")"
+    shift 2
+  done
+}
+
+median() { sort -g | awk '{a[NR]=$1} END {if (NR==0) {print "NA"; exit} if (NR%2) print a[(NR+1)/2]; else printf "%.2f\n", (a[NR/2]+a[NR/2+1])/2}'; }
+
+# Runs valkey-benchmark for one command; prints requests/second or "NA".
+# Errors (non-zero exit, "Error from server", error-reply counter moving) are noted.
+bench_rps() {
+  local label=$1 keyspace=$2; shift 2
+  local out rc errs0 errs1 rps
+  errs0=$(py errors "$PORT"); [[ $errs0 =~ ^[0-9]+$ ]] || errs0=-1
+  # shellcheck disable=SC2046
+  out=$("$VALKEY_BENCHMARK" -h "$HOST" -p "$PORT" -c "$CLIENTS" -P "$PIPELINE" -n "$N" \
+        -r "$keyspace" -q $(qcmd "$@") 2>&1 | tr '\r' '\n')
+  rc=$?
+  errs1=$(py errors "$PORT"); [[ $errs1 =~ ^[0-9]+$ ]] || errs1=-2   # -2: server unreachable
+  rps=$(grep -E 'requests per second' <<<"$out" | tail -n1 | sed -E 's/.*: ([0-9.]+) requests per second.*/\1/')
+  if [ "$rc" -ne 0 ] || [ -z "$rps" ] || [ "$errs1" != "$errs0" ]; then
+    local delta="+$(( errs1 - errs0 ))"
+    [ "$errs0" -lt 0 ] || [ "$errs1" -lt 0 ] && delta="unknown (server unreachable)"
+    note_error "$label: valkey-benchmark rc=$rc, server error replies $delta: $(grep -m1 -E 'Error|ERR|WRONG' <<<"$out" || tail -n1 <<<"$out")"
+    echo NA
+  else
+    echo "$rps"
+  fi
+}
+
+ratio() {  # ratio A B -> A/B with 3 decimals, NA if either is missing
+  awk -v a="$1" -v b="$2" 'BEGIN { if (a=="NA" || b=="NA" || a=="" || b=="" || b+0==0) print "NA"; else printf "%.3f\n", a/b }'
+}
+verdict() {  # verdict VALUE OP LIMIT
+  awk -v v="$1" -v op="$2" -v l="$3" 'BEGIN {
+    if (v=="NA" || v=="") { print "FAIL"; exit }
+    ok = (op==">=") ? (v+0 >= l+0) : (v+0 <= l+0); print ok ? "PASS" : "FAIL" }'
+}
+
+# ---------------------------------------------------------------- preflight
+case "$BACKEND" in module|lua|none) ;; *) echo "BACKEND must be module, lua or none" >&2; exit 2;; esac
+if [ "$BACKEND" = module ] && [ ! -f "$MODULE" ]; then
+  echo "module not found: $MODULE (build it with cargo build --release, or set MODULE=...)" >&2
+  exit 2
+fi
+for b in "$VALKEY_SERVER" "$VALKEY_BENCHMARK"; do
+  command -v "$b" >/dev/null || { echo "$b not found" >&2; exit 2; }
+done
+"$PY" -c 'import valkey' 2>/dev/null || { echo "python package 'valkey' missing (pip install valkey)" >&2; exit 2; }
+
+log "backend=$BACKEND module=$MODULE"
+log "ROUNDS=$ROUNDS N=$N CLIENTS=$CLIENTS PIPELINE=$PIPELINE STATUS_USERS=$STATUS_USERS PROMOTE_USERS=$PROMOTE_USERS PROMOTE_REPS=$PROMOTE_REPS MEM_USERS=$MEM_USERS"
+log "$("$VALKEY_SERVER" --version)"
+
+# ===================================================== 1. ENTER vs ZADD (rps)
+start_server
+log "server pid=$SERVER_PID port=$PORT"
+ENTER_RPS=(); ZADD_RPS=()
+for i in $(seq 1 "$ROUNDS"); do
+  a=$(bench_rps "QUEUE.ENTER" 100000000 QUEUE.ENTER bq __rand_int__ nick0001)
+  b=$(bench_rps "ZADD" 100000000 ZADD bz __rand_int__ __rand_int__)
+  ENTER_RPS+=("$a"); ZADD_RPS+=("$b")
+  log "round $i: QUEUE.ENTER $a rps | ZADD $b rps"
+done
+ENTER_MED=$(printf '%s\n' "${ENTER_RPS[@]}" | grep -E '^[0-9.]+$' | median)
+ZADD_MED=$(printf '%s\n' "${ZADD_RPS[@]}" | grep -E '^[0-9.]+$' | median)
+check_server "ENTER vs ZADD"
+
+# ==================================================== 2. STATUS vs ZRANK (rps)
+# Fresh keys with the same STATUS_USERS members 000000000000..; valkey-benchmark
+# -r STATUS_USERS then draws ids from exactly that range, so every lookup hits.
+py call "$PORT" FLUSHALL >/dev/null
+qconfig bq abandon_after 0
+out=$(py fill "$PORT" queue bq "$STATUS_USERS") || note_error "STATUS fill (QUEUE.ENTER): $(kv error "$out")"
+log "queue bq: $(kv filled "$out") entered in $(kv seconds "$out")s"
+out=$(py fill "$PORT" zset bz "$STATUS_USERS") || note_error "STATUS fill (ZADD): $(kv error "$out")"
+log "zset  bz: $(kv filled "$out") added in $(kv seconds "$out")s"
+log "QUEUE.INFO bq -> $(valkey-cli -h $HOST -p "$PORT" $(qcmd QUEUE.INFO bq) 2>&1 | tr '\n' ' ' | cut -c1-300)"
+STATUS_RPS=(); ZRANK_RPS=()
+for i in $(seq 1 "$ROUNDS"); do
+  a=$(bench_rps "QUEUE.STATUS" "$STATUS_USERS" QUEUE.STATUS bq __rand_int__)
+  b=$(bench_rps "ZRANK" "$STATUS_USERS" ZRANK bz __rand_int__)
+  STATUS_RPS+=("$a"); ZRANK_RPS+=("$b")
+  log "round $i: QUEUE.STATUS $a rps | ZRANK $b rps"
+done
+STATUS_MED=$(printf '%s\n' "${STATUS_RPS[@]}" | grep -E '^[0-9.]+$' | median)
+ZRANK_MED=$(printf '%s\n' "${ZRANK_RPS[@]}" | grep -E '^[0-9.]+$' | median)
+check_server "STATUS vs ZRANK"
+
+# ================================== 3. PROMOTE MAX 1000 vs ZPOPMIN 1000 (usec)
+py call "$PORT" FLUSHALL >/dev/null
+PROMOTE_FILL=$(( PROMOTE_USERS + PROMOTE_REPS * PROMOTE_MAX ))   # stays >= PROMOTE_USERS
+# soft_cap only has to exceed what the timed PROMOTEs issue (PROMOTE_REPS * 1000);
+# if the module caps the field below 100000000, fall back to 10000000.
+if ! out=$(py config "$PORT" bp soft_cap 100000000); then
+  note_error "note: $(kv error "$out"); using soft_cap 10000000 instead"
+  qconfig bp soft_cap 10000000
+fi
+qconfig bp batch_max 100000 abandon_after 0
+out=$(py fill "$PORT" queue bp "$PROMOTE_FILL") || note_error "PROMOTE fill (QUEUE.ENTER): $(kv error "$out")"
+log "queue bp: $(kv filled "$out") entered in $(kv seconds "$out")s"
+out=$(py fill "$PORT" zset bz2 "$PROMOTE_FILL") || note_error "PROMOTE fill (ZADD): $(kv error "$out")"
+log "zset bz2: $(kv filled "$out") added in $(kv seconds "$out")s"
+log "QUEUE.INFO bp -> $(valkey-cli -h $HOST -p "$PORT" $(qcmd QUEUE.INFO bp) 2>&1 | tr '\n' ' ' | cut -c1-300)"
+PROMOTE_US=NA; ZPOPMIN_US=NA
+out=$(py servertime "$PORT" "$PROMOTE_REPS" bp bz2 "$PROMOTE_MAX")
+PROMOTE_US=$(kv promote_median "$out"); ZPOPMIN_US=$(kv zpopmin_median "$out")
+log "QUEUE.PROMOTE usec: $(kv promote_usec "$out") (last reply $(kv promote_last_reply "$out"))"
+log "ZPOPMIN       usec: $(kv zpopmin_usec "$out") (last reply $(kv zpopmin_last_reply "$out"))"
+sed -n 's/^error=/server time: /p; s/^warning=/server time: /p' <<<"$out" | while IFS= read -r e; do note_error "$e"; done
+check_server "PROMOTE vs ZPOPMIN"
+
+# ============================================ 4. memory per waiting user (bytes)
+# Each side on a fresh server so used_memory_rss deltas are comparable too.
+MEM_Q=NA; MEM_Z=NA; RSS_Q=NA; RSS_Z=NA
+start_server
+qconfig bm soft_cap 0 abandon_after 0
+if out=$(py mem "$PORT" queue bm "$MEM_USERS"); then
+  MEM_Q=$(kv bytes_per_user "$out"); RSS_Q=$(kv rss_bytes_per_user "$out")
+else
+  note_error "memory (QUEUE.ENTER): $(kv error "$out")"
+fi
+log "module: $MEM_USERS users in $(kv seconds "$out")s, used_memory +$(kv used_delta "$out") B, rss +$(kv rss_delta "$out") B"
+log "QUEUE.INFO bm -> $(valkey-cli -h $HOST -p "$PORT" $(qcmd QUEUE.INFO bm) 2>&1 | tr '\n' ' ' | cut -c1-300)"
+check_server "memory (module)"
+start_server
+if out=$(py mem "$PORT" zset bmz "$MEM_USERS"); then
+  MEM_Z=$(kv bytes_per_user "$out"); RSS_Z=$(kv rss_bytes_per_user "$out")
+else
+  note_error "memory (ZADD): $(kv error "$out")"
+fi
+log "zset:   $MEM_USERS users in $(kv seconds "$out")s, used_memory +$(kv used_delta "$out") B, rss +$(kv rss_delta "$out") B"
+check_server "memory (zset)"
+stop_server
+
+# used_memory only counts what goes through the server allocator (RedisModule_Alloc);
+# if RSS grew much more than used_memory, the module likely allocates elsewhere.
+if awk -v u="$MEM_Q" -v r="$RSS_Q" 'BEGIN { exit !(u != "NA" && r != "NA" && r+0 > 1.5*u + 50) }'; then
+  note_error "module memory: rss grew $RSS_Q B/user but used_memory only $MEM_Q B/user -- the module may allocate outside RedisModule_Alloc, so used_memory undercounts it"
+fi
+
+# ====================================================================== report
+R1=$(ratio "$ENTER_MED" "$ZADD_MED");    V1=$(verdict "$R1" '>=' 0.9)
+R2=$(ratio "$STATUS_MED" "$ZRANK_MED");  V2=$(verdict "$R2" '>=' 0.8)
+R3=$(ratio "$PROMOTE_US" "$ZPOPMIN_US"); V3=$(verdict "$R3" '<=' 2.0)
+R4=$(ratio "$MEM_Q" "$MEM_Z");           V4=$(verdict "$MEM_Q" '<=' 200)
+
+echo
+echo "valkey-queue module benchmark ($("$VALKEY_SERVER" --version | grep -oE 'v=[^ ]+'), backend=$BACKEND, $(nproc) cores, $(( $(date +%s) - T_START ))s)"
+echo "ROUNDS=$ROUNDS N=$N -c $CLIENTS -P $PIPELINE STATUS_USERS=$STATUS_USERS PROMOTE_USERS=$PROMOTE_USERS PROMOTE_REPS=$PROMOTE_REPS MEM_USERS=$MEM_USERS"
+echo "per-round rps: ENTER ${ENTER_RPS[*]} | ZADD ${ZADD_RPS[*]}"
+echo "per-round rps: STATUS ${STATUS_RPS[*]} | ZRANK ${ZRANK_RPS[*]}"
+echo "rss B/user (informative): module $RSS_Q | zset $RSS_Z"
+echo
+fmt='%-36s %14s %14s %8s %-16s %s\n'
+printf "$fmt" "measurement" "module" "bare" "ratio" "target" "result"
+printf "$fmt" "------------------------------------" "--------------" "--------------" "--------" "----------------" "------"
+printf "$fmt" "QUEUE.ENTER vs ZADD (rps, median)"      "$ENTER_MED"   "$ZADD_MED"    "$R1" "ratio >= 0.9" "$V1"
+printf "$fmt" "QUEUE.STATUS vs ZRANK (rps, median)"    "$STATUS_MED"  "$ZRANK_MED"   "$R2" "ratio >= 0.8" "$V2"
+printf "$fmt" "PROMOTE MAX 1000 vs ZPOPMIN 1000 (us)"  "$PROMOTE_US"  "$ZPOPMIN_US"  "$R3" "ratio <= 2.0" "$V3"
+printf "$fmt" "memory per waiting user (B, used_mem)"  "$MEM_Q"       "$MEM_Z"       "$R4" "module <= 200" "$V4"
+if [ -s "$ERRFILE" ]; then
+  echo
+  echo "errors:"
+  sed 's/^/  - /' "$ERRFILE"
+fi
+exit 0

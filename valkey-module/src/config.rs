@@ -1,0 +1,54 @@
+//! QUEUE.CONFIG: a queue's runtime settings (the back office).
+
+use crate::queue::arity;
+use crate::server::{Kind, Server, Str};
+use crate::state::Queue;
+use queue_core::config::{check_value, field, FIELDS};
+use queue_core::QueueError;
+
+/// QUEUE.CONFIG <queue> GET <field|*>
+/// QUEUE.CONFIG <queue> SET <field> <value> [<field> <value> ...]
+pub fn config(srv: &Server, args: &[Str]) -> Result<(), QueueError> {
+    arity(args.len() >= 4, "queue.config")?;
+    let sub = args[2].bytes();
+    if sub.eq_ignore_ascii_case(b"GET") {
+        arity(args.len() == 4, "queue.config")?;
+        let q = Queue::open(srv, args[1], false)?;
+        let cfg = q.config()?;
+        if args[3].bytes() == b"*" {
+            srv.reply_map(FIELDS.len());
+            for (f, v) in FIELDS.iter().zip(cfg.values) {
+                srv.field_int(f.name, v);
+            }
+        } else {
+            let f = field(args[3].bytes())?;
+            srv.reply_int(cfg.get(f.name));
+        }
+        Ok(())
+    } else if sub.eq_ignore_ascii_case(b"SET") {
+        arity(args.len() % 2 == 1, "queue.config")?;
+        // Check every pair before writing any.
+        let mut pairs = Vec::new();
+        for pair in args[3..].chunks(2) {
+            let f = field(pair[0].bytes())?;
+            let v = check_value(f, pair[1].bytes())?;
+            pairs.push((f.name, v));
+        }
+        let q = Queue::open(srv, args[1], true)?;
+        let key_name = srv.str(q.keys.config().as_bytes());
+        let key = srv.open(key_name, true).expect(Kind::Hash)?;
+        let mut argv = vec![key_name];
+        for (name, v) in pairs {
+            let (f, v) = (srv.str(name.as_bytes()), srv.int_str(v));
+            key.hset(f, v);
+            argv.extend([f, v]);
+        }
+        drop(key);
+        srv.replicate(c"HSET", &argv);
+        srv.notify(c"queue.config", q.name);
+        srv.reply_simple(c"OK");
+        Ok(())
+    } else {
+        Err(QueueError::Syntax)
+    }
+}

@@ -1,0 +1,56 @@
+//! What a command changed, gathered per (native command, key) and replicated once at
+//! its end as a few variadic native commands (ZADD, ZREM, HSET, HDEL). Replicas and
+//! the AOF thus get exactly the primary's writes, whatever the clock or the random
+//! ticket ids were, and need no module to replay them. A command that changed nothing
+//! replicates nothing.
+//!
+//! Within one command no field or member is written by two different native
+//! commands, so grouping by (command, key) never reorders dependent writes.
+
+use crate::server::{Server, Str};
+use std::ffi::CStr;
+
+struct Op {
+    cmd: &'static CStr,
+    key: Str,
+    args: Vec<Str>,
+}
+
+#[derive(Default)]
+pub struct Effects {
+    ops: Vec<Op>,
+}
+
+impl Effects {
+    fn push(&mut self, cmd: &'static CStr, key: Str, args: &[Str]) {
+        let kb = key.bytes();
+        if let Some(op) = self.ops.iter_mut().find(|o| o.cmd == cmd && o.key.bytes() == kb) {
+            op.args.extend_from_slice(args);
+        } else {
+            self.ops.push(Op { cmd, key, args: args.to_vec() });
+        }
+    }
+    pub fn zadd(&mut self, key: Str, score: Str, member: Str) {
+        self.push(c"ZADD", key, &[score, member]);
+    }
+    pub fn zrem(&mut self, key: Str, member: Str) {
+        self.push(c"ZREM", key, &[member]);
+    }
+    pub fn hset(&mut self, key: Str, field: Str, value: Str) {
+        self.push(c"HSET", key, &[field, value]);
+    }
+    pub fn hdel(&mut self, key: Str, field: Str) {
+        self.push(c"HDEL", key, &[field]);
+    }
+    pub fn is_empty(&self) -> bool {
+        self.ops.is_empty()
+    }
+    pub fn replicate(self, srv: &Server) {
+        for op in self.ops {
+            let mut argv = Vec::with_capacity(op.args.len() + 1);
+            argv.push(op.key);
+            argv.extend(op.args);
+            srv.replicate(op.cmd, &argv);
+        }
+    }
+}

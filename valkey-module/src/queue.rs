@@ -1,0 +1,302 @@
+//! QUEUE.ENTER, QUEUE.STATUS, QUEUE.RANKS, QUEUE.LEAVE, QUEUE.PROMOTE, QUEUE.INFO.
+
+use crate::counters;
+use crate::server::{Server, Str};
+use crate::state::{Queue, Standing};
+use queue_core::admission::{self, estimated_wait_seconds, free_slots, is_abandoned, promote_count};
+use queue_core::config::{Config, FIELDS};
+use queue_core::keys::{check_nickname, check_user};
+use queue_core::QueueError;
+
+/// Most MAX a PROMOTE accepts (the same as the largest batch_max).
+pub const MAX_PROMOTE: i64 = 100_000;
+/// Waiters a PROMOTE examines beyond the head to drop those who left without a word.
+pub const SWEEP_BUDGET: usize = 512;
+
+pub fn arity(ok: bool, cmd: &'static str) -> Result<(), QueueError> {
+    if ok {
+        Ok(())
+    } else {
+        Err(QueueError::Arity(cmd))
+    }
+}
+
+/// The reply describing where a user stands (the seed's JSON fields).
+pub fn reply_standing(srv: &Server, user: Str, standing: &Standing, eta: Option<i64>) {
+    let (status, rank, nickname, ticket): (&str, i64, Option<Str>, Option<Str>) = match standing {
+        Standing::Waiting { rank, nickname, .. } => ("WAITING", *rank, Some(*nickname), None),
+        Standing::Promoted { ticket, nickname } => ("PROMOTED", 0, *nickname, Some(*ticket)),
+        Standing::Active { nickname } => ("ACTIVE", 0, *nickname, None),
+        Standing::Unknown => ("UNKNOWN", 0, None, None),
+    };
+    srv.reply_map(6);
+    srv.field_bulk("status", Some(status.as_bytes()));
+    srv.field_int("rank", rank);
+    srv.field_bulk("userId", Some(user.bytes()));
+    srv.field_bulk("nickname", nickname.map(Str::bytes));
+    srv.field_bulk("ticketId", ticket.map(Str::bytes));
+    srv.field_opt_int("estimatedWaitSeconds", eta);
+}
+
+fn eta_for(q: &Queue, cfg: &Config, standing: &Standing) -> Option<i64> {
+    match standing {
+        Standing::Waiting { rank, .. } => estimated_wait_seconds(*rank, q.stat("rate_per_min"), cfg.rate()),
+        _ => None,
+    }
+}
+
+/// QUEUE.ENTER <queue> <userId> <nickname>
+pub fn enter(srv: &Server, args: &[Str]) -> Result<(), QueueError> {
+    arity(args.len() == 4, "queue.enter")?;
+    let user = args[2];
+    check_user(user.bytes())?;
+    let nickname = check_nickname(args[3].bytes())?;
+    let mut q = Queue::open(srv, args[1], true)?;
+    let cfg = q.config()?;
+    let now = srv.now_ms();
+
+    // Someone inside stays inside: entering again changes nothing.
+    if q.sessions.zscore(user).is_some_and(|exp| exp as i64 > now) {
+        let standing = Standing::Active { nickname: q.active.hget(user) };
+        reply_standing(srv, user, &standing, None);
+        return Ok(());
+    }
+    // Re-entry goes to the back: forget the old place and any unclaimed ticket.
+    let old_seq = q.waiting.zscore(user).map(|s| s as i64);
+    if let Some(t) = q.promoted.hget(user) {
+        q.remove_ticket(t, Some(user));
+    }
+    let others_waiting = q.waiting.len() - i64::from(old_seq.is_some());
+    let seq = q.stat("seq") + 1;
+    q.set_stat("seq", seq);
+    q.add_stat("entered", 1);
+    counters::add(&counters::ENTERED, 1);
+
+    // Nobody waits: let the user in at once if there is room (and a token).
+    if others_waiting == 0 && cfg.soft_cap() > 0 {
+        q.reap(now);
+        let free = free_slots(cfg.soft_cap(), q.sessions.len(), q.tickets.len());
+        let bucket = (cfg.rate() > 0).then(|| q.bucket(&cfg, now));
+        if free > 0 && bucket.is_none_or(|b| b.whole() >= 1) {
+            if let Some(old) = old_seq {
+                q.remove_waiter(user, old);
+            }
+            let ticket = q.issue_ticket(user, nickname, now, &cfg);
+            if let Some(b) = bucket {
+                q.save_bucket(b.take(1));
+            }
+            let w = q.rate_window();
+            q.save_rate_window(w, w.record(now, 1));
+            q.add_stat("promoted", 1);
+            counters::add(&counters::PROMOTED, 1);
+            let standing = Standing::Promoted { ticket, nickname: Some(srv.str(nickname)) };
+            reply_standing(srv, user, &standing, None);
+            q.finish(c"queue.enter");
+            return Ok(());
+        }
+    }
+    if let Some(old) = old_seq {
+        q.remove_waiter(user, old);
+    }
+    q.add_waiter(user, seq, now, nickname);
+    let rank = q.waiting.len();
+    let standing = Standing::Waiting { seq, rank, seen: now, nickname: srv.str(nickname) };
+    let eta = eta_for(&q, &cfg, &standing);
+    reply_standing(srv, user, &standing, eta);
+    q.finish(c"queue.enter");
+    Ok(())
+}
+
+/// Looks up one user for STATUS/RANKS, noting that a waiting user was heard from.
+fn observe(q: &mut Queue, cfg: &Config, user: Str, now: i64) -> Standing {
+    let standing = q.standing(user, now);
+    if let Standing::Waiting { seq, seen, nickname, .. } = &standing {
+        if let Some(every) = admission::seen_refresh_ms(cfg.abandon_after()) {
+            if now - seen >= every {
+                q.write_record(*seq, now, nickname.bytes());
+            }
+        }
+    }
+    standing
+}
+
+/// QUEUE.STATUS <queue> <userId>
+pub fn status(srv: &Server, args: &[Str]) -> Result<(), QueueError> {
+    arity(args.len() == 3, "queue.status")?;
+    let user = args[2];
+    check_user(user.bytes())?;
+    let mut q = Queue::open(srv, args[1], true)?;
+    let cfg = q.config()?;
+    let now = srv.now_ms();
+    let standing = observe(&mut q, &cfg, user, now);
+    let eta = eta_for(&q, &cfg, &standing);
+    reply_standing(srv, user, &standing, eta);
+    q.finish(c"queue.seen");
+    Ok(())
+}
+
+/// QUEUE.RANKS <queue> <userId> [userId ...]
+pub fn ranks(srv: &Server, args: &[Str]) -> Result<(), QueueError> {
+    arity(args.len() >= 3, "queue.ranks")?;
+    for u in &args[2..] {
+        check_user(u.bytes())?;
+    }
+    let mut q = Queue::open(srv, args[1], true)?;
+    let cfg = q.config()?;
+    let now = srv.now_ms();
+    srv.reply_array(args.len() - 2);
+    for &user in &args[2..] {
+        let standing = observe(&mut q, &cfg, user, now);
+        let eta = eta_for(&q, &cfg, &standing);
+        reply_standing(srv, user, &standing, eta);
+    }
+    q.finish(c"queue.seen");
+    Ok(())
+}
+
+/// QUEUE.LEAVE <queue> <userId>
+pub fn leave(srv: &Server, args: &[Str]) -> Result<(), QueueError> {
+    arity(args.len() == 3, "queue.leave")?;
+    let user = args[2];
+    check_user(user.bytes())?;
+    let mut q = Queue::open(srv, args[1], true)?;
+    let mut left = false;
+    if let Some(seq) = q.waiting.zscore(user) {
+        q.remove_waiter(user, seq as i64);
+        left = true;
+    }
+    if let Some(t) = q.promoted.hget(user) {
+        q.remove_ticket(t, Some(user));
+        left = true;
+    }
+    if left {
+        q.add_stat("left", 1);
+        counters::add(&counters::LEFT, 1);
+    }
+    srv.reply_int(i64::from(left));
+    q.finish(c"queue.leave");
+    Ok(())
+}
+
+/// QUEUE.PROMOTE <queue> [MAX n]
+pub fn promote(srv: &Server, args: &[Str]) -> Result<(), QueueError> {
+    arity(args.len() == 2 || args.len() == 4, "queue.promote")?;
+    let rest: Vec<&[u8]> = args[2..].iter().map(|s| s.bytes()).collect();
+    let mut opts = queue_core::args::Args::new(&rest);
+    let mut max = None;
+    while !opts.is_done() {
+        if opts.eat_keyword("MAX") {
+            max = Some(opts.next_in_range("MAX", 1, MAX_PROMOTE)?);
+        } else {
+            return Err(QueueError::Syntax);
+        }
+    }
+    let mut q = Queue::open(srv, args[1], true)?;
+    let cfg = q.config()?;
+    let now = srv.now_ms();
+
+    let (tickets_expired, leases_expired) = q.reap(now);
+    let free = free_slots(cfg.soft_cap(), q.sessions.len(), q.tickets.len());
+    let bucket = (cfg.rate() > 0).then(|| q.bucket(&cfg, now));
+    let n = promote_count(free, bucket.map(|b| b.whole()), max, cfg.batch_max());
+
+    // Issue tickets to the head of the line; those who left without a word are
+    // dropped on the way and never promoted.
+    let mut promoted = 0i64;
+    let mut dropped = 0i64;
+    if n > 0 {
+        let head = q.waiting.zrange(f64::NEG_INFINITY, f64::INFINITY, n as usize + SWEEP_BUDGET);
+        for (user, seq) in head {
+            if promoted == n {
+                break;
+            }
+            let seq = seq as i64;
+            let rec = q.record(seq);
+            q.remove_waiter(user, seq);
+            match rec {
+                Some((seen, _)) if is_abandoned(seen, now, cfg.abandon_after()) => dropped += 1,
+                Some((_, nickname)) => {
+                    q.issue_ticket(user, nickname.bytes(), now, &cfg);
+                    promoted += 1;
+                }
+                None => dropped += 1,
+            }
+        }
+    }
+    dropped += sweep(&mut q, &cfg, now);
+
+    if let Some(b) = bucket {
+        q.save_bucket(b.take(promoted));
+    }
+    let w = q.rate_window();
+    q.save_rate_window(w, w.record(now, promoted));
+    q.add_stat("promoted", promoted);
+    q.add_stat("dropped", dropped);
+    counters::add(&counters::PROMOTED, promoted);
+    counters::add(&counters::DROPPED, dropped);
+
+    let (active, joining) = (q.sessions.len(), q.tickets.len());
+    srv.reply_map(8);
+    srv.field_int("promoted", promoted);
+    srv.field_int("tickets_expired", tickets_expired);
+    srv.field_int("leases_expired", leases_expired);
+    srv.field_int("dropped", dropped);
+    srv.field_int("waiting", q.waiting.len());
+    srv.field_int("joining", joining);
+    srv.field_int("active", active);
+    srv.field_int("available_slots", free_slots(cfg.soft_cap(), active, joining));
+    q.finish(c"queue.promote");
+    Ok(())
+}
+
+/// Examines up to SWEEP_BUDGET waiters after the sweep cursor and drops those not
+/// heard from within abandon_after, so that ranks stay honest; wraps at the end.
+fn sweep(q: &mut Queue, cfg: &Config, now: i64) -> i64 {
+    if cfg.abandon_after() <= 0 || q.waiting.len() == 0 {
+        return 0;
+    }
+    let cursor = q.stat("sweep");
+    let batch = q.waiting.zrange(cursor as f64 + 1.0, f64::INFINITY, SWEEP_BUDGET);
+    let next = if batch.len() < SWEEP_BUDGET { 0 } else { batch.last().map_or(0, |&(_, s)| s as i64) };
+    let mut dropped = 0;
+    for (user, seq) in batch {
+        let seq = seq as i64;
+        let abandoned = match q.record(seq) {
+            Some((seen, _)) => is_abandoned(seen, now, cfg.abandon_after()),
+            None => true,
+        };
+        if abandoned {
+            q.remove_waiter(user, seq);
+            dropped += 1;
+        }
+    }
+    if next != cursor {
+        q.set_stat("sweep", next);
+    }
+    dropped
+}
+
+/// QUEUE.INFO <queue>
+pub fn info(srv: &Server, args: &[Str]) -> Result<(), QueueError> {
+    arity(args.len() == 2, "queue.info")?;
+    let q = Queue::open(srv, args[1], false)?;
+    let cfg = q.config()?;
+    let now = srv.now_ms();
+    let (active, joining) = q.live_counts(now);
+    let tokens = if cfg.rate() > 0 { q.bucket(&cfg, now).whole() } else { -1 };
+    const COUNTERS: [&str; 8] = ["entered", "promoted", "claimed", "expired", "dropped", "left", "ended", "lapsed"];
+    srv.reply_map(6 + FIELDS.len() + COUNTERS.len());
+    srv.field_int("waiting", q.waiting.len());
+    srv.field_int("joining", joining);
+    srv.field_int("active", active);
+    srv.field_int("available_slots", free_slots(cfg.soft_cap(), active, joining));
+    srv.field_int("tokens", tokens);
+    srv.field_int("admission_rate_per_min", q.stat("rate_per_min"));
+    for (f, v) in FIELDS.iter().zip(cfg.values) {
+        srv.field_int(f.name, v);
+    }
+    for c in COUNTERS {
+        srv.field_int(c, q.stat(c));
+    }
+    Ok(())
+}

@@ -1,0 +1,362 @@
+//! The one place that speaks the server's C API. Everything `unsafe` in the module is
+//! here, behind small safe wrappers used by the command files.
+//!
+//! # Safety
+//!
+//! Every wrapper is only ever used from a command callback on the server's main
+//! thread, through a [`Server`] created by [`run`] for that callback. [`run`] turns
+//! on automatic memory management, so strings, keys and call replies created through
+//! it are freed by the server when the callback returns; a [`Str`] must therefore not
+//! outlive the callback, which the command files honour by never storing one.
+//! Function pointers are filled in by `RedisModule_Init` before any command runs.
+
+use queue_core::QueueError;
+use redis_module::raw;
+use std::ffi::CStr;
+use std::os::raw::{c_char, c_int};
+
+/// A server string owned by the current callback (freed automatically at its end).
+#[derive(Clone, Copy)]
+pub struct Str(*mut raw::RedisModuleString);
+
+impl Str {
+    pub fn bytes<'a>(self) -> &'a [u8] {
+        let mut len = 0usize;
+        // SAFETY: the pointer came from the server and lives until the callback ends.
+        unsafe {
+            let p = raw::RedisModule_StringPtrLen.unwrap()(self.0, &mut len);
+            std::slice::from_raw_parts(p.cast::<u8>(), len)
+        }
+    }
+    pub fn parse_i64(self) -> Option<i64> {
+        queue_core::args::parse_i64(self.bytes())
+    }
+}
+
+/// Handle on the server for one command callback.
+pub struct Server {
+    ctx: *mut raw::RedisModuleCtx,
+}
+
+pub type Handler = fn(&Server, &[Str]) -> Result<(), QueueError>;
+
+/// Runs a command handler: arguments as [`Str`]s (the command name first), errors
+/// replied with their exact text, panics contained so that a bug never takes the
+/// server down.
+pub fn run(ctx: *mut raw::RedisModuleCtx, argv: *mut *mut raw::RedisModuleString, argc: c_int, handler: Handler) -> c_int {
+    // SAFETY: called by the server with a live context and `argc` arguments.
+    let args: Vec<Str> = unsafe {
+        raw::RedisModule_AutoMemory.unwrap()(ctx);
+        std::slice::from_raw_parts(argv, argc as usize).iter().map(|&p| Str(p)).collect()
+    };
+    let srv = Server { ctx };
+    match std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| handler(&srv, &args))) {
+        Ok(Ok(())) => {}
+        Ok(Err(e)) => srv.reply_error(&e.to_string()),
+        Err(_) => srv.reply_error("ERR internal error in the queue module (see the server log)"),
+    }
+    raw::Status::Ok as c_int
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Kind {
+    Empty,
+    Zset,
+    Hash,
+    Other,
+}
+
+impl Server {
+    pub fn str(&self, b: &[u8]) -> Str {
+        // SAFETY: see module docs; the server copies the bytes.
+        Str(unsafe { raw::RedisModule_CreateString.unwrap()(self.ctx, b.as_ptr().cast::<c_char>(), b.len()) })
+    }
+
+    pub fn int_str(&self, v: i64) -> Str {
+        self.str(v.to_string().as_bytes())
+    }
+
+    /// Wall-clock milliseconds. Commands read it once, and replicate what they
+    /// wrote with it rather than the command itself.
+    pub fn now_ms(&self) -> i64 {
+        // SAFETY: no arguments.
+        unsafe { raw::RedisModule_Milliseconds.unwrap()() as i64 }
+    }
+
+    pub fn open(&self, name: Str, write: bool) -> Key {
+        let mode = if write { raw::REDISMODULE_READ | raw::REDISMODULE_WRITE } else { raw::REDISMODULE_READ };
+        // SAFETY: valid ctx and key name.
+        let ptr = unsafe { raw::RedisModule_OpenKey.unwrap()(self.ctx, name.0, mode as c_int) };
+        Key { ptr: ptr.cast() }
+    }
+
+    /// 0-based rank of `member` in the zset `key` (the key API has no rank lookup).
+    pub fn zrank(&self, key: Str, member: Str) -> Option<i64> {
+        // SAFETY: valid ctx; "ss" takes two server strings.
+        unsafe {
+            let reply = raw::RedisModule_Call.unwrap()(self.ctx, c"ZRANK".as_ptr(), c"ss".as_ptr(), key.0, member.0);
+            if reply.is_null() || raw::RedisModule_CallReplyType.unwrap()(reply) != raw::REDISMODULE_REPLY_INTEGER as c_int {
+                return None;
+            }
+            Some(raw::RedisModule_CallReplyInteger.unwrap()(reply))
+        }
+    }
+
+    /// Sends `cmd args...` to replicas and the AOF (wrapped in MULTI/EXEC with the
+    /// other effects of this command by the server).
+    pub fn replicate(&self, cmd: &CStr, args: &[Str]) {
+        let mut v: Vec<*mut raw::RedisModuleString> = args.iter().map(|s| s.0).collect();
+        // SAFETY: "v" takes an array of server strings and its length.
+        unsafe {
+            raw::RedisModule_Replicate.unwrap()(self.ctx, cmd.as_ptr(), c"v".as_ptr(), v.as_mut_ptr(), v.len());
+        }
+    }
+
+    pub fn notify(&self, event: &CStr, key: Str) {
+        // SAFETY: valid ctx, event and key.
+        unsafe {
+            raw::RedisModule_NotifyKeyspaceEvent.unwrap()(self.ctx, raw::REDISMODULE_NOTIFY_GENERIC, event.as_ptr(), key.0);
+        }
+    }
+
+    // Replies. Maps become flat field/value arrays for RESP2 clients.
+    pub fn reply_map(&self, pairs: usize) {
+        unsafe { raw::RedisModule_ReplyWithMap.unwrap()(self.ctx, pairs as _) };
+    }
+    pub fn reply_array(&self, len: usize) {
+        unsafe { raw::RedisModule_ReplyWithArray.unwrap()(self.ctx, len as _) };
+    }
+    pub fn reply_simple(&self, s: &CStr) {
+        unsafe { raw::RedisModule_ReplyWithSimpleString.unwrap()(self.ctx, s.as_ptr()) };
+    }
+    pub fn reply_bulk(&self, b: &[u8]) {
+        unsafe { raw::RedisModule_ReplyWithStringBuffer.unwrap()(self.ctx, b.as_ptr().cast::<c_char>(), b.len()) };
+    }
+    pub fn reply_int(&self, v: i64) {
+        unsafe { raw::RedisModule_ReplyWithLongLong.unwrap()(self.ctx, v as _) };
+    }
+    pub fn reply_null(&self) {
+        unsafe { raw::RedisModule_ReplyWithNull.unwrap()(self.ctx) };
+    }
+    pub fn reply_error(&self, msg: &str) {
+        let c = std::ffi::CString::new(msg.replace(['\r', '\n', '\0'], " ")).expect("no NUL");
+        unsafe { raw::RedisModule_ReplyWithError.unwrap()(self.ctx, c.as_ptr()) };
+    }
+    /// A field name followed by its value, for maps.
+    pub fn field_int(&self, name: &str, v: i64) {
+        self.reply_bulk(name.as_bytes());
+        self.reply_int(v);
+    }
+    pub fn field_bulk(&self, name: &str, v: Option<&[u8]>) {
+        self.reply_bulk(name.as_bytes());
+        match v {
+            Some(b) => self.reply_bulk(b),
+            None => self.reply_null(),
+        }
+    }
+    pub fn field_opt_int(&self, name: &str, v: Option<i64>) {
+        self.reply_bulk(name.as_bytes());
+        match v {
+            Some(i) => self.reply_int(i),
+            None => self.reply_null(),
+        }
+    }
+}
+
+/// An open key. Closed on drop; never keep two handles on one key, since a handle
+/// whose key another handle deleted would point at freed memory.
+pub struct Key {
+    ptr: *mut raw::RedisModuleKey,
+}
+
+/// Marker value that deletes a hash field in `RedisModule_HashSet`.
+const HASH_DELETE: *mut raw::RedisModuleString = 1 as *mut raw::RedisModuleString;
+
+impl Drop for Key {
+    fn drop(&mut self) {
+        if !self.ptr.is_null() {
+            unsafe { raw::RedisModule_CloseKey.unwrap()(self.ptr.cast()) };
+        }
+    }
+}
+
+impl Key {
+    pub fn kind(&self) -> Kind {
+        if self.ptr.is_null() {
+            return Kind::Empty;
+        }
+        let t = unsafe { raw::RedisModule_KeyType.unwrap()(self.ptr.cast()) } as isize;
+        match t {
+            raw::REDISMODULE_KEYTYPE_EMPTY => Kind::Empty,
+            raw::REDISMODULE_KEYTYPE_ZSET => Kind::Zset,
+            raw::REDISMODULE_KEYTYPE_HASH => Kind::Hash,
+            _ => Kind::Other,
+        }
+    }
+
+    /// Fails with WRONGTYPE unless the key is empty or of `kind`.
+    pub fn expect(self, kind: Kind) -> Result<Key, QueueError> {
+        let k = self.kind();
+        if k == Kind::Empty || k == kind {
+            Ok(self)
+        } else {
+            Err(QueueError::WrongType)
+        }
+    }
+
+    pub fn len(&self) -> i64 {
+        if self.kind() == Kind::Empty {
+            return 0;
+        }
+        unsafe { raw::RedisModule_ValueLength.unwrap()(self.ptr.cast()) as i64 }
+    }
+
+    pub fn zscore(&self, member: Str) -> Option<f64> {
+        if self.kind() != Kind::Zset {
+            return None;
+        }
+        let mut score = 0f64;
+        let rc = unsafe { raw::RedisModule_ZsetScore.unwrap()(self.ptr.cast(), member.0, &mut score) };
+        (rc == raw::REDISMODULE_OK as c_int).then_some(score)
+    }
+
+    pub fn zadd(&self, member: Str, score: f64) {
+        let mut flags: c_int = 0;
+        unsafe { raw::RedisModule_ZsetAdd.unwrap()(self.ptr.cast(), score, member.0, &mut flags) };
+    }
+
+    pub fn zrem(&self, member: Str) -> bool {
+        if self.kind() != Kind::Zset {
+            return false;
+        }
+        let mut deleted: c_int = 0;
+        unsafe { raw::RedisModule_ZsetRem.unwrap()(self.ptr.cast(), member.0, &mut deleted) };
+        deleted != 0
+    }
+
+    /// Up to `limit` members with `min <= score <= max`, lowest score first.
+    pub fn zrange(&self, min: f64, max: f64, limit: usize) -> Vec<(Str, f64)> {
+        let mut out = Vec::new();
+        if self.kind() != Kind::Zset || limit == 0 {
+            return out;
+        }
+        unsafe {
+            let k = self.ptr.cast();
+            if raw::RedisModule_ZsetFirstInScoreRange.unwrap()(k, min, max, 0, 0) != raw::REDISMODULE_OK as c_int {
+                return out;
+            }
+            while raw::RedisModule_ZsetRangeEndReached.unwrap()(k) == 0 && out.len() < limit {
+                let mut score = 0f64;
+                let ele = raw::RedisModule_ZsetRangeCurrentElement.unwrap()(k, &mut score);
+                out.push((Str(ele), score));
+                raw::RedisModule_ZsetRangeNext.unwrap()(k);
+            }
+            raw::RedisModule_ZsetRangeStop.unwrap()(k);
+        }
+        out
+    }
+
+    pub fn hget(&self, field: Str) -> Option<Str> {
+        if self.kind() != Kind::Hash {
+            return None;
+        }
+        let mut v: *mut raw::RedisModuleString = std::ptr::null_mut();
+        unsafe {
+            raw::RedisModule_HashGet.unwrap()(
+                self.ptr.cast(),
+                raw::REDISMODULE_HASH_NONE as c_int,
+                field.0,
+                &mut v as *mut *mut raw::RedisModuleString,
+                std::ptr::null_mut::<c_char>(),
+            )
+        };
+        (!v.is_null()).then_some(Str(v))
+    }
+
+    pub fn hset(&self, field: Str, value: Str) {
+        unsafe {
+            raw::RedisModule_HashSet.unwrap()(
+                self.ptr.cast(),
+                raw::REDISMODULE_HASH_NONE as c_int,
+                field.0,
+                value.0,
+                std::ptr::null_mut::<c_char>(),
+            )
+        };
+    }
+
+    pub fn hdel(&self, field: Str) {
+        if self.kind() != Kind::Hash {
+            return;
+        }
+        unsafe {
+            raw::RedisModule_HashSet.unwrap()(
+                self.ptr.cast(),
+                raw::REDISMODULE_HASH_NONE as c_int,
+                field.0,
+                HASH_DELETE,
+                std::ptr::null_mut::<c_char>(),
+            )
+        };
+    }
+}
+
+extern "C" fn config_get(_name: *const c_char, privdata: *mut std::ffi::c_void) -> std::os::raw::c_longlong {
+    // SAFETY: privdata is the &'static AtomicI64 given at registration.
+    let a = unsafe { &*(privdata as *const std::sync::atomic::AtomicI64) };
+    a.load(std::sync::atomic::Ordering::Relaxed)
+}
+
+extern "C" fn config_set(
+    _name: *const c_char,
+    val: std::os::raw::c_longlong,
+    privdata: *mut std::ffi::c_void,
+    _err: *mut *mut raw::RedisModuleString,
+) -> c_int {
+    // SAFETY: as in config_get; the server checked the range.
+    let a = unsafe { &*(privdata as *const std::sync::atomic::AtomicI64) };
+    a.store(val, std::sync::atomic::Ordering::Relaxed);
+    raw::REDISMODULE_OK as c_int
+}
+
+/// Registers `queue.<name>` as a numeric module config backed by `cell`.
+pub fn register_numeric_config(
+    ctx: *mut raw::RedisModuleCtx,
+    name: &str,
+    cell: &'static std::sync::atomic::AtomicI64,
+    default: i64,
+    min: i64,
+    max: i64,
+) -> Result<(), String> {
+    let cname = std::ffi::CString::new(name).expect("no NUL");
+    // SAFETY: module load, live context; privdata outlives the module.
+    let rc = unsafe {
+        raw::RedisModule_RegisterNumericConfig.unwrap()(
+            ctx,
+            cname.as_ptr(),
+            default,
+            raw::REDISMODULE_CONFIG_DEFAULT,
+            min,
+            max,
+            Some(config_get),
+            Some(config_set),
+            None,
+            cell as *const _ as *mut std::ffi::c_void,
+        )
+    };
+    if rc == raw::REDISMODULE_OK as c_int {
+        Ok(())
+    } else {
+        Err(format!("cannot register module config queue.{name}"))
+    }
+}
+
+/// Applies values given for the module's configs in the server's config.
+pub fn load_configs(ctx: *mut raw::RedisModuleCtx) -> Result<(), String> {
+    // SAFETY: module load, live context, after all configs were registered.
+    if unsafe { raw::RedisModule_LoadConfigs.unwrap()(ctx) } == raw::REDISMODULE_OK as c_int {
+        Ok(())
+    } else {
+        Err("cannot load the queue module's configs".into())
+    }
+}
