@@ -61,6 +61,8 @@ ERRFILE="$TMPDIR_BENCH/errors"   # human-readable problems, printed after the ta
 log()  { printf '[%4ds] %s\n' "$(( $(date +%s) - T_START ))" "$*" >&2; }
 # (a file, not an array: note_error is also called inside $(...) subshells)
 note_error() { printf '%s\n' "$*" >>"$ERRFILE"; log "ERROR: $*"; }
+NOTEFILE="$TMPDIR_BENCH/notes"; : >"$NOTEFILE"
+note() { printf '%s\n' "$*" >>"$NOTEFILE"; log "note: $*"; }
 
 # ---------------------------------------------------------------- server life
 stop_server() {
@@ -226,7 +228,9 @@ check_server "ENTER vs ZADD"
 # Fresh keys with the same STATUS_USERS members 000000000000..; valkey-benchmark
 # -r STATUS_USERS then draws ids from exactly that range, so every lookup hits.
 py call "$PORT" FLUSHALL >/dev/null
-qconfig bq abandon_after 0
+# abandon_after 0: nobody is dropped; soft_cap 0: nobody is admitted on ENTER, so
+# every STATUS looks up a waiting user (the rank path that ZRANK is compared to).
+qconfig bq abandon_after 0 soft_cap 0
 out=$(py fill "$PORT" queue bq "$STATUS_USERS") || note_error "STATUS fill (QUEUE.ENTER): $(kv error "$out")"
 log "queue bq: $(kv filled "$out") entered in $(kv seconds "$out")s"
 out=$(py fill "$PORT" zset bz "$STATUS_USERS") || note_error "STATUS fill (ZADD): $(kv error "$out")"
@@ -246,15 +250,17 @@ check_server "STATUS vs ZRANK"
 # ================================== 3. PROMOTE MAX 1000 vs ZPOPMIN 1000 (usec)
 py call "$PORT" FLUSHALL >/dev/null
 PROMOTE_FILL=$(( PROMOTE_USERS + PROMOTE_REPS * PROMOTE_MAX ))   # stays >= PROMOTE_USERS
+# Fill with soft_cap 0 (ENTER admits at once while there is room, so a big soft_cap
+# during the fill would let everybody in), then open the gate for the timed PROMOTEs.
+qconfig bp soft_cap 0 batch_max 100000 abandon_after 0
+out=$(py fill "$PORT" queue bp "$PROMOTE_FILL") || note_error "PROMOTE fill (QUEUE.ENTER): $(kv error "$out")"
+log "queue bp: $(kv filled "$out") entered in $(kv seconds "$out")s"
 # soft_cap only has to exceed what the timed PROMOTEs issue (PROMOTE_REPS * 1000);
 # if the module caps the field below 100000000, fall back to 10000000.
 if ! out=$(py config "$PORT" bp soft_cap 100000000); then
-  note_error "note: $(kv error "$out"); using soft_cap 10000000 instead"
+  note "$(kv error "$out"); used soft_cap 10000000 instead"
   qconfig bp soft_cap 10000000
 fi
-qconfig bp batch_max 100000 abandon_after 0
-out=$(py fill "$PORT" queue bp "$PROMOTE_FILL") || note_error "PROMOTE fill (QUEUE.ENTER): $(kv error "$out")"
-log "queue bp: $(kv filled "$out") entered in $(kv seconds "$out")s"
 out=$(py fill "$PORT" zset bz2 "$PROMOTE_FILL") || note_error "PROMOTE fill (ZADD): $(kv error "$out")"
 log "zset bz2: $(kv filled "$out") added in $(kv seconds "$out")s"
 log "QUEUE.INFO bp -> $(valkey-cli -h $HOST -p "$PORT" $(qcmd QUEUE.INFO bp) 2>&1 | tr '\n' ' ' | cut -c1-300)"
@@ -263,7 +269,8 @@ out=$(py servertime "$PORT" "$PROMOTE_REPS" bp bz2 "$PROMOTE_MAX")
 PROMOTE_US=$(kv promote_median "$out"); ZPOPMIN_US=$(kv zpopmin_median "$out")
 log "QUEUE.PROMOTE usec: $(kv promote_usec "$out") (last reply $(kv promote_last_reply "$out"))"
 log "ZPOPMIN       usec: $(kv zpopmin_usec "$out") (last reply $(kv zpopmin_last_reply "$out"))"
-sed -n 's/^error=/server time: /p; s/^warning=/server time: /p' <<<"$out" | while IFS= read -r e; do note_error "$e"; done
+sed -n 's/^error=/server time: /p' <<<"$out" | while IFS= read -r e; do note_error "$e"; done
+sed -n 's/^warning=/server time: /p' <<<"$out" | while IFS= read -r e; do note "$e"; done
 check_server "PROMOTE vs ZPOPMIN"
 
 # ============================================ 4. memory per waiting user (bytes)
@@ -292,7 +299,7 @@ stop_server
 # used_memory only counts what goes through the server allocator (RedisModule_Alloc);
 # if RSS grew much more than used_memory, the module likely allocates elsewhere.
 if awk -v u="$MEM_Q" -v r="$RSS_Q" 'BEGIN { exit !(u != "NA" && r != "NA" && r+0 > 1.5*u + 50) }'; then
-  note_error "module memory: rss grew $RSS_Q B/user but used_memory only $MEM_Q B/user -- the module may allocate outside RedisModule_Alloc, so used_memory undercounts it"
+  note "module memory: rss grew $RSS_Q B/user but used_memory only $MEM_Q B/user -- the module may allocate outside RedisModule_Alloc, so used_memory undercounts it"
 fi
 
 # ====================================================================== report
@@ -315,6 +322,11 @@ printf "$fmt" "QUEUE.ENTER vs ZADD (rps, median)"      "$ENTER_MED"   "$ZADD_MED
 printf "$fmt" "QUEUE.STATUS vs ZRANK (rps, median)"    "$STATUS_MED"  "$ZRANK_MED"   "$R2" "ratio >= 0.8" "$V2"
 printf "$fmt" "PROMOTE MAX 1000 vs ZPOPMIN 1000 (us)"  "$PROMOTE_US"  "$ZPOPMIN_US"  "$R3" "ratio <= 2.0" "$V3"
 printf "$fmt" "memory per waiting user (B, used_mem)"  "$MEM_Q"       "$MEM_Z"       "$R4" "module <= 200" "$V4"
+if [ -s "$NOTEFILE" ]; then
+  echo
+  echo "notes:"
+  sed 's/^/  - /' "$NOTEFILE"
+fi
 if [ -s "$ERRFILE" ]; then
   echo
   echo "errors:"

@@ -46,6 +46,9 @@ fn eta_for(q: &Queue, cfg: &Config, standing: &Standing) -> Option<i64> {
 }
 
 /// QUEUE.ENTER <queue> <userId> <nickname>
+///
+/// A user who is inside may queue again (say, from a second device); claiming the
+/// new ticket fails with INSIDE while the first session lives.
 pub fn enter(srv: &Server, args: &[Str]) -> Result<(), QueueError> {
     arity(args.len() == 4, "queue.enter")?;
     let user = args[2];
@@ -55,12 +58,6 @@ pub fn enter(srv: &Server, args: &[Str]) -> Result<(), QueueError> {
     let cfg = q.config()?;
     let now = srv.now_ms();
 
-    // Someone inside stays inside: entering again changes nothing.
-    if q.sessions.zscore(user).is_some_and(|exp| exp as i64 > now) {
-        let standing = Standing::Active { nickname: q.active.hget(user) };
-        reply_standing(srv, user, &standing, None);
-        return Ok(());
-    }
     // Re-entry goes to the back: forget the old place and any unclaimed ticket.
     let old_seq = q.waiting.zscore(user).map(|s| s as i64);
     if let Some(t) = q.promoted.hget(user) {

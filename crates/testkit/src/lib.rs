@@ -1,1 +1,319 @@
+//! Test harness: real `valkey-server` child processes (never daemonized) on free
+//! loopback ports in temp dirs, with the queue module loaded or the Lua library
+//! installed, stopped when the guard drops. Polls with deadlines; never sleeps blindly.
 
+use redis::{Connection, Value};
+use std::collections::HashMap;
+use std::net::TcpListener;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+/// Which implementation of the queue commands a server runs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Backend {
+    /// The Rust module, loaded with --loadmodule.
+    Module,
+}
+
+impl Backend {
+    pub const ALL: [Backend; 1] = [Backend::Module];
+}
+
+fn workspace_root() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../..").canonicalize().expect("workspace root")
+}
+
+/// The built module: $VALKEY_QUEUE_MODULE, else target/release/libvalkey_queue.so.
+pub fn module_path() -> PathBuf {
+    if let Ok(p) = std::env::var("VALKEY_QUEUE_MODULE") {
+        return PathBuf::from(p);
+    }
+    let target = std::env::var("CARGO_TARGET_DIR").map(PathBuf::from).unwrap_or_else(|_| workspace_root().join("target"));
+    let p = target.join("release/libvalkey_queue.so");
+    assert!(p.exists(), "{} is missing: build the module first (cargo build --release -p valkey-queue)", p.display());
+    p
+}
+
+/// The server binary: $VALKEY_SERVER, else valkey-server on PATH.
+pub fn server_binary() -> String {
+    std::env::var("VALKEY_SERVER").unwrap_or_else(|_| "valkey-server".into())
+}
+
+pub fn free_port() -> u16 {
+    TcpListener::bind("127.0.0.1:0").expect("bind").local_addr().unwrap().port()
+}
+
+/// Polls `f` until it returns Some or `deadline` passes.
+pub fn wait_for<T>(deadline: Duration, mut f: impl FnMut() -> Option<T>) -> Option<T> {
+    let end = Instant::now() + deadline;
+    loop {
+        if let Some(v) = f() {
+            return Some(v);
+        }
+        if Instant::now() >= end {
+            return None;
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    }
+}
+
+pub struct ServerBuilder {
+    backend: Backend,
+    args: Vec<String>,
+    module_args: Vec<String>,
+    dir: Option<tempfile::TempDir>,
+}
+
+impl ServerBuilder {
+    /// An extra server argument, e.g. `.arg("--appendonly").arg("yes")`.
+    pub fn arg(mut self, a: impl Into<String>) -> Self {
+        self.args.push(a.into());
+        self
+    }
+    /// An argument after the module path on the --loadmodule line.
+    pub fn module_arg(mut self, a: impl Into<String>) -> Self {
+        self.module_args.push(a.into());
+        self
+    }
+    pub fn start(self) -> ValkeyServer {
+        let dir = self.dir.unwrap_or_else(|| tempfile::tempdir().expect("tempdir"));
+        let mut s = ValkeyServer { child: None, port: free_port(), dir, backend: self.backend, args: self.args, module_args: self.module_args };
+        s.spawn();
+        s
+    }
+}
+
+/// A running valkey-server; killed (and its temp dir removed) on drop.
+pub struct ValkeyServer {
+    child: Option<Child>,
+    pub port: u16,
+    dir: tempfile::TempDir,
+    pub backend: Backend,
+    args: Vec<String>,
+    module_args: Vec<String>,
+}
+
+impl ValkeyServer {
+    pub fn builder(backend: Backend) -> ServerBuilder {
+        ServerBuilder { backend, args: Vec::new(), module_args: Vec::new(), dir: None }
+    }
+
+    pub fn start(backend: Backend) -> ValkeyServer {
+        Self::builder(backend).start()
+    }
+
+    fn spawn(&mut self) {
+        let mut cmd = Command::new(server_binary());
+        cmd.current_dir(self.dir.path())
+            .args(["--port", &self.port.to_string(), "--bind", "127.0.0.1", "--save", "", "--daemonize", "no"])
+            .args(["--dir", self.dir.path().to_str().unwrap(), "--enable-debug-command", "yes", "--logfile", "server.log"]);
+        match self.backend {
+            Backend::Module => {
+                cmd.arg("--loadmodule").arg(module_path()).args(&self.module_args);
+            }
+        }
+        cmd.args(&self.args).stdin(Stdio::null()).stdout(Stdio::null()).stderr(Stdio::null());
+        self.child = Some(cmd.spawn().expect("start valkey-server (is it installed? see scripts/install-deps.sh)"));
+        let port = self.port;
+        let ok = wait_for(Duration::from_secs(10), || {
+            let mut c = redis::Client::open(format!("redis://127.0.0.1:{port}/")).ok()?.get_connection().ok()?;
+            // Ready once loading (e.g. an AOF) is over.
+            redis::cmd("PING").query::<String>(&mut c).ok()
+        });
+        if ok.is_none() {
+            panic!("valkey-server did not come up on port {port}; log:\n{}", self.log());
+        }
+    }
+
+    pub fn log(&self) -> String {
+        std::fs::read_to_string(self.dir.path().join("server.log")).unwrap_or_default()
+    }
+
+    pub fn dir(&self) -> &Path {
+        self.dir.path()
+    }
+
+    pub fn url(&self) -> String {
+        format!("redis://127.0.0.1:{}/", self.port)
+    }
+
+    /// A RESP2 connection.
+    pub fn conn(&self) -> Connection {
+        redis::Client::open(self.url()).unwrap().get_connection().expect("connect")
+    }
+
+    /// A RESP3 connection.
+    pub fn conn3(&self) -> Connection {
+        redis::Client::open(format!("{}?protocol=resp3", self.url())).unwrap().get_connection().expect("connect")
+    }
+
+    /// Kills the process abruptly (SIGKILL), as a crash would.
+    pub fn kill(&mut self) {
+        if let Some(mut c) = self.child.take() {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+
+    /// Stops and starts the server again on the same port and directory (AOF, RDB kept).
+    pub fn restart(&mut self) {
+        if let Some(mut c) = self.child.take() {
+            // SHUTDOWN flushes the AOF; fall back to a kill if it does not answer.
+            let _ = redis::cmd("SHUTDOWN").arg("NOSAVE").query::<()>(&mut self.conn());
+            if wait_for(Duration::from_secs(10), || c.try_wait().ok().flatten()).is_none() {
+                let _ = c.kill();
+                let _ = c.wait();
+            }
+        }
+        self.spawn();
+    }
+}
+
+impl Drop for ValkeyServer {
+    fn drop(&mut self) {
+        self.kill();
+    }
+}
+
+/// A queue command for either backend: `call(&mut con, backend, "QUEUE.ENTER", &["q", "u", "n"])`.
+pub fn queue_cmd(name: &str, args: &[&str]) -> redis::Cmd {
+    let mut c = redis::cmd(name);
+    for a in args {
+        c.arg(*a);
+    }
+    c
+}
+
+/// Runs a queue command and returns the raw reply (errors included, as Err).
+pub fn call(con: &mut Connection, name: &str, args: &[&str]) -> redis::RedisResult<Value> {
+    queue_cmd(name, args).query(con)
+}
+
+/// The server's error text for a failed command, e.g. "NOTICKET unknown or already used ticket".
+pub fn error_text(e: &redis::RedisError) -> String {
+    match (e.code(), e.detail()) {
+        (Some(code), Some(detail)) => format!("{code} {detail}"),
+        (Some(code), None) => code.to_string(),
+        _ => e.to_string(),
+    }
+}
+
+/// A map reply (RESP3 map or RESP2 flat array) as field -> value.
+pub fn fields(v: &Value) -> HashMap<String, Value> {
+    let pairs: Vec<(Value, Value)> = match v {
+        Value::Map(m) => m.clone(),
+        Value::Array(a) => a.chunks(2).map(|c| (c[0].clone(), c[1].clone())).collect(),
+        other => panic!("not a map: {other:?}"),
+    };
+    pairs.into_iter().map(|(k, v)| (as_string(&k).expect("field name"), v)).collect()
+}
+
+pub fn as_string(v: &Value) -> Option<String> {
+    match v {
+        Value::BulkString(b) => Some(String::from_utf8_lossy(b).into_owned()),
+        Value::SimpleString(s) => Some(s.clone()),
+        Value::VerbatimString { text, .. } => Some(text.clone()),
+        Value::Okay => Some("OK".into()),
+        _ => None,
+    }
+}
+
+pub fn as_int(v: &Value) -> Option<i64> {
+    match v {
+        Value::Int(i) => Some(*i),
+        _ => None,
+    }
+}
+
+/// A field of a map reply as a string (None for nil).
+pub fn field_str(m: &HashMap<String, Value>, f: &str) -> Option<String> {
+    as_string(m.get(f).unwrap_or_else(|| panic!("no field {f} in {m:?}")))
+}
+
+pub fn field_int(m: &HashMap<String, Value>, f: &str) -> i64 {
+    as_int(m.get(f).unwrap_or_else(|| panic!("no field {f} in {m:?}"))).unwrap_or_else(|| panic!("{f} not an integer in {m:?}"))
+}
+
+/// DEBUG DIGEST of the whole dataset.
+pub fn digest(con: &mut Connection) -> String {
+    redis::cmd("DEBUG").arg("DIGEST").query(con).expect("DEBUG DIGEST")
+}
+
+/// A connection that speaks the queue commands to a server of either backend.
+pub struct Client {
+    pub con: Connection,
+    pub backend: Backend,
+}
+
+type Map = HashMap<String, Value>;
+
+impl ValkeyServer {
+    pub fn client(&self) -> Client {
+        Client { con: self.conn(), backend: self.backend }
+    }
+    pub fn client3(&self) -> Client {
+        Client { con: self.conn3(), backend: self.backend }
+    }
+}
+
+impl Client {
+    /// `QUEUE.ENTER q u n` (or its function twin), raw reply.
+    pub fn call(&mut self, name: &str, args: &[&str]) -> redis::RedisResult<Value> {
+        match self.backend {
+            Backend::Module => call(&mut self.con, name, args),
+        }
+    }
+    fn map(&mut self, name: &str, args: &[&str]) -> Map {
+        let v = self.call(name, args).unwrap_or_else(|e| panic!("{name} {args:?}: {e}"));
+        fields(&v)
+    }
+    pub fn enter(&mut self, q: &str, user: &str, nick: &str) -> Map {
+        self.map("QUEUE.ENTER", &[q, user, nick])
+    }
+    pub fn status(&mut self, q: &str, user: &str) -> Map {
+        self.map("QUEUE.STATUS", &[q, user])
+    }
+    pub fn promote(&mut self, q: &str, max: Option<i64>) -> Map {
+        match max {
+            Some(m) => self.map("QUEUE.PROMOTE", &[q, "MAX", &m.to_string()]),
+            None => self.map("QUEUE.PROMOTE", &[q]),
+        }
+    }
+    pub fn info(&mut self, q: &str) -> Map {
+        self.map("QUEUE.INFO", &[q])
+    }
+    pub fn claim(&mut self, q: &str, ticket: &str) -> Result<Map, String> {
+        self.call("TICKET.CLAIM", &[q, ticket]).map(|v| fields(&v)).map_err(|e| error_text(&e))
+    }
+    pub fn leave(&mut self, q: &str, user: &str) -> i64 {
+        as_int(&self.call("QUEUE.LEAVE", &[q, user]).unwrap()).unwrap()
+    }
+    pub fn end(&mut self, q: &str, user: &str) -> i64 {
+        as_int(&self.call("SESSION.END", &[q, user]).unwrap()).unwrap()
+    }
+    pub fn heartbeat(&mut self, q: &str, users: &[&str]) -> Vec<i64> {
+        let mut args = vec![q];
+        args.extend_from_slice(users);
+        match self.call("SESSION.HEARTBEAT", &args).unwrap() {
+            Value::Array(a) => a.iter().map(|v| as_int(v).unwrap()).collect(),
+            other => panic!("not an array: {other:?}"),
+        }
+    }
+    pub fn config_set(&mut self, q: &str, pairs: &[(&str, i64)]) {
+        let vals: Vec<String> = pairs.iter().map(|(_, v)| v.to_string()).collect();
+        let mut args = vec![q, "SET"];
+        for ((f, _), v) in pairs.iter().zip(&vals) {
+            args.push(f);
+            args.push(v);
+        }
+        self.call("QUEUE.CONFIG", &args).unwrap_or_else(|e| panic!("config set {pairs:?}: {e}"));
+    }
+    /// Error text of a call expected to fail.
+    pub fn err(&mut self, name: &str, args: &[&str]) -> String {
+        match self.call(name, args) {
+            Ok(v) => panic!("{name} {args:?} should fail, got {v:?}"),
+            Err(e) => error_text(&e),
+        }
+    }
+}

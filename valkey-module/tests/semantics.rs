@@ -1,0 +1,341 @@
+//! The queue's promises, each proven against a real valkey-server.
+
+use testkit::{as_int, field_int, field_str, Backend, Client, ValkeyServer};
+
+macro_rules! backend_tests {
+    ($($name:ident),* $(,)?) => {
+        mod module {
+            $( #[test] fn $name() { super::$name(testkit::Backend::Module) } )*
+        }
+    };
+}
+
+backend_tests!(
+    fifo_order_is_entry_order,
+    reentry_moves_to_the_back_and_leave_removes,
+    enter_promotes_at_once_when_nobody_waits,
+    promote_respects_soft_cap_max_and_batch_max,
+    token_bucket_limits_admission,
+    expired_tickets_free_their_slot,
+    silent_waiters_are_dropped_never_promoted,
+    ticket_claims_exactly_once,
+    claim_errors,
+    leases_hold_slots_until_end_or_expiry,
+    status_shapes_and_estimated_wait,
+    ranks_answers_for_many,
+    resp3_maps,
+);
+
+fn server(b: Backend) -> (ValkeyServer, Client) {
+    let s = ValkeyServer::start(b);
+    let c = s.client();
+    (s, c)
+}
+
+/// A queue where nobody is let in until PROMOTE is called with room.
+fn closed_queue(c: &mut Client, q: &str) {
+    c.config_set(q, &[("soft_cap", 0)]);
+}
+
+fn fifo_order_is_entry_order(b: Backend) {
+    let (_s, mut c) = server(b);
+    closed_queue(&mut c, "q");
+    // Many entries land in the same millisecond; order must still be exact.
+    let users: Vec<String> = (0..600).map(|i| format!("user-{:04}", (i * 7919) % 10007)).collect();
+    let mut pipe = redis::pipe();
+    for u in &users {
+        pipe.cmd("QUEUE.ENTER").arg("q").arg(u).arg("n");
+    }
+    let _: Vec<redis::Value> = pipe.query(&mut c.con).unwrap();
+    c.config_set("q", &[("soft_cap", 1_000_000), ("batch_max", 100_000)]);
+    let mut promoted = Vec::new();
+    for batch in [1, 50, 149, 400] {
+        let r = c.promote("q", Some(batch));
+        assert_eq!(field_int(&r, "promoted"), batch);
+        // Who was promoted: everyone whose status is PROMOTED, in entry order.
+        promoted.clear();
+        for u in &users {
+            if field_str(&c.status("q", u), "status").as_deref() == Some("PROMOTED") {
+                promoted.push(u.clone());
+            }
+        }
+        let n = promoted.len();
+        assert_eq!(promoted, users[..n].to_vec(), "promotion must follow entry order");
+    }
+    assert_eq!(promoted.len(), 600);
+}
+
+fn reentry_moves_to_the_back_and_leave_removes(b: Backend) {
+    let (_s, mut c) = server(b);
+    closed_queue(&mut c, "q");
+    for u in ["a", "b", "c"] {
+        c.enter("q", u, u);
+    }
+    assert_eq!(field_int(&c.status("q", "a"), "rank"), 1);
+    let r = c.enter("q", "a", "a2");
+    assert_eq!(field_int(&r, "rank"), 3);
+    assert_eq!(field_str(&r, "nickname").as_deref(), Some("a2"));
+    assert_eq!(field_int(&c.status("q", "b"), "rank"), 1);
+    assert_eq!(field_int(&c.status("q", "c"), "rank"), 2);
+    assert_eq!(c.leave("q", "b"), 1);
+    assert_eq!(c.leave("q", "b"), 0);
+    assert_eq!(field_str(&c.status("q", "b"), "status").as_deref(), Some("UNKNOWN"));
+    assert_eq!(field_int(&c.status("q", "c"), "rank"), 1);
+    assert_eq!(field_int(&c.info("q"), "waiting"), 2);
+    // A promoted user who enters again gives up the ticket and goes to the back.
+    c.config_set("q", &[("soft_cap", 1)]);
+    c.promote("q", None);
+    let t = field_str(&c.status("q", "c"), "ticketId").expect("c promoted");
+    c.config_set("q", &[("soft_cap", 0)]);
+    let r = c.enter("q", "c", "c");
+    assert_eq!(field_str(&r, "status").as_deref(), Some("WAITING"));
+    assert_eq!(c.claim("q", &t).unwrap_err(), "NOTICKET unknown or already used ticket");
+    assert_eq!(field_int(&c.info("q"), "joining"), 0);
+}
+
+fn enter_promotes_at_once_when_nobody_waits(b: Backend) {
+    let (_s, mut c) = server(b);
+    c.config_set("q", &[("soft_cap", 2)]);
+    let r = c.enter("q", "a", "alice");
+    assert_eq!(field_str(&r, "status").as_deref(), Some("PROMOTED"));
+    assert_eq!(field_int(&r, "rank"), 0);
+    assert!(testkit_uuid(&field_str(&r, "ticketId").unwrap()));
+    let r = c.enter("q", "b", "bob");
+    assert_eq!(field_str(&r, "status").as_deref(), Some("PROMOTED"));
+    // Full now: the next one waits, and so does everyone after, even once there is room.
+    let r = c.enter("q", "c", "carol");
+    assert_eq!(field_str(&r, "status").as_deref(), Some("WAITING"));
+    assert_eq!(field_int(&r, "rank"), 1);
+    c.config_set("q", &[("soft_cap", 10)]);
+    let r = c.enter("q", "d", "dave");
+    assert_eq!(field_str(&r, "status").as_deref(), Some("WAITING"), "d must not jump ahead of c");
+    assert_eq!(field_int(&r, "rank"), 2);
+}
+
+fn testkit_uuid(s: &str) -> bool {
+    s.len() == 36 && s.as_bytes()[14] == b'4' && s.chars().all(|c| c == '-' || c.is_ascii_hexdigit())
+}
+
+fn promote_respects_soft_cap_max_and_batch_max(b: Backend) {
+    let (_s, mut c) = server(b);
+    closed_queue(&mut c, "q");
+    for i in 0..50 {
+        c.enter("q", &format!("u{i}"), "n");
+    }
+    c.config_set("q", &[("soft_cap", 20), ("batch_max", 8)]);
+    let r = c.promote("q", None);
+    assert_eq!(field_int(&r, "promoted"), 8, "batch_max");
+    let r = c.promote("q", Some(3));
+    assert_eq!(field_int(&r, "promoted"), 3, "MAX");
+    let r = c.promote("q", None);
+    assert_eq!(field_int(&r, "promoted"), 8);
+    let r = c.promote("q", None);
+    assert_eq!(field_int(&r, "promoted"), 1, "soft cap: 20 - 19 joining");
+    assert_eq!(field_int(&r, "available_slots"), 0);
+    assert_eq!(field_int(&r, "joining"), 20);
+    assert_eq!(field_int(&c.promote("q", None), "promoted"), 0);
+    // Claimed tickets become sessions, which still count against the soft cap.
+    let t = field_str(&c.status("q", "u0"), "ticketId").unwrap();
+    c.claim("q", &t).unwrap();
+    assert_eq!(field_int(&c.promote("q", None), "promoted"), 0);
+    c.end("q", "u0");
+    assert_eq!(field_int(&c.promote("q", None), "promoted"), 1);
+    let info = c.info("q");
+    assert_eq!((field_int(&info, "joining"), field_int(&info, "active"), field_int(&info, "waiting")), (20, 0, 29));
+}
+
+fn token_bucket_limits_admission(b: Backend) {
+    let (_s, mut c) = server(b);
+    closed_queue(&mut c, "q");
+    for i in 0..40 {
+        c.enter("q", &format!("u{i}"), "n");
+    }
+    // 10 per second with a bucket of 5: at most 5 at once, then refills.
+    c.config_set("q", &[("soft_cap", 1000), ("rate", 10), ("burst", 5)]);
+    let start = std::time::Instant::now();
+    assert_eq!(field_int(&c.promote("q", None), "promoted"), 5);
+    let r = c.promote("q", None);
+    let got = field_int(&r, "promoted");
+    let elapsed_ms = start.elapsed().as_millis() as i64;
+    assert!(got <= elapsed_ms / 100 + 1, "bucket empty: {got} after {elapsed_ms} ms");
+    // Tokens come back with time.
+    let more = testkit::wait_for(std::time::Duration::from_secs(5), || {
+        let n = field_int(&c.promote("q", None), "promoted");
+        (n > 0).then_some(n)
+    });
+    assert!(more.is_some());
+    let info = c.info("q");
+    assert!(field_int(&info, "tokens") <= 5);
+}
+
+fn expired_tickets_free_their_slot(b: Backend) {
+    let (_s, mut c) = server(b);
+    c.config_set("q", &[("soft_cap", 1), ("ticket_ttl", 200)]);
+    let t = field_str(&c.enter("q", "a", "a"), "ticketId").unwrap();
+    c.enter("q", "b", "b");
+    assert_eq!(field_int(&c.promote("q", None), "promoted"), 0);
+    let r = testkit::wait_for(std::time::Duration::from_secs(5), || {
+        let r = c.promote("q", None);
+        (field_int(&r, "promoted") == 1).then_some(r)
+    })
+    .expect("the expired ticket frees its slot");
+    assert_eq!(field_int(&r, "tickets_expired"), 1);
+    assert_eq!(c.claim("q", &t).unwrap_err(), "NOTICKET unknown or already used ticket");
+    assert_eq!(field_str(&c.status("q", "a"), "status").as_deref(), Some("UNKNOWN"));
+    assert_eq!(field_str(&c.status("q", "b"), "status").as_deref(), Some("PROMOTED"));
+    assert_eq!(field_int(&c.info("q"), "expired"), 1);
+}
+
+fn silent_waiters_are_dropped_never_promoted(b: Backend) {
+    let (_s, mut c) = server(b);
+    closed_queue(&mut c, "q");
+    c.config_set("q", &[("abandon_after", 1000)]);
+    for u in ["quiet1", "talker", "quiet2"] {
+        c.enter("q", u, u);
+    }
+    // Only the talker keeps asking.
+    let deadline = std::time::Instant::now() + std::time::Duration::from_millis(1600);
+    while std::time::Instant::now() < deadline {
+        c.status("q", "talker");
+        std::thread::sleep(std::time::Duration::from_millis(100));
+    }
+    c.config_set("q", &[("soft_cap", 10)]);
+    let r = c.promote("q", None);
+    assert_eq!(field_int(&r, "promoted"), 1);
+    assert_eq!(field_int(&r, "dropped"), 2);
+    assert_eq!(field_str(&c.status("q", "talker"), "status").as_deref(), Some("PROMOTED"));
+    for u in ["quiet1", "quiet2"] {
+        assert_eq!(field_str(&c.status("q", u), "status").as_deref(), Some("UNKNOWN"));
+    }
+    // The sweep drops silent users behind the head too, keeping ranks honest.
+    closed_queue(&mut c, "s");
+    c.config_set("s", &[("abandon_after", 1000)]);
+    c.enter("s", "head", "h");
+    c.enter("s", "gone", "g");
+    c.enter("s", "tail", "t");
+    let deadline = std::time::Instant::now() + std::time::Duration::from_millis(1600);
+    while std::time::Instant::now() < deadline {
+        c.status("s", "head");
+        c.status("s", "tail");
+        std::thread::sleep(std::time::Duration::from_millis(100));
+    }
+    let r = c.promote("s", None);
+    assert_eq!((field_int(&r, "promoted"), field_int(&r, "dropped")), (0, 1));
+    assert_eq!(field_int(&c.status("s", "tail"), "rank"), 2);
+}
+
+fn ticket_claims_exactly_once(b: Backend) {
+    let (_s, mut c) = server(b);
+    let t = field_str(&c.enter("q", "a", "alice"), "ticketId").unwrap();
+    let r = c.claim("q", &t).unwrap();
+    assert_eq!(field_str(&r, "userId").as_deref(), Some("a"));
+    assert_eq!(field_str(&r, "nickname").as_deref(), Some("alice"));
+    assert_eq!(field_int(&r, "leaseMs"), 30_000);
+    assert_eq!(c.claim("q", &t).unwrap_err(), "NOTICKET unknown or already used ticket");
+    assert_eq!(field_str(&c.status("q", "a"), "status").as_deref(), Some("ACTIVE"));
+    let info = c.info("q");
+    assert_eq!((field_int(&info, "active"), field_int(&info, "claimed")), (1, 1));
+}
+
+fn claim_errors(b: Backend) {
+    let (_s, mut c) = server(b);
+    assert_eq!(c.claim("q", "no-such-ticket").unwrap_err(), "NOTICKET unknown or already used ticket");
+    assert_eq!(c.claim("q", "bad ticket").unwrap_err(), "ERR invalid ticketId: 1 to 64 characters from A-Z a-z 0-9 . _ : @ -");
+    // Expired: wait until the ticket's time is over, then claim.
+    c.config_set("q", &[("ticket_ttl", 150)]);
+    let t = field_str(&c.enter("q", "a", "a"), "ticketId").unwrap();
+    std::thread::sleep(std::time::Duration::from_millis(300));
+    assert_eq!(c.claim("q", &t).unwrap_err(), "EXPIRED ticket has expired");
+    c.config_set("q", &[("ticket_ttl", 60_000)]);
+    c.promote("q", None);
+    // Inside: a user with a live session queues again from a second device.
+    let t1 = field_str(&c.enter("q", "u", "u"), "ticketId").unwrap();
+    c.claim("q", &t1).unwrap();
+    let t2 = field_str(&c.enter("q", "u", "u"), "ticketId").expect("promoted again");
+    assert_eq!(c.claim("q", &t2).unwrap_err(), "INSIDE user is already inside");
+    // Refusals consume nothing: once the first session ends, the ticket works.
+    c.end("q", "u");
+    c.claim("q", &t2).unwrap();
+    // Full: the hard cap bounds sessions whatever the soft cap says.
+    c.config_set("q", &[("hard_cap", 1)]);
+    let t3 = field_str(&c.enter("q", "v", "v"), "ticketId").unwrap();
+    assert_eq!(c.claim("q", &t3).unwrap_err(), "FULL hard cap reached");
+    c.end("q", "u");
+    c.claim("q", &t3).unwrap();
+    assert_eq!(c.claim("q", &t3).unwrap_err(), "NOTICKET unknown or already used ticket");
+}
+
+fn leases_hold_slots_until_end_or_expiry(b: Backend) {
+    let (_s, mut c) = server(b);
+    c.config_set("q", &[("soft_cap", 2), ("session_lease", 300)]);
+    for u in ["a", "b"] {
+        let t = field_str(&c.enter("q", u, u), "ticketId").unwrap();
+        c.claim("q", &t).unwrap();
+    }
+    c.enter("q", "c", "c");
+    assert_eq!(field_int(&c.promote("q", None), "promoted"), 0);
+    // a keeps heartbeating; b goes silent (its server died): b's slot comes back.
+    let got = testkit::wait_for(std::time::Duration::from_secs(5), || {
+        assert_eq!(c.heartbeat("q", &["a"]), vec![1]);
+        let r = c.promote("q", None);
+        (field_int(&r, "promoted") == 1).then_some(field_int(&r, "leases_expired"))
+    });
+    assert_eq!(got, Some(1));
+    assert_eq!(c.heartbeat("q", &["a", "b", "nobody"]), vec![1, 0, 0]);
+    assert_eq!(field_str(&c.status("q", "a"), "status").as_deref(), Some("ACTIVE"));
+    assert_eq!(field_str(&c.status("q", "b"), "status").as_deref(), Some("UNKNOWN"));
+    assert_eq!(c.end("q", "a"), 1);
+    assert_eq!(c.end("q", "a"), 0);
+    let info = c.info("q");
+    assert_eq!((field_int(&info, "active"), field_int(&info, "ended"), field_int(&info, "lapsed")), (0, 1, 1));
+}
+
+fn status_shapes_and_estimated_wait(b: Backend) {
+    let (_s, mut c) = server(b);
+    closed_queue(&mut c, "q");
+    let r = c.status("q", "ghost");
+    assert_eq!(field_str(&r, "status").as_deref(), Some("UNKNOWN"));
+    assert_eq!(field_int(&r, "rank"), 0);
+    assert_eq!(field_str(&r, "ticketId"), None);
+    assert_eq!(r.len(), 6);
+    c.config_set("q", &[("rate", 2)]);
+    for i in 0..10 {
+        c.enter("q", &format!("u{i}"), "n");
+    }
+    let r = c.status("q", "u9");
+    assert_eq!(field_str(&r, "status").as_deref(), Some("WAITING"));
+    assert_eq!(field_int(&r, "rank"), 10);
+    assert_eq!(field_str(&r, "ticketId"), None);
+    // No admissions measured yet: the configured rate (2/s) gives 10 / 2 = 5 s.
+    assert_eq!(field_int(&r, "estimatedWaitSeconds"), 5);
+    c.config_set("q", &[("rate", 0)]);
+    assert_eq!(field_str(&c.status("q", "u9"), "estimatedWaitSeconds"), None);
+}
+
+fn ranks_answers_for_many(b: Backend) {
+    let (_s, mut c) = server(b);
+    closed_queue(&mut c, "q");
+    for u in ["a", "b", "c"] {
+        c.enter("q", u, u);
+    }
+    let v = c.call("QUEUE.RANKS", &["q", "c", "zz", "a"]).unwrap();
+    let redis::Value::Array(items) = v else { panic!("array") };
+    let got: Vec<(Option<String>, i64)> = items
+        .iter()
+        .map(|m| {
+            let m = testkit::fields(m);
+            (field_str(&m, "status"), field_int(&m, "rank"))
+        })
+        .collect();
+    assert_eq!(got, vec![(Some("WAITING".into()), 3), (Some("UNKNOWN".into()), 0), (Some("WAITING".into()), 1)]);
+}
+
+fn resp3_maps(b: Backend) {
+    let s = ValkeyServer::start(b);
+    let mut c = s.client3();
+    let v = c.call("QUEUE.ENTER", &["q", "a", "alice"]).unwrap();
+    assert!(matches!(v, redis::Value::Map(_)), "{v:?}");
+    let m = testkit::fields(&v);
+    assert!(matches!(m["estimatedWaitSeconds"], redis::Value::Nil), "{m:?}");
+    assert_eq!(as_int(&c.call("QUEUE.LEAVE", &["q", "a"]).unwrap()), Some(1));
+}
