@@ -2,7 +2,7 @@
 # module-bench.sh -- benchmark the valkey-queue module against bare Valkey commands,
 # side by side in one run, and print figures, ratios and targets.
 #
-#   bench/module-bench.sh                                  # defaults (~2-4 min on 2 cores)
+#   bench/module-bench.sh                                  # defaults (~1.5-3 min on 2 cores)
 #   ROUNDS=1 N=50000 MEM_USERS=100000 bench/module-bench.sh   # quick run
 #
 # Environment:
@@ -149,7 +149,6 @@ load_backend() {
 
 py()   { "$PY" "$LIB" "$@"; }
 kv()   { sed -n "s/^$1=//p" <<<"$2" | head -n1; }   # kv KEY "$output" (one key=value a line)
-pcall() { py call "$PORT" "$@"; }
 
 # Sets queue config fields one at a time (so one bad field does not hide the rest).
 qconfig() {
@@ -206,7 +205,14 @@ for b in "$VALKEY_SERVER" "$VALKEY_BENCHMARK"; do
 done
 "$PY" -c 'import valkey' 2>/dev/null || { echo "python package 'valkey' missing (pip install valkey)" >&2; exit 2; }
 
-log "backend=$BACKEND module=$MODULE"
+if [ "$BACKEND" = lua ] && [ ! -f "$LUA_LIB" ]; then
+  echo "BACKEND=lua: $LUA_LIB not found (set LUA_LIB=...)" >&2; exit 2
+fi
+case "$BACKEND" in
+  module) log "backend=module MODULE=$MODULE" ;;
+  lua)    log "backend=lua LUA_LIB=$LUA_LIB (hook, untested)" ;;
+  none)   log "backend=none (no module loaded: QUEUE.* sides will error)" ;;
+esac
 log "ROUNDS=$ROUNDS N=$N CLIENTS=$CLIENTS PIPELINE=$PIPELINE STATUS_USERS=$STATUS_USERS PROMOTE_USERS=$PROMOTE_USERS PROMOTE_REPS=$PROMOTE_REPS MEM_USERS=$MEM_USERS"
 log "$("$VALKEY_SERVER" --version)"
 
@@ -267,6 +273,7 @@ log "QUEUE.INFO bp -> $(valkey-cli -h $HOST -p "$PORT" $(qcmd QUEUE.INFO bp) 2>&
 PROMOTE_US=NA; ZPOPMIN_US=NA
 out=$(py servertime "$PORT" "$PROMOTE_REPS" bp bz2 "$PROMOTE_MAX")
 PROMOTE_US=$(kv promote_median "$out"); ZPOPMIN_US=$(kv zpopmin_median "$out")
+PROMOTE_US=${PROMOTE_US:-NA}; ZPOPMIN_US=${ZPOPMIN_US:-NA}
 log "QUEUE.PROMOTE usec: $(kv promote_usec "$out") (last reply $(kv promote_last_reply "$out"))"
 log "ZPOPMIN       usec: $(kv zpopmin_usec "$out") (last reply $(kv zpopmin_last_reply "$out"))"
 sed -n 's/^error=/server time: /p' <<<"$out" | while IFS= read -r e; do note_error "$e"; done
@@ -280,6 +287,7 @@ start_server
 qconfig bm soft_cap 0 abandon_after 0
 if out=$(py mem "$PORT" queue bm "$MEM_USERS"); then
   MEM_Q=$(kv bytes_per_user "$out"); RSS_Q=$(kv rss_bytes_per_user "$out")
+  MEM_Q=${MEM_Q:-NA}; RSS_Q=${RSS_Q:-NA}
 else
   note_error "memory (QUEUE.ENTER): $(kv error "$out")"
 fi
@@ -289,6 +297,7 @@ check_server "memory (module)"
 start_server
 if out=$(py mem "$PORT" zset bmz "$MEM_USERS"); then
   MEM_Z=$(kv bytes_per_user "$out"); RSS_Z=$(kv rss_bytes_per_user "$out")
+  MEM_Z=${MEM_Z:-NA}; RSS_Z=${RSS_Z:-NA}
 else
   note_error "memory (ZADD): $(kv error "$out")"
 fi
