@@ -26,7 +26,7 @@ pub fn config(srv: &Server, args: &[Str]) -> Result<(), QueueError> {
         }
         Ok(())
     } else if sub.eq_ignore_ascii_case(b"SET") {
-        arity(args.len() % 2 == 1, "queue.config")?;
+        arity(!args.len().is_multiple_of(2), "queue.config")?;
         // Check every pair before writing any.
         let mut pairs = Vec::new();
         for pair in args[3..].chunks(2) {

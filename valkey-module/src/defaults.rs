@@ -15,7 +15,8 @@ pub static SESSION_LEASE: AtomicI64 = AtomicI64::new(FIELDS[6].default);
 pub static ABANDON_AFTER: AtomicI64 = AtomicI64::new(FIELDS[7].default);
 
 /// In the order of `queue_core::config::FIELDS`.
-const ALL: [&AtomicI64; 8] = [&SOFT_CAP, &HARD_CAP, &RATE, &BURST, &BATCH_MAX, &TICKET_TTL, &SESSION_LEASE, &ABANDON_AFTER];
+const ALL: [&AtomicI64; 8] =
+    [&SOFT_CAP, &HARD_CAP, &RATE, &BURST, &BATCH_MAX, &TICKET_TTL, &SESSION_LEASE, &ABANDON_AFTER];
 
 pub fn current() -> Config {
     Config { values: ALL.map(|a| a.load(Ordering::Relaxed)) }
@@ -35,7 +36,7 @@ pub const NAMES: [&str; 8] = [
 
 /// Applies `name value` pairs from the `--loadmodule` line.
 pub fn apply_load_args(args: &[&[u8]]) -> Result<(), String> {
-    if args.len() % 2 != 0 {
+    if !args.len().is_multiple_of(2) {
         return Err("queue module arguments come in pairs: <config> <value>".into());
     }
     for pair in args.chunks(2) {

@@ -42,7 +42,8 @@ pub struct Doc {
     pub args: &'static [Arg],
 }
 
-pub const KEY_RW: u64 = (raw::REDISMODULE_CMD_KEY_RW | raw::REDISMODULE_CMD_KEY_ACCESS | raw::REDISMODULE_CMD_KEY_UPDATE) as u64;
+pub const KEY_RW: u64 =
+    (raw::REDISMODULE_CMD_KEY_RW | raw::REDISMODULE_CMD_KEY_ACCESS | raw::REDISMODULE_CMD_KEY_UPDATE) as u64;
 pub const KEY_RO: u64 = (raw::REDISMODULE_CMD_KEY_RO | raw::REDISMODULE_CMD_KEY_ACCESS) as u64;
 
 /// Attaches `doc` to the registered command `name`.

@@ -38,7 +38,11 @@ macro_rules! command {
         Command {
             name: $name,
             callback: {
-                extern "C" fn callback(ctx: *mut raw::RedisModuleCtx, argv: *mut *mut raw::RedisModuleString, argc: c_int) -> c_int {
+                extern "C" fn callback(
+                    ctx: *mut raw::RedisModuleCtx,
+                    argv: *mut *mut raw::RedisModuleString,
+                    argc: c_int,
+                ) -> c_int {
                     server::run(ctx, argv, argc, $handler)
                 }
                 callback
@@ -123,14 +127,22 @@ fn init(ctx: &Context, args: &[RedisString]) -> Status {
         let (name, flags) = (CString::new(c.name).unwrap(), CString::new(c.flags).unwrap());
         // SAFETY: module load, live context; the server copies names, flags and docs.
         unsafe {
-            if raw::RedisModule_CreateCommand.unwrap()(ctx.ctx, name.as_ptr(), Some(c.callback), flags.as_ptr(), 1, 1, 1)
-                != raw::REDISMODULE_OK as c_int
+            if raw::RedisModule_CreateCommand.unwrap()(
+                ctx.ctx,
+                name.as_ptr(),
+                Some(c.callback),
+                flags.as_ptr(),
+                1,
+                1,
+                1,
+            ) != raw::REDISMODULE_OK as c_int
             {
                 ctx.log_warning(&format!("cannot create command {}", c.name));
                 return Status::Err;
             }
             let cmd = raw::RedisModule_GetCommand.unwrap()(ctx.ctx, name.as_ptr());
-            if raw::RedisModule_SetCommandACLCategories.unwrap()(cmd, category.as_ptr()) != raw::REDISMODULE_OK as c_int {
+            if raw::RedisModule_SetCommandACLCategories.unwrap()(cmd, category.as_ptr()) != raw::REDISMODULE_OK as c_int
+            {
                 ctx.log_warning(&format!("cannot set the ACL category of {}", c.name));
                 return Status::Err;
             }

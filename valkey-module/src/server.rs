@@ -43,7 +43,12 @@ pub type Handler = fn(&Server, &[Str]) -> Result<(), QueueError>;
 /// Runs a command handler: arguments as [`Str`]s (the command name first), errors
 /// replied with their exact text, panics contained so that a bug never takes the
 /// server down.
-pub fn run(ctx: *mut raw::RedisModuleCtx, argv: *mut *mut raw::RedisModuleString, argc: c_int, handler: Handler) -> c_int {
+pub fn run(
+    ctx: *mut raw::RedisModuleCtx,
+    argv: *mut *mut raw::RedisModuleString,
+    argc: c_int,
+    handler: Handler,
+) -> c_int {
     // SAFETY: called by the server with a live context and `argc` arguments.
     let args: Vec<Str> = unsafe {
         raw::RedisModule_AutoMemory.unwrap()(ctx);
@@ -80,7 +85,7 @@ impl Server {
     /// wrote with it rather than the command itself.
     pub fn now_ms(&self) -> i64 {
         // SAFETY: no arguments.
-        unsafe { raw::RedisModule_Milliseconds.unwrap()() as i64 }
+        unsafe { raw::RedisModule_Milliseconds.unwrap()() }
     }
 
     pub fn open(&self, name: Str, write: bool) -> Key {
@@ -95,7 +100,9 @@ impl Server {
         // SAFETY: valid ctx; "ss" takes two server strings.
         unsafe {
             let reply = raw::RedisModule_Call.unwrap()(self.ctx, c"ZRANK".as_ptr(), c"ss".as_ptr(), key.0, member.0);
-            if reply.is_null() || raw::RedisModule_CallReplyType.unwrap()(reply) != raw::REDISMODULE_REPLY_INTEGER as c_int {
+            if reply.is_null()
+                || raw::RedisModule_CallReplyType.unwrap()(reply) != raw::REDISMODULE_REPLY_INTEGER as c_int
+            {
                 return None;
             }
             Some(raw::RedisModule_CallReplyInteger.unwrap()(reply))
@@ -115,7 +122,12 @@ impl Server {
     pub fn notify(&self, event: &CStr, key: Str) {
         // SAFETY: valid ctx, event and key.
         unsafe {
-            raw::RedisModule_NotifyKeyspaceEvent.unwrap()(self.ctx, raw::REDISMODULE_NOTIFY_GENERIC, event.as_ptr(), key.0);
+            raw::RedisModule_NotifyKeyspaceEvent.unwrap()(
+                self.ctx,
+                raw::REDISMODULE_NOTIFY_GENERIC,
+                event.as_ptr(),
+                key.0,
+            );
         }
     }
 
@@ -170,7 +182,7 @@ pub struct Key {
 }
 
 /// Marker value that deletes a hash field in `RedisModule_HashSet`.
-const HASH_DELETE: *mut raw::RedisModuleString = 1 as *mut raw::RedisModuleString;
+const HASH_DELETE: *mut raw::RedisModuleString = std::ptr::without_provenance_mut(1);
 
 impl Drop for Key {
     fn drop(&mut self) {

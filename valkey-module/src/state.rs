@@ -52,7 +52,8 @@ impl<'s> Queue<'s> {
         let q = queue_core::keys::check_queue(name.bytes())?;
         let keys = QueueKeys::new(q);
         let k = |s: String| srv.str(s.as_bytes());
-        let (k_waiting, k_promoted, k_tickets, k_ticket) = (k(keys.waiting()), k(keys.promoted()), k(keys.tickets()), k(keys.ticket()));
+        let (k_waiting, k_promoted, k_tickets, k_ticket) =
+            (k(keys.waiting()), k(keys.promoted()), k(keys.tickets()), k(keys.ticket()));
         let (k_sessions, k_active, k_stats) = (k(keys.sessions()), k(keys.active()), k(keys.stats()));
         Ok(Queue {
             srv,
@@ -109,7 +110,9 @@ impl<'s> Queue<'s> {
 
     pub fn bucket(&self, cfg: &Config, now: i64) -> Bucket {
         match self.stats.hget(self.srv.str(b"tokens")).and_then(Str::parse_i64) {
-            Some(milli) => Bucket { milli_tokens: milli, at_ms: self.stat("tokens_at") }.refill(now, cfg.rate(), cfg.bucket_size()),
+            Some(milli) => {
+                Bucket { milli_tokens: milli, at_ms: self.stat("tokens_at") }.refill(now, cfg.rate(), cfg.bucket_size())
+            }
             None => Bucket::full(cfg.bucket_size(), now),
         }
     }
@@ -120,7 +123,11 @@ impl<'s> Queue<'s> {
     }
 
     pub fn rate_window(&self) -> RateWindow {
-        RateWindow { at_ms: self.stat("rate_at"), count: self.stat("rate_count"), per_minute: self.stat("rate_per_min") }
+        RateWindow {
+            at_ms: self.stat("rate_at"),
+            count: self.stat("rate_count"),
+            per_minute: self.stat("rate_per_min"),
+        }
     }
 
     pub fn save_rate_window(&mut self, old: RateWindow, new: RateWindow) {

@@ -67,10 +67,18 @@ fn bad_arguments_are_refused_and_change_nothing(b: Backend) {
         ("QUEUE.CONFIG", vec!["q", "GET"], format!("{ARITY} 'queue.config' command")),
         ("QUEUE.CONFIG", vec!["q", "GET", "colour"], "ERR unknown config field 'colour'".into()),
         ("QUEUE.CONFIG", vec!["q", "SET", "soft_cap"], format!("{ARITY} 'queue.config' command")),
-        ("QUEUE.CONFIG", vec!["q", "SET", "soft_cap", "-1"], "ERR soft_cap must be an integer from 0 to 10000000".into()),
+        (
+            "QUEUE.CONFIG",
+            vec!["q", "SET", "soft_cap", "-1"],
+            "ERR soft_cap must be an integer from 0 to 10000000".into(),
+        ),
         ("QUEUE.CONFIG", vec!["q", "SET", "rate", "1.5"], NOT_INT.into()),
         // All-or-nothing: the good first pair is not applied either.
-        ("QUEUE.CONFIG", vec!["q", "SET", "soft_cap", "5", "batch_max", "0"], "ERR batch_max must be an integer from 1 to 100000".into()),
+        (
+            "QUEUE.CONFIG",
+            vec!["q", "SET", "soft_cap", "5", "batch_max", "0"],
+            "ERR batch_max must be an integer from 1 to 100000".into(),
+        ),
         ("QUEUE.CONFIG", vec!["q", "FROB", "x"], "ERR syntax error".into()),
     ];
     let before = digest(&mut raw);
@@ -128,7 +136,8 @@ fn random_argument_vectors_never_hurt(b: Backend) {
     let (s, c, _t) = populated(b);
     let raw = std::cell::RefCell::new(s.conn());
     let c = std::cell::RefCell::new(c);
-    let mut runner = proptest::test_runner::TestRunner::new(ProptestConfig { cases: 1500, ..ProptestConfig::default() });
+    let mut runner =
+        proptest::test_runner::TestRunner::new(ProptestConfig { cases: 1500, ..ProptestConfig::default() });
     let strategy = (0..COMMANDS.len(), proptest::collection::vec(arg_strategy(), 0..7));
     runner
         .run(&strategy, |(i, args)| {
@@ -143,7 +152,9 @@ fn random_argument_vectors_never_hurt(b: Backend) {
                 // A refusal is clean: a known prefix, and nothing changed.
                 let text = testkit::error_text(e);
                 prop_assert!(
-                    ["ERR ", "WRONGTYPE ", "NOTICKET ", "EXPIRED ", "INSIDE ", "FULL "].iter().any(|p| text.starts_with(p)),
+                    ["ERR ", "WRONGTYPE ", "NOTICKET ", "EXPIRED ", "INSIDE ", "FULL "]
+                        .iter()
+                        .any(|p| text.starts_with(p)),
                     "unexpected error {text:?}"
                 );
                 prop_assert!(!text.contains("internal error"), "{text}");

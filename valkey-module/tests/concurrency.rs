@@ -62,7 +62,7 @@ fn capacity_holds_and_tickets_claim_once_under_load(b: Backend) {
                 if let Ok(r) = c.claim("q", &t) {
                     assert!(claimed.lock().unwrap().insert(t.clone()), "ticket {t} claimed twice");
                     // Half the sessions end politely; the rest just lapse.
-                    if n % 2 == 0 {
+                    if n.is_multiple_of(2) {
                         c.end("q", &field_str(&r, "userId").unwrap());
                     }
                 }

@@ -52,16 +52,33 @@ fn every_command_is_documented_with_key_specs() {
 fn the_acl_category_limits_a_service_user_to_queue_commands() {
     let s = ValkeyServer::start(Backend::Module);
     let mut con = s.conn();
-    let cats: HashSet<String> = redis::cmd("ACL").arg("CAT").query::<Vec<String>>(&mut con).unwrap().into_iter().collect();
+    let cats: HashSet<String> =
+        redis::cmd("ACL").arg("CAT").query::<Vec<String>>(&mut con).unwrap().into_iter().collect();
     assert!(cats.contains("queue"), "{cats:?}");
-    let _: () = redis::cmd("ACL").arg("SETUSER").arg("svc").arg("on").arg(">pw").arg("~*").arg("+@queue").query(&mut con).unwrap();
+    let _: () = redis::cmd("ACL")
+        .arg("SETUSER")
+        .arg("svc")
+        .arg("on")
+        .arg(">pw")
+        .arg("~*")
+        .arg("+@queue")
+        .query(&mut con)
+        .unwrap();
     for name in COMMANDS {
-        let r: String = redis::cmd("ACL").arg("DRYRUN").arg("svc").arg(name).arg("q").arg(sample_args(name)).query(&mut con).unwrap();
+        let r: String = redis::cmd("ACL")
+            .arg("DRYRUN")
+            .arg("svc")
+            .arg(name)
+            .arg("q")
+            .arg(sample_args(name))
+            .query(&mut con)
+            .unwrap();
         assert_eq!(r, "OK", "svc may run {name}");
     }
     let r: String = redis::cmd("ACL").arg("DRYRUN").arg("svc").arg("FLUSHALL").query(&mut con).unwrap();
     assert!(r.contains("no permissions"), "{r}");
-    let mut svc = redis::Client::open(format!("redis://svc:pw@127.0.0.1:{}/", s.port)).unwrap().get_connection().unwrap();
+    let mut svc =
+        redis::Client::open(format!("redis://svc:pw@127.0.0.1:{}/", s.port)).unwrap().get_connection().unwrap();
     let v: redis::Value = redis::cmd("QUEUE.ENTER").arg("q").arg("u").arg("n").query(&mut svc).unwrap();
     assert!(matches!(v, redis::Value::Array(_)));
     let e = redis::cmd("SET").arg("k").arg("v").query::<()>(&mut svc).unwrap_err();
@@ -100,14 +117,21 @@ fn writes_send_keyspace_events_named_after_the_command() {
         let payload: String = msg.get_payload().unwrap();
         seen.push((msg.get_channel_name().trim_start_matches("__keyevent@0__:").to_string(), payload));
     }
-    let want: Vec<(String, String)> =
-        [("queue.enter", "q"), ("ticket.claim", "q"), ("session.end", "q")].iter().map(|(a, b)| (a.to_string(), b.to_string())).collect();
+    let want: Vec<(String, String)> = [("queue.enter", "q"), ("ticket.claim", "q"), ("session.end", "q")]
+        .iter()
+        .map(|(a, b)| (a.to_string(), b.to_string()))
+        .collect();
     assert_eq!(seen, want);
 }
 
 #[test]
 fn module_configs_set_defaults_for_queues_without_their_own() {
-    let s = ValkeyServer::builder(Backend::Module).module_arg("default-soft-cap").module_arg("3").module_arg("default-rate").module_arg("7").start();
+    let s = ValkeyServer::builder(Backend::Module)
+        .module_arg("default-soft-cap")
+        .module_arg("3")
+        .module_arg("default-rate")
+        .module_arg("7")
+        .start();
     let mut c = s.client();
     let info = c.info("q");
     assert_eq!((field_int(&info, "soft_cap"), field_int(&info, "rate")), (3, 7));
@@ -118,7 +142,8 @@ fn module_configs_set_defaults_for_queues_without_their_own() {
     // A queue's own setting wins over the default.
     c.config_set("q", &[("soft_cap", 9)]);
     assert_eq!(field_int(&c.info("q"), "soft_cap"), 9);
-    let e = redis::cmd("CONFIG").arg("SET").arg("queue.default-batch-max").arg("0").query::<()>(&mut c.con).unwrap_err();
+    let e =
+        redis::cmd("CONFIG").arg("SET").arg("queue.default-batch-max").arg("0").query::<()>(&mut c.con).unwrap_err();
     assert!(e.to_string().contains("argument must be between"), "{e}");
     let got: i64 = redis::cmd("QUEUE.CONFIG").arg("q").arg("GET").arg("batch_max").query(&mut c.con).unwrap();
     assert_eq!(got, 1000);

@@ -240,7 +240,10 @@ fn ticket_claims_exactly_once(b: Backend) {
 fn claim_errors(b: Backend) {
     let (_s, mut c) = server(b);
     assert_eq!(c.claim("q", "no-such-ticket").unwrap_err(), "NOTICKET unknown or already used ticket");
-    assert_eq!(c.claim("q", "bad ticket").unwrap_err(), "ERR invalid ticketId: 1 to 64 characters from A-Z a-z 0-9 . _ : @ -");
+    assert_eq!(
+        c.claim("q", "bad ticket").unwrap_err(),
+        "ERR invalid ticketId: 1 to 64 characters from A-Z a-z 0-9 . _ : @ -"
+    );
     // Expired: wait until the ticket's time is over, then claim.
     c.config_set("q", &[("ticket_ttl", 150)]);
     let t = field_str(&c.enter("q", "a", "a"), "ticketId").unwrap();

@@ -22,11 +22,7 @@ impl Bucket {
     pub fn refill(self, now: i64, rate: i64, size: i64) -> Self {
         let elapsed = (now - self.at_ms).clamp(0, MAX_REFILL_MS);
         let cap = size * 1000;
-        let tokens = if self.milli_tokens >= cap {
-            cap
-        } else {
-            (self.milli_tokens + elapsed * rate).min(cap)
-        };
+        let tokens = if self.milli_tokens >= cap { cap } else { (self.milli_tokens + elapsed * rate).min(cap) };
         Bucket { milli_tokens: tokens, at_ms: now.max(self.at_ms) }
     }
 

@@ -18,14 +18,44 @@ const DAY_MS: i64 = 86_400_000;
 
 /// The schema, in the order `QUEUE.CONFIG Q GET *` and `QUEUE.INFO` list it.
 pub const FIELDS: [Field; 8] = [
-    Field { name: "soft_cap", default: 1000, min: 0, max: 10_000_000, help: "users inside plus unclaimed tickets that PROMOTE fills up to (0 pauses admission)" },
-    Field { name: "hard_cap", default: 0, min: 0, max: 10_000_000, help: "sessions TICKET.CLAIM never exceeds (0: no hard cap)" },
-    Field { name: "rate", default: 0, min: 0, max: 1_000_000, help: "token bucket refill, users per second (0: no rate limit)" },
+    Field {
+        name: "soft_cap",
+        default: 1000,
+        min: 0,
+        max: 10_000_000,
+        help: "users inside plus unclaimed tickets that PROMOTE fills up to (0 pauses admission)",
+    },
+    Field {
+        name: "hard_cap",
+        default: 0,
+        min: 0,
+        max: 10_000_000,
+        help: "sessions TICKET.CLAIM never exceeds (0: no hard cap)",
+    },
+    Field {
+        name: "rate",
+        default: 0,
+        min: 0,
+        max: 1_000_000,
+        help: "token bucket refill, users per second (0: no rate limit)",
+    },
     Field { name: "burst", default: 0, min: 0, max: 10_000_000, help: "token bucket size (0: same as rate)" },
     Field { name: "batch_max", default: 1000, min: 1, max: 100_000, help: "most tickets one PROMOTE issues" },
     Field { name: "ticket_ttl", default: 60_000, min: 100, max: DAY_MS, help: "ms a ticket stays claimable" },
-    Field { name: "session_lease", default: 30_000, min: 100, max: DAY_MS, help: "ms a session lives without a heartbeat" },
-    Field { name: "abandon_after", default: 60_000, min: 0, max: DAY_MS, help: "ms a waiting user may go unheard before being dropped (0: never)" },
+    Field {
+        name: "session_lease",
+        default: 30_000,
+        min: 100,
+        max: DAY_MS,
+        help: "ms a session lives without a heartbeat",
+    },
+    Field {
+        name: "abandon_after",
+        default: 60_000,
+        min: 0,
+        max: DAY_MS,
+        help: "ms a waiting user may go unheard before being dropped (0: never)",
+    },
 ];
 
 pub fn field(name: &[u8]) -> Result<&'static Field, QueueError> {

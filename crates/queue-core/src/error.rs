@@ -40,22 +40,12 @@ impl fmt::Display for QueueError {
             OutOfRange(what, min, max) => {
                 write!(f, "ERR {what} must be an integer from {min} to {max}")
             }
-            InvalidQueue => f.write_str(
-                "ERR invalid queue name: 1 to 64 characters from A-Z a-z 0-9 . _ : -",
-            ),
-            InvalidUserId => f.write_str(
-                "ERR invalid userId: 1 to 64 characters from A-Z a-z 0-9 . _ : @ -",
-            ),
-            InvalidNickname => f.write_str(
-                "ERR invalid nickname: 1 to 64 bytes, no control characters",
-            ),
-            InvalidTicketId => f.write_str(
-                "ERR invalid ticketId: 1 to 64 characters from A-Z a-z 0-9 . _ : @ -",
-            ),
+            InvalidQueue => f.write_str("ERR invalid queue name: 1 to 64 characters from A-Z a-z 0-9 . _ : -"),
+            InvalidUserId => f.write_str("ERR invalid userId: 1 to 64 characters from A-Z a-z 0-9 . _ : @ -"),
+            InvalidNickname => f.write_str("ERR invalid nickname: 1 to 64 bytes, no control characters"),
+            InvalidTicketId => f.write_str("ERR invalid ticketId: 1 to 64 characters from A-Z a-z 0-9 . _ : @ -"),
             UnknownConfigField(name) => write!(f, "ERR unknown config field '{name}'"),
-            WrongType => {
-                f.write_str("WRONGTYPE Operation against a key holding the wrong kind of value")
-            }
+            WrongType => f.write_str("WRONGTYPE Operation against a key holding the wrong kind of value"),
             NoTicket => f.write_str("NOTICKET unknown or already used ticket"),
             TicketExpired => f.write_str("EXPIRED ticket has expired"),
             AlreadyInside => f.write_str("INSIDE user is already inside"),

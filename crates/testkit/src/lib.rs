@@ -29,7 +29,8 @@ pub fn module_path() -> PathBuf {
     if let Ok(p) = std::env::var("VALKEY_QUEUE_MODULE") {
         return PathBuf::from(p);
     }
-    let target = std::env::var("CARGO_TARGET_DIR").map(PathBuf::from).unwrap_or_else(|_| workspace_root().join("target"));
+    let target =
+        std::env::var("CARGO_TARGET_DIR").map(PathBuf::from).unwrap_or_else(|_| workspace_root().join("target"));
     let p = target.join("release/libvalkey_queue.so");
     assert!(p.exists(), "{} is missing: build the module first (cargo build --release -p valkey-queue)", p.display());
     p
@@ -78,7 +79,14 @@ impl ServerBuilder {
     }
     pub fn start(self) -> ValkeyServer {
         let dir = self.dir.unwrap_or_else(|| tempfile::tempdir().expect("tempdir"));
-        let mut s = ValkeyServer { child: None, port: free_port(), dir, backend: self.backend, args: self.args, module_args: self.module_args };
+        let mut s = ValkeyServer {
+            child: None,
+            port: free_port(),
+            dir,
+            backend: self.backend,
+            args: self.args,
+            module_args: self.module_args,
+        };
         s.spawn();
         s
     }
@@ -107,7 +115,14 @@ impl ValkeyServer {
         let mut cmd = Command::new(server_binary());
         cmd.current_dir(self.dir.path())
             .args(["--port", &self.port.to_string(), "--bind", "127.0.0.1", "--save", "", "--daemonize", "no"])
-            .args(["--dir", self.dir.path().to_str().unwrap(), "--enable-debug-command", "yes", "--logfile", "server.log"]);
+            .args([
+                "--dir",
+                self.dir.path().to_str().unwrap(),
+                "--enable-debug-command",
+                "yes",
+                "--logfile",
+                "server.log",
+            ]);
         match self.backend {
             Backend::Module => {
                 cmd.arg("--loadmodule").arg(module_path()).args(&self.module_args);
@@ -232,7 +247,8 @@ pub fn field_str(m: &HashMap<String, Value>, f: &str) -> Option<String> {
 }
 
 pub fn field_int(m: &HashMap<String, Value>, f: &str) -> i64 {
-    as_int(m.get(f).unwrap_or_else(|| panic!("no field {f} in {m:?}"))).unwrap_or_else(|| panic!("{f} not an integer in {m:?}"))
+    as_int(m.get(f).unwrap_or_else(|| panic!("no field {f} in {m:?}")))
+        .unwrap_or_else(|| panic!("{f} not an integer in {m:?}"))
 }
 
 /// DEBUG DIGEST of the whole dataset.
