@@ -130,7 +130,8 @@ mod tests {
 
     #[test]
     fn promote_count_takes_the_least() {
-        let table: &[(i64, Option<i64>, Option<i64>, i64, i64)] = &[
+        type Row = (i64, Option<i64>, Option<i64>, i64, i64);
+        let table: &[Row] = &[
             (100, None, None, 1000, 100),
             (100, Some(7), None, 1000, 7),
             (100, Some(7), Some(3), 1000, 3),
