@@ -1,8 +1,8 @@
 //! QUEUE.CONFIG: a queue's runtime settings (the back office).
 
 use crate::queue::arity;
-use crate::server::{Kind, Server, Str};
-use crate::state::Queue;
+use crate::server::{Server, Str};
+use crate::state::{Part, Queue};
 use queue_core::config::{check_value, field, FIELDS};
 use queue_core::QueueError;
 
@@ -14,7 +14,8 @@ pub fn config(srv: &Server, args: &[Str]) -> Result<(), QueueError> {
     if sub.eq_ignore_ascii_case(b"GET") {
         arity(args.len() == 4, "queue.config")?;
         let q = Queue::open(srv, args[1], false)?;
-        let cfg = q.config()?;
+        q.check(&[Part::Config])?;
+        let cfg = q.config();
         if args[3].bytes() == b"*" {
             srv.reply_map(FIELDS.len());
             for (f, v) in FIELDS.iter().zip(cfg.values) {
@@ -35,15 +36,15 @@ pub fn config(srv: &Server, args: &[Str]) -> Result<(), QueueError> {
             pairs.push((f.name, v));
         }
         let q = Queue::open(srv, args[1], true)?;
-        let key_name = srv.str(q.keys.config().as_bytes());
-        let key = srv.open(key_name, true).expect(Kind::Hash)?;
+        q.check(&[Part::Config])?;
+        let key_name = q.name_of(Part::Config);
+        let key = q.key(Part::Config);
         let mut argv = vec![key_name];
         for (name, v) in pairs {
             let (f, v) = (srv.str(name.as_bytes()), srv.int_str(v));
             key.hset(f, v);
             argv.extend([f, v]);
         }
-        drop(key);
         srv.replicate(c"HSET", &argv);
         srv.notify(c"queue.config", q.name);
         srv.reply_simple(c"OK");

@@ -2,7 +2,7 @@
 //! module config (`CONFIG SET queue.default-soft-cap 500`, also accepted on the
 //! `--loadmodule` line as `default-soft-cap 500`).
 
-use queue_core::config::{Config, FIELDS};
+use queue_core::config::FIELDS;
 use std::sync::atomic::{AtomicI64, Ordering};
 
 pub static SOFT_CAP: AtomicI64 = AtomicI64::new(FIELDS[0].default);
@@ -18,8 +18,9 @@ pub static ABANDON_AFTER: AtomicI64 = AtomicI64::new(FIELDS[7].default);
 const ALL: [&AtomicI64; 8] =
     [&SOFT_CAP, &HARD_CAP, &RATE, &BURST, &BATCH_MAX, &TICKET_TTL, &SESSION_LEASE, &ABANDON_AFTER];
 
-pub fn current() -> Config {
-    Config { values: ALL.map(|a| a.load(Ordering::Relaxed)) }
+/// The default of one setting (index into FIELDS).
+pub fn get(i: usize) -> i64 {
+    ALL[i].load(Ordering::Relaxed)
 }
 
 /// Module config names (without the `queue.` prefix), in the order of FIELDS.

@@ -24,7 +24,8 @@ pub struct Effects {
 impl Effects {
     fn push(&mut self, cmd: &'static CStr, key: Str, args: &[Str]) {
         let kb = key.bytes();
-        if let Some(op) = self.ops.iter_mut().find(|o| o.cmd == cmd && o.key.bytes() == kb) {
+        // Newest first: a command mostly appends to the op it touched last.
+        if let Some(op) = self.ops.iter_mut().rev().find(|o| o.cmd == cmd && o.key.bytes() == kb) {
             op.args.extend_from_slice(args);
         } else {
             self.ops.push(Op { cmd, key, args: args.to_vec() });

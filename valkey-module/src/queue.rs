@@ -2,16 +2,20 @@
 
 use crate::counters;
 use crate::server::{Server, Str};
-use crate::state::{Queue, Standing};
+use crate::state::{Part, Queue, Standing};
 use queue_core::admission::{self, estimated_wait_seconds, free_slots, is_abandoned, promote_count};
-use queue_core::config::{Config, FIELDS};
+use queue_core::config::FIELDS;
 use queue_core::keys::{check_nickname, check_user};
 use queue_core::QueueError;
 
 /// Most MAX a PROMOTE accepts (the same as the largest batch_max).
 pub const MAX_PROMOTE: i64 = 100_000;
 /// Waiters a PROMOTE examines beyond the head to drop those who left without a word.
-pub const SWEEP_BUDGET: usize = 512;
+pub const SWEEP_BUDGET: usize = 256;
+
+/// Every key a command that admits users may write.
+const ADMISSION: [Part; 7] =
+    [Part::Waiting, Part::Promoted, Part::Tickets, Part::Ticket, Part::Sessions, Part::Active, Part::Stats];
 
 pub fn arity(ok: bool, cmd: &'static str) -> Result<(), QueueError> {
     if ok {
@@ -38,9 +42,9 @@ pub fn reply_standing(srv: &Server, user: Str, standing: &Standing, eta: Option<
     srv.field_opt_int("estimatedWaitSeconds", eta);
 }
 
-fn eta_for(q: &Queue, cfg: &Config, standing: &Standing) -> Option<i64> {
+fn eta_for(q: &Queue, standing: &Standing) -> Option<i64> {
     match standing {
-        Standing::Waiting { rank, .. } => estimated_wait_seconds(*rank, q.stat("rate_per_min"), cfg.rate()),
+        Standing::Waiting { rank, .. } => estimated_wait_seconds(*rank, q.stat("rate_per_min"), q.rate()),
         _ => None,
     }
 }
@@ -55,30 +59,34 @@ pub fn enter(srv: &Server, args: &[Str]) -> Result<(), QueueError> {
     check_user(user.bytes())?;
     let nickname = check_nickname(args[3].bytes())?;
     let mut q = Queue::open(srv, args[1], true)?;
-    let cfg = q.config()?;
+    q.check(&[Part::Waiting, Part::Promoted, Part::Stats])?;
     let now = srv.now_ms();
 
-    // Re-entry goes to the back: forget the old place and any unclaimed ticket.
-    let old_seq = q.waiting.zscore(user).map(|s| s as i64);
-    if let Some(t) = q.promoted.hget(user) {
+    let old_seq = q.waiting().zscore(user).map(|s| s as i64);
+    let old_ticket = q.promoted().hget(user);
+    let others_waiting = q.waiting().len() - i64::from(old_seq.is_some());
+    let may_admit_now = others_waiting == 0 && q.soft_cap() > 0;
+    if old_ticket.is_some() || may_admit_now {
+        q.check(&ADMISSION)?;
+    }
+    // Re-entry goes to the back: forget any unclaimed ticket and the old place.
+    if let Some(t) = old_ticket {
         q.remove_ticket(t, Some(user));
     }
-    let others_waiting = q.waiting.len() - i64::from(old_seq.is_some());
     let seq = q.stat("seq") + 1;
     q.set_stat("seq", seq);
-    q.add_stat("entered", 1);
     counters::add(&counters::ENTERED, 1);
 
     // Nobody waits: let the user in at once if there is room (and a token).
-    if others_waiting == 0 && cfg.soft_cap() > 0 {
+    if may_admit_now {
         q.reap(now);
-        let free = free_slots(cfg.soft_cap(), q.sessions.len(), q.tickets.len());
-        let bucket = (cfg.rate() > 0).then(|| q.bucket(&cfg, now));
+        let free = free_slots(q.soft_cap(), q.sessions().len(), q.tickets().len());
+        let bucket = (q.rate() > 0).then(|| q.bucket(now));
         if free > 0 && bucket.is_none_or(|b| b.whole() >= 1) {
             if let Some(old) = old_seq {
                 q.remove_waiter(user, old);
             }
-            let ticket = q.issue_ticket(user, nickname, now, &cfg);
+            let ticket = q.issue_ticket(user, nickname, now);
             if let Some(b) = bucket {
                 q.save_bucket(b.take(1));
             }
@@ -96,19 +104,19 @@ pub fn enter(srv: &Server, args: &[Str]) -> Result<(), QueueError> {
         q.remove_waiter(user, old);
     }
     q.add_waiter(user, seq, now, nickname);
-    let rank = q.waiting.len();
+    let rank = q.waiting().len();
     let standing = Standing::Waiting { seq, rank, seen: now, nickname: srv.str(nickname) };
-    let eta = eta_for(&q, &cfg, &standing);
+    let eta = eta_for(&q, &standing);
     reply_standing(srv, user, &standing, eta);
     q.finish(c"queue.enter");
     Ok(())
 }
 
 /// Looks up one user for STATUS/RANKS, noting that a waiting user was heard from.
-fn observe(q: &mut Queue, cfg: &Config, user: Str, now: i64) -> Standing {
+fn observe(q: &mut Queue, user: Str, now: i64) -> Standing {
     let standing = q.standing(user, now);
     if let Standing::Waiting { seq, seen, nickname, .. } = &standing {
-        if let Some(every) = admission::seen_refresh_ms(cfg.abandon_after()) {
+        if let Some(every) = admission::seen_refresh_ms(q.abandon_after()) {
             if now - seen >= every {
                 q.write_record(*seq, now, nickname.bytes());
             }
@@ -123,10 +131,10 @@ pub fn status(srv: &Server, args: &[Str]) -> Result<(), QueueError> {
     let user = args[2];
     check_user(user.bytes())?;
     let mut q = Queue::open(srv, args[1], true)?;
-    let cfg = q.config()?;
+    q.check(&[Part::Waiting, Part::Promoted, Part::Tickets, Part::Ticket, Part::Sessions, Part::Active])?;
     let now = srv.now_ms();
-    let standing = observe(&mut q, &cfg, user, now);
-    let eta = eta_for(&q, &cfg, &standing);
+    let standing = observe(&mut q, user, now);
+    let eta = eta_for(&q, &standing);
     reply_standing(srv, user, &standing, eta);
     q.finish(c"queue.seen");
     Ok(())
@@ -139,12 +147,12 @@ pub fn ranks(srv: &Server, args: &[Str]) -> Result<(), QueueError> {
         check_user(u.bytes())?;
     }
     let mut q = Queue::open(srv, args[1], true)?;
-    let cfg = q.config()?;
+    q.check(&[Part::Waiting, Part::Promoted, Part::Tickets, Part::Ticket, Part::Sessions, Part::Active])?;
     let now = srv.now_ms();
     srv.reply_array(args.len() - 2);
     for &user in &args[2..] {
-        let standing = observe(&mut q, &cfg, user, now);
-        let eta = eta_for(&q, &cfg, &standing);
+        let standing = observe(&mut q, user, now);
+        let eta = eta_for(&q, &standing);
         reply_standing(srv, user, &standing, eta);
     }
     q.finish(c"queue.seen");
@@ -157,12 +165,13 @@ pub fn leave(srv: &Server, args: &[Str]) -> Result<(), QueueError> {
     let user = args[2];
     check_user(user.bytes())?;
     let mut q = Queue::open(srv, args[1], true)?;
+    q.check(&ADMISSION)?;
     let mut left = false;
-    if let Some(seq) = q.waiting.zscore(user) {
+    if let Some(seq) = q.waiting().zscore(user) {
         q.remove_waiter(user, seq as i64);
         left = true;
     }
-    if let Some(t) = q.promoted.hget(user) {
+    if let Some(t) = q.promoted().hget(user) {
         q.remove_ticket(t, Some(user));
         left = true;
     }
@@ -189,12 +198,13 @@ pub fn promote(srv: &Server, args: &[Str]) -> Result<(), QueueError> {
         }
     }
     let mut q = Queue::open(srv, args[1], true)?;
-    let cfg = q.config()?;
+    q.check(&ADMISSION)?;
+    let cfg = q.config();
     let now = srv.now_ms();
 
     let (tickets_expired, leases_expired) = q.reap(now);
-    let free = free_slots(cfg.soft_cap(), q.sessions.len(), q.tickets.len());
-    let bucket = (cfg.rate() > 0).then(|| q.bucket(&cfg, now));
+    let free = free_slots(cfg.soft_cap(), q.sessions().len(), q.tickets().len());
+    let bucket = (cfg.rate() > 0).then(|| q.bucket(now));
     let n = promote_count(free, bucket.map(|b| b.whole()), max, cfg.batch_max());
 
     // Issue tickets to the head of the line; those who left without a word are
@@ -202,7 +212,7 @@ pub fn promote(srv: &Server, args: &[Str]) -> Result<(), QueueError> {
     let mut promoted = 0i64;
     let mut dropped = 0i64;
     if n > 0 {
-        let head = q.waiting.zrange(f64::NEG_INFINITY, f64::INFINITY, n as usize + SWEEP_BUDGET);
+        let head = q.waiting().zrange(f64::NEG_INFINITY, f64::INFINITY, n as usize + SWEEP_BUDGET);
         for (user, seq) in head {
             if promoted == n {
                 break;
@@ -211,16 +221,15 @@ pub fn promote(srv: &Server, args: &[Str]) -> Result<(), QueueError> {
             let rec = q.record(seq);
             q.remove_waiter(user, seq);
             match rec {
-                Some((seen, _)) if is_abandoned(seen, now, cfg.abandon_after()) => dropped += 1,
-                Some((_, nickname)) => {
-                    q.issue_ticket(user, nickname.bytes(), now, &cfg);
+                Some((seen, nickname)) if !is_abandoned(seen, now, cfg.abandon_after()) => {
+                    q.issue_ticket(user, nickname.bytes(), now);
                     promoted += 1;
                 }
-                None => dropped += 1,
+                _ => dropped += 1,
             }
         }
     }
-    dropped += sweep(&mut q, &cfg, now);
+    dropped += sweep(&mut q, cfg.abandon_after(), now);
 
     if let Some(b) = bucket {
         q.save_bucket(b.take(promoted));
@@ -232,13 +241,13 @@ pub fn promote(srv: &Server, args: &[Str]) -> Result<(), QueueError> {
     counters::add(&counters::PROMOTED, promoted);
     counters::add(&counters::DROPPED, dropped);
 
-    let (active, joining) = (q.sessions.len(), q.tickets.len());
+    let (active, joining) = (q.sessions().len(), q.tickets().len());
     srv.reply_map(8);
     srv.field_int("promoted", promoted);
     srv.field_int("tickets_expired", tickets_expired);
     srv.field_int("leases_expired", leases_expired);
     srv.field_int("dropped", dropped);
-    srv.field_int("waiting", q.waiting.len());
+    srv.field_int("waiting", q.waiting().len());
     srv.field_int("joining", joining);
     srv.field_int("active", active);
     srv.field_int("available_slots", free_slots(cfg.soft_cap(), active, joining));
@@ -248,18 +257,18 @@ pub fn promote(srv: &Server, args: &[Str]) -> Result<(), QueueError> {
 
 /// Examines up to SWEEP_BUDGET waiters after the sweep cursor and drops those not
 /// heard from within abandon_after, so that ranks stay honest; wraps at the end.
-fn sweep(q: &mut Queue, cfg: &Config, now: i64) -> i64 {
-    if cfg.abandon_after() <= 0 || q.waiting.len() == 0 {
+fn sweep(q: &mut Queue, abandon_after: i64, now: i64) -> i64 {
+    if abandon_after <= 0 || q.waiting().len() == 0 {
         return 0;
     }
     let cursor = q.stat("sweep");
-    let batch = q.waiting.zrange(cursor as f64 + 1.0, f64::INFINITY, SWEEP_BUDGET);
+    let batch = q.waiting().zrange(cursor as f64 + 1.0, f64::INFINITY, SWEEP_BUDGET);
     let next = if batch.len() < SWEEP_BUDGET { 0 } else { batch.last().map_or(0, |&(_, s)| s as i64) };
     let mut dropped = 0;
     for (user, seq) in batch {
         let seq = seq as i64;
         let abandoned = match q.record(seq) {
-            Some((seen, _)) => is_abandoned(seen, now, cfg.abandon_after()),
+            Some((seen, _)) => is_abandoned(seen, now, abandon_after),
             None => true,
         };
         if abandoned {
@@ -277,13 +286,14 @@ fn sweep(q: &mut Queue, cfg: &Config, now: i64) -> i64 {
 pub fn info(srv: &Server, args: &[Str]) -> Result<(), QueueError> {
     arity(args.len() == 2, "queue.info")?;
     let q = Queue::open(srv, args[1], false)?;
-    let cfg = q.config()?;
+    q.check(&[Part::Waiting, Part::Tickets, Part::Sessions, Part::Stats, Part::Config])?;
+    let cfg = q.config();
     let now = srv.now_ms();
     let (active, joining) = q.live_counts(now);
-    let tokens = if cfg.rate() > 0 { q.bucket(&cfg, now).whole() } else { -1 };
-    const COUNTERS: [&str; 8] = ["entered", "promoted", "claimed", "expired", "dropped", "left", "ended", "lapsed"];
-    srv.reply_map(6 + FIELDS.len() + COUNTERS.len());
-    srv.field_int("waiting", q.waiting.len());
+    let tokens = if cfg.rate() > 0 { q.bucket(now).whole() } else { -1 };
+    const COUNTERS: [&str; 7] = ["promoted", "claimed", "expired", "dropped", "left", "ended", "lapsed"];
+    srv.reply_map(7 + FIELDS.len() + COUNTERS.len());
+    srv.field_int("waiting", q.waiting().len());
     srv.field_int("joining", joining);
     srv.field_int("active", active);
     srv.field_int("available_slots", free_slots(cfg.soft_cap(), active, joining));
@@ -292,6 +302,8 @@ pub fn info(srv: &Server, args: &[Str]) -> Result<(), QueueError> {
     for (f, v) in FIELDS.iter().zip(cfg.values) {
         srv.field_int(f.name, v);
     }
+    // Every entry takes the next sequence number, so the counter is the count.
+    srv.field_int("entered", q.stat("seq"));
     for c in COUNTERS {
         srv.field_int(c, q.stat(c));
     }

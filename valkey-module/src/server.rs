@@ -17,6 +17,7 @@ use std::os::raw::{c_char, c_int};
 
 /// A server string owned by the current callback (freed automatically at its end).
 #[derive(Clone, Copy)]
+#[repr(transparent)]
 pub struct Str(*mut raw::RedisModuleString);
 
 impl Str {
@@ -49,13 +50,14 @@ pub fn run(
     argc: c_int,
     handler: Handler,
 ) -> c_int {
-    // SAFETY: called by the server with a live context and `argc` arguments.
-    let args: Vec<Str> = unsafe {
+    // SAFETY: called by the server with a live context and `argc` arguments; Str is
+    // a transparent wrapper of the argument pointers.
+    let args: &[Str] = unsafe {
         raw::RedisModule_AutoMemory.unwrap()(ctx);
-        std::slice::from_raw_parts(argv, argc as usize).iter().map(|&p| Str(p)).collect()
+        std::slice::from_raw_parts(argv.cast::<Str>(), argc as usize)
     };
     let srv = Server { ctx };
-    match std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| handler(&srv, &args))) {
+    match std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| handler(&srv, args))) {
         Ok(Ok(())) => {}
         Ok(Err(e)) => srv.reply_error(&e.to_string()),
         Err(_) => srv.reply_error("ERR internal error in the queue module (see the server log)"),
@@ -78,7 +80,7 @@ impl Server {
     }
 
     pub fn int_str(&self, v: i64) -> Str {
-        self.str(v.to_string().as_bytes())
+        self.str(itoa::Buffer::new().format(v).as_bytes())
     }
 
     /// Wall-clock milliseconds. Commands read it once, and replicate what they
@@ -95,17 +97,31 @@ impl Server {
         Key { ptr: ptr.cast() }
     }
 
-    /// 0-based rank of `member` in the zset `key` (the key API has no rank lookup).
-    pub fn zrank(&self, key: Str, member: Str) -> Option<i64> {
-        // SAFETY: valid ctx; "ss" takes two server strings.
+    /// 0-based rank and integer score of `member` in the zset `key`, in one lookup
+    /// (the key API has no rank lookup, so this goes through ZRANK ... WITHSCORE).
+    pub fn zrank_with_score(&self, key: Str, member: Str) -> Option<(i64, i64)> {
+        // SAFETY: valid ctx; "ssc" takes two server strings and a C string; the
+        // reply and its elements live until the callback ends.
         unsafe {
-            let reply = raw::RedisModule_Call.unwrap()(self.ctx, c"ZRANK".as_ptr(), c"ss".as_ptr(), key.0, member.0);
+            let call = raw::RedisModule_Call.unwrap();
+            let reply = call(self.ctx, c"ZRANK".as_ptr(), c"ssc".as_ptr(), key.0, member.0, c"WITHSCORE".as_ptr());
             if reply.is_null()
-                || raw::RedisModule_CallReplyType.unwrap()(reply) != raw::REDISMODULE_REPLY_INTEGER as c_int
+                || raw::RedisModule_CallReplyType.unwrap()(reply) != raw::REDISMODULE_REPLY_ARRAY as c_int
             {
                 return None;
             }
-            Some(raw::RedisModule_CallReplyInteger.unwrap()(reply))
+            let rank = raw::RedisModule_CallReplyArrayElement.unwrap()(reply, 0);
+            let score = raw::RedisModule_CallReplyArrayElement.unwrap()(reply, 1);
+            if rank.is_null() || score.is_null() {
+                return None;
+            }
+            let mut len = 0usize;
+            let p = raw::RedisModule_CallReplyStringPtr.unwrap()(score, &mut len);
+            if p.is_null() {
+                return None;
+            }
+            let score = std::slice::from_raw_parts(p.cast::<u8>(), len);
+            Some((raw::RedisModule_CallReplyInteger.unwrap()(rank), queue_core::args::parse_i64(score)?))
         }
     }
 
@@ -203,16 +219,6 @@ impl Key {
             raw::REDISMODULE_KEYTYPE_ZSET => Kind::Zset,
             raw::REDISMODULE_KEYTYPE_HASH => Kind::Hash,
             _ => Kind::Other,
-        }
-    }
-
-    /// Fails with WRONGTYPE unless the key is empty or of `kind`.
-    pub fn expect(self, kind: Kind) -> Result<Key, QueueError> {
-        let k = self.kind();
-        if k == Kind::Empty || k == kind {
-            Ok(self)
-        } else {
-            Err(QueueError::WrongType)
         }
     }
 

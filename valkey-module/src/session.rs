@@ -4,7 +4,7 @@
 use crate::counters;
 use crate::queue::arity;
 use crate::server::{Server, Str};
-use crate::state::Queue;
+use crate::state::{Part, Queue};
 use queue_core::keys::check_user;
 use queue_core::QueueError;
 
@@ -18,12 +18,12 @@ pub fn heartbeat(srv: &Server, args: &[Str]) -> Result<(), QueueError> {
         check_user(u.bytes())?;
     }
     let mut q = Queue::open(srv, args[1], true)?;
-    let cfg = q.config()?;
+    q.check(&[Part::Sessions])?;
     let now = srv.now_ms();
-    let until = now + cfg.session_lease();
+    let until = now + q.session_lease();
     srv.reply_array(args.len() - 2);
     for &user in &args[2..] {
-        let live = q.sessions.zscore(user).is_some_and(|exp| exp as i64 > now);
+        let live = q.sessions().zscore(user).is_some_and(|exp| exp as i64 > now);
         if live {
             q.extend_session(user, until);
         }
@@ -39,7 +39,8 @@ pub fn end(srv: &Server, args: &[Str]) -> Result<(), QueueError> {
     let user = args[2];
     check_user(user.bytes())?;
     let mut q = Queue::open(srv, args[1], true)?;
-    let ended = q.sessions.zscore(user).is_some();
+    q.check(&[Part::Sessions, Part::Active, Part::Stats])?;
+    let ended = q.sessions().zscore(user).is_some();
     if ended {
         q.close_session(user);
         q.add_stat("ended", 1);

@@ -53,55 +53,31 @@ pub fn check_nickname(s: &[u8]) -> Result<&[u8], QueueError> {
     }
 }
 
-/// The keys of one queue.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct QueueKeys {
-    prefix: String,
+/// The key of queue `queue` with the given suffix: `queue:{<queue>}:<suffix>`.
+pub fn key(queue: &str, suffix: &str) -> String {
+    format!("queue:{{{queue}}}:{suffix}")
 }
 
-impl QueueKeys {
-    pub fn new(queue: &str) -> Self {
-        QueueKeys { prefix: format!("queue:{{{queue}}}:") }
-    }
-    fn key(&self, suffix: &str) -> String {
-        format!("{}{suffix}", self.prefix)
-    }
-    /// zset: userId -> sequence number at entry (FIFO order).
-    pub fn waiting(&self) -> String {
-        self.key("waiting")
-    }
-    /// hash: sequence number -> "lastSeenMs:nickname", for the chunk holding `seq`.
-    pub fn chunk(&self, seq: u64) -> String {
-        self.key(&format!("w:{}", seq / CHUNK))
-    }
-    /// zset: ticketId -> expiry (ms).
-    pub fn tickets(&self) -> String {
-        self.key("tickets")
-    }
-    /// hash: ticketId -> "userId|nickname".
-    pub fn ticket(&self) -> String {
-        self.key("ticket")
-    }
-    /// hash: userId -> ticketId, for promoted users.
-    pub fn promoted(&self) -> String {
-        self.key("promoted")
-    }
-    /// zset: userId -> lease expiry (ms), the users inside.
-    pub fn sessions(&self) -> String {
-        self.key("sessions")
-    }
-    /// hash: userId -> nickname, the users inside.
-    pub fn active(&self) -> String {
-        self.key("active")
-    }
-    /// hash: the operator's settings; absent fields take the defaults.
-    pub fn config(&self) -> String {
-        self.key("config")
-    }
-    /// hash: sequence counter, token bucket, rate window, sweep cursor and counters.
-    pub fn stats(&self) -> String {
-        self.key("stats")
-    }
+/// zset: userId -> sequence number at entry (FIFO order).
+pub const WAITING: &str = "waiting";
+/// hash: userId -> ticketId, for promoted users.
+pub const PROMOTED: &str = "promoted";
+/// zset: ticketId -> expiry (ms).
+pub const TICKETS: &str = "tickets";
+/// hash: ticketId -> "userId|nickname".
+pub const TICKET: &str = "ticket";
+/// zset: userId -> lease expiry (ms), the users inside.
+pub const SESSIONS: &str = "sessions";
+/// hash: userId -> nickname, the users inside.
+pub const ACTIVE: &str = "active";
+/// hash: sequence counter, token bucket, rate window, sweep cursor and counters.
+pub const STATS: &str = "stats";
+/// hash: the operator's settings; absent fields take the defaults.
+pub const CONFIG: &str = "config";
+
+/// hash: sequence number -> "lastSeenMs:nickname", for the chunk holding `seq`.
+pub fn chunk_suffix(seq: u64) -> String {
+    format!("w:{}", seq / CHUNK)
 }
 
 #[cfg(test)]
@@ -128,11 +104,9 @@ mod tests {
 
     #[test]
     fn keys_share_the_tag() {
-        let k = QueueKeys::new("default");
-        assert_eq!(k.waiting(), "queue:{default}:waiting");
-        assert_eq!(k.chunk(0), "queue:{default}:w:0");
-        assert_eq!(k.chunk(63), "queue:{default}:w:0");
-        assert_eq!(k.chunk(64), "queue:{default}:w:1");
-        assert_eq!(k.stats(), "queue:{default}:stats");
+        assert_eq!(key("default", WAITING), "queue:{default}:waiting");
+        assert_eq!(key("default", &chunk_suffix(0)), "queue:{default}:w:0");
+        assert_eq!(chunk_suffix(63), "w:0");
+        assert_eq!(chunk_suffix(64), "w:1");
     }
 }
