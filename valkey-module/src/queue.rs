@@ -73,8 +73,9 @@ pub fn enter(srv: &Server, args: &[Str]) -> Result<(), QueueError> {
     if let Some(t) = old_ticket {
         q.remove_ticket(t, Some(user));
     }
-    let seq = q.stat("seq") + 1;
-    q.set_stat("seq", seq);
+    // The next number in line: after everyone waiting (numbers of people who left
+    // are never needed again, so the counter lives in the zset itself).
+    let seq = q.waiting().zmax_score().map_or(1, |s| s as i64 + 1);
     counters::add(&counters::ENTERED, 1);
 
     // Nobody waits: let the user in at once if there is room (and a token).
@@ -292,7 +293,7 @@ pub fn info(srv: &Server, args: &[Str]) -> Result<(), QueueError> {
     let (active, joining) = q.live_counts(now);
     let tokens = if cfg.rate() > 0 { q.bucket(now).whole() } else { -1 };
     const COUNTERS: [&str; 7] = ["promoted", "claimed", "expired", "dropped", "left", "ended", "lapsed"];
-    srv.reply_map(7 + FIELDS.len() + COUNTERS.len());
+    srv.reply_map(6 + FIELDS.len() + COUNTERS.len());
     srv.field_int("waiting", q.waiting().len());
     srv.field_int("joining", joining);
     srv.field_int("active", active);
@@ -302,8 +303,6 @@ pub fn info(srv: &Server, args: &[Str]) -> Result<(), QueueError> {
     for (f, v) in FIELDS.iter().zip(cfg.values) {
         srv.field_int(f.name, v);
     }
-    // Every entry takes the next sequence number, so the counter is the count.
-    srv.field_int("entered", q.stat("seq"));
     for c in COUNTERS {
         srv.field_int(c, q.stat(c));
     }

@@ -252,6 +252,24 @@ impl Key {
         deleted != 0
     }
 
+    /// The highest score in the zset.
+    pub fn zmax_score(&self) -> Option<f64> {
+        if self.kind() != Kind::Zset {
+            return None;
+        }
+        unsafe {
+            let k = self.ptr.cast();
+            let inf = f64::INFINITY;
+            if raw::RedisModule_ZsetLastInScoreRange.unwrap()(k, -inf, inf, 0, 0) != raw::REDISMODULE_OK as c_int {
+                return None;
+            }
+            let mut score = 0f64;
+            let ele = raw::RedisModule_ZsetRangeCurrentElement.unwrap()(k, &mut score);
+            raw::RedisModule_ZsetRangeStop.unwrap()(k);
+            (!ele.is_null()).then_some(score)
+        }
+    }
+
     /// Up to `limit` members with `min <= score <= max`, lowest score first.
     pub fn zrange(&self, min: f64, max: f64, limit: usize) -> Vec<(Str, f64)> {
         let mut out = Vec::new();

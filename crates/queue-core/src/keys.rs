@@ -9,7 +9,7 @@ use crate::error::{QueueError, MAX_NAME_LEN, MAX_NICKNAME_LEN};
 /// Waiting users' records are grouped by their sequence number into hashes of this
 /// many entries, small enough to stay in Valkey's compact listpack encoding (128 by
 /// default), which is what keeps a waiting user under 200 bytes.
-pub const CHUNK: u64 = 64;
+pub const CHUNK: u64 = 32;
 
 fn is_name_byte(b: u8, allow_at: bool) -> bool {
     b.is_ascii_alphanumeric() || matches!(b, b'.' | b'_' | b':' | b'-') || (allow_at && b == b'@')
@@ -70,7 +70,7 @@ pub const TICKET: &str = "ticket";
 pub const SESSIONS: &str = "sessions";
 /// hash: userId -> nickname, the users inside.
 pub const ACTIVE: &str = "active";
-/// hash: sequence counter, token bucket, rate window, sweep cursor and counters.
+/// hash: token bucket, rate window, sweep cursor and counters.
 pub const STATS: &str = "stats";
 /// hash: the operator's settings; absent fields take the defaults.
 pub const CONFIG: &str = "config";
@@ -106,7 +106,7 @@ mod tests {
     fn keys_share_the_tag() {
         assert_eq!(key("default", WAITING), "queue:{default}:waiting");
         assert_eq!(key("default", &chunk_suffix(0)), "queue:{default}:w:0");
-        assert_eq!(chunk_suffix(63), "w:0");
-        assert_eq!(chunk_suffix(64), "w:1");
+        assert_eq!(chunk_suffix(CHUNK - 1), "w:0");
+        assert_eq!(chunk_suffix(CHUNK), "w:1");
     }
 }
