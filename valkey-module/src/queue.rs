@@ -2,7 +2,7 @@
 
 use crate::counters;
 use crate::server::{Server, Str};
-use crate::state::{Part, Queue, Standing};
+use crate::state::{Part, Queue, Rec, Standing, ALL_PARTS};
 use queue_core::admission::{self, estimated_wait_seconds, free_slots, is_abandoned, promote_count};
 use queue_core::config::FIELDS;
 use queue_core::keys::{check_nickname, check_user};
@@ -12,10 +12,6 @@ use queue_core::QueueError;
 pub const MAX_PROMOTE: i64 = 100_000;
 /// Waiters a PROMOTE examines beyond the head to drop those who left without a word.
 pub const SWEEP_BUDGET: usize = 256;
-
-/// Every key a command that admits users may write.
-const ADMISSION: [Part; 7] =
-    [Part::Waiting, Part::Promoted, Part::Tickets, Part::Ticket, Part::Sessions, Part::Active, Part::Stats];
 
 pub fn arity(ok: bool, cmd: &'static str) -> Result<(), QueueError> {
     if ok {
@@ -27,18 +23,18 @@ pub fn arity(ok: bool, cmd: &'static str) -> Result<(), QueueError> {
 
 /// The reply describing where a user stands (the seed's JSON fields).
 pub fn reply_standing(srv: &Server, user: Str, standing: &Standing, eta: Option<i64>) {
-    let (status, rank, nickname, ticket): (&str, i64, Option<Str>, Option<Str>) = match standing {
-        Standing::Waiting { rank, nickname, .. } => ("WAITING", *rank, Some(*nickname), None),
-        Standing::Promoted { ticket, nickname } => ("PROMOTED", 0, *nickname, Some(*ticket)),
-        Standing::Active { nickname } => ("ACTIVE", 0, *nickname, None),
+    let (status, rank, nickname, ticket): (&str, i64, Option<&[u8]>, Option<&[u8]>) = match standing {
+        Standing::Waiting { rank, nickname, .. } => ("WAITING", *rank, Some(nickname), None),
+        Standing::Promoted { ticket, nickname } => ("PROMOTED", 0, Some(nickname), Some(ticket)),
+        Standing::Active { nickname } => ("ACTIVE", 0, nickname.map(Str::bytes), None),
         Standing::Unknown => ("UNKNOWN", 0, None, None),
     };
     srv.reply_map(6);
     srv.field_bulk("status", Some(status.as_bytes()));
     srv.field_int("rank", rank);
     srv.field_bulk("userId", Some(user.bytes()));
-    srv.field_bulk("nickname", nickname.map(Str::bytes));
-    srv.field_bulk("ticketId", ticket.map(Str::bytes));
+    srv.field_bulk("nickname", nickname);
+    srv.field_bulk("ticketId", ticket);
     srv.field_opt_int("estimatedWaitSeconds", eta);
 }
 
@@ -59,35 +55,33 @@ pub fn enter(srv: &Server, args: &[Str]) -> Result<(), QueueError> {
     check_user(user.bytes())?;
     let nickname = check_nickname(args[3].bytes())?;
     let mut q = Queue::open(srv, args[1], true)?;
-    q.check(&[Part::Waiting, Part::Promoted, Part::Stats])?;
+    q.check(&[Part::Waiting, Part::Stats])?;
     let now = srv.now_ms();
 
-    let old_seq = q.waiting().zscore(user).map(|s| s as i64);
-    let old_ticket = q.promoted().hget(user);
-    let others_waiting = q.waiting().len() - i64::from(old_seq.is_some());
-    let may_admit_now = others_waiting == 0 && q.soft_cap() > 0;
-    if old_ticket.is_some() || may_admit_now {
-        q.check(&ADMISSION)?;
+    // Re-entry goes to the back: give up the old place and any unclaimed ticket.
+    let old = q.waiting().zscore(user).map(|s| s as i64);
+    let may_admit_now = q.soft_cap() > 0 && q.waiting_count() == i64::from(old.is_some_and(|seq| !q.is_promoted(seq)));
+    if may_admit_now {
+        q.check(&ALL_PARTS)?;
     }
-    // Re-entry goes to the back: forget any unclaimed ticket and the old place.
-    if let Some(t) = old_ticket {
-        q.remove_ticket(t, Some(user));
+    if let Some(seq) = old {
+        let was_promoted = q.is_promoted(seq);
+        q.remove(user, seq, was_promoted);
     }
-    // The next number in line: after everyone waiting (numbers of people who left
-    // are never needed again, so the counter lives in the zset itself).
+    // The next number in line: after everyone in it (numbers of people who left
+    // are never needed again, so no counter is written per entry).
     let seq = q.waiting().zmax_score().map_or(1, |s| s as i64 + 1);
     counters::add(&counters::ENTERED, 1);
 
     // Nobody waits: let the user in at once if there is room (and a token).
     if may_admit_now {
         q.reap(now);
-        let free = free_slots(q.soft_cap(), q.sessions().len(), q.tickets().len());
+        let free = free_slots(q.soft_cap(), q.sessions().len(), q.joining());
         let bucket = (q.rate() > 0).then(|| q.bucket(now));
         if free > 0 && bucket.is_none_or(|b| b.whole() >= 1) {
-            if let Some(old) = old_seq {
-                q.remove_waiter(user, old);
-            }
-            let ticket = q.issue_ticket(user, nickname, now);
+            q.add_waiter(user, seq, now, nickname);
+            let ticket = q.promote_user(user, seq, nickname, now);
+            q.note_promoted(1, seq);
             if let Some(b) = bucket {
                 q.save_bucket(b.take(1));
             }
@@ -95,18 +89,15 @@ pub fn enter(srv: &Server, args: &[Str]) -> Result<(), QueueError> {
             q.save_rate_window(w, w.record(now, 1));
             q.add_stat("promoted", 1);
             counters::add(&counters::PROMOTED, 1);
-            let standing = Standing::Promoted { ticket, nickname: Some(srv.str(nickname)) };
+            let standing = Standing::Promoted { ticket, nickname: nickname.to_vec() };
             reply_standing(srv, user, &standing, None);
             q.finish(c"queue.enter");
             return Ok(());
         }
     }
-    if let Some(old) = old_seq {
-        q.remove_waiter(user, old);
-    }
     q.add_waiter(user, seq, now, nickname);
-    let rank = q.waiting().len();
-    let standing = Standing::Waiting { seq, rank, seen: now, nickname: srv.str(nickname) };
+    let rank = q.waiting_count();
+    let standing = Standing::Waiting { seq, rank, seen: now, nickname: nickname.to_vec() };
     let eta = eta_for(&q, &standing);
     reply_standing(srv, user, &standing, eta);
     q.finish(c"queue.enter");
@@ -119,7 +110,7 @@ fn observe(q: &mut Queue, user: Str, now: i64) -> Standing {
     if let Standing::Waiting { seq, seen, nickname, .. } = &standing {
         if let Some(every) = admission::seen_refresh_ms(q.abandon_after()) {
             if now - seen >= every {
-                q.write_record(*seq, now, nickname.bytes());
+                q.touch(*seq, now, nickname);
             }
         }
     }
@@ -132,7 +123,7 @@ pub fn status(srv: &Server, args: &[Str]) -> Result<(), QueueError> {
     let user = args[2];
     check_user(user.bytes())?;
     let mut q = Queue::open(srv, args[1], true)?;
-    q.check(&[Part::Waiting, Part::Promoted, Part::Tickets, Part::Ticket, Part::Sessions, Part::Active])?;
+    q.check(&[Part::Waiting, Part::Sessions, Part::Active, Part::Stats])?;
     let now = srv.now_ms();
     let standing = observe(&mut q, user, now);
     let eta = eta_for(&q, &standing);
@@ -148,7 +139,7 @@ pub fn ranks(srv: &Server, args: &[Str]) -> Result<(), QueueError> {
         check_user(u.bytes())?;
     }
     let mut q = Queue::open(srv, args[1], true)?;
-    q.check(&[Part::Waiting, Part::Promoted, Part::Tickets, Part::Ticket, Part::Sessions, Part::Active])?;
+    q.check(&[Part::Waiting, Part::Sessions, Part::Active, Part::Stats])?;
     let now = srv.now_ms();
     srv.reply_array(args.len() - 2);
     for &user in &args[2..] {
@@ -166,21 +157,15 @@ pub fn leave(srv: &Server, args: &[Str]) -> Result<(), QueueError> {
     let user = args[2];
     check_user(user.bytes())?;
     let mut q = Queue::open(srv, args[1], true)?;
-    q.check(&ADMISSION)?;
-    let mut left = false;
-    if let Some(seq) = q.waiting().zscore(user) {
-        q.remove_waiter(user, seq as i64);
-        left = true;
-    }
-    if let Some(t) = q.promoted().hget(user) {
-        q.remove_ticket(t, Some(user));
-        left = true;
-    }
-    if left {
+    q.check(&[Part::Waiting, Part::Stats])?;
+    let seq = q.waiting().zscore(user).map(|s| s as i64);
+    if let Some(seq) = seq {
+        let was_promoted = q.is_promoted(seq);
+        q.remove(user, seq, was_promoted);
         q.add_stat("left", 1);
         counters::add(&counters::LEFT, 1);
     }
-    srv.reply_int(i64::from(left));
+    srv.reply_int(i64::from(seq.is_some()));
     q.finish(c"queue.leave");
     Ok(())
 }
@@ -199,38 +184,42 @@ pub fn promote(srv: &Server, args: &[Str]) -> Result<(), QueueError> {
         }
     }
     let mut q = Queue::open(srv, args[1], true)?;
-    q.check(&ADMISSION)?;
+    q.check(&ALL_PARTS)?;
     let cfg = q.config();
     let now = srv.now_ms();
 
     let (tickets_expired, leases_expired) = q.reap(now);
-    let free = free_slots(cfg.soft_cap(), q.sessions().len(), q.tickets().len());
+    let free = free_slots(cfg.soft_cap(), q.sessions().len(), q.joining());
     let bucket = (cfg.rate() > 0).then(|| q.bucket(now));
     let n = promote_count(free, bucket.map(|b| b.whole()), max, cfg.batch_max());
 
-    // Issue tickets to the head of the line; those who left without a word are
-    // dropped on the way and never promoted.
+    // Issue tickets to the head of the waiting users (right after the promoted
+    // ones); those who left without a word are dropped on the way, never promoted.
     let mut promoted = 0i64;
     let mut dropped = 0i64;
+    let mut p_max = q.p_max();
     if n > 0 {
-        let head = q.waiting().zrange(f64::NEG_INFINITY, f64::INFINITY, n as usize + SWEEP_BUDGET);
+        let head = q.waiting().zrange(p_max as f64 + 1.0, f64::INFINITY, n as usize + SWEEP_BUDGET);
         for (user, seq) in head {
             if promoted == n {
                 break;
             }
             let seq = seq as i64;
-            let rec = q.record(seq);
-            q.remove_waiter(user, seq);
-            match rec {
-                Some((seen, nickname)) if !is_abandoned(seen, now, cfg.abandon_after()) => {
-                    q.issue_ticket(user, nickname.bytes(), now);
+            match q.record(seq) {
+                Some(Rec::Waiting { seen, nickname }) if !is_abandoned(seen, now, cfg.abandon_after()) => {
+                    q.promote_user(user, seq, &nickname, now);
                     promoted += 1;
+                    p_max = seq;
                 }
-                _ => dropped += 1,
+                _ => {
+                    q.remove(user, seq, false);
+                    dropped += 1;
+                }
             }
         }
     }
-    dropped += sweep(&mut q, cfg.abandon_after(), now);
+    q.note_promoted(promoted, p_max);
+    dropped += sweep(&mut q, cfg.abandon_after(), now, p_max);
 
     if let Some(b) = bucket {
         q.save_bucket(b.take(promoted));
@@ -242,13 +231,13 @@ pub fn promote(srv: &Server, args: &[Str]) -> Result<(), QueueError> {
     counters::add(&counters::PROMOTED, promoted);
     counters::add(&counters::DROPPED, dropped);
 
-    let (active, joining) = (q.sessions().len(), q.tickets().len());
+    let (active, joining) = (q.sessions().len(), q.joining());
     srv.reply_map(8);
     srv.field_int("promoted", promoted);
     srv.field_int("tickets_expired", tickets_expired);
     srv.field_int("leases_expired", leases_expired);
     srv.field_int("dropped", dropped);
-    srv.field_int("waiting", q.waiting().len());
+    srv.field_int("waiting", q.waiting_count());
     srv.field_int("joining", joining);
     srv.field_int("active", active);
     srv.field_int("available_slots", free_slots(cfg.soft_cap(), active, joining));
@@ -258,22 +247,23 @@ pub fn promote(srv: &Server, args: &[Str]) -> Result<(), QueueError> {
 
 /// Examines up to SWEEP_BUDGET waiters after the sweep cursor and drops those not
 /// heard from within abandon_after, so that ranks stay honest; wraps at the end.
-fn sweep(q: &mut Queue, abandon_after: i64, now: i64) -> i64 {
-    if abandon_after <= 0 || q.waiting().len() == 0 {
+fn sweep(q: &mut Queue, abandon_after: i64, now: i64, p_max: i64) -> i64 {
+    if abandon_after <= 0 || q.waiting_count() == 0 {
         return 0;
     }
-    let cursor = q.stat("sweep");
+    let cursor = q.stat("sweep").max(p_max);
     let batch = q.waiting().zrange(cursor as f64 + 1.0, f64::INFINITY, SWEEP_BUDGET);
     let next = if batch.len() < SWEEP_BUDGET { 0 } else { batch.last().map_or(0, |&(_, s)| s as i64) };
     let mut dropped = 0;
     for (user, seq) in batch {
         let seq = seq as i64;
         let abandoned = match q.record(seq) {
-            Some((seen, _)) => is_abandoned(seen, now, abandon_after),
+            Some(Rec::Waiting { seen, .. }) => is_abandoned(seen, now, abandon_after),
+            Some(Rec::Promoted { .. }) => false,
             None => true,
         };
         if abandoned {
-            q.remove_waiter(user, seq);
+            q.remove(user, seq, false);
             dropped += 1;
         }
     }
@@ -287,14 +277,14 @@ fn sweep(q: &mut Queue, abandon_after: i64, now: i64) -> i64 {
 pub fn info(srv: &Server, args: &[Str]) -> Result<(), QueueError> {
     arity(args.len() == 2, "queue.info")?;
     let q = Queue::open(srv, args[1], false)?;
-    q.check(&[Part::Waiting, Part::Tickets, Part::Sessions, Part::Stats, Part::Config])?;
+    q.check(&[Part::Waiting, Part::Sessions, Part::Stats, Part::Config])?;
     let cfg = q.config();
     let now = srv.now_ms();
-    let (active, joining) = q.live_counts(now);
+    let (active, joining) = (q.live_sessions(now), q.joining());
     let tokens = if cfg.rate() > 0 { q.bucket(now).whole() } else { -1 };
     const COUNTERS: [&str; 7] = ["promoted", "claimed", "expired", "dropped", "left", "ended", "lapsed"];
     srv.reply_map(6 + FIELDS.len() + COUNTERS.len());
-    srv.field_int("waiting", q.waiting().len());
+    srv.field_int("waiting", q.waiting_count());
     srv.field_int("joining", joining);
     srv.field_int("active", active);
     srv.field_int("available_slots", free_slots(cfg.soft_cap(), active, joining));

@@ -1,6 +1,11 @@
 //! One queue's keys, opened on first use, and the building blocks every command
-//! shares: settings, counters, records, issuing and revoking tickets, and reaping
-//! what has expired. Each write is applied here and recorded in `fx` for replication.
+//! shares: settings, counters, records, promoting and withdrawing, and reaping what
+//! has expired. Each write is applied here and recorded in `fx` for replication.
+//!
+//! Promoted users keep their place in `waiting` (their record is rewritten in place
+//! to hold the ticket), so promotion adds no key and no member; they always form
+//! the head of the line, `joining` of them, numbered at most `p_max`. So a waiting
+//! user's rank is its rank in the zset minus `joining`.
 //!
 //! Commands call [`Queue::check`] on every key they may write before writing any,
 //! so a key of the wrong type is refused with WRONGTYPE and nothing changes.
@@ -11,7 +16,7 @@ use crate::server::{Key, Kind, Server, Str};
 use queue_core::admission::{Bucket, RateWindow};
 use queue_core::config::{Config, FIELDS};
 use queue_core::keys::{self, CHUNK};
-use queue_core::record;
+use queue_core::record::{self, Record};
 use queue_core::QueueError;
 use std::cell::{Cell, OnceCell};
 
@@ -19,25 +24,22 @@ use std::cell::{Cell, OnceCell};
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Part {
     Waiting,
-    Promoted,
-    Tickets,
-    Ticket,
     Sessions,
     Active,
     Stats,
     Config,
 }
 
-const PARTS: [(Part, &str, Kind); 8] = [
+const PARTS: [(Part, &str, Kind); 5] = [
     (Part::Waiting, keys::WAITING, Kind::Zset),
-    (Part::Promoted, keys::PROMOTED, Kind::Hash),
-    (Part::Tickets, keys::TICKETS, Kind::Zset),
-    (Part::Ticket, keys::TICKET, Kind::Hash),
     (Part::Sessions, keys::SESSIONS, Kind::Zset),
     (Part::Active, keys::ACTIVE, Kind::Hash),
     (Part::Stats, keys::STATS, Kind::Hash),
     (Part::Config, keys::CONFIG, Kind::Hash),
 ];
+
+/// Every key a command that admits, withdraws or ends may write.
+pub const ALL_PARTS: [Part; 4] = [Part::Waiting, Part::Sessions, Part::Active, Part::Stats];
 
 pub struct Queue<'s> {
     pub srv: &'s Server,
@@ -45,16 +47,22 @@ pub struct Queue<'s> {
     pub name: Str,
     prefix: Vec<u8>,
     write: bool,
-    names: [Cell<Option<Str>>; 8],
-    keys: [OnceCell<Key>; 8],
+    names: [Cell<Option<Str>>; 5],
+    keys: [OnceCell<Key>; 5],
     settings: [Cell<Option<i64>>; 8],
     pub fx: Effects,
 }
 
+/// A user's record, read from its chunk (owned, so it outlives the read).
+pub enum Rec {
+    Waiting { seen: i64, nickname: Vec<u8> },
+    Promoted { expiry: i64, secret: Vec<u8>, user: Vec<u8>, nickname: Vec<u8> },
+}
+
 /// Where a user stands.
 pub enum Standing {
-    Waiting { seq: i64, rank: i64, seen: i64, nickname: Str },
-    Promoted { ticket: Str, nickname: Option<Str> },
+    Waiting { seq: i64, rank: i64, seen: i64, nickname: Vec<u8> },
+    Promoted { ticket: Vec<u8>, nickname: Vec<u8> },
     Active { nickname: Option<Str> },
     Unknown,
 }
@@ -113,15 +121,6 @@ impl<'s> Queue<'s> {
 
     pub fn waiting(&self) -> &Key {
         self.key(Part::Waiting)
-    }
-    pub fn promoted(&self) -> &Key {
-        self.key(Part::Promoted)
-    }
-    pub fn tickets(&self) -> &Key {
-        self.key(Part::Tickets)
-    }
-    pub fn ticket(&self) -> &Key {
-        self.key(Part::Ticket)
     }
     pub fn sessions(&self) -> &Key {
         self.key(Part::Sessions)
@@ -196,6 +195,21 @@ impl<'s> Queue<'s> {
         }
     }
 
+    /// Whether the user numbered `seq` holds a ticket (expired or not).
+    pub fn is_promoted(&self, seq: i64) -> bool {
+        seq <= self.p_max()
+    }
+
+    /// Tickets out: promoted users who have not claimed, withdrawn or been reaped.
+    pub fn joining(&self) -> i64 {
+        self.stat("joining")
+    }
+
+    /// Users in line who have no ticket yet.
+    pub fn waiting_count(&self) -> i64 {
+        self.waiting().len() - self.joining()
+    }
+
     /// The token bucket refilled to `now` (full the first time it is seen).
     pub fn bucket(&self, now: i64) -> Bucket {
         let size = self.config().bucket_size();
@@ -239,19 +253,27 @@ impl<'s> Queue<'s> {
         self.key_name(&suffix[..2 + digits.len()])
     }
 
-    /// A waiting user's record: (last seen ms, nickname).
-    pub fn record(&self, seq: i64) -> Option<(i64, Str)> {
+    /// The record of the user numbered `seq`.
+    pub fn record(&self, seq: i64) -> Option<Rec> {
         let key = self.srv.open(self.chunk_key(seq), false);
         let v = key.hget(self.srv.int_str(seq))?;
-        let (seen, nick) = record::decode_waiting(v.bytes())?;
-        Some((seen, self.srv.str(nick)))
+        Some(match record::decode(v.bytes())? {
+            Record::Waiting { seen, nickname } => Rec::Waiting { seen, nickname: nickname.to_vec() },
+            Record::Promoted { expiry, secret, user, nickname } => {
+                Rec::Promoted { expiry, secret: secret.to_vec(), user: user.to_vec(), nickname: nickname.to_vec() }
+            }
+        })
     }
 
-    pub fn write_record(&mut self, seq: i64, seen: i64, nickname: &[u8]) {
-        let (k, f) = (self.chunk_key(seq), self.srv.int_str(seq));
-        let v = self.srv.str(&record::encode_waiting(seen, nickname));
+    fn put_record(&mut self, seq: i64, value: &[u8]) {
+        let (k, f, v) = (self.chunk_key(seq), self.srv.int_str(seq), self.srv.str(value));
         self.srv.open(k, true).hset(f, v);
         self.fx.hset(k, f, v);
+    }
+
+    /// Notes that the waiting user `seq` was heard from at `now`.
+    pub fn touch(&mut self, seq: i64, now: i64, nickname: &[u8]) {
+        self.put_record(seq, &record::encode_waiting(now, nickname));
     }
 
     fn delete_record(&mut self, seq: i64) {
@@ -260,53 +282,52 @@ impl<'s> Queue<'s> {
         self.fx.hdel(k, f);
     }
 
-    /// Puts `user` at the back of the line with sequence number `seq`.
+    /// Puts `user` in line with sequence number `seq` (the back of the line).
     pub fn add_waiter(&mut self, user: Str, seq: i64, now: i64, nickname: &[u8]) {
         self.waiting().zadd(user, seq as f64);
         self.fx.zadd(self.name_of(Part::Waiting), self.srv.int_str(seq), user);
-        self.write_record(seq, now, nickname);
+        self.touch(seq, now, nickname);
     }
 
-    /// Takes `user` (sequence number `seq`) out of the line.
-    pub fn remove_waiter(&mut self, user: Str, seq: i64) {
+    /// Takes `user` (numbered `seq`) out of line, withdrawing its ticket if it had one.
+    pub fn remove(&mut self, user: Str, seq: i64, was_promoted: bool) {
         self.waiting().zrem(user);
         self.fx.zrem(self.name_of(Part::Waiting), user);
         self.delete_record(seq);
-    }
-
-    /// Issues a ticket to `user`, claimable until now + ticket_ttl.
-    pub fn issue_ticket(&mut self, user: Str, nickname: &[u8], now: i64) -> Str {
-        let id = self.srv.str(crate::ids::next_ticket_id().as_bytes());
-        let expiry = now + self.ticket_ttl();
-        self.tickets().zadd(id, expiry as f64);
-        self.fx.zadd(self.name_of(Part::Tickets), self.srv.int_str(expiry), id);
-        let v = self.srv.str(&record::encode_ticket(user.bytes(), nickname));
-        self.ticket().hset(id, v);
-        self.fx.hset(self.name_of(Part::Ticket), id, v);
-        self.promoted().hset(user, id);
-        self.fx.hset(self.name_of(Part::Promoted), user, id);
-        id
-    }
-
-    /// Removes a ticket (claimed, expired or revoked) and its user's promotion.
-    pub fn remove_ticket(&mut self, ticket: Str, user: Option<Str>) {
-        self.tickets().zrem(ticket);
-        self.fx.zrem(self.name_of(Part::Tickets), ticket);
-        self.ticket().hdel(ticket);
-        self.fx.hdel(self.name_of(Part::Ticket), ticket);
-        if let Some(u) = user {
-            if self.promoted().hget(u).is_some_and(|t| t.bytes() == ticket.bytes()) {
-                self.promoted().hdel(u);
-                self.fx.hdel(self.name_of(Part::Promoted), u);
+        if was_promoted {
+            let left = self.joining() - 1;
+            self.set_stat("joining", left);
+            if left == 0 {
+                self.set_stat("p_max", 0);
             }
         }
     }
 
-    /// The user and nickname a ticket was issued to.
-    pub fn ticket_holder(&self, ticket: Str) -> Option<(Str, Str)> {
-        let v = self.ticket().hget(ticket)?;
-        let (u, n) = record::decode_ticket(v.bytes())?;
-        Some((self.srv.str(u), self.srv.str(n)))
+    /// Promotes the user numbered `seq` (in line, after every promoted user): its
+    /// record becomes its ticket, claimable until now + ticket_ttl. Returns the ticket.
+    pub fn promote_user(&mut self, user: Str, seq: i64, nickname: &[u8], now: i64) -> Vec<u8> {
+        let secret = crate::ids::next_secret();
+        let expiry = now + self.ticket_ttl();
+        self.put_record(seq, &record::encode_promoted(expiry, &secret, user.bytes(), nickname));
+        queue_core::ticket::ticket_id(seq, &secret)
+    }
+
+    /// Counts `n` promotions up to number `p_max` (kept apart so a batch writes once).
+    pub fn note_promoted(&mut self, n: i64, p_max: i64) {
+        if n > 0 {
+            let joining = self.joining() + n;
+            self.set_stat("joining", joining);
+            self.set_stat("p_max", p_max);
+        }
+    }
+
+    /// The highest number a promoted user holds (0 when nobody holds a ticket).
+    pub fn p_max(&self) -> i64 {
+        if self.joining() > 0 {
+            self.stat("p_max")
+        } else {
+            0
+        }
     }
 
     pub fn open_session(&mut self, user: Str, nickname: Str, until: i64) {
@@ -328,42 +349,58 @@ impl<'s> Queue<'s> {
         self.fx.hdel(self.name_of(Part::Active), user);
     }
 
-    /// Drops tickets and leases whose time is over; returns (tickets, leases) dropped.
+    /// Drops expired tickets and leases; returns (tickets, leases) dropped.
+    ///
+    /// Tickets are examined from the head of the line, in the order they were
+    /// issued, up to the first that is still good: after `ticket_ttl` was lowered a
+    /// newer ticket may expire first, and is then counted a little longer (never
+    /// accepted: TICKET.CLAIM checks its own expiry).
     pub fn reap(&mut self, now: i64) -> (i64, i64) {
-        let expired = self.tickets().zrange(f64::NEG_INFINITY, now as f64, usize::MAX);
-        for &(t, _) in &expired {
-            let holder = self.ticket_holder(t).map(|(u, _)| u);
-            self.remove_ticket(t, holder);
+        let mut expired = 0;
+        let joining = self.joining();
+        if joining > 0 {
+            let head = self.waiting().zrange(f64::NEG_INFINITY, f64::INFINITY, joining as usize);
+            for (user, seq) in head {
+                match self.record(seq as i64) {
+                    Some(Rec::Promoted { expiry, .. }) if expiry <= now => {
+                        self.remove(user, seq as i64, true);
+                        expired += 1;
+                    }
+                    _ => break,
+                }
+            }
         }
         let lapsed = self.sessions().zrange(f64::NEG_INFINITY, now as f64, usize::MAX);
         for &(u, _) in &lapsed {
             self.close_session(u);
         }
-        let (e, l) = (expired.len() as i64, lapsed.len() as i64);
-        self.add_stat("expired", e);
-        self.add_stat("lapsed", l);
-        crate::counters::add(&crate::counters::EXPIRED, e);
-        crate::counters::add(&crate::counters::LAPSED, l);
-        (e, l)
+        let lapsed = lapsed.len() as i64;
+        self.add_stat("expired", expired);
+        self.add_stat("lapsed", lapsed);
+        crate::counters::add(&crate::counters::EXPIRED, expired);
+        crate::counters::add(&crate::counters::LAPSED, lapsed);
+        (expired, lapsed)
     }
 
-    /// Live sessions and claimable tickets, as of `now`, without writing.
-    pub fn live_counts(&self, now: i64) -> (i64, i64) {
-        let live = |key: &Key| key.len() - key.zrange(f64::NEG_INFINITY, now as f64, usize::MAX).len() as i64;
-        (live(self.sessions()), live(self.tickets()))
+    /// Live sessions as of `now`, without writing.
+    pub fn live_sessions(&self, now: i64) -> i64 {
+        let s = self.sessions();
+        s.len() - s.zrange(f64::NEG_INFINITY, now as f64, usize::MAX).len() as i64
     }
 
     /// Where `user` stands as of `now` (tickets and leases past their time count as gone).
     pub fn standing(&self, user: Str, now: i64) -> Standing {
         if self.waiting().kind() == Kind::Zset {
             if let Some((rank, seq)) = self.srv.zrank_with_score(self.name_of(Part::Waiting), user) {
-                let (seen, nickname) = self.record(seq).unwrap_or((0, self.srv.str(b"")));
-                return Standing::Waiting { seq, rank: rank + 1, seen, nickname };
-            }
-        }
-        if let Some(t) = self.promoted().hget(user) {
-            if self.tickets().zscore(t).is_some_and(|exp| exp as i64 > now) {
-                return Standing::Promoted { ticket: t, nickname: self.ticket_holder(t).map(|(_, n)| n) };
+                return match self.record(seq) {
+                    Some(Rec::Waiting { seen, nickname }) => {
+                        Standing::Waiting { seq, rank: rank + 1 - self.joining(), seen, nickname }
+                    }
+                    Some(Rec::Promoted { expiry, secret, nickname, .. }) if expiry > now => {
+                        Standing::Promoted { ticket: queue_core::ticket::ticket_id(seq, &secret), nickname }
+                    }
+                    _ => Standing::Unknown,
+                };
             }
         }
         if self.sessions().zscore(user).is_some_and(|exp| exp as i64 > now) {

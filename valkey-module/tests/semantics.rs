@@ -99,7 +99,7 @@ fn enter_promotes_at_once_when_nobody_waits(b: Backend) {
     let r = c.enter("q", "a", "alice");
     assert_eq!(field_str(&r, "status").as_deref(), Some("PROMOTED"));
     assert_eq!(field_int(&r, "rank"), 0);
-    assert!(testkit_uuid(&field_str(&r, "ticketId").unwrap()));
+    assert!(queue_core::ticket::is_ticket_id(&field_str(&r, "ticketId").unwrap()));
     let r = c.enter("q", "b", "bob");
     assert_eq!(field_str(&r, "status").as_deref(), Some("PROMOTED"));
     // Full now: the next one waits, and so does everyone after, even once there is room.
@@ -110,10 +110,6 @@ fn enter_promotes_at_once_when_nobody_waits(b: Backend) {
     let r = c.enter("q", "d", "dave");
     assert_eq!(field_str(&r, "status").as_deref(), Some("WAITING"), "d must not jump ahead of c");
     assert_eq!(field_int(&r, "rank"), 2);
-}
-
-fn testkit_uuid(s: &str) -> bool {
-    s.len() == 36 && s.as_bytes()[14] == b'4' && s.chars().all(|c| c == '-' || c.is_ascii_hexdigit())
 }
 
 fn promote_respects_soft_cap_max_and_batch_max(b: Backend) {

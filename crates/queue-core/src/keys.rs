@@ -58,24 +58,21 @@ pub fn key(queue: &str, suffix: &str) -> String {
     format!("queue:{{{queue}}}:{suffix}")
 }
 
-/// zset: userId -> sequence number at entry (FIFO order).
+/// zset: userId -> sequence number at entry (FIFO order). Promoted users keep
+/// their place until their ticket is used, withdrawn or expires, so they are always
+/// the first members.
 pub const WAITING: &str = "waiting";
-/// hash: userId -> ticketId, for promoted users.
-pub const PROMOTED: &str = "promoted";
-/// zset: ticketId -> expiry (ms).
-pub const TICKETS: &str = "tickets";
-/// hash: ticketId -> "userId|nickname".
-pub const TICKET: &str = "ticket";
 /// zset: userId -> lease expiry (ms), the users inside.
 pub const SESSIONS: &str = "sessions";
 /// hash: userId -> nickname, the users inside.
 pub const ACTIVE: &str = "active";
-/// hash: token bucket, rate window, sweep cursor and counters.
+/// hash: tickets out (`joining`), the highest promoted sequence number, token
+/// bucket, rate window, sweep cursor and counters.
 pub const STATS: &str = "stats";
 /// hash: the operator's settings; absent fields take the defaults.
 pub const CONFIG: &str = "config";
 
-/// hash: sequence number -> "lastSeenMs:nickname", for the chunk holding `seq`.
+/// hash: sequence number -> the user's record (see `record`), for the chunk holding `seq`.
 pub fn chunk_suffix(seq: u64) -> String {
     format!("w:{}", seq / CHUNK)
 }

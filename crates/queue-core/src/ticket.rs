@@ -1,49 +1,59 @@
-//! Ticket ids: random UUID v4 strings from a ChaCha stream seeded by the OS, so
-//! issuing a thousand tickets costs no system calls and ids cannot be guessed.
+//! Tickets: `"<seq>.<secret>"`, the promoted user's sequence number (which finds its
+//! record) and 128 random bits as 32 hex digits (which make the ticket unguessable).
+//! Secrets come from a ChaCha stream seeded by the OS, so issuing a thousand tickets
+//! costs no system calls.
 
 use rand_chacha::ChaCha12Rng;
 use rand_core::{RngCore, SeedableRng};
 
-pub struct TicketIds {
+pub const SECRET_LEN: usize = 32;
+
+pub struct Secrets {
     rng: ChaCha12Rng,
 }
 
-impl TicketIds {
+impl Secrets {
     pub fn from_seed(seed: [u8; 32]) -> Self {
-        TicketIds { rng: ChaCha12Rng::from_seed(seed) }
+        Secrets { rng: ChaCha12Rng::from_seed(seed) }
     }
 
-    pub fn next_id(&mut self) -> String {
+    pub fn next_secret(&mut self) -> [u8; SECRET_LEN] {
         let mut b = [0u8; 16];
         self.rng.fill_bytes(&mut b);
-        format_uuid_v4(b)
-    }
-}
-
-pub fn format_uuid_v4(mut b: [u8; 16]) -> String {
-    b[6] = (b[6] & 0x0f) | 0x40;
-    b[8] = (b[8] & 0x3f) | 0x80;
-    let mut s = String::with_capacity(36);
-    for (i, byte) in b.iter().enumerate() {
-        if matches!(i, 4 | 6 | 8 | 10) {
-            s.push('-');
+        let mut out = [0u8; SECRET_LEN];
+        for (i, byte) in b.iter().enumerate() {
+            out[2 * i] = HEX[(byte >> 4) as usize];
+            out[2 * i + 1] = HEX[(byte & 0xf) as usize];
         }
-        s.push(char::from_digit((byte >> 4) as u32, 16).unwrap());
-        s.push(char::from_digit((byte & 0xf) as u32, 16).unwrap());
+        out
     }
-    s
 }
 
-/// True for the shape `format_uuid_v4` produces (tests compare random ids by shape).
-pub fn is_uuid_v4(s: &str) -> bool {
-    let b = s.as_bytes();
-    b.len() == 36
-        && b.iter().enumerate().all(|(i, c)| match i {
-            8 | 13 | 18 | 23 => *c == b'-',
-            14 => *c == b'4',
-            19 => matches!(c, b'8' | b'9' | b'a' | b'b'),
-            _ => c.is_ascii_hexdigit() && !c.is_ascii_uppercase(),
-        })
+const HEX: &[u8; 16] = b"0123456789abcdef";
+
+pub fn ticket_id(seq: i64, secret: &[u8]) -> Vec<u8> {
+    let mut t = seq.to_string().into_bytes();
+    t.push(b'.');
+    t.extend_from_slice(secret);
+    t
+}
+
+/// The (sequence number, secret) of a well-formed ticket.
+pub fn parse_ticket(t: &[u8]) -> Option<(i64, &[u8])> {
+    let dot = t.iter().position(|&b| b == b'.')?;
+    let seq = crate::args::parse_i64(&t[..dot]).filter(|&s| s > 0)?;
+    let secret = &t[dot + 1..];
+    (secret.len() == SECRET_LEN && secret.iter().all(|c| HEX.contains(c))).then_some((seq, secret))
+}
+
+/// True for the shape `ticket_id` produces (tests compare random ids by shape).
+pub fn is_ticket_id(t: &str) -> bool {
+    parse_ticket(t.as_bytes()).is_some()
+}
+
+/// Compares secrets without stopping at the first difference.
+pub fn same_secret(a: &[u8], b: &[u8]) -> bool {
+    a.len() == b.len() && a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
 }
 
 #[cfg(test)]
@@ -51,12 +61,27 @@ mod tests {
     use super::*;
 
     #[test]
-    fn ids_are_uuid_v4_and_distinct() {
-        let mut g = TicketIds::from_seed([7; 32]);
-        let ids: std::collections::HashSet<String> = (0..1000).map(|_| g.next_id()).collect();
+    fn tickets_are_distinct_and_parse_back() {
+        let mut g = Secrets::from_seed([7; 32]);
+        let ids: std::collections::HashSet<Vec<u8>> = (1..=1000).map(|seq| ticket_id(seq, &g.next_secret())).collect();
         assert_eq!(ids.len(), 1000);
-        assert!(ids.iter().all(|i| is_uuid_v4(i)), "{ids:?}");
-        assert_eq!(format_uuid_v4([0; 16]), "00000000-0000-4000-8000-000000000000");
-        assert!(!is_uuid_v4("00000000-0000-1000-8000-000000000000"));
+        for id in &ids {
+            let (seq, secret) = parse_ticket(id).unwrap();
+            assert!(seq >= 1 && secret.len() == 32);
+        }
+        assert_eq!(
+            parse_ticket(b"12.0123456789abcdef0123456789abcdef"),
+            Some((12, &b"0123456789abcdef0123456789abcdef"[..]))
+        );
+        for bad in [
+            &b"12"[..],
+            b".0123456789abcdef0123456789abcdef",
+            b"0.0123456789abcdef0123456789abcdef",
+            b"1.0123",
+            b"1.0123456789ABCDEF0123456789abcdef",
+        ] {
+            assert_eq!(parse_ticket(bad), None, "{bad:?}");
+        }
+        assert!(same_secret(b"ab", b"ab") && !same_secret(b"ab", b"ac") && !same_secret(b"ab", b"abc"));
     }
 }
