@@ -80,7 +80,7 @@ pub fn enter(srv: &Server, args: &[Str]) -> Result<(), QueueError> {
         let bucket = (q.rate() > 0).then(|| q.bucket(now));
         if free > 0 && bucket.is_none_or(|b| b.whole() >= 1) {
             q.add_waiter(user, seq, now, nickname);
-            let ticket = q.promote_user(user, seq, nickname, now);
+            let ticket = q.promote_user(seq, nickname, now);
             q.note_promoted(1, seq);
             if let Some(b) = bucket {
                 q.save_bucket(b.take(1));
@@ -207,7 +207,7 @@ pub fn promote(srv: &Server, args: &[Str]) -> Result<(), QueueError> {
             let seq = seq as i64;
             match q.record(seq) {
                 Some(Rec::Waiting { seen, nickname }) if !is_abandoned(seen, now, cfg.abandon_after()) => {
-                    q.promote_user(user, seq, &nickname, now);
+                    q.promote_user(seq, &nickname, now);
                     promoted += 1;
                     p_max = seq;
                 }

@@ -273,23 +273,34 @@ impl Key {
     /// Up to `limit` members with `min <= score <= max`, lowest score first.
     pub fn zrange(&self, min: f64, max: f64, limit: usize) -> Vec<(Str, f64)> {
         let mut out = Vec::new();
-        if self.kind() != Kind::Zset || limit == 0 {
-            return out;
+        self.zscan(min, max, |m, s| {
+            out.push((m, s));
+            out.len() < limit
+        });
+        out
+    }
+
+    /// Visits members with `min <= score <= max`, lowest score first, while `f`
+    /// returns true. `f` must not write to this key.
+    pub fn zscan(&self, min: f64, max: f64, mut f: impl FnMut(Str, f64) -> bool) {
+        if self.kind() != Kind::Zset {
+            return;
         }
         unsafe {
             let k = self.ptr.cast();
             if raw::RedisModule_ZsetFirstInScoreRange.unwrap()(k, min, max, 0, 0) != raw::REDISMODULE_OK as c_int {
-                return out;
+                return;
             }
-            while raw::RedisModule_ZsetRangeEndReached.unwrap()(k) == 0 && out.len() < limit {
+            while raw::RedisModule_ZsetRangeEndReached.unwrap()(k) == 0 {
                 let mut score = 0f64;
                 let ele = raw::RedisModule_ZsetRangeCurrentElement.unwrap()(k, &mut score);
-                out.push((Str(ele), score));
+                if !f(Str(ele), score) {
+                    break;
+                }
                 raw::RedisModule_ZsetRangeNext.unwrap()(k);
             }
             raw::RedisModule_ZsetRangeStop.unwrap()(k);
         }
-        out
     }
 
     pub fn hget(&self, field: Str) -> Option<Str> {

@@ -56,7 +56,7 @@ pub struct Queue<'s> {
 /// A user's record, read from its chunk (owned, so it outlives the read).
 pub enum Rec {
     Waiting { seen: i64, nickname: Vec<u8> },
-    Promoted { expiry: i64, secret: Vec<u8>, user: Vec<u8>, nickname: Vec<u8> },
+    Promoted { expiry: i64, secret: Vec<u8>, nickname: Vec<u8> },
 }
 
 /// Where a user stands.
@@ -259,8 +259,8 @@ impl<'s> Queue<'s> {
         let v = key.hget(self.srv.int_str(seq))?;
         Some(match record::decode(v.bytes())? {
             Record::Waiting { seen, nickname } => Rec::Waiting { seen, nickname: nickname.to_vec() },
-            Record::Promoted { expiry, secret, user, nickname } => {
-                Rec::Promoted { expiry, secret: secret.to_vec(), user: user.to_vec(), nickname: nickname.to_vec() }
+            Record::Promoted { expiry, secret, nickname } => {
+                Rec::Promoted { expiry, secret: secret.to_vec(), nickname: nickname.to_vec() }
             }
         })
     }
@@ -305,11 +305,21 @@ impl<'s> Queue<'s> {
 
     /// Promotes the user numbered `seq` (in line, after every promoted user): its
     /// record becomes its ticket, claimable until now + ticket_ttl. Returns the ticket.
-    pub fn promote_user(&mut self, user: Str, seq: i64, nickname: &[u8], now: i64) -> Vec<u8> {
+    pub fn promote_user(&mut self, seq: i64, nickname: &[u8], now: i64) -> Vec<u8> {
         let secret = crate::ids::next_secret();
         let expiry = now + self.ticket_ttl();
-        self.put_record(seq, &record::encode_promoted(expiry, &secret, user.bytes(), nickname));
+        self.put_record(seq, &record::encode_promoted(expiry, &secret, nickname));
         queue_core::ticket::ticket_id(seq, &secret)
+    }
+
+    /// The user in line with number `seq`.
+    pub fn user_at(&self, seq: i64) -> Option<Str> {
+        let mut found = None;
+        self.waiting().zscan(seq as f64, seq as f64, |m, _| {
+            found = Some(m);
+            false
+        });
+        found
     }
 
     /// Counts `n` promotions up to number `p_max` (kept apart so a batch writes once).
@@ -356,20 +366,21 @@ impl<'s> Queue<'s> {
     /// newer ticket may expire first, and is then counted a little longer (never
     /// accepted: TICKET.CLAIM checks its own expiry).
     pub fn reap(&mut self, now: i64) -> (i64, i64) {
-        let mut expired = 0;
-        let joining = self.joining();
-        if joining > 0 {
-            let head = self.waiting().zrange(f64::NEG_INFINITY, f64::INFINITY, joining as usize);
-            for (user, seq) in head {
-                match self.record(seq as i64) {
-                    Some(Rec::Promoted { expiry, .. }) if expiry <= now => {
-                        self.remove(user, seq as i64, true);
-                        expired += 1;
-                    }
-                    _ => break,
+        let mut gone = Vec::new();
+        let p_max = self.p_max();
+        if p_max > 0 {
+            self.waiting().zscan(f64::NEG_INFINITY, p_max as f64, |user, seq| {
+                let done = matches!(self.record(seq as i64), Some(Rec::Promoted { expiry, .. }) if expiry <= now);
+                if done {
+                    gone.push((user, seq as i64));
                 }
-            }
+                done
+            });
         }
+        for &(user, seq) in &gone {
+            self.remove(user, seq, true);
+        }
+        let expired = gone.len() as i64;
         let lapsed = self.sessions().zrange(f64::NEG_INFINITY, now as f64, usize::MAX);
         for &(u, _) in &lapsed {
             self.close_session(u);

@@ -18,7 +18,7 @@ pub fn claim(srv: &Server, args: &[Str]) -> Result<(), QueueError> {
     let now = srv.now_ms();
 
     let (seq, secret) = parse_ticket(ticket.bytes()).ok_or(QueueError::NoTicket)?;
-    let Some(Rec::Promoted { expiry, secret: held, user, nickname }) = q.record(seq) else {
+    let Some(Rec::Promoted { expiry, secret: held, nickname }) = q.record(seq) else {
         return Err(QueueError::NoTicket);
     };
     if !same_secret(secret, &held) {
@@ -27,7 +27,7 @@ pub fn claim(srv: &Server, args: &[Str]) -> Result<(), QueueError> {
     if expiry <= now {
         return Err(QueueError::TicketExpired);
     }
-    let user = srv.str(&user);
+    let user = q.user_at(seq).ok_or(QueueError::NoTicket)?;
     if q.sessions().zscore(user).is_some_and(|exp| exp as i64 > now) {
         return Err(QueueError::AlreadyInside);
     }

@@ -29,7 +29,7 @@ fn populated(b: Backend) -> (ValkeyServer, Client, String) {
 const ARITY: &str = "ERR wrong number of arguments for";
 const BAD_USER: &str = "ERR invalid userId: 1 to 64 characters from A-Z a-z 0-9 . _ : @ -";
 const BAD_QUEUE: &str = "ERR invalid queue name: 1 to 64 characters from A-Z a-z 0-9 . _ : -";
-const BAD_NICK: &str = "ERR invalid nickname: 1 to 64 bytes, no control characters";
+const BAD_NICK: &str = "ERR invalid nickname: 1 to 32 bytes, no control characters";
 const NOT_INT: &str = "ERR value is not an integer or out of range";
 
 fn bad_arguments_are_refused_and_change_nothing(b: Backend) {

@@ -28,7 +28,8 @@ pub enum QueueError {
 }
 
 pub const MAX_NAME_LEN: usize = 64;
-pub const MAX_NICKNAME_LEN: usize = 64;
+/// Bytes (UTF-8): ten Hangul syllables fit.
+pub const MAX_NICKNAME_LEN: usize = 32;
 
 impl fmt::Display for QueueError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
@@ -42,7 +43,7 @@ impl fmt::Display for QueueError {
             }
             InvalidQueue => f.write_str("ERR invalid queue name: 1 to 64 characters from A-Z a-z 0-9 . _ : -"),
             InvalidUserId => f.write_str("ERR invalid userId: 1 to 64 characters from A-Z a-z 0-9 . _ : @ -"),
-            InvalidNickname => f.write_str("ERR invalid nickname: 1 to 64 bytes, no control characters"),
+            InvalidNickname => f.write_str("ERR invalid nickname: 1 to 32 bytes, no control characters"),
             InvalidTicketId => f.write_str("ERR invalid ticketId: 1 to 64 characters from A-Z a-z 0-9 . _ : @ -"),
             UnknownConfigField(name) => write!(f, "ERR unknown config field '{name}'"),
             WrongType => f.write_str("WRONGTYPE Operation against a key holding the wrong kind of value"),

@@ -2,12 +2,14 @@
 //!
 //! A waiting user costs as little as possible: `"<lastSeenMs>:<nickname>"`. When the
 //! user is promoted the same field is rewritten in place (no key or member is added)
-//! to `"P<expiryMs>|<secret>|<userId>|<nickname>"`; userIds and secrets have no '|'.
+//! to `"P<expiryMs>|<secret>|<nickname>"` (secrets have no '|'). Both stay within 64
+//! bytes, so chunks keep Valkey's compact listpack encoding; the userId is the
+//! waiting zset's member with that sequence number.
 
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Record<'a> {
     Waiting { seen: i64, nickname: &'a [u8] },
-    Promoted { expiry: i64, secret: &'a [u8], user: &'a [u8], nickname: &'a [u8] },
+    Promoted { expiry: i64, secret: &'a [u8], nickname: &'a [u8] },
 }
 
 pub fn encode_waiting(seen_ms: i64, nickname: &[u8]) -> Vec<u8> {
@@ -18,11 +20,11 @@ pub fn encode_waiting(seen_ms: i64, nickname: &[u8]) -> Vec<u8> {
     v
 }
 
-pub fn encode_promoted(expiry_ms: i64, secret: &[u8], user: &[u8], nickname: &[u8]) -> Vec<u8> {
-    let mut v = Vec::with_capacity(24 + secret.len() + user.len() + nickname.len());
+pub fn encode_promoted(expiry_ms: i64, secret: &[u8], nickname: &[u8]) -> Vec<u8> {
+    let mut v = Vec::with_capacity(24 + secret.len() + nickname.len());
     v.push(b'P');
     v.extend_from_slice(itoa_i64(expiry_ms).as_bytes());
-    for part in [secret, user, nickname] {
+    for part in [secret, nickname] {
         v.push(b'|');
         v.extend_from_slice(part);
     }
@@ -35,10 +37,10 @@ fn itoa_i64(v: i64) -> String {
 
 pub fn decode(v: &[u8]) -> Option<Record<'_>> {
     if let Some(rest) = v.strip_prefix(b"P") {
-        let mut parts = rest.splitn(4, |&b| b == b'|');
+        let mut parts = rest.splitn(3, |&b| b == b'|');
         let expiry = crate::args::parse_i64(parts.next()?)?;
-        let (secret, user, nickname) = (parts.next()?, parts.next()?, parts.next()?);
-        return Some(Record::Promoted { expiry, secret, user, nickname });
+        let (secret, nickname) = (parts.next()?, parts.next()?);
+        return Some(Record::Promoted { expiry, secret, nickname });
     }
     let colon = v.iter().position(|&b| b == b':')?;
     let seen = crate::args::parse_i64(&v[..colon])?;
@@ -54,10 +56,14 @@ mod tests {
         let w = encode_waiting(1_732_230_000_123, "라이언:x".as_bytes());
         assert_eq!(w, "1732230000123:라이언:x".as_bytes());
         assert_eq!(decode(&w), Some(Record::Waiting { seen: 1_732_230_000_123, nickname: "라이언:x".as_bytes() }));
-        let p = encode_promoted(99, b"abc", b"u:1", b"a|b");
-        assert_eq!(p, b"P99|abc|u:1|a|b");
-        assert_eq!(decode(&p), Some(Record::Promoted { expiry: 99, secret: b"abc", user: b"u:1", nickname: b"a|b" }));
-        for bad in [&b"garbage"[..], b"Pxx|a|b|c", b"P1|a|b", b":nick"] {
+        let p = encode_promoted(99, b"abc", b"a|b");
+        assert_eq!(p, b"P99|abc|a|b");
+        assert_eq!(decode(&p), Some(Record::Promoted { expiry: 99, secret: b"abc", nickname: b"a|b" }));
+        // The longest records still fit a listpack entry (64 bytes).
+        let nick = [b'n'; crate::error::MAX_NICKNAME_LEN];
+        assert!(encode_promoted(9_999_999_999_999, &[b's'; crate::ticket::SECRET_LEN], &nick).len() <= 64);
+        assert!(encode_waiting(9_999_999_999_999, &nick).len() <= 64);
+        for bad in [&b"garbage"[..], b"Pxx|a|b", b"P1|a", b":nick"] {
             assert_eq!(decode(bad), None, "{bad:?}");
         }
     }

@@ -1,12 +1,13 @@
 //! Tickets: `"<seq>.<secret>"`, the promoted user's sequence number (which finds its
-//! record) and 128 random bits as 32 hex digits (which make the ticket unguessable).
+//! record) and 96 random bits as 16 base64url characters (which make the ticket
+//! unguessable for the minute it lives).
 //! Secrets come from a ChaCha stream seeded by the OS, so issuing a thousand tickets
 //! costs no system calls.
 
 use rand_chacha::ChaCha12Rng;
 use rand_core::{RngCore, SeedableRng};
 
-pub const SECRET_LEN: usize = 32;
+pub const SECRET_LEN: usize = 16;
 
 pub struct Secrets {
     rng: ChaCha12Rng,
@@ -18,18 +19,16 @@ impl Secrets {
     }
 
     pub fn next_secret(&mut self) -> [u8; SECRET_LEN] {
-        let mut b = [0u8; 16];
-        self.rng.fill_bytes(&mut b);
+        let bits = u128::from(self.rng.next_u64()) << 32 | u128::from(self.rng.next_u32());
         let mut out = [0u8; SECRET_LEN];
-        for (i, byte) in b.iter().enumerate() {
-            out[2 * i] = HEX[(byte >> 4) as usize];
-            out[2 * i + 1] = HEX[(byte & 0xf) as usize];
+        for (i, c) in out.iter_mut().enumerate() {
+            *c = ALPHABET[((bits >> (6 * i)) & 63) as usize];
         }
         out
     }
 }
 
-const HEX: &[u8; 16] = b"0123456789abcdef";
+const ALPHABET: &[u8; 64] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_";
 
 pub fn ticket_id(seq: i64, secret: &[u8]) -> Vec<u8> {
     let mut t = seq.to_string().into_bytes();
@@ -43,7 +42,7 @@ pub fn parse_ticket(t: &[u8]) -> Option<(i64, &[u8])> {
     let dot = t.iter().position(|&b| b == b'.')?;
     let seq = crate::args::parse_i64(&t[..dot]).filter(|&s| s > 0)?;
     let secret = &t[dot + 1..];
-    (secret.len() == SECRET_LEN && secret.iter().all(|c| HEX.contains(c))).then_some((seq, secret))
+    (secret.len() == SECRET_LEN && secret.iter().all(|c| ALPHABET.contains(c))).then_some((seq, secret))
 }
 
 /// True for the shape `ticket_id` produces (tests compare random ids by shape).
@@ -67,18 +66,16 @@ mod tests {
         assert_eq!(ids.len(), 1000);
         for id in &ids {
             let (seq, secret) = parse_ticket(id).unwrap();
-            assert!(seq >= 1 && secret.len() == 32);
+            assert!(seq >= 1 && secret.len() == SECRET_LEN);
         }
-        assert_eq!(
-            parse_ticket(b"12.0123456789abcdef0123456789abcdef"),
-            Some((12, &b"0123456789abcdef0123456789abcdef"[..]))
-        );
+        assert_eq!(parse_ticket(b"12.Ab-_0123456789xy"), Some((12, &b"Ab-_0123456789xy"[..])));
         for bad in [
             &b"12"[..],
-            b".0123456789abcdef0123456789abcdef",
-            b"0.0123456789abcdef0123456789abcdef",
+            b".Ab-_0123456789xy",
+            b"0.Ab-_0123456789xy",
             b"1.0123",
-            b"1.0123456789ABCDEF0123456789abcdef",
+            b"1.Ab-_0123456789x.",
+            b"1.Ab-_0123456789xyz",
         ] {
             assert_eq!(parse_ticket(bad), None, "{bad:?}");
         }
