@@ -18,7 +18,7 @@ use queue_core::config::{Config, FIELDS};
 use queue_core::keys::{self, CHUNK};
 use queue_core::record::{self, Record};
 use queue_core::QueueError;
-use std::cell::{Cell, OnceCell};
+use std::cell::{Cell, OnceCell, RefCell};
 
 /// The keys of a queue (see `queue_core::keys` for what each holds).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -50,6 +50,8 @@ pub struct Queue<'s> {
     names: [Cell<Option<Str>>; 5],
     keys: [OnceCell<Key>; 5],
     settings: [Cell<Option<i64>>; 8],
+    /// Stats fields read or written by this command, so each is read once.
+    stats_seen: RefCell<Vec<(&'static str, i64)>>,
     pub fx: Effects,
 }
 
@@ -82,6 +84,7 @@ impl<'s> Queue<'s> {
             names: Default::default(),
             keys: Default::default(),
             settings: Default::default(),
+            stats_seen: RefCell::default(),
             fx: Effects::default(),
         })
     }
@@ -178,17 +181,29 @@ impl<'s> Queue<'s> {
         self.setting(7)
     }
 
-    pub fn stat(&self, field: &str) -> i64 {
-        self.stats().hget(self.srv.str(field.as_bytes())).and_then(Str::parse_i64).unwrap_or(0)
+    pub fn stat(&self, field: &'static str) -> i64 {
+        if let Some(&(_, v)) = self.stats_seen.borrow().iter().find(|(f, _)| *f == field) {
+            return v;
+        }
+        let v = self.stats().hget(self.srv.str(field.as_bytes())).and_then(Str::parse_i64).unwrap_or(0);
+        self.stats_seen.borrow_mut().push((field, v));
+        v
     }
 
-    pub fn set_stat(&mut self, field: &str, v: i64) {
+    pub fn set_stat(&mut self, field: &'static str, v: i64) {
+        {
+            let mut seen = self.stats_seen.borrow_mut();
+            match seen.iter_mut().find(|(f, _)| *f == field) {
+                Some(slot) => slot.1 = v,
+                None => seen.push((field, v)),
+            }
+        }
         let (f, v) = (self.srv.str(field.as_bytes()), self.srv.int_str(v));
         self.stats().hset(f, v);
         self.fx.hset(self.name_of(Part::Stats), f, v);
     }
 
-    pub fn add_stat(&mut self, field: &str, by: i64) {
+    pub fn add_stat(&mut self, field: &'static str, by: i64) {
         if by != 0 {
             let v = self.stat(field) + by;
             self.set_stat(field, v);
