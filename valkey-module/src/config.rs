@@ -1,7 +1,7 @@
 //! QUEUE.CONFIG: a queue's runtime settings (the back office).
 
 use crate::queue::arity;
-use crate::server::{Server, Str};
+use crate::server::{Server, Str, Val};
 use crate::state::{Part, Queue};
 use queue_core::config::{check_value, field, FIELDS};
 use queue_core::QueueError;
@@ -17,10 +17,8 @@ pub fn config(srv: &Server, args: &[Str]) -> Result<(), QueueError> {
         q.check(&[Part::Config])?;
         let cfg = q.config();
         if args[3].bytes() == b"*" {
-            srv.reply_map(FIELDS.len());
-            for (f, v) in FIELDS.iter().zip(cfg.values) {
-                srv.field_int(f.name, v);
-            }
+            let fields: Vec<(&str, Val)> = FIELDS.iter().zip(cfg.values).map(|(f, v)| (f.name, Val::Int(v))).collect();
+            srv.reply_fields(&queue_core::replies::CONFIG, &fields);
         } else {
             let f = field(args[3].bytes())?;
             srv.reply_int(cfg.get(f.name));

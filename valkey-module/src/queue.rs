@@ -1,11 +1,12 @@
 //! QUEUE.ENTER, QUEUE.STATUS, QUEUE.RANKS, QUEUE.LEAVE, QUEUE.PROMOTE, QUEUE.INFO.
 
 use crate::counters;
-use crate::server::{Server, Str};
+use crate::server::{Server, Str, Val};
 use crate::state::{Part, Queue, Rec, Standing, ALL_PARTS};
 use queue_core::admission::{self, estimated_wait_seconds, free_slots, is_abandoned, promote_count};
 use queue_core::config::FIELDS;
 use queue_core::keys::{check_nickname, check_user};
+use queue_core::replies;
 use queue_core::QueueError;
 
 /// Most MAX a PROMOTE accepts (the same as the largest batch_max).
@@ -29,13 +30,17 @@ pub fn reply_standing(srv: &Server, user: Str, standing: &Standing, eta: Option<
         Standing::Active { nickname } => ("ACTIVE", 0, nickname.map(Str::bytes), None),
         Standing::Unknown => ("UNKNOWN", 0, None, None),
     };
-    srv.reply_map(6);
-    srv.field_bulk("status", Some(status.as_bytes()));
-    srv.field_int("rank", rank);
-    srv.field_bulk("userId", Some(user.bytes()));
-    srv.field_bulk("nickname", nickname);
-    srv.field_bulk("ticketId", ticket);
-    srv.field_opt_int("estimatedWaitSeconds", eta);
+    srv.reply_fields(
+        &replies::STANDING,
+        &[
+            ("status", Val::Bulk(status.as_bytes())),
+            ("rank", Val::Int(rank)),
+            ("userId", Val::Bulk(user.bytes())),
+            ("nickname", Val::opt_bulk(nickname)),
+            ("ticketId", Val::opt_bulk(ticket)),
+            ("estimatedWaitSeconds", Val::opt_int(eta)),
+        ],
+    );
 }
 
 fn eta_for(q: &Queue, standing: &Standing) -> Option<i64> {
@@ -237,15 +242,19 @@ pub fn promote(srv: &Server, args: &[Str]) -> Result<(), QueueError> {
     counters::add(&counters::DROPPED, dropped);
 
     let (active, joining) = (q.sessions().len(), q.joining());
-    srv.reply_map(8);
-    srv.field_int("promoted", promoted);
-    srv.field_int("tickets_expired", tickets_expired);
-    srv.field_int("leases_expired", leases_expired);
-    srv.field_int("dropped", dropped);
-    srv.field_int("waiting", q.waiting_count());
-    srv.field_int("joining", joining);
-    srv.field_int("active", active);
-    srv.field_int("available_slots", free_slots(cfg.soft_cap(), active, joining));
+    srv.reply_fields(
+        &replies::PROMOTE,
+        &[
+            ("promoted", Val::Int(promoted)),
+            ("tickets_expired", Val::Int(tickets_expired)),
+            ("leases_expired", Val::Int(leases_expired)),
+            ("dropped", Val::Int(dropped)),
+            ("waiting", Val::Int(q.waiting_count())),
+            ("joining", Val::Int(joining)),
+            ("active", Val::Int(active)),
+            ("available_slots", Val::Int(free_slots(cfg.soft_cap(), active, joining))),
+        ],
+    );
     q.finish(c"queue.promote");
     Ok(())
 }
@@ -287,19 +296,16 @@ pub fn info(srv: &Server, args: &[Str]) -> Result<(), QueueError> {
     let now = srv.now_ms();
     let (active, joining) = (q.live_sessions(now), q.joining());
     let tokens = if cfg.rate() > 0 { q.bucket(now).whole() } else { -1 };
-    const COUNTERS: [&str; 7] = ["promoted", "claimed", "expired", "dropped", "left", "ended", "lapsed"];
-    srv.reply_map(6 + FIELDS.len() + COUNTERS.len());
-    srv.field_int("waiting", q.waiting_count());
-    srv.field_int("joining", joining);
-    srv.field_int("active", active);
-    srv.field_int("available_slots", free_slots(cfg.soft_cap(), active, joining));
-    srv.field_int("tokens", tokens);
-    srv.field_int("admission_rate_per_min", q.stat("rate_per_min"));
-    for (f, v) in FIELDS.iter().zip(cfg.values) {
-        srv.field_int(f.name, v);
-    }
-    for c in COUNTERS {
-        srv.field_int(c, q.stat(c));
-    }
+    let mut fields = vec![
+        ("waiting", Val::Int(q.waiting_count())),
+        ("joining", Val::Int(joining)),
+        ("active", Val::Int(active)),
+        ("available_slots", Val::Int(free_slots(cfg.soft_cap(), active, joining))),
+        ("tokens", Val::Int(tokens)),
+        ("admission_rate_per_min", Val::Int(q.stat("rate_per_min"))),
+    ];
+    fields.extend(FIELDS.iter().zip(cfg.values).map(|(f, v)| (f.name, Val::Int(v))));
+    fields.extend(replies::COUNTERS.iter().map(|&c| (c, Val::Int(q.stat(c)))));
+    srv.reply_fields(&replies::INFO, &fields);
     Ok(())
 }

@@ -34,6 +34,22 @@ impl Str {
     }
 }
 
+/// A value in a map reply.
+pub enum Val<'a> {
+    Int(i64),
+    Bulk(&'a [u8]),
+    Null,
+}
+
+impl<'a> Val<'a> {
+    pub fn opt_int(v: Option<i64>) -> Self {
+        v.map_or(Val::Null, Val::Int)
+    }
+    pub fn opt_bulk(v: Option<&'a [u8]>) -> Self {
+        v.map_or(Val::Null, Val::Bulk)
+    }
+}
+
 /// Handle on the server for one command callback.
 pub struct Server {
     ctx: *mut raw::RedisModuleCtx,
@@ -170,23 +186,22 @@ impl Server {
         let c = std::ffi::CString::new(msg.replace(['\r', '\n', '\0'], " ")).expect("no NUL");
         unsafe { raw::RedisModule_ReplyWithError.unwrap()(self.ctx, c.as_ptr()) };
     }
-    /// A field name followed by its value, for maps.
-    pub fn field_int(&self, name: &str, v: i64) {
-        self.reply_bulk(name.as_bytes());
-        self.reply_int(v);
-    }
-    pub fn field_bulk(&self, name: &str, v: Option<&[u8]>) {
-        self.reply_bulk(name.as_bytes());
+    pub fn reply_val(&self, v: &Val) {
         match v {
-            Some(b) => self.reply_bulk(b),
-            None => self.reply_null(),
+            Val::Int(i) => self.reply_int(*i),
+            Val::Bulk(b) => self.reply_bulk(b),
+            Val::Null => self.reply_null(),
         }
     }
-    pub fn field_opt_int(&self, name: &str, v: Option<i64>) {
-        self.reply_bulk(name.as_bytes());
-        match v {
-            Some(i) => self.reply_int(i),
-            None => self.reply_null(),
+
+    /// A map reply with `fields` emitted in `order` (see `queue_core::replies`).
+    pub fn reply_fields(&self, order: &[&str], fields: &[(&str, Val)]) {
+        debug_assert_eq!(order.len(), fields.len());
+        self.reply_map(order.len());
+        for name in order {
+            let (_, v) = fields.iter().find(|(f, _)| f == name).expect("every ordered field is given");
+            self.reply_bulk(name.as_bytes());
+            self.reply_val(v);
         }
     }
 }

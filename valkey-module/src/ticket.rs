@@ -2,7 +2,7 @@
 
 use crate::counters;
 use crate::queue::arity;
-use crate::server::{Server, Str};
+use crate::server::{Server, Str, Val};
 use crate::state::{Queue, Rec, ALL_PARTS};
 use queue_core::keys::check_ticket;
 use queue_core::ticket::{parse_ticket, same_secret};
@@ -41,11 +41,15 @@ pub fn claim(srv: &Server, args: &[Str]) -> Result<(), QueueError> {
     q.add_stat("claimed", 1);
     counters::add(&counters::CLAIMED, 1);
 
-    srv.reply_map(4);
-    srv.field_bulk("userId", Some(user.bytes()));
-    srv.field_bulk("nickname", Some(&nickname));
-    srv.field_bulk("ticketId", Some(ticket.bytes()));
-    srv.field_int("leaseMs", lease);
+    srv.reply_fields(
+        &queue_core::replies::CLAIM,
+        &[
+            ("userId", Val::Bulk(user.bytes())),
+            ("nickname", Val::Bulk(&nickname)),
+            ("ticketId", Val::Bulk(ticket.bytes())),
+            ("leaseMs", Val::Int(lease)),
+        ],
+    );
     q.finish(c"ticket.claim");
     Ok(())
 }

@@ -4,15 +4,7 @@
 use proptest::prelude::*;
 use testkit::{digest, Backend, Client, ValkeyServer};
 
-macro_rules! backend_tests {
-    ($($name:ident),* $(,)?) => {
-        mod module {
-            $( #[test] fn $name() { super::$name(testkit::Backend::Module) } )*
-        }
-    };
-}
-
-backend_tests!(bad_arguments_are_refused_and_change_nothing, random_argument_vectors_never_hurt);
+testkit::backend_tests!(bad_arguments_are_refused_and_change_nothing, random_argument_vectors_never_hurt);
 
 /// A queue with someone waiting, someone promoted and someone inside.
 fn populated(b: Backend) -> (ValkeyServer, Client, String) {
@@ -138,13 +130,10 @@ fn random_argument_vectors_never_hurt(b: Backend) {
     let c = std::cell::RefCell::new(c);
     let mut runner =
         proptest::test_runner::TestRunner::new(ProptestConfig { cases: 1500, ..ProptestConfig::default() });
-    let strategy = (0..COMMANDS.len(), proptest::collection::vec(arg_strategy(), 0..7));
+    let strategy = (0..COMMANDS.len(), proptest::collection::vec(arg_strategy(), 1..7));
     runner
         .run(&strategy, |(i, args)| {
-            let mut cmd = redis::cmd(COMMANDS[i]);
-            for a in &args {
-                cmd.arg(a.as_slice());
-            }
+            let cmd = testkit::command_for(b, COMMANDS[i], &args);
             let mut raw = raw.borrow_mut();
             let before = digest(&mut raw);
             let reply: redis::RedisResult<redis::Value> = cmd.query(&mut c.borrow_mut().con);

@@ -6,15 +6,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 use testkit::{field_int, field_str, Backend, ValkeyServer};
 
-macro_rules! backend_tests {
-    ($($name:ident),* $(,)?) => {
-        mod module {
-            $( #[test] fn $name() { super::$name(testkit::Backend::Module) } )*
-        }
-    };
-}
-
-backend_tests!(capacity_holds_and_tickets_claim_once_under_load);
+testkit::backend_tests!(capacity_holds_and_tickets_claim_once_under_load);
 
 const SOFT_CAP: i64 = 25;
 

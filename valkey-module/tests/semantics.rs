@@ -2,15 +2,7 @@
 
 use testkit::{as_int, field_int, field_str, Backend, Client, ValkeyServer};
 
-macro_rules! backend_tests {
-    ($($name:ident),* $(,)?) => {
-        mod module {
-            $( #[test] fn $name() { super::$name(testkit::Backend::Module) } )*
-        }
-    };
-}
-
-backend_tests!(
+testkit::backend_tests!(
     fifo_order_is_entry_order,
     reentry_moves_to_the_back_and_leave_removes,
     enter_promotes_at_once_when_nobody_waits,
@@ -44,7 +36,7 @@ fn fifo_order_is_entry_order(b: Backend) {
     let users: Vec<String> = (0..600).map(|i| format!("user-{:04}", (i * 7919) % 10007)).collect();
     let mut pipe = redis::pipe();
     for u in &users {
-        pipe.cmd("QUEUE.ENTER").arg("q").arg(u).arg("n");
+        pipe.add_command(c.cmd("QUEUE.ENTER", &["q", u.as_str(), "n"]));
     }
     let _: Vec<redis::Value> = pipe.query(&mut c.con).unwrap();
     c.config_set("q", &[("soft_cap", 1_000_000), ("batch_max", 100_000)]);

@@ -10,6 +10,7 @@ pub mod config;
 pub mod error;
 pub mod keys;
 pub mod record;
+pub mod replies;
 pub mod ticket;
 
 pub use error::QueueError;

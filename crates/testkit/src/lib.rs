@@ -14,10 +14,40 @@ use std::time::{Duration, Instant};
 pub enum Backend {
     /// The Rust module, loaded with --loadmodule.
     Module,
+    /// The Valkey Functions library lua-fallback/queue.lua, loaded with FUNCTION LOAD.
+    Lua,
+    /// Neither: a bare server.
+    Bare,
 }
 
-impl Backend {
-    pub const ALL: [Backend; 1] = [Backend::Module];
+/// The Lua library's source with its entropy placeholder filled in.
+pub fn lua_library() -> String {
+    let src = std::fs::read_to_string(workspace_root().join("lua-fallback/queue.lua")).expect("lua-fallback/queue.lua");
+    let seed = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_nanos()
+        ^ (std::process::id() as u128) << 64;
+    src.replace("__QUEUE_ENTROPY__", &format!("{:032x}", seed))
+}
+
+/// The function twin of a module command: QUEUE.ENTER -> queue_enter.
+pub fn function_name(command: &str) -> String {
+    command.to_ascii_lowercase().replace('.', "_")
+}
+
+/// A queue command as the backend takes it: `QUEUE.ENTER q u n`, or
+/// `FCALL queue_enter 1 q u n` for the Lua library. `args[0]` is the queue.
+pub fn command_for<T: redis::ToRedisArgs>(backend: Backend, name: &str, args: &[T]) -> redis::Cmd {
+    let mut c = match backend {
+        Backend::Lua => {
+            let mut c = redis::cmd("FCALL");
+            c.arg(function_name(name)).arg(1);
+            c
+        }
+        _ => redis::cmd(name),
+    };
+    for a in args {
+        c.arg(a);
+    }
+    c
 }
 
 fn workspace_root() -> PathBuf {
@@ -123,10 +153,8 @@ impl ValkeyServer {
                 "--logfile",
                 "server.log",
             ]);
-        match self.backend {
-            Backend::Module => {
-                cmd.arg("--loadmodule").arg(module_path()).args(&self.module_args);
-            }
+        if self.backend == Backend::Module {
+            cmd.arg("--loadmodule").arg(module_path()).args(&self.module_args);
         }
         cmd.args(&self.args).stdin(Stdio::null()).stdout(Stdio::null()).stderr(Stdio::null());
         self.child = Some(cmd.spawn().expect("start valkey-server (is it installed? see scripts/install-deps.sh)"));
@@ -138,6 +166,13 @@ impl ValkeyServer {
         });
         if ok.is_none() {
             panic!("valkey-server did not come up on port {port}; log:\n{}", self.log());
+        }
+        if self.backend == Backend::Lua {
+            // A replica gets the library from its primary and refuses writes.
+            let r = redis::cmd("FUNCTION").arg("LOAD").arg("REPLACE").arg(lua_library()).query::<String>(&mut self.conn());
+            if let Err(e) = r {
+                assert!(e.code() == Some("READONLY"), "FUNCTION LOAD failed: {e}");
+            }
         }
     }
 
@@ -189,20 +224,6 @@ impl Drop for ValkeyServer {
     fn drop(&mut self) {
         self.kill();
     }
-}
-
-/// A queue command for either backend: `call(&mut con, backend, "QUEUE.ENTER", &["q", "u", "n"])`.
-pub fn queue_cmd(name: &str, args: &[&str]) -> redis::Cmd {
-    let mut c = redis::cmd(name);
-    for a in args {
-        c.arg(*a);
-    }
-    c
-}
-
-/// Runs a queue command and returns the raw reply (errors included, as Err).
-pub fn call(con: &mut Connection, name: &str, args: &[&str]) -> redis::RedisResult<Value> {
-    queue_cmd(name, args).query(con)
 }
 
 /// The server's error text for a failed command, e.g. "NOTICKET unknown or already used ticket".
@@ -274,11 +295,14 @@ impl ValkeyServer {
 }
 
 impl Client {
+    /// The command for this backend (see [`command_for`]).
+    pub fn cmd<T: redis::ToRedisArgs>(&self, name: &str, args: &[T]) -> redis::Cmd {
+        command_for(self.backend, name, args)
+    }
+
     /// `QUEUE.ENTER q u n` (or its function twin), raw reply.
     pub fn call(&mut self, name: &str, args: &[&str]) -> redis::RedisResult<Value> {
-        match self.backend {
-            Backend::Module => call(&mut self.con, name, args),
-        }
+        self.cmd(name, args).query(&mut self.con)
     }
     fn map(&mut self, name: &str, args: &[&str]) -> Map {
         let v = self.call(name, args).unwrap_or_else(|e| panic!("{name} {args:?}: {e}"));
@@ -332,4 +356,18 @@ impl Client {
             Err(e) => error_text(&e),
         }
     }
+}
+
+/// Defines each named test `fn name(backend: Backend)` once per backend, as
+/// `module::name` and `lua::name`: one suite, two backends.
+#[macro_export]
+macro_rules! backend_tests {
+    ($($name:ident),* $(,)?) => {
+        mod module {
+            $( #[test] fn $name() { super::$name($crate::Backend::Module) } )*
+        }
+        mod lua {
+            $( #[test] fn $name() { super::$name($crate::Backend::Lua) } )*
+        }
+    };
 }

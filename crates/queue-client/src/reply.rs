@@ -1,0 +1,184 @@
+//! Reading replies the way both backends and both protocols send them: maps as RESP3
+//! maps or RESP2 flat field/value arrays, in any order; nil as RESP nil or, from a Lua
+//! function under RESP3, as `false`; integers as integers (or digit strings).
+
+use crate::error::QueueError;
+use redis::Value;
+use std::collections::HashMap;
+
+/// Strips RESP3 attributes, which carry nothing the queue commands send.
+fn plain(v: Value) -> Value {
+    match v {
+        Value::Attribute { data, .. } => plain(*data),
+        other => other,
+    }
+}
+
+/// Text of a string-like value.
+pub(crate) fn text(v: &Value) -> Option<String> {
+    match v {
+        Value::BulkString(b) => Some(String::from_utf8_lossy(b).into_owned()),
+        Value::SimpleString(s) => Some(s.clone()),
+        Value::VerbatimString { text, .. } => Some(text.clone()),
+        Value::Okay => Some("OK".into()),
+        Value::Attribute { data, .. } => text(data),
+        _ => None,
+    }
+}
+
+/// An integer value (digit strings and whole doubles accepted).
+pub(crate) fn int(v: &Value) -> Option<i64> {
+    match v {
+        Value::Int(i) => Some(*i),
+        Value::BulkString(_) | Value::SimpleString(_) => text(v)?.trim().parse().ok(),
+        Value::Double(d) if d.fract() == 0.0 && d.abs() < 9.0e15 => Some(*d as i64),
+        Value::Attribute { data, .. } => int(data),
+        _ => None,
+    }
+}
+
+/// Nil, or `false` (a Lua function's nil reaches a RESP3 client as a boolean).
+pub(crate) fn is_nil(v: &Value) -> bool {
+    matches!(plain_ref(v), Value::Nil | Value::Boolean(false))
+}
+
+fn plain_ref(v: &Value) -> &Value {
+    match v {
+        Value::Attribute { data, .. } => plain_ref(data),
+        other => other,
+    }
+}
+
+/// A 0/1 (or boolean) reply.
+pub(crate) fn flag(v: &Value) -> Result<bool, QueueError> {
+    match plain_ref(v) {
+        Value::Boolean(b) => Ok(*b),
+        other => match int(other) {
+            Some(0) => Ok(false),
+            Some(1) => Ok(true),
+            _ => Err(QueueError::protocol(format!("expected 0 or 1, got {v:?}"))),
+        },
+    }
+}
+
+/// The elements of an array reply.
+pub(crate) fn array(v: Value, what: &str) -> Result<Vec<Value>, QueueError> {
+    match plain(v) {
+        Value::Array(a) | Value::Set(a) => Ok(a),
+        other => Err(QueueError::protocol(format!("{what}: expected an array, got {other:?}"))),
+    }
+}
+
+/// A map reply, by field name.
+pub(crate) struct Fields {
+    what: &'static str,
+    map: HashMap<String, Value>,
+}
+
+impl Fields {
+    /// Reads a RESP3 map or a RESP2 flat field/value array.
+    pub(crate) fn new(v: Value, what: &'static str) -> Result<Fields, QueueError> {
+        let pairs: Vec<(Value, Value)> = match plain(v) {
+            Value::Map(pairs) => pairs,
+            Value::Array(flat) if flat.len() % 2 == 0 => {
+                let mut it = flat.into_iter();
+                let mut pairs = Vec::new();
+                while let (Some(k), Some(v)) = (it.next(), it.next()) {
+                    pairs.push((k, v));
+                }
+                pairs
+            }
+            other => return Err(QueueError::protocol(format!("{what}: expected a map, got {other:?}"))),
+        };
+        let mut map = HashMap::with_capacity(pairs.len());
+        for (k, v) in pairs {
+            let k = text(&k).ok_or_else(|| QueueError::protocol(format!("{what}: field name {k:?}")))?;
+            map.insert(k, v);
+        }
+        Ok(Fields { what, map })
+    }
+
+    fn get(&self, name: &str) -> Result<&Value, QueueError> {
+        self.map.get(name).ok_or_else(|| QueueError::protocol(format!("{}: no field {name}", self.what)))
+    }
+
+    fn bad(&self, name: &str, want: &str) -> QueueError {
+        QueueError::protocol(format!("{}: field {name} is not {want}: {:?}", self.what, self.map.get(name)))
+    }
+
+    pub(crate) fn has(&self, name: &str) -> bool {
+        self.map.contains_key(name)
+    }
+
+    pub(crate) fn i64(&self, name: &str) -> Result<i64, QueueError> {
+        int(self.get(name)?).ok_or_else(|| self.bad(name, "an integer"))
+    }
+
+    pub(crate) fn u64(&self, name: &str) -> Result<u64, QueueError> {
+        let v = self.i64(name)?;
+        u64::try_from(v).map_err(|_| self.bad(name, "a count"))
+    }
+
+    pub(crate) fn opt_u64(&self, name: &str) -> Result<Option<u64>, QueueError> {
+        let v = self.get(name)?;
+        if is_nil(v) {
+            return Ok(None);
+        }
+        self.u64(name).map(Some)
+    }
+
+    pub(crate) fn string(&self, name: &str) -> Result<String, QueueError> {
+        text(self.get(name)?).ok_or_else(|| self.bad(name, "a string"))
+    }
+
+    pub(crate) fn opt_string(&self, name: &str) -> Result<Option<String>, QueueError> {
+        let v = self.get(name)?;
+        if is_nil(v) {
+            return Ok(None);
+        }
+        self.string(name).map(Some)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn bulk(s: &str) -> Value {
+        Value::BulkString(s.as_bytes().to_vec())
+    }
+
+    #[test]
+    fn flat_arrays_and_maps_read_alike() {
+        let flat = Value::Array(vec![bulk("b"), Value::Int(2), bulk("a"), Value::Nil]);
+        let map = Value::Map(vec![(bulk("a"), Value::Boolean(false)), (bulk("b"), bulk("2"))]);
+        for v in [flat, map] {
+            let f = Fields::new(v, "test").unwrap();
+            assert_eq!(f.u64("b").unwrap(), 2);
+            assert_eq!(f.opt_string("a").unwrap(), None);
+            assert!(matches!(f.u64("c"), Err(QueueError::Protocol(_))));
+        }
+    }
+
+    #[test]
+    fn odd_arrays_and_scalars_are_not_maps() {
+        assert!(Fields::new(Value::Array(vec![bulk("a")]), "t").is_err());
+        assert!(Fields::new(Value::Int(1), "t").is_err());
+    }
+
+    #[test]
+    fn flags() {
+        assert!(flag(&Value::Int(1)).unwrap());
+        assert!(!flag(&Value::Int(0)).unwrap());
+        assert!(flag(&Value::Boolean(true)).unwrap());
+        assert!(flag(&Value::Int(2)).is_err());
+        assert!(flag(&Value::Nil).is_err());
+    }
+
+    #[test]
+    fn negative_counts_are_refused() {
+        let f = Fields::new(Value::Array(vec![bulk("n"), Value::Int(-1)]), "t").unwrap();
+        assert_eq!(f.i64("n").unwrap(), -1);
+        assert!(f.u64("n").is_err());
+    }
+}

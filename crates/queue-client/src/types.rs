@@ -1,0 +1,313 @@
+//! Typed replies. [`Standing`] serializes to the REST contract's JSON
+//! (`{"status":"WAITING","rank":3,"userId":...}`); the operator types keep the
+//! commands' snake_case field names.
+
+use crate::error::QueueError;
+use crate::reply::{array, flag, Fields};
+use redis::Value;
+use serde::{Deserialize, Serialize};
+
+/// Where a user stands in a queue.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "SCREAMING_SNAKE_CASE")]
+pub enum Status {
+    /// In line, with a rank.
+    Waiting,
+    /// Holds a ticket that is not claimed yet.
+    Promoted,
+    /// Inside: holds a live session.
+    Active,
+    /// Not known to the queue (never entered, left, dropped, or the ticket lapsed).
+    Unknown,
+}
+
+impl Status {
+    /// The wire name: `WAITING`, `PROMOTED`, `ACTIVE` or `UNKNOWN`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Status::Waiting => "WAITING",
+            Status::Promoted => "PROMOTED",
+            Status::Active => "ACTIVE",
+            Status::Unknown => "UNKNOWN",
+        }
+    }
+
+    fn parse(s: &str) -> Option<Status> {
+        [Status::Waiting, Status::Promoted, Status::Active, Status::Unknown].into_iter().find(|st| st.as_str() == s)
+    }
+}
+
+/// A standing map: the reply of `QUEUE.ENTER`, `QUEUE.STATUS` and each element of
+/// `QUEUE.RANKS`, with the REST contract's field names.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Standing {
+    /// `WAITING`, `PROMOTED`, `ACTIVE` or `UNKNOWN`.
+    pub status: Status,
+    /// 1 = next in line; 0 when not waiting.
+    pub rank: u64,
+    /// The user asked about.
+    pub user_id: String,
+    /// The nickname given at entry; none for an unknown user.
+    pub nickname: Option<String>,
+    /// The ticket to claim, once promoted.
+    pub ticket_id: Option<String>,
+    /// Seconds until the user's turn, while waiting and when the rate is known.
+    pub estimated_wait_seconds: Option<u64>,
+}
+
+impl Standing {
+    pub(crate) fn from_value(v: Value) -> Result<Standing, QueueError> {
+        let f = Fields::new(v, "standing")?;
+        let status = f.string("status")?;
+        Ok(Standing {
+            status: Status::parse(&status)
+                .ok_or_else(|| QueueError::protocol(format!("standing: unknown status {status:?}")))?,
+            rank: f.u64("rank")?,
+            user_id: f.string("userId")?,
+            nickname: f.opt_string("nickname")?,
+            ticket_id: f.opt_string("ticketId")?,
+            estimated_wait_seconds: f.opt_u64("estimatedWaitSeconds")?,
+        })
+    }
+
+    pub(crate) fn list_from_value(v: Value, expected: usize) -> Result<Vec<Standing>, QueueError> {
+        let items = array(v, "ranks")?;
+        if items.len() != expected {
+            return Err(QueueError::protocol(format!("ranks: {} standings for {expected} users", items.len())));
+        }
+        items.into_iter().map(Standing::from_value).collect()
+    }
+}
+
+/// What one `QUEUE.PROMOTE` did, and the queue's counts after it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+pub struct PromoteReport {
+    /// Tickets issued.
+    pub promoted: u64,
+    /// Unclaimed tickets dropped because they expired.
+    pub tickets_expired: u64,
+    /// Sessions dropped because their lease ran out.
+    pub leases_expired: u64,
+    /// Waiters dropped because they went silent.
+    pub dropped: u64,
+    /// Users still waiting.
+    pub waiting: u64,
+    /// Tickets out.
+    pub joining: u64,
+    /// Live sessions.
+    pub active: u64,
+    /// Slots left under the soft cap.
+    pub available_slots: u64,
+}
+
+impl PromoteReport {
+    pub(crate) fn from_value(v: Value) -> Result<PromoteReport, QueueError> {
+        let f = Fields::new(v, "promote")?;
+        Ok(PromoteReport {
+            promoted: f.u64("promoted")?,
+            tickets_expired: f.u64("tickets_expired")?,
+            leases_expired: f.u64("leases_expired")?,
+            dropped: f.u64("dropped")?,
+            waiting: f.u64("waiting")?,
+            joining: f.u64("joining")?,
+            active: f.u64("active")?,
+            available_slots: f.u64("available_slots")?,
+        })
+    }
+}
+
+/// A claimed ticket: the user now holds a session lease.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Claim {
+    /// Whose ticket it was.
+    pub user_id: String,
+    /// The nickname given at entry.
+    pub nickname: String,
+    /// The ticket, now used.
+    pub ticket_id: String,
+    /// Milliseconds the session lives without a heartbeat.
+    pub lease_ms: u64,
+}
+
+impl Claim {
+    pub(crate) fn from_value(v: Value) -> Result<Claim, QueueError> {
+        let f = Fields::new(v, "claim")?;
+        Ok(Claim {
+            user_id: f.string("userId")?,
+            nickname: f.string("nickname")?,
+            ticket_id: f.string("ticketId")?,
+            lease_ms: f.u64("leaseMs")?,
+        })
+    }
+}
+
+/// A queue's effective settings (`QUEUE.CONFIG Q GET *`): what an operator set, else
+/// the module-wide defaults.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct QueueConfig {
+    /// Sessions plus unclaimed tickets that PROMOTE fills up to (0 pauses admission).
+    pub soft_cap: u64,
+    /// Sessions TICKET.CLAIM never exceeds (0: none).
+    pub hard_cap: u64,
+    /// Token bucket refill, users per second (0: no rate limit).
+    pub rate: u64,
+    /// Token bucket size (0: same as `rate`).
+    pub burst: u64,
+    /// Most tickets one PROMOTE issues.
+    pub batch_max: u64,
+    /// Milliseconds a ticket stays claimable.
+    pub ticket_ttl: u64,
+    /// Milliseconds a session lives without a heartbeat.
+    pub session_lease: u64,
+    /// Milliseconds a waiting user may go unheard before being dropped (0: never).
+    pub abandon_after: u64,
+}
+
+impl QueueConfig {
+    fn from_fields(f: &Fields) -> Result<QueueConfig, QueueError> {
+        Ok(QueueConfig {
+            soft_cap: f.u64("soft_cap")?,
+            hard_cap: f.u64("hard_cap")?,
+            rate: f.u64("rate")?,
+            burst: f.u64("burst")?,
+            batch_max: f.u64("batch_max")?,
+            ticket_ttl: f.u64("ticket_ttl")?,
+            session_lease: f.u64("session_lease")?,
+            abandon_after: f.u64("abandon_after")?,
+        })
+    }
+
+    pub(crate) fn from_value(v: Value) -> Result<QueueConfig, QueueError> {
+        QueueConfig::from_fields(&Fields::new(v, "config")?)
+    }
+}
+
+/// Everything `QUEUE.INFO` reports about one queue.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct QueueInfo {
+    /// Users waiting in line.
+    pub waiting: u64,
+    /// Tickets out, including expired ones the next PROMOTE will drop.
+    pub joining: u64,
+    /// Live sessions.
+    pub active: u64,
+    /// Slots left under the soft cap.
+    pub available_slots: u64,
+    /// Whole tokens in the rate bucket; `None` without a rate limit (the wire's -1).
+    pub tokens: Option<u64>,
+    /// Measured admissions per minute.
+    pub admission_rate_per_min: u64,
+    /// The effective settings.
+    #[serde(flatten)]
+    pub config: QueueConfig,
+    /// Tickets ever issued.
+    pub promoted: u64,
+    /// Tickets claimed.
+    pub claimed: u64,
+    /// Tickets that expired unclaimed.
+    pub expired: u64,
+    /// Waiters dropped for going silent.
+    pub dropped: u64,
+    /// Users who left the line or gave back their ticket.
+    pub left: u64,
+    /// Sessions ended by SESSION.END.
+    pub ended: u64,
+    /// Sessions whose lease ran out.
+    pub lapsed: u64,
+}
+
+impl QueueInfo {
+    pub(crate) fn from_value(v: Value) -> Result<QueueInfo, QueueError> {
+        let f = Fields::new(v, "info")?;
+        let tokens = f.i64("tokens")?;
+        Ok(QueueInfo {
+            waiting: f.u64("waiting")?,
+            joining: f.u64("joining")?,
+            active: f.u64("active")?,
+            available_slots: f.u64("available_slots")?,
+            tokens: u64::try_from(tokens).ok(),
+            admission_rate_per_min: f.u64("admission_rate_per_min")?,
+            config: QueueConfig::from_fields(&f)?,
+            promoted: f.u64("promoted")?,
+            claimed: f.u64("claimed")?,
+            expired: f.u64("expired")?,
+            dropped: f.u64("dropped")?,
+            left: f.u64("left")?,
+            ended: f.u64("ended")?,
+            lapsed: f.u64("lapsed")?,
+        })
+    }
+}
+
+/// An array of 0/1 replies, one per user asked about.
+pub(crate) fn flags(v: Value, expected: usize, what: &str) -> Result<Vec<bool>, QueueError> {
+    let items = array(v, what)?;
+    if items.len() != expected {
+        return Err(QueueError::protocol(format!("{what}: {} replies for {expected} users", items.len())));
+    }
+    items.iter().map(flag).collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn bulk(s: &str) -> Value {
+        Value::BulkString(s.as_bytes().to_vec())
+    }
+
+    #[test]
+    fn standing_serializes_as_the_rest_contract() {
+        let s = Standing {
+            status: Status::Waiting,
+            rank: 3,
+            user_id: "u-1".into(),
+            nickname: Some("alice".into()),
+            ticket_id: None,
+            estimated_wait_seconds: Some(12),
+        };
+        let json = serde_json::to_string(&s).unwrap();
+        assert_eq!(
+            json,
+            r#"{"status":"WAITING","rank":3,"userId":"u-1","nickname":"alice","ticketId":null,"estimatedWaitSeconds":12}"#
+        );
+        assert_eq!(serde_json::from_str::<Standing>(&json).unwrap(), s);
+    }
+
+    #[test]
+    fn standing_reads_any_field_order() {
+        let v = Value::Map(vec![
+            (bulk("ticketId"), bulk("7.abc")),
+            (bulk("estimatedWaitSeconds"), Value::Nil),
+            (bulk("userId"), bulk("u")),
+            (bulk("nickname"), bulk("n")),
+            (bulk("rank"), Value::Int(0)),
+            (bulk("status"), bulk("PROMOTED")),
+        ]);
+        let s = Standing::from_value(v).unwrap();
+        assert_eq!(s.status, Status::Promoted);
+        assert_eq!(s.ticket_id.as_deref(), Some("7.abc"));
+        assert_eq!(s.estimated_wait_seconds, None);
+    }
+
+    #[test]
+    fn unknown_status_is_a_protocol_error() {
+        let v = Value::Array(vec![
+            bulk("status"),
+            bulk("LOST"),
+            bulk("rank"),
+            Value::Int(0),
+            bulk("userId"),
+            bulk("u"),
+            bulk("nickname"),
+            Value::Nil,
+            bulk("ticketId"),
+            Value::Nil,
+            bulk("estimatedWaitSeconds"),
+            Value::Nil,
+        ]);
+        assert!(matches!(Standing::from_value(v), Err(QueueError::Protocol(_))));
+    }
+}

@@ -1,0 +1,75 @@
+//! The field order of every map reply.
+//!
+//! Both backends must reply byte for byte alike. The Lua fallback can only build a
+//! map from a Lua table, whose iteration order is Lua 5.1's hash order, so that order
+//! is the canonical one and the module emits fields in it. The differential test
+//! compares the two backends' bytes and catches any drift.
+
+pub const STANDING: [&str; 6] = ["nickname", "ticketId", "status", "estimatedWaitSeconds", "userId", "rank"];
+
+pub const PROMOTE: [&str; 8] =
+    ["promoted", "dropped", "available_slots", "waiting", "active", "joining", "tickets_expired", "leases_expired"];
+
+pub const CLAIM: [&str; 4] = ["nickname", "ticketId", "userId", "leaseMs"];
+
+pub const CONFIG: [&str; 8] =
+    ["batch_max", "soft_cap", "burst", "session_lease", "ticket_ttl", "hard_cap", "rate", "abandon_after"];
+
+pub const INFO: [&str; 21] = [
+    "batch_max",
+    "ticket_ttl",
+    "active",
+    "left",
+    "tokens",
+    "lapsed",
+    "dropped",
+    "burst",
+    "waiting",
+    "expired",
+    "soft_cap",
+    "rate",
+    "abandon_after",
+    "promoted",
+    "available_slots",
+    "claimed",
+    "joining",
+    "ended",
+    "session_lease",
+    "admission_rate_per_min",
+    "hard_cap",
+];
+
+/// Counters QUEUE.INFO shows (stats hash fields of the same names).
+pub const COUNTERS: [&str; 7] = ["promoted", "claimed", "expired", "dropped", "left", "ended", "lapsed"];
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::config::FIELDS;
+    use std::collections::HashSet;
+
+    fn distinct(names: &[&str]) -> HashSet<String> {
+        let set: HashSet<String> = names.iter().map(|s| s.to_string()).collect();
+        assert_eq!(set.len(), names.len(), "duplicate field in {names:?}");
+        set
+    }
+
+    #[test]
+    fn orders_name_every_field_once() {
+        distinct(&STANDING);
+        distinct(&PROMOTE);
+        distinct(&CLAIM);
+        let config = distinct(&CONFIG);
+        let info = distinct(&INFO);
+        for f in FIELDS {
+            assert!(config.contains(f.name) && info.contains(f.name), "{}", f.name);
+        }
+        for c in COUNTERS {
+            assert!(info.contains(c), "{c}");
+        }
+        for f in ["waiting", "joining", "active", "available_slots", "tokens", "admission_rate_per_min"] {
+            assert!(info.contains(f), "{f}");
+        }
+        assert_eq!(INFO.len(), FIELDS.len() + COUNTERS.len() + 6);
+    }
+}
