@@ -4,7 +4,10 @@
 use std::time::Duration;
 use testkit::{digest, field_int, field_str, wait_for, Backend, Client, ValkeyServer};
 
-testkit::backend_tests!(a_live_replica_ends_with_the_primary_state, a_restart_from_the_aof_restores_order_tickets_and_leases);
+testkit::backend_tests!(
+    a_live_replica_ends_with_the_primary_state,
+    a_restart_from_the_aof_restores_order_tickets_and_leases
+);
 
 /// Every kind of write, including clock reads (leases, seen times, expiries) and
 /// random ids (tickets), plus drops, expiries and lapses.

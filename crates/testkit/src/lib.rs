@@ -169,7 +169,8 @@ impl ValkeyServer {
         }
         if self.backend == Backend::Lua {
             // A replica gets the library from its primary and refuses writes.
-            let r = redis::cmd("FUNCTION").arg("LOAD").arg("REPLACE").arg(lua_library()).query::<String>(&mut self.conn());
+            let r =
+                redis::cmd("FUNCTION").arg("LOAD").arg("REPLACE").arg(lua_library()).query::<String>(&mut self.conn());
             if let Err(e) = r {
                 assert!(e.code() == Some("READONLY"), "FUNCTION LOAD failed: {e}");
             }

@@ -1,0 +1,197 @@
+//! The same seeded random sequence of operations on two servers, one per backend:
+//! every reply and the final data must match, byte for byte, once the values that
+//! are random (ticket secrets) or clock readings (times) are masked.
+
+use redis::Value;
+use std::collections::BTreeMap;
+use testkit::{Backend, Client, ValkeyServer};
+
+/// A small deterministic generator (xorshift64*), so a failure replays exactly.
+struct Rng(u64);
+impl Rng {
+    fn next(&mut self) -> u64 {
+        self.0 ^= self.0 >> 12;
+        self.0 ^= self.0 << 25;
+        self.0 ^= self.0 >> 27;
+        self.0.wrapping_mul(0x2545_F491_4F6C_DD1D)
+    }
+    fn below(&mut self, n: u64) -> u64 {
+        self.next() % n
+    }
+}
+
+fn is_secret(s: &str) -> bool {
+    s.len() == 16 && s.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_')
+}
+
+/// Masks ticket secrets ("12.<secret>" keeps its number) and epoch-millisecond times.
+fn mask_text(s: &str) -> String {
+    if let Some((seq, secret)) = s.split_once('.') {
+        if seq.bytes().all(|b| b.is_ascii_digit()) && is_secret(secret) {
+            return format!("{seq}.<secret>");
+        }
+    }
+    // Records: "<ms>:nick" and "P<ms>|<secret>|nick".
+    if let Some(rest) = s.strip_prefix('P') {
+        let parts: Vec<&str> = rest.splitn(3, '|').collect();
+        if parts.len() == 3 && parts[0].len() == 13 && is_secret(parts[1]) {
+            return format!("P<ms>|<secret>|{}", parts[2]);
+        }
+    }
+    if let Some((ms, nick)) = s.split_once(':') {
+        if ms.len() == 13 && ms.bytes().all(|b| b.is_ascii_digit()) {
+            return format!("<ms>:{nick}");
+        }
+    }
+    if s.len() == 13 && s.bytes().all(|b| b.is_ascii_digit()) {
+        return "<ms>".into();
+    }
+    s.to_string()
+}
+
+fn mask(v: &Value) -> Value {
+    match v {
+        Value::BulkString(b) => Value::BulkString(mask_text(&String::from_utf8_lossy(b)).into_bytes()),
+        Value::Array(a) => Value::Array(a.iter().map(mask).collect()),
+        Value::Map(m) => Value::Map(m.iter().map(|(k, v)| (mask(k), mask(v))).collect()),
+        other => other.clone(),
+    }
+}
+
+fn reply(c: &mut Client, name: &str, args: &[String]) -> Value {
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    match c.call(name, &args) {
+        Ok(v) => v,
+        Err(e) => Value::SimpleString(format!("error: {}", testkit::error_text(&e))),
+    }
+}
+
+/// Every key with its content, masked (hash fields sorted).
+fn dump(c: &mut Client) -> BTreeMap<String, String> {
+    let keys: Vec<String> = redis::cmd("KEYS").arg("queue:*").query(&mut c.con).unwrap();
+    let mut out = BTreeMap::new();
+    for k in keys {
+        let kind: String = redis::cmd("TYPE").arg(&k).query(&mut c.con).unwrap();
+        let content = match kind.as_str() {
+            "zset" => {
+                let v: Vec<(String, String)> =
+                    redis::cmd("ZRANGE").arg(&k).arg(0).arg(-1).arg("WITHSCORES").query(&mut c.con).unwrap();
+                format!("{:?}", v.iter().map(|(m, s)| (m.clone(), mask_text(s))).collect::<Vec<_>>())
+            }
+            "hash" => {
+                let v: BTreeMap<String, String> = redis::cmd("HGETALL").arg(&k).query(&mut c.con).unwrap();
+                format!("{:?}", v.iter().map(|(f, x)| (f.clone(), mask_text(x))).collect::<BTreeMap<_, _>>())
+            }
+            other => other.to_string(),
+        };
+        out.insert(k, content);
+    }
+    out
+}
+
+/// One random operation on a small population of users and two queues.
+fn random_op(rng: &mut Rng, users: &[String], tickets: &[(String, String)]) -> (&'static str, Vec<String>) {
+    let q = ["q", "other"][rng.below(4).min(1) as usize].to_string();
+    let u = users[rng.below(users.len() as u64) as usize].clone();
+    let someone = users[rng.below(users.len() as u64) as usize].clone();
+    match rng.below(15) {
+        0..=3 => ("QUEUE.ENTER", vec![q, u, format!("nick {}", rng.below(5))]),
+        4 => ("QUEUE.STATUS", vec![q, u]),
+        5 => ("QUEUE.RANKS", vec![q, u, someone, "nobody".into()]),
+        6 => ("QUEUE.LEAVE", vec![q, u]),
+        7 | 8 => match rng.below(3) {
+            0 => ("QUEUE.PROMOTE", vec![q]),
+            _ => ("QUEUE.PROMOTE", vec![q, "MAX".into(), (1 + rng.below(4)).to_string()]),
+        },
+        9 | 10 => {
+            if tickets.is_empty() || rng.below(6) == 0 {
+                ("TICKET.CLAIM", vec![q, format!("{}.AAAAAAAAAAAAAAAA", 1 + rng.below(40))])
+            } else {
+                // Mostly recent tickets, so that many are claimed while still good.
+                let back = rng.below(tickets.len().min(4) as u64) as usize;
+                let (tq, t) = tickets[tickets.len() - 1 - back].clone();
+                ("TICKET.CLAIM", vec![tq, t])
+            }
+        }
+        11 => ("SESSION.HEARTBEAT", vec![q, u, someone]),
+        12 | 13 => ("SESSION.END", vec![q, u]),
+        _ => match rng.below(4) {
+            0 => ("QUEUE.CONFIG", vec![q, "SET".into(), "soft_cap".into(), rng.below(7).to_string()]),
+            1 => ("QUEUE.CONFIG", vec![q, "SET".into(), "hard_cap".into(), rng.below(4).to_string()]),
+            2 => ("QUEUE.CONFIG", vec![q, "GET".into(), "*".into()]),
+            _ => ("QUEUE.INFO", vec![q]),
+        },
+    }
+}
+
+/// Runs `steps` random operations against `reference` and `other` in lockstep;
+/// `other_backend()` says which backend serves each step on `other`.
+fn lockstep(reference: &mut Client, other: &mut Client, steps: usize, mut other_backend: impl FnMut() -> Backend) {
+    let mut rng = Rng(0x5EED_1234_ABCD_0001);
+    let users: Vec<String> = (0..24).map(|i| format!("user-{i}")).collect();
+    let mut tickets: Vec<(String, String)> = Vec::new();
+    for step in 0..steps {
+        let (name, args) = random_op(&mut rng, &users, &tickets);
+        other.backend = other_backend();
+        let (rr, ro) = (reply(reference, name, &args), reply(other, name, &args));
+        assert_eq!(mask(&rr), mask(&ro), "step {step}: {name} {args:?} (other served by {:?})", other.backend);
+        collect_tickets(&args[0], &rr, &ro, &mut tickets, other);
+    }
+    assert_eq!(dump(reference), dump(other), "final data differs");
+    let (q, o) = (reference.info("q"), reference.info("other"));
+    let sum = |f: &str| testkit::field_int(&q, f) + testkit::field_int(&o, f);
+    assert!(sum("promoted") > 40 && sum("claimed") > 10, "the run admitted too few to mean much: {q:?} {o:?}");
+}
+
+#[test]
+fn module_and_library_behave_identically() {
+    let (m, l) = (ValkeyServer::start(Backend::Module), ValkeyServer::start(Backend::Lua));
+    lockstep(&mut m.client3(), &mut l.client3(), 3000, || Backend::Lua);
+}
+
+#[test]
+fn one_queue_served_by_both_alternately_needs_no_migration() {
+    let reference = ValkeyServer::start(Backend::Module);
+    let both = ValkeyServer::start(Backend::Module);
+    let _: String =
+        redis::cmd("FUNCTION").arg("LOAD").arg(testkit::lua_library()).query(&mut both.conn()).expect("load library");
+    let mut flip = Rng(42);
+    lockstep(&mut reference.client3(), &mut both.client3(), 3000, move || {
+        if flip.below(2) == 0 {
+            Backend::Module
+        } else {
+            Backend::Lua
+        }
+    });
+}
+
+/// Remembers a ticket issued in a reply (the same on both sides once masked), and
+/// gives the other side's record the reference's secret, so one ticket name works on
+/// both servers.
+fn collect_tickets(queue: &str, rm: &Value, rl: &Value, tickets: &mut Vec<(String, String)>, cl: &mut Client) {
+    let (Value::Map(fm), Value::Map(fl)) = (rm, rl) else { return };
+    let find = |m: &Vec<(Value, Value)>| {
+        m.iter().find_map(|(k, v)| match (k, v) {
+            (Value::BulkString(k), Value::BulkString(v)) if k == b"ticketId" => {
+                Some(String::from_utf8_lossy(v).into_owned())
+            }
+            _ => None,
+        })
+    };
+    if let (Some(tm), Some(tl)) = (find(fm), find(fl)) {
+        let (seq, secret) = tm.split_once('.').unwrap();
+        let (_, lua_secret) = tl.split_once('.').unwrap();
+        let queue_keys: Vec<String> = redis::cmd("KEYS").arg("queue:*:w:*").query(&mut cl.con).unwrap();
+        for k in queue_keys {
+            let v: Option<String> = redis::cmd("HGET").arg(&k).arg(seq).query(&mut cl.con).unwrap();
+            if let Some(v) = v.filter(|v| v.contains(lua_secret)) {
+                let _: () =
+                    redis::cmd("HSET").arg(&k).arg(seq).arg(v.replace(lua_secret, secret)).query(&mut cl.con).unwrap();
+            }
+        }
+        let entry = (queue.to_string(), tm);
+        if !tickets.contains(&entry) {
+            tickets.push(entry);
+        }
+    }
+}
