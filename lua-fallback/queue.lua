@@ -549,23 +549,43 @@ end
 
 -- Commands.
 
-local function queue_enter(keys, args)
-  if #keys ~= 1 or #args ~= 2 then
-    return arity("queue.enter")
+-- The checks every command starts with, in the module's order: arity, then each
+-- {ok, error} argument check, then the queue name, then the types of the keys it may
+-- write. Returns the queue, or nil and the error reply.
+local function begin(cmd, keys, arity_ok, checks, parts)
+  if #keys ~= 1 or not arity_ok then
+    return nil, arity(cmd)
   end
-  local user, nickname = args[1], args[2]
-  if not valid_name(user, true) then
-    return fail(E_USER)
-  end
-  if not valid_nickname(nickname) then
-    return fail(E_NICK)
+  for _, c in ipairs(checks) do
+    if not c[1] then
+      return nil, fail(c[2])
+    end
   end
   local q = open(keys[1])
   if not q then
-    return fail(E_QUEUE)
+    return nil, fail(E_QUEUE)
   end
-  if not q:check({ "waiting", "stats_key" }) then
-    return fail(E_WRONGTYPE)
+  if not q:check(parts) then
+    return nil, fail(E_WRONGTYPE)
+  end
+  return q
+end
+
+-- One {ok, error} check per userId.
+local function user_checks(users)
+  local checks = {}
+  for _, u in ipairs(users) do
+    checks[#checks + 1] = { valid_name(u, true), E_USER }
+  end
+  return checks
+end
+
+local function queue_enter(keys, args)
+  local user, nickname = args[1] or "", args[2] or ""
+  local checks = { { valid_name(user, true), E_USER }, { valid_nickname(nickname), E_NICK } }
+  local q, e = begin("queue.enter", keys, #args == 2, checks, { "waiting", "stats_key" })
+  if not q then
+    return e
   end
   local now = now_ms()
 
@@ -604,19 +624,10 @@ local function queue_enter(keys, args)
 end
 
 local function queue_status(keys, args)
-  if #keys ~= 1 or #args ~= 1 then
-    return arity("queue.status")
-  end
-  local user = args[1]
-  if not valid_name(user, true) then
-    return fail(E_USER)
-  end
-  local q = open(keys[1])
+  local user = args[1] or ""
+  local q, e = begin("queue.status", keys, #args == 1, user_checks({ user }), { "waiting" })
   if not q then
-    return fail(E_QUEUE)
-  end
-  if not q:check({ "waiting" }) then
-    return fail(E_WRONGTYPE)
+    return e
   end
   local now = now_ms()
   local st = q:observe(user, now)
@@ -624,20 +635,9 @@ local function queue_status(keys, args)
 end
 
 local function queue_ranks(keys, args)
-  if #keys ~= 1 or #args < 1 then
-    return arity("queue.ranks")
-  end
-  for _, u in ipairs(args) do
-    if not valid_name(u, true) then
-      return fail(E_USER)
-    end
-  end
-  local q = open(keys[1])
+  local q, e = begin("queue.ranks", keys, #args >= 1, user_checks(args), { "waiting" })
   if not q then
-    return fail(E_QUEUE)
-  end
-  if not q:check({ "waiting" }) then
-    return fail(E_WRONGTYPE)
+    return e
   end
   local now = now_ms()
   local out = {}
@@ -649,19 +649,10 @@ local function queue_ranks(keys, args)
 end
 
 local function queue_leave(keys, args)
-  if #keys ~= 1 or #args ~= 1 then
-    return arity("queue.leave")
-  end
-  local user = args[1]
-  if not valid_name(user, true) then
-    return fail(E_USER)
-  end
-  local q = open(keys[1])
+  local user = args[1] or ""
+  local q, e = begin("queue.leave", keys, #args == 1, user_checks({ user }), { "waiting", "stats_key" })
   if not q then
-    return fail(E_QUEUE)
-  end
-  if not q:check({ "waiting", "stats_key" }) then
-    return fail(E_WRONGTYPE)
+    return e
   end
   local seq = tonumber(redis.call("ZSCORE", q.waiting, user) or nil)
   if seq ~= nil then
@@ -711,28 +702,18 @@ function Q:sweep(abandon_after, now, p_max)
 end
 
 local function queue_promote(keys, args)
-  if #keys ~= 1 or (#args ~= 0 and #args ~= 2) then
-    return arity("queue.promote")
-  end
-  local max
+  local max = args[2] and parse_int(args[2])
+  local checks = {}
   if #args == 2 then
-    if args[1]:upper() ~= "MAX" then
-      return fail(E_SYNTAX)
-    end
-    max = parse_int(args[2])
-    if max == nil then
-      return fail(E_NOT_INTEGER)
-    end
-    if max < 1 or max > MAX_PROMOTE then
-      return fail(out_of_range("MAX", 1, MAX_PROMOTE))
-    end
+    checks = {
+      { args[1]:upper() == "MAX", E_SYNTAX },
+      { max ~= nil, E_NOT_INTEGER },
+      { max ~= nil and max >= 1 and max <= MAX_PROMOTE, out_of_range("MAX", 1, MAX_PROMOTE) },
+    }
   end
-  local q = open(keys[1])
+  local q, e = begin("queue.promote", keys, #args == 0 or #args == 2, checks, ALL_PARTS)
   if not q then
-    return fail(E_QUEUE)
-  end
-  if not q:check(ALL_PARTS) then
-    return fail(E_WRONGTYPE)
+    return e
   end
   local soft_cap, abandon_after = q:setting(SOFT_CAP), q:setting(ABANDON_AFTER)
   local now = now_ms()
@@ -800,19 +781,10 @@ local function queue_promote(keys, args)
 end
 
 local function ticket_claim(keys, args)
-  if #keys ~= 1 or #args ~= 1 then
-    return arity("ticket.claim")
-  end
-  local ticket = args[1]
-  if not valid_name(ticket, true) then
-    return fail(E_TICKET)
-  end
-  local q = open(keys[1])
+  local ticket = args[1] or ""
+  local q, e = begin("ticket.claim", keys, #args == 1, { { valid_name(ticket, true), E_TICKET } }, ALL_PARTS)
   if not q then
-    return fail(E_QUEUE)
-  end
-  if not q:check(ALL_PARTS) then
-    return fail(E_WRONGTYPE)
+    return e
   end
   local now = now_ms()
 
@@ -848,20 +820,9 @@ local function ticket_claim(keys, args)
 end
 
 local function session_heartbeat(keys, args)
-  if #keys ~= 1 or #args < 1 then
-    return arity("session.heartbeat")
-  end
-  for _, u in ipairs(args) do
-    if not valid_name(u, true) then
-      return fail(E_USER)
-    end
-  end
-  local q = open(keys[1])
+  local q, e = begin("session.heartbeat", keys, #args >= 1, user_checks(args), { "sessions" })
   if not q then
-    return fail(E_QUEUE)
-  end
-  if not q:check({ "sessions" }) then
-    return fail(E_WRONGTYPE)
+    return e
   end
   local now = now_ms()
   local untl = now + q:setting(SESSION_LEASE)
@@ -879,19 +840,10 @@ local function session_heartbeat(keys, args)
 end
 
 local function session_end(keys, args)
-  if #keys ~= 1 or #args ~= 1 then
-    return arity("session.end")
-  end
-  local user = args[1]
-  if not valid_name(user, true) then
-    return fail(E_USER)
-  end
-  local q = open(keys[1])
+  local user = args[1] or ""
+  local q, e = begin("session.end", keys, #args == 1, user_checks({ user }), { "sessions", "active", "stats_key" })
   if not q then
-    return fail(E_QUEUE)
-  end
-  if not q:check({ "sessions", "active", "stats_key" }) then
-    return fail(E_WRONGTYPE)
+    return e
   end
   if redis.call("ZSCORE", q.sessions, user) then
     q:close_session(user)
@@ -904,15 +856,9 @@ end
 local COUNTERS = { "promoted", "claimed", "expired", "dropped", "left", "ended", "lapsed" }
 
 local function queue_info(keys, args)
-  if #keys ~= 1 or #args ~= 0 then
-    return arity("queue.info")
-  end
-  local q = open(keys[1])
+  local q, e = begin("queue.info", keys, #args == 0, {}, { "waiting", "sessions", "stats_key", "config_key" })
   if not q then
-    return fail(E_QUEUE)
-  end
-  if not q:check({ "waiting", "sessions", "stats_key", "config_key" }) then
-    return fail(E_WRONGTYPE)
+    return e
   end
   local now = now_ms()
   local active, joining = q:live_sessions(now), q:joining()
@@ -941,15 +887,9 @@ local function queue_config(keys, args)
   end
   local sub = args[1]:upper()
   if sub == "GET" then
-    if #args ~= 2 then
-      return arity("queue.config")
-    end
-    local q = open(keys[1])
+    local q, e = begin("queue.config", keys, #args == 2, {}, { "config_key" })
     if not q then
-      return fail(E_QUEUE)
-    end
-    if not q:check({ "config_key" }) then
-      return fail(E_WRONGTYPE)
+      return e
     end
     if args[2] == "*" then
       local m = {}
@@ -980,12 +920,9 @@ local function queue_config(keys, args)
       pairs_[#pairs_ + 1] = FIELDS[i].name
       pairs_[#pairs_ + 1] = fmt(v)
     end
-    local q = open(keys[1])
+    local q, e = begin("queue.config", keys, true, {}, { "config_key" })
     if not q then
-      return fail(E_QUEUE)
-    end
-    if not q:check({ "config_key" }) then
-      return fail(E_WRONGTYPE)
+      return e
     end
     redis.call("HSET", q.config_key, unpack(pairs_))
     return redis.status_reply("OK")
