@@ -66,6 +66,12 @@ pub(crate) fn server_text(e: &RedisError) -> String {
     }
 }
 
+/// An `ERR` reply that is about the deployment, not the arguments: a function's
+/// inner command refused by the user's ACL.
+fn is_deployment_error(e: &RedisError) -> bool {
+    e.code() == Some("ERR") && e.detail().unwrap_or_default().starts_with("ACL failure")
+}
+
 /// An `ERR` reply saying that the queue command or function does not exist on the
 /// server (module not loaded, library flushed).
 pub(crate) fn is_missing_command(e: &RedisError) -> bool {
@@ -76,7 +82,8 @@ pub(crate) fn is_missing_command(e: &RedisError) -> bool {
     detail.starts_with("unknown command") || detail.starts_with("function not found")
 }
 
-/// Error codes that mean "not now" rather than "not this": the caller may retry.
+/// Error codes about the server's state or the deployment (loading, failing over,
+/// out of memory, no permission) rather than the call's arguments.
 const UNAVAILABLE_CODES: &[&str] = &[
     "LOADING",
     "BUSY",
@@ -107,6 +114,9 @@ impl From<RedisError> for QueueError {
         }
         if is_missing_command(&e) {
             return QueueError::Unavailable(format!("the queue commands are not installed: {}", server_text(&e)));
+        }
+        if is_deployment_error(&e) {
+            return QueueError::Unavailable(server_text(&e));
         }
         match e.code() {
             Some("NOTICKET") => QueueError::NoTicket,
@@ -149,7 +159,10 @@ mod tests {
         assert_eq!(QueueError::TicketExpired.to_string(), "EXPIRED ticket has expired");
         assert_eq!(QueueError::AlreadyInside.to_string(), "INSIDE user is already inside");
         assert_eq!(QueueError::HardCap.to_string(), "FULL hard cap reached");
-        assert_eq!(QueueError::WrongType.to_string(), "WRONGTYPE Operation against a key holding the wrong kind of value");
+        assert_eq!(
+            QueueError::WrongType.to_string(),
+            "WRONGTYPE Operation against a key holding the wrong kind of value"
+        );
     }
 
     #[test]
@@ -161,6 +174,21 @@ mod tests {
         assert!(QueueError::from(e).is_unavailable());
         assert!(QueueError::from(server("NOPERM", "no permissions")).is_unavailable());
         assert!(!QueueError::NoTicket.is_unavailable());
+    }
+
+    #[test]
+    fn err_replies_are_invalid_arguments() {
+        let err = |detail: &str| {
+            RedisError::from((ErrorKind::ResponseError, "An error was signalled by the server", detail.to_string()))
+        };
+        assert_eq!(
+            QueueError::from(err("unknown config field 'x'")),
+            QueueError::InvalidArgument("ERR unknown config field 'x'".into())
+        );
+        let missing = QueueError::from(err("unknown command 'QUEUE.ENTER', with args beginning with: "));
+        assert!(missing.is_unavailable(), "{missing:?}");
+        assert!(QueueError::from(err("Function not found")).is_unavailable());
+        assert!(QueueError::from(err("ACL failure in script: User svc has no permissions")).is_unavailable());
     }
 
     #[test]

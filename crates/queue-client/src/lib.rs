@@ -1,1 +1,314 @@
-//! stub
+//! Typed async client for the waiting room's commands, the one every service uses.
+//!
+//! ```no_run
+//! # async fn demo() -> Result<(), queue_client::QueueError> {
+//! use queue_client::{QueueClient, Status};
+//! let queue = QueueClient::connect("redis://127.0.0.1:6379/").await?;
+//! let me = queue.enter("launch", "u-1", "alice").await?;
+//! if me.status == Status::Promoted {
+//!     let claim = queue.claim("launch", me.ticket_id.as_deref().unwrap()).await?;
+//!     assert_eq!(claim.user_id, "u-1");
+//! }
+//! # Ok(()) }
+//! ```
+//!
+//! At connect the client finds out what serves the commands: the `valkey-queue`
+//! module when `MODULE LIST` shows a module named `queue`, else the `queue` Valkey
+//! Functions library, which it loads (the copy of `lua-fallback/queue.lua` built into
+//! it, with fresh entropy) when it is missing or older. Either way the calls and
+//! their replies are the same; RESP2 and RESP3 connections both work.
+//!
+//! The connection reconnects by itself with exponential backoff; while the store is
+//! unreachable every call fails within the response timeout with
+//! [`QueueError::Unavailable`], and succeeds again once the store is back.
+
+#![warn(missing_docs)]
+
+mod backend;
+mod conn;
+mod error;
+mod library;
+mod reply;
+mod types;
+
+pub use backend::Backend;
+pub use conn::ConnectOptions;
+pub use error::QueueError;
+pub use library::LIBRARY_VERSION;
+pub use types::{Claim, PromoteReport, QueueConfig, QueueInfo, Standing, Status};
+
+use conn::Conn;
+use error::is_missing_command;
+use redis::{Cmd, Value};
+use std::sync::Arc;
+
+/// The queue commands, each with its module name and its function twin.
+#[derive(Debug, Clone, Copy)]
+enum Op {
+    Enter,
+    Status,
+    Ranks,
+    Leave,
+    Promote,
+    Claim,
+    Heartbeat,
+    End,
+    Info,
+    Config,
+}
+
+impl Op {
+    fn command(self) -> &'static str {
+        match self {
+            Op::Enter => "QUEUE.ENTER",
+            Op::Status => "QUEUE.STATUS",
+            Op::Ranks => "QUEUE.RANKS",
+            Op::Leave => "QUEUE.LEAVE",
+            Op::Promote => "QUEUE.PROMOTE",
+            Op::Claim => "TICKET.CLAIM",
+            Op::Heartbeat => "SESSION.HEARTBEAT",
+            Op::End => "SESSION.END",
+            Op::Info => "QUEUE.INFO",
+            Op::Config => "QUEUE.CONFIG",
+        }
+    }
+
+    fn function(self) -> &'static str {
+        match self {
+            Op::Enter => "queue_enter",
+            Op::Status => "queue_status",
+            Op::Ranks => "queue_ranks",
+            Op::Leave => "queue_leave",
+            Op::Promote => "queue_promote",
+            Op::Claim => "ticket_claim",
+            Op::Heartbeat => "session_heartbeat",
+            Op::End => "session_end",
+            Op::Info => "queue_info",
+            Op::Config => "queue_config",
+        }
+    }
+
+    /// Functions flagged `no-writes`, called with FCALL_RO (so replicas may serve them).
+    fn read_only(self) -> bool {
+        matches!(self, Op::Info)
+    }
+}
+
+/// A handle on the queue commands of one Valkey server or cluster. Cheap to clone;
+/// clones share the connection.
+#[derive(Clone)]
+pub struct QueueClient {
+    conn: Conn,
+    backend: Backend,
+    /// One library reinstallation at a time (after a server lost its functions).
+    reinstall: Arc<tokio::sync::Mutex<()>>,
+}
+
+impl std::fmt::Debug for QueueClient {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("QueueClient").field("backend", &self.backend).field("cluster", &self.conn.is_cluster()).finish()
+    }
+}
+
+impl QueueClient {
+    /// Connects to one server (`redis://host:port/`, `?protocol=resp3` for RESP3) with
+    /// the default [`ConnectOptions`], and detects the backend.
+    pub async fn connect(url: &str) -> Result<QueueClient, QueueError> {
+        QueueClient::connect_with(url, ConnectOptions::default()).await
+    }
+
+    /// [`QueueClient::connect`] with explicit timeouts and reconnection settings.
+    pub async fn connect_with(url: &str, options: ConnectOptions) -> Result<QueueClient, QueueError> {
+        let conn = Conn::single(url, &options).await.map_err(connect_error)?;
+        QueueClient::start(conn).await
+    }
+
+    /// Connects to a cluster through any of its nodes' URLs and detects the backend
+    /// (which every primary must share; the library is installed on each primary).
+    pub async fn connect_cluster(urls: &[String]) -> Result<QueueClient, QueueError> {
+        QueueClient::connect_cluster_with(urls, ConnectOptions::default()).await
+    }
+
+    /// [`QueueClient::connect_cluster`] with explicit timeouts and retry settings.
+    pub async fn connect_cluster_with(urls: &[String], options: ConnectOptions) -> Result<QueueClient, QueueError> {
+        let conn = Conn::cluster(urls, &options).await.map_err(connect_error)?;
+        QueueClient::start(conn).await
+    }
+
+    async fn start(conn: Conn) -> Result<QueueClient, QueueError> {
+        let backend = backend::detect(&conn).await?;
+        Ok(QueueClient { conn, backend, reinstall: Arc::new(tokio::sync::Mutex::new(())) })
+    }
+
+    /// What serves the queue commands, as detected at connect.
+    pub fn backend(&self) -> Backend {
+        self.backend
+    }
+
+    /// Checks that the store answers (`PING`), for readiness probes.
+    pub async fn ping(&self) -> Result<(), QueueError> {
+        self.conn.send(&redis::cmd("PING")).await?;
+        Ok(())
+    }
+
+    fn build(&self, op: Op, queue: &str, args: &[&str]) -> Cmd {
+        let mut c = match self.backend {
+            Backend::Module => redis::cmd(op.command()),
+            Backend::Lua => {
+                let mut c = redis::cmd(if op.read_only() { "FCALL_RO" } else { "FCALL" });
+                c.arg(op.function()).arg(1);
+                c
+            }
+        };
+        c.arg(queue);
+        for a in args {
+            c.arg(*a);
+        }
+        c
+    }
+
+    /// Runs a queue command. Under the Lua backend a server that lost its functions
+    /// (restarted without persistence, flushed, a new cluster primary) gets the
+    /// library again and the call is retried once: it never ran.
+    async fn run(&self, op: Op, queue: &str, args: &[&str]) -> Result<Value, QueueError> {
+        let cmd = self.build(op, queue, args);
+        match self.conn.send(&cmd).await {
+            Err(e) if self.backend == Backend::Lua && is_missing_command(&e) => {
+                {
+                    let _one_at_a_time = self.reinstall.lock().await;
+                    backend::ensure_library(&self.conn).await?;
+                }
+                Ok(self.conn.send(&cmd).await?)
+            }
+            r => Ok(r?),
+        }
+    }
+
+    /// `QUEUE.ENTER`: joins the line at the back (re-entry moves to the back and
+    /// withdraws an unclaimed ticket); promoted at once when nobody waits and there
+    /// is room.
+    pub async fn enter(&self, queue: &str, user_id: &str, nickname: &str) -> Result<Standing, QueueError> {
+        Standing::from_value(self.run(Op::Enter, queue, &[user_id, nickname]).await?)
+    }
+
+    /// `QUEUE.STATUS`: where the user stands; also notes that a waiting user is still
+    /// there.
+    pub async fn status(&self, queue: &str, user_id: &str) -> Result<Standing, QueueError> {
+        Standing::from_value(self.run(Op::Status, queue, &[user_id]).await?)
+    }
+
+    /// `QUEUE.RANKS`: the standings of many users in one call, in the order asked.
+    /// An empty list asks nothing and returns an empty list.
+    pub async fn ranks<S: AsRef<str>>(&self, queue: &str, user_ids: &[S]) -> Result<Vec<Standing>, QueueError> {
+        if user_ids.is_empty() {
+            return Ok(Vec::new());
+        }
+        let args: Vec<&str> = user_ids.iter().map(AsRef::as_ref).collect();
+        Standing::list_from_value(self.run(Op::Ranks, queue, &args).await?, args.len())
+    }
+
+    /// `QUEUE.LEAVE`: true if the user was waiting or held a ticket.
+    pub async fn leave(&self, queue: &str, user_id: &str) -> Result<bool, QueueError> {
+        reply::flag(&self.run(Op::Leave, queue, &[user_id]).await?)
+    }
+
+    /// `QUEUE.PROMOTE [MAX n]`: one step of the admission loop.
+    pub async fn promote(&self, queue: &str, max: Option<u32>) -> Result<PromoteReport, QueueError> {
+        let max = max.map(|m| m.to_string());
+        let args: Vec<&str> = match &max {
+            Some(m) => vec!["MAX", m],
+            None => Vec::new(),
+        };
+        PromoteReport::from_value(self.run(Op::Promote, queue, &args).await?)
+    }
+
+    /// `TICKET.CLAIM`: uses a ticket (once) and opens its user's session lease.
+    /// Fails with [`QueueError::NoTicket`], [`QueueError::TicketExpired`],
+    /// [`QueueError::AlreadyInside`] or [`QueueError::HardCap`].
+    pub async fn claim(&self, queue: &str, ticket_id: &str) -> Result<Claim, QueueError> {
+        Claim::from_value(self.run(Op::Claim, queue, &[ticket_id]).await?)
+    }
+
+    /// `SESSION.HEARTBEAT`: extends the users' leases; false where no lease is live
+    /// (disconnect that user). An empty list asks nothing and returns an empty list.
+    pub async fn heartbeat<S: AsRef<str>>(&self, queue: &str, user_ids: &[S]) -> Result<Vec<bool>, QueueError> {
+        if user_ids.is_empty() {
+            return Ok(Vec::new());
+        }
+        let args: Vec<&str> = user_ids.iter().map(AsRef::as_ref).collect();
+        types::flags(self.run(Op::Heartbeat, queue, &args).await?, args.len(), "heartbeat")
+    }
+
+    /// `SESSION.END`: ends the user's session, freeing its slot; true if it had one.
+    pub async fn end_session(&self, queue: &str, user_id: &str) -> Result<bool, QueueError> {
+        reply::flag(&self.run(Op::End, queue, &[user_id]).await?)
+    }
+
+    /// `QUEUE.INFO`: counts, settings and counters of the queue.
+    pub async fn info(&self, queue: &str) -> Result<QueueInfo, QueueError> {
+        QueueInfo::from_value(self.run(Op::Info, queue, &[]).await?)
+    }
+
+    /// `QUEUE.CONFIG Q GET *`: the queue's effective settings.
+    pub async fn config_get(&self, queue: &str) -> Result<QueueConfig, QueueError> {
+        QueueConfig::from_value(self.run(Op::Config, queue, &["GET", "*"]).await?)
+    }
+
+    /// `QUEUE.CONFIG Q SET field value ...`: changes settings; all pairs are checked
+    /// before any is applied (an unknown field or a value out of range fails with
+    /// [`QueueError::InvalidArgument`] and changes nothing).
+    pub async fn config_set<F: AsRef<str>>(&self, queue: &str, pairs: &[(F, i64)]) -> Result<(), QueueError> {
+        let values: Vec<String> = pairs.iter().map(|(_, v)| v.to_string()).collect();
+        let mut args = vec!["SET"];
+        for ((field, _), value) in pairs.iter().zip(&values) {
+            args.push(field.as_ref());
+            args.push(value);
+        }
+        match self.run(Op::Config, queue, &args).await? {
+            Value::Okay => Ok(()),
+            v if reply::text(&v).as_deref() == Some("OK") => Ok(()),
+            other => Err(QueueError::protocol(format!("config set: expected OK, got {other:?}"))),
+        }
+    }
+}
+
+/// A URL the client cannot use is the caller's mistake; anything else at connect
+/// means the store cannot be reached.
+fn connect_error(e: redis::RedisError) -> QueueError {
+    if e.kind() == redis::ErrorKind::InvalidClientConfig {
+        QueueError::InvalidArgument(format!("invalid Valkey URL: {e}"))
+    } else {
+        QueueError::from(e)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn client_is_shareable() {
+        fn shareable<T: Clone + Send + Sync + 'static>() {}
+        shareable::<QueueClient>();
+        shareable::<QueueError>();
+    }
+
+    #[test]
+    fn functions_are_the_commands_lowercased() {
+        for op in [
+            Op::Enter,
+            Op::Status,
+            Op::Ranks,
+            Op::Leave,
+            Op::Promote,
+            Op::Claim,
+            Op::Heartbeat,
+            Op::End,
+            Op::Info,
+            Op::Config,
+        ] {
+            assert_eq!(op.function(), op.command().to_ascii_lowercase().replace('.', "_"));
+            assert!(library::SOURCE.contains(&format!("\"{}\"", op.function())), "{op:?}");
+        }
+    }
+}

@@ -1,6 +1,6 @@
 //! Reading replies the way both backends and both protocols send them: maps as RESP3
-//! maps or RESP2 flat field/value arrays, in any order; nil as RESP nil or, from a Lua
-//! function under RESP3, as `false`; integers as integers (or digit strings).
+//! maps or RESP2 flat field/value arrays, in any order; nil as RESP nil (or `false`,
+//! which a Lua function's nil could become); integers as integers (or digit strings).
 
 use crate::error::QueueError;
 use redis::Value;
@@ -37,7 +37,7 @@ pub(crate) fn int(v: &Value) -> Option<i64> {
     }
 }
 
-/// Nil, or `false` (a Lua function's nil reaches a RESP3 client as a boolean).
+/// Nil, or `false` (a Lua function that returned a boolean where nil was meant).
 pub(crate) fn is_nil(v: &Value) -> bool {
     matches!(plain_ref(v), Value::Nil | Value::Boolean(false))
 }
@@ -104,10 +104,6 @@ impl Fields {
 
     fn bad(&self, name: &str, want: &str) -> QueueError {
         QueueError::protocol(format!("{}: field {name} is not {want}: {:?}", self.what, self.map.get(name)))
-    }
-
-    pub(crate) fn has(&self, name: &str) -> bool {
-        self.map.contains_key(name)
     }
 
     pub(crate) fn i64(&self, name: &str) -> Result<i64, QueueError> {

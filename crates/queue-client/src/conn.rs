@@ -1,0 +1,166 @@
+//! The connection under the client: one reconnecting connection to a single server,
+//! or a cluster connection that follows the topology by itself. Every request has a
+//! deadline, so a call never waits longer than the configured response timeout, even
+//! while a reconnection is under way.
+
+use redis::aio::{ConnectionLike, ConnectionManager, ConnectionManagerConfig};
+use redis::cluster::ClusterClientBuilder;
+use redis::cluster_async::ClusterConnection;
+use redis::cluster_routing::{MultipleNodeRoutingInfo, RoutingInfo, SingleNodeRoutingInfo};
+use redis::{Cmd, RedisError, RedisResult, Value};
+use std::time::Duration;
+
+/// How the client connects and how long it waits.
+#[derive(Debug, Clone)]
+pub struct ConnectOptions {
+    /// How long one call may take, waiting for a reconnection included, before it
+    /// fails with [`QueueError::Unavailable`](crate::QueueError::Unavailable).
+    /// Default 5 s.
+    pub response_timeout: Duration,
+    /// How long one attempt to open a connection may take. Default 2 s.
+    pub connection_timeout: Duration,
+    /// Attempts to reconnect after the connection is lost (and to connect at first),
+    /// with exponential backoff, before the calls waiting on it fail; the next call
+    /// starts a new round. For a cluster, the retries of one request. Default 6.
+    pub reconnect_retries: usize,
+    /// The longest pause between two reconnection attempts; pauses start at about
+    /// 1 s and double up to this. Default 4 s.
+    pub reconnect_max_delay: Duration,
+}
+
+impl Default for ConnectOptions {
+    fn default() -> Self {
+        ConnectOptions {
+            response_timeout: Duration::from_secs(5),
+            connection_timeout: Duration::from_secs(2),
+            reconnect_retries: 6,
+            reconnect_max_delay: Duration::from_secs(4),
+        }
+    }
+}
+
+impl ConnectOptions {
+    fn manager_config(&self) -> ConnectionManagerConfig {
+        ConnectionManagerConfig::new()
+            .set_connection_timeout(self.connection_timeout)
+            .set_response_timeout(self.response_timeout)
+            .set_number_of_retries(self.reconnect_retries)
+            // Delays grow by this factor from about one second (with jitter).
+            .set_factor(2)
+            .set_max_delay(self.reconnect_max_delay.as_millis() as u64)
+    }
+}
+
+/// One primary of the deployment (the only server, or a cluster node).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum Node {
+    Only,
+    Addr { host: String, port: u16 },
+}
+
+#[derive(Clone)]
+enum Link {
+    Single(ConnectionManager),
+    Cluster(ClusterConnection),
+}
+
+/// A connection with a deadline on every request.
+#[derive(Clone)]
+pub(crate) struct Conn {
+    link: Link,
+    deadline: Duration,
+}
+
+fn timed_out(after: Duration) -> RedisError {
+    RedisError::from(std::io::Error::new(std::io::ErrorKind::TimedOut, format!("no reply within {after:?}")))
+}
+
+impl Conn {
+    /// A reconnecting connection to one server.
+    pub(crate) async fn single(url: &str, options: &ConnectOptions) -> RedisResult<Conn> {
+        let client = redis::Client::open(url)?;
+        let manager = ConnectionManager::new_with_config(client, options.manager_config()).await?;
+        Ok(Conn { link: Link::Single(manager), deadline: options.response_timeout })
+    }
+
+    /// A connection to a cluster, found from any of `urls`.
+    pub(crate) async fn cluster(urls: &[String], options: &ConnectOptions) -> RedisResult<Conn> {
+        let max_wait = options.reconnect_max_delay.as_millis() as u64;
+        let client = ClusterClientBuilder::new(urls.iter().map(String::as_str))
+            .connection_timeout(options.connection_timeout)
+            .response_timeout(options.response_timeout)
+            .retries(u32::try_from(options.reconnect_retries).unwrap_or(u32::MAX))
+            .min_retry_wait(max_wait.min(100))
+            .max_retry_wait(max_wait)
+            .build()?;
+        let connection = client.get_async_connection().await?;
+        Ok(Conn { link: Link::Cluster(connection), deadline: options.response_timeout })
+    }
+
+    pub(crate) fn is_cluster(&self) -> bool {
+        matches!(self.link, Link::Cluster(_))
+    }
+
+    /// Awaits a request within the deadline. Error replies arrive as values (so that
+    /// arrays can carry them): the top-level one becomes the Err.
+    async fn within(&self, f: impl std::future::Future<Output = RedisResult<Value>>) -> RedisResult<Value> {
+        match tokio::time::timeout(self.deadline, f).await {
+            Ok(Ok(Value::ServerError(e))) => Err(e.into()),
+            Ok(r) => r,
+            Err(_) => Err(timed_out(self.deadline)),
+        }
+    }
+
+    /// Sends a command where its key (or, keyless, any node) lives.
+    pub(crate) async fn send(&self, cmd: &Cmd) -> RedisResult<Value> {
+        match &self.link {
+            Link::Single(m) => self.within(m.clone().send_packed_command(cmd)).await,
+            Link::Cluster(c) => self.within(c.clone().req_packed_command(cmd)).await,
+        }
+    }
+
+    /// Sends a command to every primary; one reply per primary.
+    pub(crate) async fn send_to_primaries(&self, cmd: &Cmd) -> RedisResult<Vec<(Node, Value)>> {
+        match &self.link {
+            Link::Single(_) => Ok(vec![(Node::Only, self.send(cmd).await?)]),
+            Link::Cluster(c) => {
+                let routing = RoutingInfo::MultiNode((MultipleNodeRoutingInfo::AllMasters, None));
+                let reply = self.within(c.clone().route_command(cmd, routing)).await?;
+                let Value::Map(per_node) = reply else {
+                    return Err(RedisError::from((
+                        redis::ErrorKind::ClientError,
+                        "unexpected reply shape from all primaries",
+                        format!("{reply:?}"),
+                    )));
+                };
+                per_node
+                    .into_iter()
+                    .map(|(addr, v)| {
+                        let addr = crate::reply::text(&addr).unwrap_or_default();
+                        let (host, port) =
+                            addr.rsplit_once(':').and_then(|(h, p)| Some((h, p.parse().ok()?))).ok_or_else(|| {
+                                RedisError::from((
+                                    redis::ErrorKind::ClientError,
+                                    "unexpected node address",
+                                    addr.clone(),
+                                ))
+                            })?;
+                        Ok((Node::Addr { host: host.trim_matches(['[', ']']).to_string(), port }, v))
+                    })
+                    .collect()
+            }
+        }
+    }
+
+    /// Sends a command to one primary.
+    pub(crate) async fn send_to(&self, node: &Node, cmd: &Cmd) -> RedisResult<Value> {
+        match (&self.link, node) {
+            (Link::Cluster(c), Node::Addr { host, port }) => {
+                let routing =
+                    RoutingInfo::SingleNode(SingleNodeRoutingInfo::ByAddress { host: host.clone(), port: *port });
+                self.within(c.clone().route_command(cmd, routing)).await
+            }
+            _ => self.send(cmd).await,
+        }
+    }
+}

@@ -1,0 +1,200 @@
+//! Shared by the client's integration tests: the scenarios both backends must pass,
+//! and looks at the server's functions.
+#![allow(dead_code)]
+
+use queue_client::{ConnectOptions, QueueClient, QueueError, Status};
+use redis::Value;
+use std::time::{Duration, Instant};
+use testkit::{Backend, ValkeyServer};
+
+/// A server with neither the module nor the library, as a managed Valkey would be.
+pub fn bare_server() -> ValkeyServer {
+    ValkeyServer::start(Backend::Bare)
+}
+
+/// Short timeouts, so that failure tests stay quick.
+pub fn fast_options() -> ConnectOptions {
+    ConnectOptions {
+        response_timeout: Duration::from_secs(1),
+        connection_timeout: Duration::from_millis(500),
+        reconnect_retries: 4,
+        reconnect_max_delay: Duration::from_secs(1),
+    }
+}
+
+/// The same server with RESP3.
+pub fn resp3(url: &str) -> String {
+    format!("{url}?protocol=resp3")
+}
+
+/// The loaded `queue` library's code (with its entropy), if any.
+pub fn library_code(con: &mut redis::Connection) -> Option<String> {
+    let v: Value =
+        redis::cmd("FUNCTION").arg("LIST").arg("LIBRARYNAME").arg("queue").arg("WITHCODE").query(con).unwrap();
+    let Value::Array(libs) = v else { panic!("FUNCTION LIST: {v:?}") };
+    libs.iter().find_map(|lib| {
+        let f = testkit::fields(lib);
+        (testkit::field_str(&f, "library_name").as_deref() == Some("queue"))
+            .then(|| testkit::field_str(&f, "library_code").unwrap())
+    })
+}
+
+/// `FCALL_RO queue_version 0` on the server (no key, so any cluster node answers).
+pub fn installed_version(con: &mut redis::Connection) -> String {
+    redis::cmd("FCALL_RO").arg("queue_version").arg(0).query(con).unwrap()
+}
+
+/// The shipped library with another version and fixed entropy, as an older or newer
+/// client would have loaded it.
+pub fn library_at_version(version: &str) -> String {
+    let path = concat!(env!("CARGO_MANIFEST_DIR"), "/../../lua-fallback/queue.lua");
+    let src = std::fs::read_to_string(path).unwrap();
+    let line = format!("local VERSION = \"{}\"", queue_client::LIBRARY_VERSION);
+    assert!(src.contains(&line));
+    src.replacen(&line, &format!("local VERSION = \"{version}\""), 1).replacen(
+        "__QUEUE_ENTROPY__",
+        "0123456789abcdef0123456789abcdef",
+        1,
+    )
+}
+
+/// Every typed call once, on a fresh queue `q`, checking the replies.
+pub async fn round_trip(client: &QueueClient, q: &str) {
+    client.config_set(q, &[("soft_cap", 1)]).await.unwrap();
+    let cfg = client.config_get(q).await.unwrap();
+    assert_eq!(cfg.soft_cap, 1);
+    assert_eq!((cfg.hard_cap, cfg.rate, cfg.burst, cfg.batch_max), (0, 0, 0, 1000));
+    assert_eq!((cfg.ticket_ttl, cfg.session_lease, cfg.abandon_after), (60_000, 30_000, 60_000));
+
+    // Nobody waits and there is room: in at once.
+    let a = client.enter(q, "u-1", "alice").await.unwrap();
+    assert_eq!(a.status, Status::Promoted, "{a:?}");
+    assert_eq!((a.rank, a.user_id.as_str(), a.nickname.as_deref()), (0, "u-1", Some("alice")));
+    assert_eq!(a.estimated_wait_seconds, None);
+    let ticket = a.ticket_id.clone().expect("a ticket");
+
+    // Full: bob waits first in line.
+    let b = client.enter(q, "u-2", "bob").await.unwrap();
+    assert_eq!((b.status, b.rank, b.ticket_id.as_deref()), (Status::Waiting, 1, None), "{b:?}");
+    assert_eq!(b.nickname.as_deref(), Some("bob"));
+    let b2 = client.status(q, "u-2").await.unwrap();
+    assert_eq!((b2.status, b2.rank), (Status::Waiting, 1));
+
+    let nobody = client.status(q, "u-9").await.unwrap();
+    assert_eq!(
+        (nobody.status, nobody.rank, nobody.nickname, nobody.ticket_id, nobody.estimated_wait_seconds),
+        (Status::Unknown, 0, None, None, None)
+    );
+    let json = serde_json::to_value(&b2).unwrap();
+    assert_eq!(json["status"], "WAITING");
+    assert_eq!(json["userId"], "u-2");
+    assert_eq!(json["rank"], 1);
+    assert!(json["ticketId"].is_null());
+
+    let ranks = client.ranks(q, &["u-1", "u-2", "u-9"]).await.unwrap();
+    let seen: Vec<(Status, u64, &str)> = ranks.iter().map(|s| (s.status, s.rank, s.user_id.as_str())).collect();
+    assert_eq!(seen, [(Status::Promoted, 0, "u-1"), (Status::Waiting, 1, "u-2"), (Status::Unknown, 0, "u-9")]);
+    assert_eq!(ranks[0].ticket_id.as_deref(), Some(ticket.as_str()));
+    assert!(client.ranks(q, &[] as &[&str]).await.unwrap().is_empty());
+
+    let claim = client.claim(q, &ticket).await.unwrap();
+    assert_eq!(
+        (claim.user_id.as_str(), claim.nickname.as_str(), claim.ticket_id.as_str(), claim.lease_ms),
+        ("u-1", "alice", ticket.as_str(), 30_000)
+    );
+    assert_eq!(client.claim(q, &ticket).await.unwrap_err(), QueueError::NoTicket, "a ticket works once");
+    let inside = client.status(q, "u-1").await.unwrap();
+    assert_eq!((inside.status, inside.nickname.as_deref()), (Status::Active, Some("alice")));
+
+    assert_eq!(client.heartbeat(q, &["u-1", "u-2"]).await.unwrap(), [true, false]);
+    assert!(client.heartbeat(q, &[] as &[String]).await.unwrap().is_empty());
+
+    // The slot is taken: nothing to promote.
+    let p = client.promote(q, None).await.unwrap();
+    assert_eq!((p.promoted, p.waiting, p.joining, p.active, p.available_slots), (0, 1, 0, 1, 0), "{p:?}");
+
+    assert!(client.end_session(q, "u-1").await.unwrap());
+    assert!(!client.end_session(q, "u-1").await.unwrap());
+
+    let p = client.promote(q, Some(10)).await.unwrap();
+    assert_eq!((p.promoted, p.waiting, p.joining, p.active, p.available_slots), (1, 0, 1, 0, 0), "{p:?}");
+    assert_eq!((p.tickets_expired, p.leases_expired, p.dropped), (0, 0, 0));
+    assert_eq!(client.status(q, "u-2").await.unwrap().status, Status::Promoted);
+
+    assert!(client.leave(q, "u-2").await.unwrap(), "gives back the ticket");
+    assert!(!client.leave(q, "u-2").await.unwrap());
+
+    let info = client.info(q).await.unwrap();
+    assert_eq!((info.waiting, info.joining, info.active, info.available_slots), (0, 0, 0, 1), "{info:?}");
+    assert_eq!(info.tokens, None, "no rate limit");
+    assert_eq!(info.config, client.config_get(q).await.unwrap());
+    assert_eq!((info.promoted, info.claimed, info.expired, info.dropped), (2, 1, 0, 0), "{info:?}");
+    assert_eq!((info.left, info.ended, info.lapsed), (1, 1, 0), "{info:?}");
+
+    client.config_set(q, &[("rate".to_string(), 5), ("burst".to_string(), 7)]).await.unwrap();
+    let info = client.info(q).await.unwrap();
+    assert_eq!((info.config.rate, info.config.burst), (5, 7));
+    assert!(info.tokens.is_some_and(|t| t <= 7), "{info:?}");
+}
+
+/// Every refusal maps to its variant.
+pub async fn error_mapping(client: &QueueClient, q: &str) {
+    assert_eq!(client.claim(q, "1.AAAAAAAAAAAAAAAA").await.unwrap_err(), QueueError::NoTicket);
+    assert_eq!(client.claim(q, "nope").await.unwrap_err(), QueueError::NoTicket);
+
+    // INSIDE: a second ticket for a user who is inside.
+    let t1 = client.enter(q, "in-1", "ann").await.unwrap().ticket_id.unwrap();
+    client.claim(q, &t1).await.unwrap();
+    let t2 = client.enter(q, "in-1", "ann").await.unwrap().ticket_id.expect("promoted again");
+    assert_eq!(client.claim(q, &t2).await.unwrap_err(), QueueError::AlreadyInside);
+
+    // FULL: the hard cap of one live session is taken.
+    client.config_set(q, &[("hard_cap", 1)]).await.unwrap();
+    let t3 = client.enter(q, "in-2", "ben").await.unwrap().ticket_id.expect("promoted");
+    assert_eq!(client.claim(q, &t3).await.unwrap_err(), QueueError::HardCap);
+    assert_eq!(client.claim(q, &t3).await.unwrap_err(), QueueError::HardCap, "the ticket stays valid");
+
+    // EXPIRED: a ticket past its ticket_ttl.
+    client.config_set(q, &[("hard_cap", 0), ("ticket_ttl", 100)]).await.unwrap();
+    let t4 = client.enter(q, "in-3", "cat").await.unwrap().ticket_id.expect("promoted");
+    tokio::time::sleep(Duration::from_millis(250)).await;
+    assert_eq!(client.claim(q, &t4).await.unwrap_err(), QueueError::TicketExpired);
+
+    // ERR replies carry the server's text.
+    match client.enter(q, "bad user!", "x").await.unwrap_err() {
+        QueueError::InvalidArgument(t) => assert!(t.starts_with("ERR invalid userId"), "{t}"),
+        other => panic!("{other:?}"),
+    }
+    assert_eq!(
+        client.config_set(q, &[("colour", 1)]).await.unwrap_err(),
+        QueueError::InvalidArgument("ERR unknown config field 'colour'".into())
+    );
+    assert_eq!(
+        client.config_set(q, &[("soft_cap", -1)]).await.unwrap_err(),
+        QueueError::InvalidArgument("ERR soft_cap must be an integer from 0 to 10000000".into())
+    );
+    assert_eq!(
+        client.promote(q, Some(0)).await.unwrap_err(),
+        QueueError::InvalidArgument("ERR MAX must be an integer from 1 to 100000".into())
+    );
+    match client.enter("bad queue!", "u", "x").await.unwrap_err() {
+        QueueError::InvalidArgument(t) => assert!(t.starts_with("ERR invalid queue name"), "{t}"),
+        other => panic!("{other:?}"),
+    }
+}
+
+/// Polls `f` until it succeeds or `limit` passes; the last error otherwise.
+pub async fn eventually<T, F, Fut>(limit: Duration, mut f: F) -> Result<T, QueueError>
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = Result<T, QueueError>>,
+{
+    let end = Instant::now() + limit;
+    loop {
+        match f().await {
+            Ok(v) => return Ok(v),
+            Err(e) if Instant::now() >= end => return Err(e),
+            Err(_) => tokio::time::sleep(Duration::from_millis(100)).await,
+        }
+    }
+}
