@@ -164,6 +164,11 @@ local function check_value(field, raw)
   return v
 end
 
+-- A name as it may appear in an error text: bytes outside printable ASCII become '?'.
+local function printable(name)
+  return (name:gsub("[^\32-\126]", "?"))
+end
+
 local function field_index(name)
   local lower = name:lower()
   for i, f in ipairs(FIELDS) do
@@ -900,7 +905,7 @@ local function queue_config(keys, args)
     end
     local i = field_index(args[2])
     if not i then
-      return fail("ERR unknown config field '" .. args[2] .. "'")
+      return fail("ERR unknown config field '" .. printable(args[2]) .. "'")
     end
     return q:setting(i)
   elseif sub == "SET" then
@@ -911,7 +916,7 @@ local function queue_config(keys, args)
     for j = 2, #args, 2 do
       local i = field_index(args[j])
       if not i then
-        return fail("ERR unknown config field '" .. args[j] .. "'")
+        return fail("ERR unknown config field '" .. printable(args[j]) .. "'")
       end
       local v, e = check_value(FIELDS[i], args[j + 1])
       if v == nil then

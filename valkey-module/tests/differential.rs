@@ -195,3 +195,42 @@ fn collect_tickets(queue: &str, rm: &Value, rl: &Value, tickets: &mut Vec<(Strin
         }
     }
 }
+
+/// Random, mostly malformed argument vectors: both backends refuse (or accept) them
+/// with the same bytes.
+#[test]
+fn malformed_arguments_get_the_same_answers() {
+    const COMMANDS: [&str; 10] = [
+        "QUEUE.ENTER",
+        "QUEUE.STATUS",
+        "QUEUE.RANKS",
+        "QUEUE.LEAVE",
+        "QUEUE.PROMOTE",
+        "TICKET.CLAIM",
+        "SESSION.HEARTBEAT",
+        "SESSION.END",
+        "QUEUE.INFO",
+        "QUEUE.CONFIG",
+    ];
+    const WORDS: [&[u8]; 12] =
+        [b"q", b"u", b"MAX", b"max", b"SET", b"GET", b"*", b"soft_cap", b"-1", b"0", b"100001", b"1.AAAAAAAAAAAAAAAA"];
+    let (m, l) = (ValkeyServer::start(Backend::Module), ValkeyServer::start(Backend::Lua));
+    let (mut cm, mut cl) = (m.client3(), l.client3());
+    let mut rng = Rng(0xBAD_A125);
+    for step in 0..3000 {
+        let name = COMMANDS[rng.below(COMMANDS.len() as u64) as usize];
+        let args: Vec<Vec<u8>> = (0..1 + rng.below(5))
+            .map(|_| match rng.below(4) {
+                0 => (0..rng.below(70)).map(|_| rng.below(256) as u8).collect(),
+                1 => rng.next().to_string().into_bytes(),
+                _ => WORDS[rng.below(WORDS.len() as u64) as usize].to_vec(),
+            })
+            .collect();
+        let run = |c: &mut Client| match c.cmd(name, &args).query::<Value>(&mut c.con) {
+            Ok(v) => mask(&v),
+            Err(e) => Value::SimpleString(format!("error: {}", testkit::error_text(&e))),
+        };
+        let (rm, rl) = (run(&mut cm), run(&mut cl));
+        assert_eq!(rm, rl, "step {step}: {name} {args:?}");
+    }
+}

@@ -62,7 +62,13 @@ pub fn field(name: &[u8]) -> Result<&'static Field, QueueError> {
     FIELDS
         .iter()
         .find(|f| f.name.as_bytes().eq_ignore_ascii_case(name))
-        .ok_or_else(|| QueueError::UnknownConfigField(String::from_utf8_lossy(name).into_owned()))
+        .ok_or_else(|| QueueError::UnknownConfigField(printable(name)))
+}
+
+/// A name as it may appear in an error text: bytes outside printable ASCII become
+/// '?' (the Lua fallback does the same, so the texts match byte for byte).
+pub fn printable(name: &[u8]) -> String {
+    name.iter().map(|&b| if (0x20..0x7f).contains(&b) { b as char } else { '?' }).collect()
 }
 
 /// Checks a value given for `field`.
@@ -158,5 +164,6 @@ mod tests {
         assert_eq!(check_value(f, b"x"), Err(QueueError::NotInteger));
         assert_eq!(check_value(f, b"10"), Ok(10));
         assert_eq!(field(b"colour").unwrap_err().to_string(), "ERR unknown config field 'colour'");
+        assert_eq!(field(b"c\xffo\r\n").unwrap_err().to_string(), "ERR unknown config field 'c?o??'");
     }
 }
