@@ -141,7 +141,30 @@ impl ValkeyServer {
         Self::builder(backend).start()
     }
 
+    /// Starts the server; on its first start, on a fresh port again if another
+    /// process took the chosen one meanwhile (free ports are only free until used).
     fn spawn(&mut self) {
+        self.start_process(true);
+    }
+
+    fn start_process(&mut self, may_move: bool) {
+        let mut last = String::new();
+        for _ in 0..5 {
+            match self.try_spawn() {
+                Ok(()) => {
+                    self.after_start();
+                    return;
+                }
+                Err(e) => last = e,
+            }
+            if may_move {
+                self.port = free_port();
+            }
+        }
+        panic!("valkey-server did not come up: {last}; log:\n{}", self.log());
+    }
+
+    fn try_spawn(&mut self) -> Result<(), String> {
         let mut cmd = Command::new(server_binary());
         cmd.current_dir(self.dir.path())
             .args(["--port", &self.port.to_string(), "--bind", "127.0.0.1", "--save", "", "--daemonize", "no"])
@@ -157,16 +180,27 @@ impl ValkeyServer {
             cmd.arg("--loadmodule").arg(module_path()).args(&self.module_args);
         }
         cmd.args(&self.args).stdin(Stdio::null()).stdout(Stdio::null()).stderr(Stdio::null());
-        self.child = Some(cmd.spawn().expect("start valkey-server (is it installed? see scripts/install-deps.sh)"));
-        let port = self.port;
+        let mut child = cmd.spawn().expect("start valkey-server (is it installed? see scripts/install-deps.sh)");
+        let (port, pid) = (self.port, child.id());
+        // Ready once it answers (an AOF is loaded by then) as this very process.
         let ok = wait_for(Duration::from_secs(10), || {
+            if child.try_wait().ok().flatten().is_some() {
+                return Some(false);
+            }
             let mut c = redis::Client::open(format!("redis://127.0.0.1:{port}/")).ok()?.get_connection().ok()?;
-            // Ready once loading (e.g. an AOF) is over.
-            redis::cmd("PING").query::<String>(&mut c).ok()
+            let info: String = redis::cmd("INFO").arg("server").query(&mut c).ok()?;
+            Some(info.lines().any(|l| l.trim() == format!("process_id:{pid}")))
         });
-        if ok.is_none() {
-            panic!("valkey-server did not come up on port {port}; log:\n{}", self.log());
+        if ok == Some(true) {
+            self.child = Some(child);
+            return Ok(());
         }
+        let _ = child.kill();
+        let _ = child.wait();
+        Err(format!("port {port} answered by another process or the server exited"))
+    }
+
+    fn after_start(&mut self) {
         if self.backend == Backend::Lua {
             // A replica gets the library from its primary and refuses writes.
             let r =
@@ -217,7 +251,7 @@ impl ValkeyServer {
                 let _ = c.wait();
             }
         }
-        self.spawn();
+        self.start_process(false);
     }
 }
 
