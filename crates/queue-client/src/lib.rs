@@ -27,6 +27,7 @@
 mod backend;
 mod conn;
 mod error;
+pub mod events;
 mod library;
 mod reply;
 mod types;
@@ -143,6 +144,17 @@ impl QueueClient {
     /// What serves the queue commands, as detected at connect.
     pub fn backend(&self) -> Backend {
         self.backend
+    }
+
+    /// Whether this is a cluster connection.
+    pub fn is_cluster(&self) -> bool {
+        self.conn.is_cluster()
+    }
+
+    /// Sends a command that is not a queue command (leader lease, pub/sub, health
+    /// signal: the services' coordination keys), routed by its key on a cluster.
+    pub async fn raw(&self, cmd: &Cmd) -> Result<Value, QueueError> {
+        Ok(self.conn.send(cmd).await?)
     }
 
     /// Checks that the store answers (`PING`), for readiness probes.

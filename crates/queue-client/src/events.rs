@@ -1,0 +1,83 @@
+//! Promotion events: after each PROMOTE that changed something, the queue-manager
+//! announces it, so that every queue-api instance refreshes its push streams at once
+//! instead of waiting for its next tick.
+//!
+//! Channel `queue:{<queue>}:promoted` (the queue's hash tag: one cluster slot, so
+//! sharded pub/sub works), payload [`QueueEvent`] as JSON. Published with PUBLISH on a
+//! single server and SPUBLISH on a cluster.
+
+use crate::{QueueClient, QueueError};
+use serde::{Deserialize, Serialize};
+use std::time::Duration;
+use tokio::sync::mpsc;
+
+/// The channel a queue's events go to.
+pub fn promoted_channel(queue: &str) -> String {
+    format!("queue:{{{queue}}}:promoted")
+}
+
+/// The pattern matching every queue's channel (single server only).
+pub const PROMOTED_PATTERN: &str = "queue:{*}:promoted";
+
+/// What changed on a queue.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct QueueEvent {
+    /// The queue's name.
+    pub queue: String,
+    /// Tickets issued by this PROMOTE.
+    pub promoted: u64,
+    /// Users left waiting after it.
+    pub waiting: u64,
+    /// When (Unix ms).
+    pub at_ms: u64,
+}
+
+impl QueueClient {
+    /// Announces `event` on its queue's channel; returns how many subscribers got it.
+    pub async fn publish_event(&self, event: &QueueEvent) -> Result<u64, QueueError> {
+        let payload = serde_json::to_string(event).map_err(|e| QueueError::Protocol(e.to_string()))?;
+        let mut cmd = redis::cmd(if self.is_cluster() { "SPUBLISH" } else { "PUBLISH" });
+        cmd.arg(promoted_channel(&event.queue)).arg(payload);
+        let v = self.raw(&cmd).await?;
+        Ok(match v {
+            redis::Value::Int(n) => n.max(0) as u64,
+            _ => 0,
+        })
+    }
+}
+
+/// Receives every queue's events from one server, reconnecting (with backoff) when
+/// the server goes away; events sent while disconnected are lost, which is why
+/// subscribers also refresh on a timer.
+pub fn subscribe_all(url: String) -> mpsc::Receiver<QueueEvent> {
+    let (tx, rx) = mpsc::channel(1024);
+    tokio::spawn(async move {
+        let mut delay = Duration::from_millis(100);
+        loop {
+            if tx.is_closed() {
+                return;
+            }
+            if let Ok(client) = redis::Client::open(url.as_str()) {
+                if let Ok(mut pubsub) = client.get_async_pubsub().await {
+                    if pubsub.psubscribe(PROMOTED_PATTERN).await.is_ok() {
+                        delay = Duration::from_millis(100);
+                        let mut messages = pubsub.on_message();
+                        use futures_util::StreamExt;
+                        while let Some(msg) = messages.next().await {
+                            let Ok(payload) = msg.get_payload::<String>() else { continue };
+                            if let Ok(event) = serde_json::from_str::<QueueEvent>(&payload) {
+                                if tx.send(event).await.is_err() {
+                                    return;
+                                }
+                            }
+                        }
+                    }
+                }
+            }
+            tokio::time::sleep(delay).await;
+            delay = (delay * 2).min(Duration::from_secs(5));
+        }
+    });
+    rx
+}
