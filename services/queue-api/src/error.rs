@@ -1,0 +1,79 @@
+//! Every failure as a JSON body with the right status; no internals leak out.
+
+use axum::http::{header, HeaderValue, StatusCode};
+use axum::response::{IntoResponse, Response};
+use axum::Json;
+use queue_client::QueueError;
+use serde_json::json;
+
+#[derive(Debug)]
+pub enum ApiError {
+    /// 400: the request cannot be read (malformed JSON, bad query, bad queue name).
+    BadRequest(String),
+    /// 422: well-formed but invalid (missing or bad nickname).
+    Invalid(String),
+    /// 401: admin without the right bearer token.
+    Unauthorized,
+    /// 403: admin is disabled (no token configured).
+    AdminDisabled,
+    /// 404: unknown user (or route).
+    NotFound(String),
+    /// 429: too many requests from this address; seconds until the next is allowed.
+    TooManyRequests(u64),
+    /// 503: Valkey is unreachable (recovers by itself).
+    Unavailable,
+}
+
+impl ApiError {
+    fn parts(&self) -> (StatusCode, &'static str, String) {
+        match self {
+            ApiError::BadRequest(m) => (StatusCode::BAD_REQUEST, "bad_request", m.clone()),
+            ApiError::Invalid(m) => (StatusCode::UNPROCESSABLE_ENTITY, "invalid", m.clone()),
+            ApiError::Unauthorized => {
+                (StatusCode::UNAUTHORIZED, "unauthorized", "a valid bearer token is required".into())
+            }
+            ApiError::AdminDisabled => (
+                StatusCode::FORBIDDEN,
+                "admin_disabled",
+                "the back office is disabled (no admin token configured)".into(),
+            ),
+            ApiError::NotFound(m) => (StatusCode::NOT_FOUND, "not_found", m.clone()),
+            ApiError::TooManyRequests(s) => {
+                (StatusCode::TOO_MANY_REQUESTS, "rate_limited", format!("too many requests; retry in {s} s"))
+            }
+            ApiError::Unavailable => {
+                (StatusCode::SERVICE_UNAVAILABLE, "unavailable", "the queue store is unreachable; retry shortly".into())
+            }
+        }
+    }
+}
+
+impl IntoResponse for ApiError {
+    fn into_response(self) -> Response {
+        let (status, code, message) = self.parts();
+        let mut resp = (status, Json(json!({ "error": code, "message": message }))).into_response();
+        match self {
+            ApiError::TooManyRequests(s) => {
+                resp.headers_mut().insert(header::RETRY_AFTER, HeaderValue::from(s));
+            }
+            ApiError::Unavailable => {
+                resp.headers_mut().insert(header::RETRY_AFTER, HeaderValue::from_static("1"));
+            }
+            _ => {}
+        }
+        resp
+    }
+}
+
+impl From<QueueError> for ApiError {
+    fn from(e: QueueError) -> Self {
+        match e {
+            QueueError::InvalidArgument(m) => ApiError::BadRequest(m.trim_start_matches("ERR ").to_string()),
+            e if e.is_unavailable() => ApiError::Unavailable,
+            e => {
+                tracing::error!(error = %e, "unexpected reply from the queue store");
+                ApiError::Unavailable
+            }
+        }
+    }
+}

@@ -1,0 +1,281 @@
+//! The handlers.
+
+use crate::error::ApiError;
+use crate::metrics::Metrics;
+use crate::AppState;
+use axum::body::Bytes;
+use axum::extract::{ConnectInfo, Path, Query, State};
+use axum::http::{header, HeaderMap};
+use axum::response::sse::{Event, KeepAlive, Sse};
+use axum::response::{Html, IntoResponse, Response};
+use axum::Json;
+use futures_util::Stream;
+use queue_client::{Standing, Status};
+use serde::Deserialize;
+use serde_json::{json, Value};
+use std::net::{IpAddr, SocketAddr};
+use std::sync::Arc;
+use std::time::Instant;
+
+type St = State<Arc<AppState>>;
+
+/// The queue of seed 000's contract, used when a request names none.
+pub const DEFAULT_QUEUE: &str = "default";
+
+fn client_ip(state: &AppState, peer: SocketAddr, headers: &HeaderMap) -> IpAddr {
+    if state.config.trust_proxy {
+        let forwarded = headers.get("x-forwarded-for").and_then(|v| v.to_str().ok());
+        if let Some(ip) = forwarded.and_then(|v| v.split(',').next()).and_then(|v| v.trim().parse().ok()) {
+            return ip;
+        }
+    }
+    peer.ip()
+}
+
+fn rate_limit(state: &AppState, peer: SocketAddr, headers: &HeaderMap) -> Result<(), ApiError> {
+    state.limiter.check(client_ip(state, peer, headers), Instant::now()).map_err(|secs| {
+        Metrics::inc(&state.metrics.rate_limited);
+        ApiError::TooManyRequests(secs)
+    })
+}
+
+fn queue_name(q: Option<&str>) -> Result<String, ApiError> {
+    let q = q.unwrap_or(DEFAULT_QUEUE);
+    queue_core::keys::check_queue(q.as_bytes()).map(str::to_string).map_err(|e| ApiError::BadRequest(strip(e)))
+}
+
+fn user_id(u: Option<&str>) -> Result<String, ApiError> {
+    let u = u.ok_or_else(|| ApiError::BadRequest("the userId query parameter is required".into()))?;
+    queue_core::keys::check_user(u.as_bytes()).map(str::to_string).map_err(|e| ApiError::BadRequest(strip(e)))
+}
+
+fn strip(e: queue_core::QueueError) -> String {
+    e.to_string().trim_start_matches("ERR ").to_string()
+}
+
+/// A standing as the REST contract shows it, with the queue's name added.
+fn standing_json(s: &Standing, queue: &str) -> Value {
+    let mut v = serde_json::to_value(s).expect("serializable");
+    v["queue"] = json!(queue);
+    v
+}
+
+fn new_user_id() -> String {
+    let mut b = [0u8; 16];
+    getrandom::fill(&mut b).expect("the OS random source works");
+    b[6] = (b[6] & 0x0f) | 0x40;
+    b[8] = (b[8] & 0x3f) | 0x80;
+    let hex: String = b.iter().map(|x| format!("{x:02x}")).collect();
+    format!("{}-{}-{}-{}-{}", &hex[0..8], &hex[8..12], &hex[12..16], &hex[16..20], &hex[20..32])
+}
+
+/// `POST /api/queue/entry {nickname, queue?}` -> `{status, rank, userId, ...}`.
+pub async fn entry(
+    State(state): St,
+    ConnectInfo(peer): ConnectInfo<SocketAddr>,
+    headers: HeaderMap,
+    body: Bytes,
+) -> Result<Json<Value>, ApiError> {
+    rate_limit(&state, peer, &headers)?;
+    Metrics::inc(&state.metrics.entry_requests);
+    let body: Value = serde_json::from_slice(&body)
+        .map_err(|e| ApiError::BadRequest(format!("the body must be a JSON object: {e}")))?;
+    let obj = body.as_object().ok_or_else(|| ApiError::BadRequest("the body must be a JSON object".into()))?;
+    let nickname = match obj.get("nickname") {
+        Some(Value::String(n)) => n.trim(),
+        Some(_) => return Err(ApiError::Invalid("nickname must be a string".into())),
+        None => return Err(ApiError::Invalid("nickname is required".into())),
+    };
+    queue_core::keys::check_nickname(nickname.as_bytes()).map_err(|e| ApiError::Invalid(strip(e)))?;
+    let queue = match obj.get("queue") {
+        None | Some(Value::Null) => queue_name(None)?,
+        Some(Value::String(q)) => queue_name(Some(q))?,
+        Some(_) => return Err(ApiError::BadRequest("queue must be a string".into())),
+    };
+    let client = state.store.client().await?;
+    register(&state, &client, &queue).await;
+    let user = new_user_id();
+    let standing = client.enter(&queue, &user, nickname).await?;
+    if standing.status == Status::Promoted {
+        Metrics::inc(&state.metrics.promoted_users);
+    }
+    Ok(Json(standing_json(&standing, &queue)))
+}
+
+/// Adds the queue to the discovery set the queue-manager reads (once per instance).
+async fn register(state: &AppState, client: &queue_client::QueueClient, queue: &str) {
+    if state.registered.lock().unwrap().contains(queue) {
+        return;
+    }
+    let mut cmd = redis::Cmd::new();
+    cmd.arg("SADD").arg("queue-registry").arg(queue);
+    if client.raw(&cmd).await.is_ok() {
+        state.registered.lock().unwrap().insert(queue.to_string());
+    }
+}
+
+#[derive(Deserialize)]
+pub struct WhoQuery {
+    #[serde(rename = "userId")]
+    user_id: Option<String>,
+    queue: Option<String>,
+}
+
+async fn lookup(state: &AppState, q: &WhoQuery) -> Result<(String, Standing), ApiError> {
+    let user = user_id(q.user_id.as_deref())?;
+    let queue = queue_name(q.queue.as_deref())?;
+    let standing = state.store.client().await?.status(&queue, &user).await?;
+    if standing.status == Status::Unknown {
+        return Err(ApiError::NotFound("unknown user: not waiting, promoted or inside".into()));
+    }
+    Ok((queue, standing))
+}
+
+/// `GET /api/queue/status?userId=&queue=` -> `{status, rank, ticketId, ...}`.
+pub async fn status(
+    State(state): St,
+    ConnectInfo(peer): ConnectInfo<SocketAddr>,
+    headers: HeaderMap,
+    Query(q): Query<WhoQuery>,
+) -> Result<Json<Value>, ApiError> {
+    rate_limit(&state, peer, &headers)?;
+    Metrics::inc(&state.metrics.status_requests);
+    let (queue, standing) = lookup(&state, &q).await?;
+    if standing.status == Status::Promoted {
+        Metrics::inc(&state.metrics.promoted_users);
+    }
+    Ok(Json(standing_json(&standing, &queue)))
+}
+
+fn event_for(s: &Standing, queue: &str) -> Event {
+    let name = match s.status {
+        Status::Waiting => "position",
+        Status::Promoted => "promoted",
+        Status::Active => "active",
+        Status::Unknown => "unknown",
+    };
+    Event::default().event(name).data(standing_json(s, queue).to_string())
+}
+
+/// `GET /api/queue/stream?userId=&queue=`: server-sent events. `position` whenever
+/// rank or estimated wait change, then `promoted` with the ticket (or `active` /
+/// `unknown`), after which the stream ends.
+pub async fn stream(
+    State(state): St,
+    ConnectInfo(peer): ConnectInfo<SocketAddr>,
+    headers: HeaderMap,
+    Query(q): Query<WhoQuery>,
+) -> Result<Sse<impl Stream<Item = Result<Event, std::convert::Infallible>>>, ApiError> {
+    rate_limit(&state, peer, &headers)?;
+    let (queue, first) = lookup(&state, &q).await?;
+    let sub = state.hub.subscribe(&queue, &first.user_id);
+    let shutdown = state.shutdown.clone();
+    let init = (Some(first), sub, shutdown, queue, None::<Standing>, false);
+    let events =
+        futures_util::stream::unfold(init, |(mut pending, mut sub, mut shutdown, queue, mut last, done)| async move {
+            if done {
+                return None;
+            }
+            loop {
+                if let Some(s) = pending.take() {
+                    if last.as_ref() != Some(&s) {
+                        let terminal = s.status != Status::Waiting;
+                        let ev = event_for(&s, &queue);
+                        last = Some(s);
+                        return Some((Ok(ev), (None, sub, shutdown, queue, last, terminal)));
+                    }
+                }
+                tokio::select! {
+                    changed = sub.updates.changed() => {
+                        if changed.is_err() {
+                            return None;
+                        }
+                        pending = sub.updates.borrow_and_update().clone();
+                    }
+                    _ = shutdown.changed() => return None,
+                }
+            }
+        });
+    Ok(Sse::new(events).keep_alive(KeepAlive::default()))
+}
+
+/// The waiting-room page.
+pub async fn page(State(state): St) -> Html<String> {
+    let chat = serde_json::to_string(&state.config.chat_url).expect("a string");
+    Html(include_str!("../static/index.html").replace("\"__CHAT_URL__\"", &chat))
+}
+
+fn authorize(state: &AppState, headers: &HeaderMap) -> Result<(), ApiError> {
+    let Some(token) = state.config.admin_token.as_deref().filter(|t| !t.is_empty()) else {
+        return Err(ApiError::AdminDisabled);
+    };
+    let given =
+        headers.get(header::AUTHORIZATION).and_then(|v| v.to_str().ok()).and_then(|v| v.strip_prefix("Bearer "));
+    match given {
+        Some(g) if g.len() == token.len() && g.bytes().zip(token.bytes()).fold(0, |a, (x, y)| a | (x ^ y)) == 0 => {
+            Ok(())
+        }
+        _ => Err(ApiError::Unauthorized),
+    }
+}
+
+/// `GET /api/admin/queues/{queue}`: QUEUE.INFO as JSON.
+pub async fn admin_get(
+    State(state): St,
+    headers: HeaderMap,
+    Path(queue): Path<String>,
+) -> Result<Json<Value>, ApiError> {
+    authorize(&state, &headers)?;
+    let queue = queue_name(Some(&queue))?;
+    let info = state.store.client().await?.info(&queue).await?;
+    Ok(Json(json!({ "queue": queue, "info": info })))
+}
+
+/// `PUT /api/admin/queues/{queue}` `{"soft_cap": 500, "rate": 20, ...}`: changes
+/// settings at runtime (all or none), then answers like GET.
+pub async fn admin_put(
+    State(state): St,
+    headers: HeaderMap,
+    Path(queue): Path<String>,
+    body: Bytes,
+) -> Result<Json<Value>, ApiError> {
+    authorize(&state, &headers)?;
+    let queue = queue_name(Some(&queue))?;
+    let body: Value = serde_json::from_slice(&body)
+        .map_err(|e| ApiError::BadRequest(format!("the body must be a JSON object: {e}")))?;
+    let obj = body.as_object().ok_or_else(|| ApiError::BadRequest("the body must be a JSON object".into()))?;
+    if obj.is_empty() {
+        return Err(ApiError::Invalid("name at least one setting".into()));
+    }
+    let mut pairs = Vec::new();
+    for (field, v) in obj {
+        let n = v.as_i64().ok_or_else(|| ApiError::Invalid(format!("{field} must be an integer")))?;
+        pairs.push((field.as_str(), n));
+    }
+    let client = state.store.client().await?;
+    client.config_set(&queue, &pairs).await?;
+    let info = client.info(&queue).await?;
+    Ok(Json(json!({ "queue": queue, "info": info })))
+}
+
+pub async fn openapi() -> Json<Value> {
+    Json(crate::openapi::document())
+}
+
+pub async fn metrics(State(state): St) -> Response {
+    ([(header::CONTENT_TYPE, "text/plain; version=0.0.4")], state.metrics.render()).into_response()
+}
+
+/// Liveness with the store's state; 200 even while Valkey is down (the service
+/// itself is fine and recovers by itself).
+pub async fn healthz(State(state): St) -> Json<Value> {
+    let valkey = match state.store.client().await {
+        Ok(c) if c.ping().await.is_ok() => "up",
+        _ => "down",
+    };
+    Json(json!({ "status": "ok", "valkey": valkey }))
+}
+
+pub async fn not_found() -> ApiError {
+    ApiError::NotFound("no such route".into())
+}

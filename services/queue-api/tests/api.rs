@@ -1,0 +1,311 @@
+//! queue-api over real sockets against a real valkey-server, with the module and
+//! with the Lua library.
+
+use futures_util::StreamExt;
+use serde_json::{json, Value};
+use std::time::{Duration, Instant};
+use testkit::{Backend, ValkeyServer};
+use tokio::net::TcpListener;
+use tokio::sync::oneshot;
+
+struct Api {
+    base: String,
+    stop: Option<oneshot::Sender<()>>,
+    task: tokio::task::JoinHandle<std::io::Result<()>>,
+}
+
+impl Api {
+    async fn start(config: queue_api::Config) -> Api {
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let base = format!("http://{}", listener.local_addr().unwrap());
+        let (tx, rx) = oneshot::channel();
+        let task = tokio::spawn(queue_api::serve(listener, config, async {
+            let _ = rx.await;
+        }));
+        let api = Api { base, stop: Some(tx), task };
+        // Ready once the store is connected.
+        let deadline = Instant::now() + Duration::from_secs(10);
+        loop {
+            let h: Value = reqwest::get(format!("{}/healthz", api.base)).await.unwrap().json().await.unwrap();
+            if h["valkey"] == "up" || Instant::now() > deadline {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        api
+    }
+    fn url(&self, path: &str) -> String {
+        format!("{}{path}", self.base)
+    }
+    async fn stop(mut self) {
+        let _ = self.stop.take().unwrap().send(());
+        tokio::time::timeout(Duration::from_secs(10), self.task).await.expect("graceful shutdown").unwrap().unwrap();
+    }
+}
+
+async fn post_entry(api: &Api, body: Value) -> (u16, Value) {
+    let r = reqwest::Client::new().post(api.url("/api/queue/entry")).json(&body).send().await.unwrap();
+    (r.status().as_u16(), r.json().await.unwrap())
+}
+
+async fn get_json(url: &str) -> (u16, Value) {
+    let r = reqwest::get(url).await.unwrap();
+    (r.status().as_u16(), r.json().await.unwrap())
+}
+
+async fn client_for(s: &ValkeyServer) -> queue_client::QueueClient {
+    queue_client::QueueClient::connect(&s.url()).await.unwrap()
+}
+
+macro_rules! both_backends {
+    ($($name:ident),* $(,)?) => {
+        mod module {
+            $( #[tokio::test(flavor = "multi_thread", worker_threads = 2)] async fn $name() { super::$name(testkit::Backend::Module).await } )*
+        }
+        mod lua {
+            $( #[tokio::test(flavor = "multi_thread", worker_threads = 2)] async fn $name() { super::$name(testkit::Backend::Lua).await } )*
+        }
+    };
+}
+
+both_backends!(seed_contract, sse_delivers_position_and_ticket, bad_input_is_refused_cleanly);
+
+async fn seed_contract(b: Backend) {
+    let s = ValkeyServer::start(b);
+    let qc = client_for(&s).await;
+    qc.config_set("default", &[("soft_cap", 1)]).await.unwrap();
+    let api = Api::start(queue_api::Config::local(&s.url())).await;
+    // The first is let in at once, the second waits.
+    let (code, first) = post_entry(&api, json!({ "nickname": "alice" })).await;
+    assert_eq!(code, 200, "{first}");
+    assert_eq!(first["status"], "PROMOTED");
+    assert_eq!(first["rank"], 0);
+    let (_, second) = post_entry(&api, json!({ "nickname": "bob" })).await;
+    assert_eq!(second["status"], "WAITING");
+    assert_eq!(second["rank"], 1);
+    let user = second["userId"].as_str().unwrap().to_string();
+    assert_eq!(user.len(), 36, "a UUID: {user}");
+    let (code, st) = get_json(&api.url(&format!("/api/queue/status?userId={user}"))).await;
+    assert_eq!(code, 200);
+    assert_eq!(
+        (st["status"].clone(), st["rank"].clone(), st["ticketId"].clone()),
+        (json!("WAITING"), json!(1), Value::Null)
+    );
+    let (code, st) =
+        get_json(&api.url(&format!("/api/queue/status?userId={}", first["userId"].as_str().unwrap()))).await;
+    assert_eq!((code, st["status"].clone()), (200, json!("PROMOTED")));
+    assert!(st["ticketId"].is_string());
+    // Other queues by name.
+    let (_, other) = post_entry(&api, json!({ "nickname": "carol", "queue": "launch-2" })).await;
+    assert_eq!(other["queue"], "launch-2");
+    let (code, _) = get_json(&api.url("/api/queue/status?userId=nobody-here")).await;
+    assert_eq!(code, 404);
+    api.stop().await;
+}
+
+async fn sse_delivers_position_and_ticket(b: Backend) {
+    let s = ValkeyServer::start(b);
+    let qc = client_for(&s).await;
+    qc.config_set("default", &[("soft_cap", 0)]).await.unwrap();
+    let mut config = queue_api::Config::local(&s.url());
+    config.push_tick_ms = 60_000; // only announcements refresh, proving the wake-up path
+    let api = Api::start(config).await;
+    let (_, a) = post_entry(&api, json!({ "nickname": "a" })).await;
+    let (_, b2) = post_entry(&api, json!({ "nickname": "b" })).await;
+    let user = b2["userId"].as_str().unwrap();
+    let resp = reqwest::get(api.url(&format!("/api/queue/stream?userId={user}"))).await.unwrap();
+    assert_eq!(resp.status(), 200);
+    let mut body = resp.bytes_stream();
+    let mut text = String::new();
+    let mut next_event = async |want: &str| -> Value {
+        let deadline = Instant::now() + Duration::from_secs(10);
+        loop {
+            if let Some(i) = text.find("\n\n") {
+                let block: String = text.drain(..i + 2).collect();
+                let name = block.lines().find_map(|l| l.strip_prefix("event: ")).unwrap_or("");
+                let data = block.lines().find_map(|l| l.strip_prefix("data: ")).unwrap_or("");
+                if name == want {
+                    return serde_json::from_str(data).unwrap();
+                }
+                continue;
+            }
+            let left = deadline.saturating_duration_since(Instant::now());
+            let chunk =
+                tokio::time::timeout(left, body.next()).await.expect("event in time").expect("stream open").unwrap();
+            text.push_str(&String::from_utf8_lossy(&chunk));
+        }
+    };
+    let pos = next_event("position").await;
+    assert_eq!(pos["rank"], 2);
+    // The first leaves: with the 60 s tick, only an announcement can refresh us.
+    qc.leave("default", a["userId"].as_str().unwrap()).await.unwrap();
+    let event = queue_client::events::QueueEvent { queue: "default".into(), promoted: 0, waiting: 1, at_ms: 0 };
+    assert!(qc.publish_event(&event).await.unwrap() >= 1, "the api subscribes to announcements");
+    assert_eq!(next_event("position").await["rank"], 1);
+    // Promotion: the ticket arrives at once, then the stream ends.
+    qc.config_set("default", &[("soft_cap", 5)]).await.unwrap();
+    let report = qc.promote("default", None).await.unwrap();
+    assert_eq!(report.promoted, 1);
+    qc.publish_event(&event).await.unwrap();
+    let promoted = next_event("promoted").await;
+    assert!(promoted["ticketId"].is_string(), "{promoted}");
+    assert_eq!(promoted["status"], "PROMOTED");
+    api.stop().await;
+}
+
+async fn bad_input_is_refused_cleanly(b: Backend) {
+    let s = ValkeyServer::start(b);
+    let api = Api::start(queue_api::Config::local(&s.url())).await;
+    let http = reqwest::Client::new();
+    let cases: Vec<(&str, u16)> = vec![
+        ("{not json", 400),
+        ("[1,2]", 400),
+        ("{}", 422),
+        (r#"{"nickname": 5}"#, 422),
+        (r#"{"nickname": ""}"#, 422),
+        (r#"{"nickname": "   "}"#, 422),
+        (r#"{"nickname": "abcdefghijklmnopqrstuvwxyz0123456789"}"#, 422),
+        (r#"{"nickname": "a\u0001b"}"#, 422),
+        (r#"{"nickname": "ok", "queue": "bad name!"}"#, 400),
+        (r#"{"nickname": "ok", "queue": "a{b}"}"#, 400),
+        (r#"{"nickname": "ok", "queue": 7}"#, 400),
+    ];
+    for (body, want) in cases {
+        let r = http.post(api.url("/api/queue/entry")).body(body).send().await.unwrap();
+        let code = r.status().as_u16();
+        let v: Value = r.json().await.unwrap();
+        assert_eq!(code, want, "{body}: {v}");
+        assert!(v["error"].is_string() && v["message"].is_string(), "{v}");
+    }
+    let huge = format!(r#"{{"nickname": "{}"}}"#, "x".repeat(100_000));
+    let r = http.post(api.url("/api/queue/entry")).body(huge).send().await.unwrap();
+    assert_eq!(r.status().as_u16(), 413);
+    for (path, want) in [
+        ("/api/queue/status", 400),
+        ("/api/queue/status?userId=a%20b", 400),
+        ("/api/queue/status?userId=u&queue=x%7By%7D", 400),
+        ("/no/such/route", 404),
+    ] {
+        let (code, v) = get_json(&api.url(path)).await;
+        assert_eq!(code, want, "{path}: {v}");
+    }
+    // Nothing was written by any of it.
+    let keys: Vec<String> = redis::cmd("KEYS").arg("queue:*").query(&mut s.conn()).unwrap();
+    assert!(keys.iter().all(|k| k == "queue-registry"), "{keys:?}");
+    api.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn admin_needs_the_token() {
+    let s = ValkeyServer::start(Backend::Module);
+    let disabled = Api::start(queue_api::Config::local(&s.url())).await;
+    let (code, _) = get_json(&disabled.url("/api/admin/queues/default")).await;
+    assert_eq!(code, 403);
+    disabled.stop().await;
+
+    let mut config = queue_api::Config::local(&s.url());
+    config.admin_token = Some("s3cret".into());
+    let api = Api::start(config).await;
+    let http = reqwest::Client::new();
+    let url = api.url("/api/admin/queues/default");
+    assert_eq!(http.get(&url).send().await.unwrap().status(), 401);
+    assert_eq!(http.get(&url).bearer_auth("wrong").send().await.unwrap().status(), 401);
+    let r = http.get(&url).bearer_auth("s3cret").send().await.unwrap();
+    assert_eq!(r.status(), 200);
+    let v: Value = r.json().await.unwrap();
+    assert_eq!(v["info"]["soft_cap"], 1000, "{v}");
+    let r = http.put(&url).bearer_auth("s3cret").json(&json!({ "soft_cap": 7, "rate": 3 })).send().await.unwrap();
+    assert_eq!(r.status(), 200);
+    let v: Value = r.json().await.unwrap();
+    assert_eq!((v["info"]["soft_cap"].clone(), v["info"]["rate"].clone()), (json!(7), json!(3)), "{v}");
+    for (body, want) in [
+        (json!({ "colour": 1 }), 400),
+        (json!({ "soft_cap": -1 }), 400),
+        (json!({ "soft_cap": "x" }), 422),
+        (json!({}), 422),
+    ] {
+        let r = http.put(&url).bearer_auth("s3cret").json(&body).send().await.unwrap();
+        assert_eq!(r.status().as_u16(), want, "{body}");
+    }
+    assert_eq!(
+        client_for(&s).await.config_get("default").await.unwrap().soft_cap,
+        7,
+        "refused changes changed nothing"
+    );
+    api.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn rate_limit_answers_429_with_retry_after() {
+    let s = ValkeyServer::start(Backend::Module);
+    let mut config = queue_api::Config::local(&s.url());
+    config.rate_limit = 1.0;
+    config.rate_burst = 3.0;
+    let api = Api::start(config).await;
+    let mut codes = Vec::new();
+    for _ in 0..5 {
+        let r = reqwest::Client::new()
+            .post(api.url("/api/queue/entry"))
+            .json(&json!({"nickname": "n"}))
+            .send()
+            .await
+            .unwrap();
+        codes.push(r.status().as_u16());
+        if r.status() == 429 {
+            assert!(r.headers().get("retry-after").is_some());
+            let v: Value = r.json().await.unwrap();
+            assert_eq!(v["error"], "rate_limited");
+        }
+    }
+    assert_eq!(codes, vec![200, 200, 200, 429, 429]);
+    api.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn valkey_down_gives_503_then_recovers() {
+    let mut s = ValkeyServer::start(Backend::Module);
+    let api = Api::start(queue_api::Config::local(&s.url())).await;
+    let (code, _) = post_entry(&api, json!({ "nickname": "before" })).await;
+    assert_eq!(code, 200);
+    s.kill();
+    let start = Instant::now();
+    let (code, v) = post_entry(&api, json!({ "nickname": "during" })).await;
+    assert_eq!(code, 503, "{v}");
+    assert!(start.elapsed() < Duration::from_secs(6), "503 comes within the response timeout");
+    let (_, h) = get_json(&api.url("/healthz")).await;
+    assert_eq!(h["valkey"], "down");
+    s.restart();
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        let (code, _) = post_entry(&api, json!({ "nickname": "after" })).await;
+        if code == 200 {
+            break;
+        }
+        assert!(Instant::now() < deadline, "did not recover");
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    api.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn page_openapi_metrics() {
+    let s = ValkeyServer::start(Backend::Module);
+    let mut config = queue_api::Config::local(&s.url());
+    config.chat_url = "http://chat.example.test/room".into();
+    let api = Api::start(config).await;
+    let page = reqwest::get(api.url("/")).await.unwrap().text().await.unwrap();
+    assert!(page.contains("http://chat.example.test/room") && page.contains("EventSource"));
+    let (code, doc) = get_json(&api.url("/api/openapi.json")).await;
+    assert_eq!(code, 200);
+    assert!(doc["paths"]["/api/queue/entry"]["post"].is_object());
+    post_entry(&api, json!({ "nickname": "m" })).await;
+    let metrics = reqwest::get(api.url("/metrics")).await.unwrap().text().await.unwrap();
+    for line in [
+        "queue_entry_requests_total 1",
+        "queue_status_requests_total 0",
+        "http_server_requests_seconds_count{method=\"POST\",uri=\"/api/queue/entry\",status=\"200\"} 1",
+    ] {
+        assert!(metrics.contains(line), "{line} missing:\n{metrics}");
+    }
+    api.stop().await;
+}
