@@ -309,3 +309,27 @@ async fn page_openapi_metrics() {
     }
     api.stop().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn instances_side_by_side_share_everything() {
+    let s = ValkeyServer::start(Backend::Module);
+    let qc = client_for(&s).await;
+    qc.config_set("default", &[("soft_cap", 0)]).await.unwrap();
+    let (a, b) =
+        (Api::start(queue_api::Config::local(&s.url())).await, Api::start(queue_api::Config::local(&s.url())).await);
+    // Entered through one instance, seen through the other.
+    let (_, x) = post_entry(&a, json!({ "nickname": "x" })).await;
+    let (_, y) = post_entry(&b, json!({ "nickname": "y" })).await;
+    assert_eq!((x["rank"].clone(), y["rank"].clone()), (json!(1), json!(2)));
+    let (code, st) = get_json(&b.url(&format!("/api/queue/status?userId={}", x["userId"].as_str().unwrap()))).await;
+    assert_eq!((code, st["rank"].clone()), (200, json!(1)));
+    // Both subscribe to announcements (each instance once).
+    let event = queue_client::events::QueueEvent { queue: "default".into(), promoted: 0, waiting: 2, at_ms: 0 };
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while qc.publish_event(&event).await.unwrap() < 2 {
+        assert!(Instant::now() < deadline, "both instances subscribe");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    a.stop().await;
+    b.stop().await;
+}
