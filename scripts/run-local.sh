@@ -1,0 +1,66 @@
+#!/usr/bin/env bash
+# Runs the whole system locally on loopback: valkey-server with the module (or, with
+# --lua, a bare server with the Lua library), queue-api, queue-manager and chat-server.
+# Prints the URLs; Ctrl+C stops everything.
+#   bash scripts/run-local.sh [--lua] [--soft-cap N]
+# Ports: VALKEY_PORT (6390), API_PORT (8080), CHAT_PORT (8081), MANAGER_PORT (9091).
+set -euo pipefail
+root="$(cd "$(dirname "$0")/.." && pwd)"
+backend=module
+soft_cap=5
+while [ $# -gt 0 ]; do
+  case "$1" in
+    --lua) backend=lua ;;
+    --soft-cap) soft_cap="$2"; shift ;;
+    -h|--help) sed -n '2,7p' "$0"; exit 0 ;;
+    *) echo "unknown option $1" >&2; exit 2 ;;
+  esac
+  shift
+done
+VALKEY_PORT=${VALKEY_PORT:-6390}; API_PORT=${API_PORT:-8080}; CHAT_PORT=${CHAT_PORT:-8081}; MANAGER_PORT=${MANAGER_PORT:-9091}
+
+bash "$root/scripts/install-deps.sh" >/dev/null
+(cd "$root" && cargo build --release -p valkey-queue -p queue-api -p queue-manager -p chat-server)
+
+run_dir=$(mktemp -d)
+pids=()
+stop() {
+  trap - INT TERM EXIT
+  echo; echo "stopping..."
+  for p in "${pids[@]}"; do kill -TERM "$p" 2>/dev/null || true; done
+  for p in "${pids[@]}"; do wait "$p" 2>/dev/null || true; done
+  rm -rf "$run_dir"
+  echo "stopped"
+}
+trap stop INT TERM EXIT
+
+load=()
+[ "$backend" = module ] && load=(--loadmodule "$root/target/release/libvalkey_queue.so")
+valkey-server --port "$VALKEY_PORT" --bind 127.0.0.1 --dir "$run_dir" --save '' --appendonly yes \
+  --logfile "$run_dir/valkey.log" "${load[@]}" &
+pids+=($!)
+for _ in $(seq 100); do valkey-cli -p "$VALKEY_PORT" ping >/dev/null 2>&1 && break; sleep 0.1; done
+[ "$backend" = lua ] && bash "$root/scripts/load-lua.sh" -p "$VALKEY_PORT" >/dev/null
+url="redis://127.0.0.1:$VALKEY_PORT/"
+cli=(valkey-cli -p "$VALKEY_PORT")
+if [ "$backend" = module ]; then "${cli[@]}" QUEUE.CONFIG default SET soft_cap "$soft_cap" >/dev/null
+else "${cli[@]}" FCALL queue_config 1 default SET soft_cap "$soft_cap" >/dev/null; fi
+
+bin="$root/target/release"
+"$bin/chat-server" --valkey-url "$url" --listen "127.0.0.1:$CHAT_PORT" & pids+=($!)
+"$bin/queue-manager" --valkey-url "$url" --listen "127.0.0.1:$MANAGER_PORT" & pids+=($!)
+"$bin/queue-api" --valkey-url "$url" --listen "127.0.0.1:$API_PORT" --chat-url "http://127.0.0.1:$CHAT_PORT/" \
+  --admin-token "${ADMIN_TOKEN:-local-admin}" & pids+=($!)
+
+cat <<MSG
+
+The waiting room is running ($backend backend, soft cap $soft_cap):
+  waiting-room page   http://127.0.0.1:$API_PORT/
+  chat page           http://127.0.0.1:$CHAT_PORT/   (the waiting room sends you there)
+  metrics             http://127.0.0.1:$API_PORT/metrics  http://127.0.0.1:$MANAGER_PORT/metrics  http://127.0.0.1:$CHAT_PORT/metrics
+  back office         curl -H 'Authorization: Bearer ${ADMIN_TOKEN:-local-admin}' http://127.0.0.1:$API_PORT/api/admin/queues/default
+  valkey-cli          valkey-cli -p $VALKEY_PORT    (try QUEUE.INFO default)
+Press Ctrl+C to stop everything.
+MSG
+wait -n "${pids[@]}" || true
+echo "a process exited; stopping the rest"
