@@ -1,0 +1,73 @@
+//! The HTTP side: `/metrics` (Prometheus) and `/healthz`.
+
+use crate::{metrics, ManagerState};
+use axum::extract::State;
+use axum::http::header::CONTENT_TYPE;
+use axum::response::IntoResponse;
+use axum::routing::get;
+use axum::{Json, Router};
+use serde::Serialize;
+use std::sync::Arc;
+
+/// The routes, over shared state.
+pub fn app(state: Arc<ManagerState>) -> Router {
+    Router::new().route("/metrics", get(metrics_text)).route("/healthz", get(healthz)).with_state(state)
+}
+
+/// `/healthz`: alive (always 200, standby or not), whether leading, whether Valkey answers.
+#[derive(Debug, Serialize)]
+pub struct Healthz {
+    /// Always `ok`: the process serves.
+    pub status: &'static str,
+    /// Whether this replica holds the lease and promotes.
+    pub leader: bool,
+    /// `up` or `down`: whether Valkey answered the last call.
+    pub valkey: &'static str,
+}
+
+async fn healthz(State(state): State<Arc<ManagerState>>) -> Json<Healthz> {
+    Json(Healthz { status: "ok", leader: state.is_leader(), valkey: if state.valkey_up() { "up" } else { "down" } })
+}
+
+async fn metrics_text(State(state): State<Arc<ManagerState>>) -> impl IntoResponse {
+    let snapshot = state.snapshot().await;
+    ([(CONTENT_TYPE, metrics::CONTENT_TYPE)], metrics::render(&snapshot))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::Config;
+    use axum::body::Body;
+    use axum::http::{Request, StatusCode};
+    use tower::ServiceExt;
+
+    async fn get(app: Router, path: &str) -> (StatusCode, String, String) {
+        let response = app.oneshot(Request::get(path).body(Body::empty()).unwrap()).await.unwrap();
+        let status = response.status();
+        let ctype = response.headers().get(CONTENT_TYPE).map(|v| v.to_str().unwrap().to_string()).unwrap_or_default();
+        let body = axum::body::to_bytes(response.into_body(), 1 << 20).await.unwrap();
+        (status, ctype, String::from_utf8(body.to_vec()).unwrap())
+    }
+
+    #[tokio::test]
+    async fn healthz_before_connecting() {
+        let state = Arc::new(ManagerState::new(Config::new("redis://127.0.0.1:1/")));
+        let (status, ctype, body) = get(app(state), "/healthz").await;
+        assert_eq!(status, StatusCode::OK);
+        assert_eq!(ctype, "application/json");
+        assert_eq!(body, r#"{"status":"ok","leader":false,"valkey":"down"}"#);
+    }
+
+    #[tokio::test]
+    async fn metrics_before_connecting() {
+        let state = Arc::new(ManagerState::new(Config::new("redis://127.0.0.1:1/")));
+        let (status, ctype, body) = get(app(state.clone()), "/metrics").await;
+        assert_eq!(status, StatusCode::OK);
+        assert_eq!(ctype, metrics::CONTENT_TYPE);
+        assert_eq!(metrics::value(&body, "queue_manager_is_leader", None), Some(0.0));
+        assert_eq!(metrics::value(&body, "queue_manager_valkey_up", None), Some(0.0));
+        let (status, _, _) = get(app(state), "/nothing").await;
+        assert_eq!(status, StatusCode::NOT_FOUND);
+    }
+}
