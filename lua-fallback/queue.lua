@@ -713,7 +713,7 @@ local function queue_promote(keys, args)
     checks = {
       { args[1]:upper() == "MAX", E_SYNTAX },
       { max ~= nil, E_NOT_INTEGER },
-      { max ~= nil and max >= 1 and max <= MAX_PROMOTE, out_of_range("MAX", 1, MAX_PROMOTE) },
+      { max ~= nil and max >= 0 and max <= MAX_PROMOTE, out_of_range("MAX", 0, MAX_PROMOTE) },
     }
   end
   local q, e = begin("queue.promote", keys, #args == 0 or #args == 2, checks, ALL_PARTS)

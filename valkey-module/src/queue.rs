@@ -9,7 +9,8 @@ use queue_core::keys::{check_nickname, check_user};
 use queue_core::replies;
 use queue_core::QueueError;
 
-/// Most MAX a PROMOTE accepts (the same as the largest batch_max).
+/// Most MAX a PROMOTE accepts (the same as the largest batch_max). MAX 0 does the
+/// housekeeping (expired tickets and leases, silent waiters) and admits no one.
 pub const MAX_PROMOTE: i64 = 100_000;
 /// Waiters a PROMOTE examines beyond the head to drop those who left without a word.
 pub const SWEEP_BUDGET: usize = 256;
@@ -188,7 +189,7 @@ pub fn promote(srv: &Server, args: &[Str]) -> Result<(), QueueError> {
     let mut max = None;
     while !opts.is_done() {
         if opts.eat_keyword("MAX") {
-            max = Some(opts.next_in_range("MAX", 1, MAX_PROMOTE)?);
+            max = Some(opts.next_in_range("MAX", 0, MAX_PROMOTE)?);
         } else {
             return Err(QueueError::Syntax);
         }

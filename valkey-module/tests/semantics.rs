@@ -9,6 +9,7 @@ testkit::backend_tests!(
     promote_respects_soft_cap_max_and_batch_max,
     token_bucket_limits_admission,
     expired_tickets_free_their_slot,
+    max_zero_only_does_the_housekeeping,
     silent_waiters_are_dropped_never_promoted,
     ticket_claims_exactly_once,
     claim_errors,
@@ -168,10 +169,27 @@ fn expired_tickets_free_their_slot(b: Backend) {
     })
     .expect("the expired ticket frees its slot");
     assert_eq!(field_int(&r, "tickets_expired"), 1);
+
     assert_eq!(c.claim("q", &t).unwrap_err(), "NOTICKET unknown or already used ticket");
     assert_eq!(field_str(&c.status("q", "a"), "status").as_deref(), Some("UNKNOWN"));
     assert_eq!(field_str(&c.status("q", "b"), "status").as_deref(), Some("PROMOTED"));
     assert_eq!(field_int(&c.info("q"), "expired"), 1);
+}
+
+fn max_zero_only_does_the_housekeeping(b: Backend) {
+    let (_s, mut c) = server(b);
+    c.config_set("q", &[("soft_cap", 1), ("ticket_ttl", 200)]);
+    c.enter("q", "a", "a");
+    c.enter("q", "b", "b");
+    testkit::wait_for(std::time::Duration::from_secs(5), || {
+        (field_str(&c.status("q", "a"), "status").as_deref() == Some("UNKNOWN")).then_some(())
+    })
+    .expect("a's ticket expires");
+    let r = c.promote("q", Some(0));
+    assert_eq!((field_int(&r, "promoted"), field_int(&r, "tickets_expired")), (0, 1));
+    assert_eq!((field_int(&r, "joining"), field_int(&r, "available_slots")), (0, 1));
+    assert_eq!(field_str(&c.status("q", "b"), "status").as_deref(), Some("WAITING"));
+    assert_eq!(field_int(&c.promote("q", None), "promoted"), 1);
 }
 
 fn silent_waiters_are_dropped_never_promoted(b: Backend) {

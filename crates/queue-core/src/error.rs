@@ -69,7 +69,7 @@ mod tests {
             (QueueError::TicketExpired, "EXPIRED ticket has expired"),
             (QueueError::AlreadyInside, "INSIDE user is already inside"),
             (QueueError::HardCap, "FULL hard cap reached"),
-            (QueueError::OutOfRange("MAX", 1, 100000), "ERR MAX must be an integer from 1 to 100000"),
+            (QueueError::OutOfRange("MAX", 0, 100000), "ERR MAX must be an integer from 0 to 100000"),
             (QueueError::UnknownConfigField("x".into()), "ERR unknown config field 'x'"),
         ];
         for (e, text) in cases {

@@ -77,7 +77,7 @@ async fn round(
         }
     };
     let max = match allowance {
-        Admission::Limited(0) => return Ok(()),
+        // MAX 0 still drops expired tickets, lapsed leases and silent waiters.
         Admission::Limited(n) => Some(n),
         Admission::Unrestricted => None,
     };

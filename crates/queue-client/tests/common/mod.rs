@@ -174,8 +174,8 @@ pub async fn error_mapping(client: &QueueClient, q: &str) {
         QueueError::InvalidArgument("ERR soft_cap must be an integer from 0 to 10000000".into())
     );
     assert_eq!(
-        client.promote(q, Some(0)).await.unwrap_err(),
-        QueueError::InvalidArgument("ERR MAX must be an integer from 1 to 100000".into())
+        client.promote(q, Some(100_001)).await.unwrap_err(),
+        QueueError::InvalidArgument("ERR MAX must be an integer from 0 to 100000".into())
     );
     match client.enter("bad queue!", "u", "x").await.unwrap_err() {
         QueueError::InvalidArgument(t) => assert!(t.starts_with("ERR invalid queue name"), "{t}"),
