@@ -1,0 +1,150 @@
+//! The room across instances: every broadcast frame (chat, system, presence deltas)
+//! is published to the room's channel, `chat:{Q}:room`, as
+//! `{"origin": <instance>, "sentAtMs": <ms>, "frame": <frame>}`, and every instance,
+//! the sender's included, hands the frames it hears to its local sockets. One
+//! delivery path for all, so every socket sees the room's frames in the same order.
+//!
+//! The channel carries the queue's hash tag, so on a cluster it lives in the queue's
+//! slot (SPUBLISH). The subscriber is one dedicated pub/sub connection per instance
+//! (PSUBSCRIBE `chat:{*}:room`), reconnected with backoff; after a reconnection the
+//! local sockets of each room get a fresh `PRESENCE_SNAPSHOT`, since deltas sent
+//! meanwhile were lost.
+
+use crate::frames;
+use crate::metrics::Metrics;
+use crate::AppState;
+use futures_util::StreamExt;
+use queue_client::QueueError;
+use serde::Deserialize;
+use serde_json::value::RawValue;
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+use std::time::Duration;
+use tokio_tungstenite::tungstenite::Utf8Bytes;
+
+/// The pattern matching every room's channel.
+pub const PATTERN: &str = "chat:{*}:room";
+
+/// The channel of `queue`'s room.
+pub fn channel(queue: &str) -> String {
+    format!("chat:{{{queue}}}:room")
+}
+
+/// The queue of a room channel.
+pub fn queue_of(channel: &str) -> Option<&str> {
+    channel.strip_prefix("chat:{")?.strip_suffix("}:room")
+}
+
+/// What goes on the channel: the frame as is, with who sent it and when.
+pub fn envelope(origin: &str, sent_at_ms: u64, frame: &str) -> String {
+    let origin = serde_json::to_string(origin).expect("a string serializes");
+    format!("{{\"origin\":{origin},\"sentAtMs\":{sent_at_ms},\"frame\":{frame}}}")
+}
+
+#[derive(Deserialize)]
+struct Heard<'a> {
+    origin: String,
+    #[serde(rename = "sentAtMs", default)]
+    sent_at_ms: u64,
+    #[serde(borrow)]
+    frame: &'a RawValue,
+}
+
+/// Opens an envelope: origin, sending time and the frame's JSON text.
+pub fn open(payload: &[u8]) -> Option<(String, u64, String)> {
+    let heard: Heard = serde_json::from_slice(payload).ok()?;
+    Some((heard.origin, heard.sent_at_ms, heard.frame.get().to_string()))
+}
+
+/// Publishes a frame to the room on every instance.
+pub async fn publish(state: &AppState, queue: &str, frame: &str) -> Result<(), QueueError> {
+    let client = state.store.client().await.ok_or_else(|| QueueError::Unavailable("not connected yet".into()))?;
+    let mut cmd = redis::cmd(if client.is_cluster() { "SPUBLISH" } else { "PUBLISH" });
+    cmd.arg(channel(queue)).arg(envelope(&state.instance_id, frames::now_ms(), frame));
+    client.raw(&cmd).await?;
+    Metrics::inc(&state.metrics.messages_broadcast);
+    Ok(())
+}
+
+/// Keeps the room subscription up for the life of the process.
+pub async fn subscribe(state: Arc<AppState>) {
+    let mut delay = Duration::from_millis(100);
+    let mut first = true;
+    loop {
+        match listen(&state, first).await {
+            Ok(()) => {
+                first = false;
+                delay = Duration::from_millis(100);
+                tracing::warn!("room subscription lost; reconnecting");
+            }
+            Err(e) => tracing::warn!(error = %e, "room subscription unavailable; retrying"),
+        }
+        state.room_feed_up.store(false, Ordering::SeqCst);
+        tokio::time::sleep(delay).await;
+        delay = (delay * 2).min(Duration::from_secs(5));
+    }
+}
+
+/// One subscription, until its connection drops.
+async fn listen(state: &Arc<AppState>, first: bool) -> redis::RedisResult<()> {
+    let client = redis::Client::open(state.config.valkey_url.as_str())?;
+    let timeout = |e| redis::RedisError::from(std::io::Error::new(std::io::ErrorKind::TimedOut, e));
+    let mut pubsub = tokio::time::timeout(Duration::from_secs(2), client.get_async_pubsub())
+        .await
+        .map_err(|_| timeout("connecting for pub/sub"))??;
+    pubsub.psubscribe(PATTERN).await?;
+    state.room_feed_up.store(true, Ordering::SeqCst);
+    if !first {
+        tokio::spawn(resync(state.clone()));
+    }
+    let mut messages = pubsub.on_message();
+    while let Some(msg) = messages.next().await {
+        let Some(queue) = queue_of(msg.get_channel_name()) else { continue };
+        let Some((origin, sent_at_ms, frame)) = open(msg.get_payload_bytes()) else {
+            tracing::debug!(channel = msg.get_channel_name(), "unreadable room message ignored");
+            continue;
+        };
+        if origin == state.instance_id && sent_at_ms > 0 {
+            state.latency.record(frames::now_ms().saturating_sub(sent_at_ms));
+        }
+        state.rooms.deliver(queue, Utf8Bytes::from(frame));
+    }
+    Ok(())
+}
+
+/// Sends each room's local sockets the full presence list again.
+async fn resync(state: Arc<AppState>) {
+    let Some(client) = state.store.client().await else { return };
+    for (queue, _) in state.rooms.users() {
+        match crate::presence::snapshot(&client, &queue, frames::now_ms()).await {
+            Ok(people) => {
+                state.rooms.deliver(&queue, Utf8Bytes::from(frames::presence_snapshot(&people)));
+            }
+            Err(e) => tracing::warn!(queue, error = %e, "presence resync failed"),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn channels_carry_the_queue_hash_tag() {
+        assert_eq!(channel("launch-1"), "chat:{launch-1}:room");
+        assert_eq!(queue_of("chat:{launch-1}:room"), Some("launch-1"));
+        assert_eq!(queue_of("queue:{launch-1}:promoted"), None);
+    }
+
+    #[test]
+    fn envelopes_round_trip_the_frame_verbatim() {
+        let frame = frames::chat(0, "a\"b", "hi");
+        let env = envelope("chat-1", 42, &frame);
+        let v: serde_json::Value = serde_json::from_str(&env).unwrap();
+        assert_eq!(v["origin"], "chat-1");
+        assert_eq!(v["frame"]["type"], "MESSAGE_RECEIVE");
+        assert_eq!(open(env.as_bytes()), Some(("chat-1".into(), 42, frame)));
+        assert_eq!(open(b"{not json"), None);
+        assert_eq!(open(br#"{"origin":"x"}"#), None);
+    }
+}

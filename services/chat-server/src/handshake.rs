@@ -1,0 +1,140 @@
+//! `GET /gameserver?ticketId=&queue=`: the ticket is claimed before the upgrade, so
+//! a refusal is an ordinary HTTP response the client can see (seed 000: 401 for a
+//! missing, unknown, expired or used ticket, 409 for a user already connected, 503
+//! when the room is full or Valkey is unreachable).
+//!
+//! The upgrade is done here rather than with axum's WebSocket extractor to reach
+//! tungstenite's raw frames: a large frame (the presence snapshot of a big room) is
+//! sent in fragments, so no socket keeps a buffer the size of the largest frame it
+//! ever sent.
+
+use crate::error::HandshakeError;
+use crate::lease::LeaseGuard;
+use crate::{session, AppState};
+use axum::body::Body;
+use axum::extract::rejection::QueryRejection;
+use axum::extract::{Query, Request, State};
+use axum::http::{header, HeaderMap, HeaderName, StatusCode, Version};
+use axum::response::{IntoResponse, Response};
+use hyper::upgrade::OnUpgrade;
+use hyper_util::rt::TokioIo;
+use queue_client::{Claim, QueueClient, QueueError};
+use serde::Deserialize;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use tokio::sync::oneshot;
+use tokio_tungstenite::tungstenite::handshake::derive_accept_key;
+use tokio_tungstenite::tungstenite::protocol::Role;
+use tokio_tungstenite::WebSocketStream;
+
+#[derive(Deserialize)]
+pub struct Params {
+    #[serde(rename = "ticketId")]
+    ticket_id: Option<String>,
+    queue: Option<String>,
+}
+
+pub async fn gameserver(
+    State(state): State<Arc<AppState>>,
+    params: Result<Query<Params>, QueryRejection>,
+    req: Request,
+) -> Response {
+    let handshake = match params {
+        Ok(Query(params)) => accept(&state, params, req).await,
+        Err(_) => Err(HandshakeError::BadQuery),
+    };
+    match handshake {
+        Ok(resp) => resp,
+        Err(e) => {
+            state.metrics.refused(e.code());
+            tracing::debug!(reason = e.code(), "handshake refused");
+            e.into_response()
+        }
+    }
+}
+
+fn has_token(headers: &HeaderMap, name: HeaderName, token: &str) -> bool {
+    headers
+        .get_all(name)
+        .iter()
+        .filter_map(|v| v.to_str().ok())
+        .flat_map(|v| v.split(','))
+        .any(|t| t.trim().eq_ignore_ascii_case(token))
+}
+
+async fn accept(state: &Arc<AppState>, params: Params, mut req: Request) -> Result<Response, HandshakeError> {
+    let headers = req.headers();
+    if !has_token(headers, header::CONNECTION, "upgrade") || !has_token(headers, header::UPGRADE, "websocket") {
+        return Err(HandshakeError::NotWebSocket);
+    }
+    if req.version() != Version::HTTP_11
+        || headers.get(header::SEC_WEBSOCKET_VERSION).is_none_or(|v| v.as_bytes() != b"13")
+    {
+        return Err(HandshakeError::BadUpgrade);
+    }
+    let key = headers.get(header::SEC_WEBSOCKET_KEY).ok_or(HandshakeError::BadUpgrade)?.clone();
+    let on_upgrade = req.extensions_mut().remove::<OnUpgrade>().ok_or(HandshakeError::BadUpgrade)?;
+    let queue = match params.queue.filter(|q| !q.is_empty()) {
+        Some(q) => queue_core::keys::check_queue(q.as_bytes()).map_err(|_| HandshakeError::BadQueue)?.to_string(),
+        None => state.config.queue.clone(),
+    };
+    if state.shutting_down() {
+        return Err(HandshakeError::ShuttingDown);
+    }
+    let ticket = params.ticket_id.filter(|t| !t.is_empty()).ok_or(HandshakeError::MissingTicket)?;
+    queue_core::keys::check_ticket(ticket.as_bytes()).map_err(|_| HandshakeError::UnknownTicket)?;
+    let client = state.store.client().await.ok_or(HandshakeError::Unavailable)?;
+    let claim = claim_detached(client.clone(), queue.clone(), ticket).await?;
+    warn_if_lease_is_short(state, &queue, &claim);
+    let lease = LeaseGuard::new(client, &queue, &claim.user_id);
+    let tracked = state.sessions.enter();
+    let (state, config) = (state.clone(), session::ws_config(&state.config));
+    tokio::spawn(async move {
+        let _tracked = tracked;
+        match on_upgrade.await {
+            Ok(upgraded) => {
+                let ws = WebSocketStream::from_raw_socket(TokioIo::new(upgraded), Role::Server, Some(config)).await;
+                session::run(ws, state, queue, claim, lease).await;
+            }
+            Err(e) => {
+                tracing::debug!(error = %e, "upgrade failed after the claim; ending the session");
+                lease.end().await;
+            }
+        }
+    });
+    Ok(Response::builder()
+        .status(StatusCode::SWITCHING_PROTOCOLS)
+        .header(header::CONNECTION, "upgrade")
+        .header(header::UPGRADE, "websocket")
+        .header(header::SEC_WEBSOCKET_ACCEPT, derive_accept_key(key.as_bytes()))
+        .body(Body::empty())
+        .expect("a valid response"))
+}
+
+/// TICKET.CLAIM in a task of its own: if the client hangs up while the claim is on
+/// its way, the claim still completes and its session is ended at once instead of
+/// holding a slot until the lease runs out.
+async fn claim_detached(client: QueueClient, queue: String, ticket: String) -> Result<Claim, QueueError> {
+    let (tx, rx) = oneshot::channel();
+    tokio::spawn(async move {
+        let claimed = client.claim(&queue, &ticket).await;
+        if let Err(Ok(claim)) = tx.send(claimed) {
+            tracing::debug!(queue, user = claim.user_id, "client left during the claim; ending its session");
+            let _ = client.end_session(&queue, &claim.user_id).await;
+        }
+    });
+    rx.await.unwrap_or_else(|_| Err(QueueError::Unavailable("the claim did not complete".into())))
+}
+
+/// A lease shorter than two heartbeats would lapse between them: say so, once.
+fn warn_if_lease_is_short(state: &AppState, queue: &str, claim: &Claim) {
+    static WARNED: AtomicBool = AtomicBool::new(false);
+    if (claim.lease_ms as u128) < state.config.heartbeat.as_millis() * 2 && !WARNED.swap(true, Ordering::Relaxed) {
+        tracing::warn!(
+            queue,
+            lease_ms = claim.lease_ms,
+            heartbeat_ms = state.config.heartbeat.as_millis() as u64,
+            "the queue's session_lease is shorter than two heartbeats: sessions may lose their lease"
+        );
+    }
+}

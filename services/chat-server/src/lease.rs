@@ -1,0 +1,92 @@
+//! Session leases: a claimed ticket opens a lease that this instance keeps alive
+//! with one SESSION.HEARTBEAT per queue per tick for all its users, and gives back
+//! with SESSION.END when the session closes. If the process dies the heartbeats stop
+//! and the leases run out, so a crash leaks no capacity.
+
+use crate::metrics::Metrics;
+use crate::room::Kick;
+use crate::AppState;
+use queue_client::QueueClient;
+use std::sync::Arc;
+use std::time::Instant;
+
+/// Most users named in one SESSION.HEARTBEAT call (a bigger room takes several).
+pub const HEARTBEAT_BATCH: usize = 5000;
+
+/// A lease this instance holds. Ending it is explicit ([`LeaseGuard::end`]); a guard
+/// dropped without that (an upgrade that never completed, a task that panicked)
+/// ends the lease in the background, so that the slot comes back at once rather
+/// than when the lease runs out.
+pub struct LeaseGuard {
+    client: QueueClient,
+    queue: String,
+    user_id: String,
+    armed: bool,
+}
+
+impl LeaseGuard {
+    pub fn new(client: QueueClient, queue: &str, user_id: &str) -> LeaseGuard {
+        LeaseGuard { client, queue: queue.to_string(), user_id: user_id.to_string(), armed: true }
+    }
+
+    /// SESSION.END: frees the slot.
+    pub async fn end(mut self) {
+        self.armed = false;
+        end_session(&self.client, &self.queue, &self.user_id).await;
+    }
+
+    /// Forgets the lease without ending it (it is gone already).
+    pub fn release(mut self) {
+        self.armed = false;
+    }
+}
+
+async fn end_session(client: &QueueClient, queue: &str, user_id: &str) {
+    if let Err(e) = client.end_session(queue, user_id).await {
+        tracing::warn!(queue, user_id, error = %e, "SESSION.END failed; the lease will lapse by itself");
+    }
+}
+
+impl Drop for LeaseGuard {
+    fn drop(&mut self) {
+        if !self.armed {
+            return;
+        }
+        if let Ok(rt) = tokio::runtime::Handle::try_current() {
+            let (client, queue, user) = (self.client.clone(), self.queue.clone(), self.user_id.clone());
+            rt.spawn(async move { end_session(&client, &queue, &user).await });
+        }
+    }
+}
+
+/// Extends the leases of every local user each `heartbeat` until shutdown; closes
+/// the sessions whose lease is gone (1008, without SESSION.END: there is nothing to
+/// end).
+pub async fn heartbeat_loop(state: Arc<AppState>) {
+    let mut shutdown = state.shutdown.clone();
+    let mut tick = tokio::time::interval(state.config.heartbeat);
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        tokio::select! {
+            _ = tick.tick() => {}
+            _ = crate::stopped(&mut shutdown) => return,
+        }
+        let Some(client) = state.store.client().await else { continue };
+        for (queue, users) in state.rooms.users() {
+            for batch in users.chunks(HEARTBEAT_BATCH) {
+                let started = Instant::now();
+                match client.heartbeat(&queue, batch).await {
+                    Ok(live) => {
+                        state.latency.record(started.elapsed().as_millis() as u64);
+                        for (user, _) in batch.iter().zip(live).filter(|(_, live)| !live) {
+                            tracing::info!(queue, user, "session lease lost; closing");
+                            let kicked = state.rooms.kick(&queue, user, Kick::LeaseLost);
+                            Metrics::add(&state.metrics.leases_lost, kicked as u64);
+                        }
+                    }
+                    Err(e) => tracing::warn!(queue, error = %e, "SESSION.HEARTBEAT failed; retrying next tick"),
+                }
+            }
+        }
+    }
+}

@@ -1,0 +1,270 @@
+//! chat-server: the game server of seed 000, a WebSocket chat room behind the
+//! waiting room.
+//!
+//! A connection is let in by claiming its ticket at the handshake (`TICKET.CLAIM`,
+//! before the upgrade, so refusals are plain HTTP statuses), holds a session lease
+//! while it is open (one `SESSION.HEARTBEAT` per queue per tick for every local user)
+//! and gives it back when it closes (`SESSION.END`). A process that dies leaks
+//! nothing: its users' leases run out.
+//!
+//! Any number of instances can serve one room: every broadcast frame goes through
+//! Valkey pub/sub (`chat:{Q}:room`) and each instance, the sender's included, hands
+//! what it hears to its local sockets. Presence and `clientCount` are read from the
+//! queue's own keys, so they count everyone.
+//!
+//! Routes: `GET /gameserver?ticketId=&queue=` (WebSocket), `/` (the chat page),
+//! `/healthz`, `/metrics`.
+
+pub mod bus;
+pub mod error;
+pub mod frames;
+mod handshake;
+pub mod health;
+pub mod lease;
+pub mod limit;
+pub mod metrics;
+pub mod presence;
+pub mod room;
+mod routes;
+mod session;
+pub mod store;
+
+use axum::routing::get;
+use axum::Router;
+use std::net::SocketAddr;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+use tokio::net::TcpListener;
+use tokio::sync::{watch, Notify};
+
+/// Settings, from flags with environment fallbacks (see main.rs).
+#[derive(Debug, Clone, clap::Args)]
+pub struct Config {
+    /// Valkey URL (redis://host:port/).
+    #[arg(long, env = "VALKEY_URL", default_value = "redis://127.0.0.1:6379/")]
+    pub valkey_url: String,
+    /// Address to listen on.
+    #[arg(long, env = "LISTEN", default_value = "127.0.0.1:8081")]
+    pub listen: SocketAddr,
+    /// The queue (room) of a connection whose URL names none; its health signal is
+    /// published even while nobody is connected.
+    #[arg(long, env = "QUEUE", default_value = "default", value_parser = parse_queue)]
+    pub queue: String,
+    /// Seconds between heartbeats: one SESSION.HEARTBEAT per queue for all local
+    /// users. Must stay well under the queue's session_lease (default 30 s).
+    #[arg(long = "heartbeat-secs", env = "HEARTBEAT_SECS", value_name = "SECS", default_value = "5",
+          value_parser = parse_secs)]
+    pub heartbeat: Duration,
+    /// Seconds without a frame from the client before it is closed (1000 "idle") and
+    /// its session ended. Pings do not count: only text and binary frames.
+    #[arg(long = "idle-timeout-secs", env = "IDLE_TIMEOUT_SECS", value_name = "SECS", default_value = "120",
+          value_parser = parse_secs)]
+    pub idle_timeout: Duration,
+    /// Largest frame accepted from a client, in bytes; a larger one closes the
+    /// connection with 1009.
+    #[arg(long, env = "MAX_FRAME_BYTES", default_value_t = 4096,
+          value_parser = clap::value_parser!(u32).range(64..=1_048_576))]
+    pub max_frame_bytes: u32,
+    /// Frames a connection may send per second, on average.
+    #[arg(long, env = "MESSAGES_PER_SECOND", default_value_t = 5.0, value_parser = parse_positive)]
+    pub messages_per_second: f64,
+    /// Frames a connection may send in a burst.
+    #[arg(long, env = "MESSAGE_BURST", default_value_t = 10.0, value_parser = parse_positive)]
+    pub message_burst: f64,
+    /// Sessions this instance is sized for: its health signal's load is local
+    /// sessions divided by this.
+    #[arg(long, env = "CAPACITY", default_value_t = 1000, value_parser = clap::value_parser!(u64).range(1..))]
+    pub capacity: u64,
+    /// This instance's name in the health signal and on the room channel (default:
+    /// random).
+    #[arg(long, env = "INSTANCE_ID")]
+    pub instance_id: Option<String>,
+    /// Seconds between two health signals.
+    #[arg(long = "health-secs", env = "HEALTH_SECS", value_name = "SECS", default_value = "2",
+          value_parser = parse_secs)]
+    pub health_interval: Duration,
+    /// Seconds a health signal stays valid (the queue-manager ignores it after).
+    #[arg(long = "health-ttl-secs", env = "HEALTH_TTL_SECS", value_name = "SECS", default_value = "10",
+          value_parser = parse_secs)]
+    pub health_ttl: Duration,
+}
+
+fn parse_secs(s: &str) -> Result<Duration, String> {
+    let v: f64 = s.trim().parse().map_err(|_| format!("{s:?} is not a number of seconds"))?;
+    if !(v.is_finite() && v > 0.0 && v <= 86_400.0) {
+        return Err("seconds must be more than 0 and at most 86400".into());
+    }
+    Ok(Duration::from_secs_f64(v))
+}
+
+fn parse_positive(s: &str) -> Result<f64, String> {
+    match s.trim().parse::<f64>() {
+        Ok(v) if v.is_finite() && v > 0.0 => Ok(v),
+        _ => Err(format!("{s:?} is not a positive number")),
+    }
+}
+
+fn parse_queue(s: &str) -> Result<String, String> {
+    queue_core::keys::check_queue(s.as_bytes()).map(str::to_string).map_err(|e| e.to_string())
+}
+
+impl Config {
+    /// Defaults for a local run and tests, listening on any free loopback port.
+    pub fn local(valkey_url: &str) -> Config {
+        Config {
+            valkey_url: valkey_url.to_string(),
+            listen: "127.0.0.1:0".parse().unwrap(),
+            queue: "default".into(),
+            heartbeat: Duration::from_secs(5),
+            idle_timeout: Duration::from_secs(120),
+            max_frame_bytes: 4096,
+            messages_per_second: 5.0,
+            message_burst: 10.0,
+            capacity: 1000,
+            instance_id: None,
+            health_interval: Duration::from_secs(2),
+            health_ttl: Duration::from_secs(10),
+        }
+    }
+}
+
+/// Open WebSocket sessions (and upgrades under way), so that shutdown can wait for
+/// every one to give its lease back.
+#[derive(Default)]
+pub struct Tracker {
+    live: AtomicUsize,
+    changed: Notify,
+}
+
+/// Counts one session while it lives.
+pub struct Tracked(Arc<Tracker>);
+
+impl Tracker {
+    pub fn enter(self: &Arc<Self>) -> Tracked {
+        self.live.fetch_add(1, Ordering::SeqCst);
+        Tracked(self.clone())
+    }
+
+    pub fn live(&self) -> usize {
+        self.live.load(Ordering::SeqCst)
+    }
+
+    /// Waits until no session is left, or `limit` passes; true if none is left.
+    pub async fn drained(&self, limit: Duration) -> bool {
+        let deadline = tokio::time::Instant::now() + limit;
+        loop {
+            let changed = self.changed.notified();
+            if self.live() == 0 {
+                return true;
+            }
+            if tokio::time::timeout_at(deadline, changed).await.is_err() {
+                return self.live() == 0;
+            }
+        }
+    }
+}
+
+impl Drop for Tracked {
+    fn drop(&mut self) {
+        self.0.live.fetch_sub(1, Ordering::SeqCst);
+        self.0.changed.notify_waiters();
+    }
+}
+
+/// Resolves once the shutdown flag is up (at once if it is already).
+pub async fn stopped(flag: &mut watch::Receiver<bool>) {
+    let _ = flag.wait_for(|s| *s).await;
+}
+
+/// Shared by every handler and background loop.
+pub struct AppState {
+    pub config: Config,
+    /// This instance's name (the flag, or a random one).
+    pub instance_id: String,
+    pub store: store::Store,
+    pub rooms: Arc<room::Rooms>,
+    pub metrics: Arc<metrics::Metrics>,
+    /// Recent broadcast round trips and heartbeat round trips, for the health signal.
+    pub latency: Arc<health::Latency>,
+    pub sessions: Arc<Tracker>,
+    /// True while the pub/sub subscription that feeds the rooms is live.
+    pub room_feed_up: Arc<AtomicBool>,
+    /// Flips to true on shutdown: sessions close with 1001.
+    pub shutdown: watch::Receiver<bool>,
+}
+
+impl AppState {
+    pub fn shutting_down(&self) -> bool {
+        *self.shutdown.borrow()
+    }
+}
+
+pub fn app(state: Arc<AppState>) -> Router {
+    Router::new()
+        .route("/", get(routes::page))
+        .route("/gameserver", get(handshake::gameserver))
+        .route("/metrics", get(routes::metrics))
+        .route("/healthz", get(routes::healthz))
+        .fallback(routes::not_found)
+        .layer(axum::middleware::from_fn_with_state(state.metrics.clone(), metrics::track))
+        .with_state(state)
+}
+
+/// How long shutdown waits for sessions to close and end their leases.
+const DRAIN_LIMIT: Duration = Duration::from_secs(10);
+
+/// A random instance name, `chat-` and 12 hex digits.
+fn random_instance_id() -> String {
+    let mut b = [0u8; 6];
+    getrandom::fill(&mut b).expect("the OS random source works");
+    format!("chat-{}", b.iter().map(|x| format!("{x:02x}")).collect::<String>())
+}
+
+/// Serves on `listener` until `shutdown` resolves; then closes every socket with
+/// 1001, ends every local session lease, withdraws the health signal and returns.
+pub async fn serve(
+    listener: TcpListener,
+    config: Config,
+    shutdown: impl std::future::Future<Output = ()> + Send + 'static,
+) -> std::io::Result<()> {
+    let instance_id = config.instance_id.clone().filter(|s| !s.is_empty()).unwrap_or_else(random_instance_id);
+    let (stop_tx, stop_rx) = watch::channel(false);
+    let state = Arc::new(AppState {
+        store: store::Store::connect(config.valkey_url.clone()),
+        instance_id,
+        rooms: Arc::new(room::Rooms::default()),
+        metrics: Arc::new(metrics::Metrics::default()),
+        latency: Arc::new(health::Latency::default()),
+        sessions: Arc::new(Tracker::default()),
+        room_feed_up: Arc::new(AtomicBool::new(false)),
+        shutdown: stop_rx,
+        config,
+    });
+    tracing::info!(instance = %state.instance_id, "chat-server starting");
+    let feed = tokio::spawn(bus::subscribe(state.clone()));
+    let beats = tokio::spawn(lease::heartbeat_loop(state.clone()));
+    let health = tokio::spawn(health::signal_loop(state.clone()));
+    let app = app(state.clone()).into_make_service_with_connect_info::<SocketAddr>();
+    let stop_tx = Arc::new(stop_tx);
+    let stop = stop_tx.clone();
+    let served = axum::serve(listener, app)
+        .with_graceful_shutdown(async move {
+            shutdown.await;
+            stop.send_replace(true);
+        })
+        .await;
+    // Also when serving failed: the loops and sessions must come to an end.
+    stop_tx.send_replace(true);
+    // The HTTP side is done; upgraded sockets live on their own until they see the
+    // shutdown flag, close with 1001 and end their leases.
+    if !state.sessions.drained(DRAIN_LIMIT).await {
+        tracing::warn!(left = state.sessions.live(), "sessions still open at shutdown; their leases will lapse");
+    }
+    let _ = beats.await;
+    let _ = health.await;
+    health::withdraw(&state).await;
+    feed.abort();
+    tracing::info!("chat-server stopped");
+    served
+}

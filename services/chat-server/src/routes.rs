@@ -1,0 +1,43 @@
+//! The plain HTTP routes: the chat page, liveness and metrics.
+
+use crate::AppState;
+use axum::extract::State;
+use axum::http::{header, StatusCode};
+use axum::response::{Html, IntoResponse, Response};
+use axum::Json;
+use serde_json::{json, Value};
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+
+type St = State<Arc<AppState>>;
+
+/// The chat page: takes `?ticketId=` (and `?queue=`) and joins the room.
+pub async fn page() -> Html<&'static str> {
+    Html(include_str!("../static/index.html"))
+}
+
+pub async fn metrics(State(state): St) -> Response {
+    ([(header::CONTENT_TYPE, "text/plain; version=0.0.4")], state.metrics.render(state.rooms.local_sessions()))
+        .into_response()
+}
+
+/// Liveness with the store's and the room feed's state; 200 even while Valkey is
+/// down (the service itself is fine and recovers by itself).
+pub async fn healthz(State(state): St) -> Json<Value> {
+    let valkey = match state.store.client().await {
+        Some(c) if c.ping().await.is_ok() => "up",
+        _ => "down",
+    };
+    let room = if state.room_feed_up.load(Ordering::SeqCst) { "up" } else { "down" };
+    Json(json!({
+        "status": if state.shutting_down() { "stopping" } else { "ok" },
+        "valkey": valkey,
+        "room": room,
+        "instanceId": state.instance_id,
+        "sessions": state.rooms.local_sessions(),
+    }))
+}
+
+pub async fn not_found() -> Response {
+    (StatusCode::NOT_FOUND, Json(json!({ "error": "not_found", "message": "no such route" }))).into_response()
+}

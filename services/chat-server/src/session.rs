@@ -1,0 +1,354 @@
+//! One WebSocket session, from the upgrade to the lease given back.
+//!
+//! A single task owns the socket: it reads the client's frames, writes what the
+//! room's feed brings, and watches the idle timer, the lease and the shutdown flag.
+//! Its end decides the close code:
+//!
+//! | why | close | SESSION.END |
+//! | --- | --- | --- |
+//! | client closed or vanished | (theirs) | yes |
+//! | no frame for `--idle-timeout-secs` | 1000 `idle` | yes |
+//! | a frame over `--max-frame-bytes` | 1009 `message too big` | yes |
+//! | more than 50 frames in a row over the rate | 1008 `too many messages` | yes |
+//! | heartbeat found the lease gone | 1008 `session lease lost` | no (nothing to end) |
+//! | shutdown | 1001 `server shutting down` | yes |
+//! | a write stalled for 10 s | (none) | yes |
+
+use crate::frames::{self, Request};
+use crate::lease::LeaseGuard;
+use crate::limit::{FrameLimit, Verdict};
+use crate::metrics::Metrics;
+use crate::room::{Kick, Membership};
+use crate::{bus, presence, AppState, Config};
+use bytes::Bytes;
+use futures_util::{SinkExt, StreamExt};
+use queue_client::Claim;
+use std::sync::Arc;
+use std::time::Duration;
+use tokio::io::{AsyncRead, AsyncWrite};
+use tokio::sync::broadcast;
+use tokio::sync::broadcast::error::{RecvError, TryRecvError};
+use tokio::time::{sleep, timeout, Instant};
+use tokio_tungstenite::tungstenite::protocol::frame::coding::{CloseCode, Data, OpCode};
+use tokio_tungstenite::tungstenite::protocol::frame::{CloseFrame, Frame};
+use tokio_tungstenite::tungstenite::protocol::WebSocketConfig;
+use tokio_tungstenite::tungstenite::{Error as WsError, Message, Utf8Bytes};
+use tokio_tungstenite::WebSocketStream;
+
+/// A write that takes longer than this means the client stopped reading.
+const SEND_TIMEOUT: Duration = Duration::from_secs(10);
+/// How long the closing handshake may take.
+const CLOSE_TIMEOUT: Duration = Duration::from_secs(2);
+/// Messages larger than this go out in fragments of this size, so that no socket's
+/// write buffer grows to the size of the largest message it ever sent.
+const FRAGMENT: usize = 2 * 1024;
+/// tungstenite's buffers: writes go out once a kilobyte is queued (and at each
+/// flush); reads take up to 2 KiB at a time. Small, because sessions are many and
+/// frames small.
+const WRITE_BUFFER: usize = 1024;
+const READ_BUFFER: usize = 2048;
+/// Most frames written with one flush.
+const BATCH: u64 = 64;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Exit {
+    Gone,
+    Idle,
+    TooBig,
+    Flood,
+    LeaseLost,
+    Shutdown,
+    Stalled,
+}
+
+impl Exit {
+    fn close_frame(self) -> Option<CloseFrame> {
+        let (code, reason) = match self {
+            Exit::Gone | Exit::Stalled => return None,
+            Exit::Idle => (CloseCode::Normal, "idle"),
+            Exit::TooBig => (CloseCode::Size, "message too big"),
+            Exit::Flood => (CloseCode::Policy, "too many messages"),
+            Exit::LeaseLost => (CloseCode::Policy, "session lease lost"),
+            Exit::Shutdown => (CloseCode::Away, "server shutting down"),
+        };
+        Some(CloseFrame { code, reason: Utf8Bytes::from_static(reason) })
+    }
+}
+
+struct Conn<S> {
+    ws: WebSocketStream<S>,
+    state: Arc<AppState>,
+}
+
+impl<S: AsyncRead + AsyncWrite + Unpin> Conn<S> {
+    /// Queues one text message without flushing; a large one as a first frame and
+    /// continuations, each cut at a character boundary.
+    async fn queue(&mut self, text: Utf8Bytes) -> Result<(), WsError> {
+        if text.len() <= FRAGMENT {
+            return self.ws.feed(Message::Text(text)).await;
+        }
+        let text = Bytes::from(text);
+        let mut start = 0;
+        while start < text.len() {
+            let mut end = (start + FRAGMENT).min(text.len());
+            while end < text.len() && (text[end] & 0xC0) == 0x80 {
+                end -= 1;
+            }
+            let opcode = OpCode::Data(if start == 0 { Data::Text } else { Data::Continue });
+            self.ws.feed(Message::Frame(Frame::message(text.slice(start..end), opcode, end == text.len()))).await?;
+            start = end;
+        }
+        Ok(())
+    }
+
+    /// Sends `first` and, given the room's feed, whatever else the feed already
+    /// holds (up to [`BATCH`] frames), with one flush: a busy room costs one write
+    /// per batch rather than per frame. Err when the client is gone or stopped
+    /// reading.
+    async fn send(&mut self, first: Utf8Bytes, feed: Option<&mut broadcast::Receiver<Utf8Bytes>>) -> Result<(), ()> {
+        let metrics = self.state.metrics.clone();
+        let work = async {
+            self.queue(first).await?;
+            let mut sent = 1;
+            if let Some(feed) = feed {
+                while sent < BATCH {
+                    let next = match feed.try_recv() {
+                        Ok(frame) => frame,
+                        Err(TryRecvError::Lagged(n)) => {
+                            Metrics::add(&metrics.lagged, n);
+                            Utf8Bytes::from(lagged(n))
+                        }
+                        Err(_) => break,
+                    };
+                    self.queue(next).await?;
+                    sent += 1;
+                }
+            }
+            self.ws.flush().await?;
+            Ok::<u64, WsError>(sent)
+        };
+        match timeout(SEND_TIMEOUT, work).await {
+            Ok(Ok(sent)) => {
+                Metrics::add(&metrics.messages_sent, sent);
+                Ok(())
+            }
+            _ => Err(()),
+        }
+    }
+
+    async fn send_str(&mut self, text: String) -> Result<(), ()> {
+        self.send(Utf8Bytes::from(text), None).await
+    }
+}
+
+/// The ERROR frame telling a slow client what it missed.
+fn lagged(n: u64) -> String {
+    frames::error(&format!("{n} room messages were skipped: this connection is too slow"))
+}
+
+/// The tungstenite settings of a session: small buffers, and a protocol limit well
+/// above `--max-frame-bytes`, so that a frame over the limit is still read and
+/// answered with a 1009 close.
+pub fn ws_config(config: &Config) -> WebSocketConfig {
+    let limit = (config.max_frame_bytes as usize * 16).clamp(64 * 1024, 16 * 1024 * 1024);
+    WebSocketConfig::default()
+        .read_buffer_size(READ_BUFFER)
+        .write_buffer_size(WRITE_BUFFER)
+        .max_message_size(Some(limit))
+        .max_frame_size(Some(limit))
+}
+
+pub async fn run<S>(ws: WebSocketStream<S>, state: Arc<AppState>, queue: String, claim: Claim, lease: LeaseGuard)
+where
+    S: AsyncRead + AsyncWrite + Unpin,
+{
+    // The Valkey calls of the rare steps (announce, greet, answer, end) are boxed:
+    // inlined, their futures would enlarge every resting session's state.
+    let metrics = state.metrics.clone();
+    Metrics::inc(&metrics.connections);
+    // Join the local feed before announcing and before reading the snapshot: every
+    // change after the snapshot's read then arrives as a delta.
+    let mut member = state.rooms.join(&queue, &claim.user_id);
+    tracing::info!(queue, user = claim.user_id, nickname = claim.nickname, "joined");
+    Box::pin(announce(&state, &queue, &claim, true)).await;
+    let mut conn = Conn { ws, state: state.clone() };
+    let exit = match Box::pin(greet(&mut conn, &queue)).await {
+        Ok(()) => serve(&mut conn, &mut member, &queue, &claim).await,
+        Err(()) => Exit::Gone,
+    };
+    Metrics::inc(&metrics.disconnections);
+    if exit == Exit::Idle {
+        Metrics::inc(&metrics.idle_disconnects);
+    }
+    if let Some(frame) = exit.close_frame() {
+        let _ = timeout(CLOSE_TIMEOUT, conn.ws.send(Message::Close(Some(frame)))).await;
+    }
+    if exit == Exit::LeaseLost {
+        lease.release();
+    } else {
+        Box::pin(lease.end()).await;
+    }
+    if exit != Exit::Stalled {
+        // Until the client answers the close (or hangs up); this also flushes our
+        // answer to a close the client started.
+        let _ = timeout(CLOSE_TIMEOUT, async { while let Some(Ok(_)) = conn.ws.next().await {} }).await;
+    }
+    drop(conn);
+    drop(member);
+    Box::pin(announce(&state, &queue, &claim, false)).await;
+    tracing::info!(queue, user = claim.user_id, reason = ?exit, "left");
+}
+
+/// Tells the room (every instance) that the user joined or left.
+async fn announce(state: &AppState, queue: &str, claim: &Claim, joined: bool) {
+    let now = frames::now_ms();
+    let (text, presence) = if joined {
+        (format!("{} joined", claim.nickname), frames::presence_joined(&claim.user_id, &claim.nickname))
+    } else {
+        (format!("{} left", claim.nickname), frames::presence_left(&claim.user_id, &claim.nickname))
+    };
+    for frame in [frames::system(now, &text), presence] {
+        if let Err(e) = bus::publish(state, queue, &frame).await {
+            tracing::warn!(queue, error = %e, "could not announce a presence change");
+        }
+    }
+}
+
+/// The first frame: who is in the room.
+async fn greet<S: AsyncRead + AsyncWrite + Unpin>(conn: &mut Conn<S>, queue: &str) -> Result<(), ()> {
+    let people = match conn.state.store.client().await {
+        Some(client) => presence::snapshot(&client, queue, frames::now_ms()).await.map_err(|e| e.to_string()),
+        None => Err("not connected".into()),
+    };
+    match people {
+        Ok(people) => conn.send_str(frames::presence_snapshot(&people)).await,
+        Err(e) => {
+            tracing::warn!(queue, error = %e, "presence snapshot unavailable");
+            conn.send_str(frames::error("the presence list is unavailable right now")).await
+        }
+    }
+}
+
+async fn serve<S: AsyncRead + AsyncWrite + Unpin>(
+    conn: &mut Conn<S>,
+    member: &mut Membership,
+    queue: &str,
+    claim: &Claim,
+) -> Exit {
+    let state = conn.state.clone();
+    let config = &state.config;
+    let metrics = &state.metrics;
+    let mut shutdown = state.shutdown.clone();
+    let stopping = crate::stopped(&mut shutdown);
+    tokio::pin!(stopping);
+    let mut limit = FrameLimit::new(config.messages_per_second, config.message_burst, Instant::now().into_std());
+    // One timer per session, moved on by each client frame (not one per loop turn).
+    let idle = sleep(config.idle_timeout);
+    tokio::pin!(idle);
+    loop {
+        tokio::select! {
+            _ = &mut stopping => return Exit::Shutdown,
+            Some(Kick::LeaseLost) = member.kicks.recv() => return Exit::LeaseLost,
+            _ = &mut idle => return Exit::Idle,
+            heard = member.feed.recv() => {
+                let sent = match heard {
+                    Ok(frame) => conn.send(frame, Some(&mut member.feed)).await,
+                    Err(RecvError::Lagged(n)) => {
+                        Metrics::add(&metrics.lagged, n);
+                        conn.send_str(lagged(n)).await
+                    }
+                    Err(RecvError::Closed) => return Exit::Shutdown,
+                };
+                if sent.is_err() {
+                    return Exit::Stalled;
+                }
+            }
+            msg = conn.ws.next() => {
+                let (size, text) = match msg {
+                    Some(Ok(Message::Text(t))) => (t.len(), Some(t)),
+                    Some(Ok(Message::Binary(b))) => (b.len(), None),
+                    Some(Ok(Message::Close(_))) | None => return Exit::Gone,
+                    // Pings are answered by tungstenite; they do not count as activity.
+                    Some(Ok(_)) => continue,
+                    Some(Err(WsError::Capacity(_))) => {
+                        Metrics::inc(&metrics.oversized);
+                        return Exit::TooBig;
+                    }
+                    Some(Err(e)) => {
+                        tracing::debug!(error = %e, "websocket read failed");
+                        return Exit::Gone;
+                    }
+                };
+                Metrics::inc(&metrics.messages_received);
+                metrics.observe_size(size);
+                if size > config.max_frame_bytes as usize {
+                    Metrics::inc(&metrics.oversized);
+                    return Exit::TooBig;
+                }
+                let now = Instant::now();
+                idle.as_mut().reset(now + config.idle_timeout);
+                match limit.check(now.into_std()) {
+                    Verdict::Accept => {}
+                    Verdict::Drop => {
+                        Metrics::inc(&metrics.rate_limited);
+                        let why = format!(
+                            "too many messages: at most {} per second (bursts of {}); this one was dropped",
+                            config.messages_per_second, config.message_burst
+                        );
+                        if conn.send_str(frames::error(&why)).await.is_err() {
+                            return Exit::Stalled;
+                        }
+                        continue;
+                    }
+                    Verdict::Close => {
+                        Metrics::inc(&metrics.rate_limited);
+                        return Exit::Flood;
+                    }
+                }
+                let reply = match text {
+                    Some(text) => Box::pin(answer(&state, queue, claim, &text)).await,
+                    None => {
+                        Metrics::inc(&metrics.malformed);
+                        Some(frames::error("binary frames are not supported: send JSON text frames"))
+                    }
+                };
+                if let Some(reply) = reply {
+                    if conn.send_str(reply).await.is_err() {
+                        return Exit::Stalled;
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// Acts on one client frame; the reply for this client alone, if any (broadcasts
+/// come back through the room's feed like everyone else's).
+async fn answer(state: &AppState, queue: &str, claim: &Claim, text: &str) -> Option<String> {
+    match frames::parse(text) {
+        Ok(Request::Send(message)) => {
+            let frame = frames::chat(frames::now_ms(), &claim.nickname, &message);
+            match bus::publish(state, queue, &frame).await {
+                Ok(()) => None,
+                Err(e) => {
+                    tracing::warn!(queue, error = %e, "message not delivered");
+                    Some(frames::error("the message could not be delivered: the room is unavailable; try again"))
+                }
+            }
+        }
+        Ok(Request::Status) => {
+            let info = match state.store.client().await {
+                Some(client) => client.info(queue).await.ok(),
+                None => None,
+            };
+            Some(match info {
+                Some(info) => frames::server_status(info.active),
+                None => frames::error("the server status is unavailable right now; try again"),
+            })
+        }
+        Err(why) => {
+            Metrics::inc(&state.metrics.malformed);
+            Some(frames::error(&why))
+        }
+    }
+}
