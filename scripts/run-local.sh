@@ -63,4 +63,4 @@ The waiting room is running ($backend backend, soft cap $soft_cap):
 Press Ctrl+C to stop everything.
 MSG
 wait -n "${pids[@]}" || true
-echo "a process exited; stopping the rest"
+echo "a process ended; stopping everything"
