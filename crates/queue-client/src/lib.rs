@@ -28,6 +28,7 @@ mod backend;
 mod conn;
 mod error;
 pub mod events;
+mod lazy;
 mod library;
 mod reply;
 mod types;
@@ -35,6 +36,7 @@ mod types;
 pub use backend::Backend;
 pub use conn::ConnectOptions;
 pub use error::QueueError;
+pub use lazy::LazyClient;
 pub use library::LIBRARY_VERSION;
 pub use types::{Claim, PromoteReport, QueueConfig, QueueInfo, Standing, Status};
 

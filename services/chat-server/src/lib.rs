@@ -27,7 +27,6 @@ pub mod presence;
 pub mod room;
 mod routes;
 mod session;
-pub mod store;
 
 use axum::routing::get;
 use axum::Router;
@@ -182,7 +181,8 @@ pub struct AppState {
     pub config: Config,
     /// This instance's name (the flag, or a random one).
     pub instance_id: String,
-    pub store: store::Store,
+    /// The connection to Valkey, made in the background (503 until it is).
+    pub store: queue_client::LazyClient,
     pub rooms: Arc<room::Rooms>,
     pub metrics: Arc<metrics::Metrics>,
     /// Recent broadcast round trips and heartbeat round trips, for the health signal.
@@ -231,7 +231,7 @@ pub async fn serve(
     let instance_id = config.instance_id.clone().filter(|s| !s.is_empty()).unwrap_or_else(random_instance_id);
     let (stop_tx, stop_rx) = watch::channel(false);
     let state = Arc::new(AppState {
-        store: store::Store::connect(config.valkey_url.clone()),
+        store: queue_client::LazyClient::connect(config.valkey_url.clone()),
         instance_id,
         rooms: Arc::new(room::Rooms::default()),
         metrics: Arc::new(metrics::Metrics::default()),

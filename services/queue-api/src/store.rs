@@ -1,50 +1,19 @@
-//! The connection to Valkey: made in the background (the service starts and answers
-//! 503 while Valkey is unreachable) and then kept by the client, which reconnects
-//! by itself.
+//! The connection to Valkey (made in the background: the service starts and answers
+//! 503 while Valkey is unreachable).
 
 use crate::error::ApiError;
-use queue_client::{ConnectOptions, QueueClient};
-use std::sync::Arc;
-use std::time::Duration;
-use tokio::sync::RwLock;
+use queue_client::{LazyClient, QueueClient};
 
 #[derive(Clone)]
-pub struct Store {
-    pub url: String,
-    client: Arc<RwLock<Option<QueueClient>>>,
-}
+pub struct Store(LazyClient);
 
 impl Store {
-    /// Starts connecting to `url` in the background, retrying with backoff.
     pub fn connect(url: String) -> Store {
-        let store = Store { url, client: Arc::new(RwLock::new(None)) };
-        let s = store.clone();
-        tokio::spawn(async move {
-            let options = ConnectOptions {
-                response_timeout: Duration::from_secs(2),
-                connection_timeout: Duration::from_secs(1),
-                reconnect_retries: 2,
-                reconnect_max_delay: Duration::from_secs(2),
-            };
-            let mut delay = Duration::from_millis(200);
-            loop {
-                match QueueClient::connect_with(&s.url, options.clone()).await {
-                    Ok(c) => {
-                        tracing::info!(backend = ?c.backend(), "connected to the queue store");
-                        *s.client.write().await = Some(c);
-                        return;
-                    }
-                    Err(e) => tracing::warn!(error = %e, "queue store unreachable; retrying"),
-                }
-                tokio::time::sleep(delay).await;
-                delay = (delay * 2).min(Duration::from_secs(5));
-            }
-        });
-        store
+        Store(LazyClient::connect(url))
     }
 
     /// The client, or 503 while the first connection is not made yet.
     pub async fn client(&self) -> Result<QueueClient, ApiError> {
-        self.client.read().await.clone().ok_or(ApiError::Unavailable)
+        self.0.client().await.ok_or(ApiError::Unavailable)
     }
 }

@@ -1,0 +1,58 @@
+//! A connection made in the background, for services that must start (and answer
+//! "unavailable") while Valkey is not reachable yet. Once made, the client keeps it
+//! and reconnects by itself.
+
+use crate::{ConnectOptions, QueueClient};
+use std::sync::Arc;
+use std::time::Duration;
+use tokio::sync::RwLock;
+
+/// A [`QueueClient`] being connected in the background.
+#[derive(Clone)]
+pub struct LazyClient {
+    /// The Valkey URL.
+    pub url: String,
+    client: Arc<RwLock<Option<QueueClient>>>,
+}
+
+impl LazyClient {
+    /// Options for services: short timeouts, so that a request waiting on a dead
+    /// store gets its "unavailable" quickly and background loops do not stall.
+    pub fn service_options() -> ConnectOptions {
+        ConnectOptions {
+            response_timeout: Duration::from_secs(2),
+            connection_timeout: Duration::from_secs(1),
+            reconnect_retries: 2,
+            reconnect_max_delay: Duration::from_secs(2),
+        }
+    }
+
+    /// Starts connecting to `url` in the background, retrying with backoff (must be
+    /// called inside a tokio runtime).
+    pub fn connect(url: String) -> LazyClient {
+        let lazy = LazyClient { url, client: Arc::new(RwLock::new(None)) };
+        let l = lazy.clone();
+        tokio::spawn(async move {
+            let options = LazyClient::service_options();
+            let mut delay = Duration::from_millis(200);
+            loop {
+                match QueueClient::connect_with(&l.url, options.clone()).await {
+                    Ok(c) => {
+                        tracing::info!(backend = ?c.backend(), "connected to the queue store");
+                        *l.client.write().await = Some(c);
+                        return;
+                    }
+                    Err(e) => tracing::warn!(error = %e, "queue store unreachable; retrying"),
+                }
+                tokio::time::sleep(delay).await;
+                delay = (delay * 2).min(Duration::from_secs(5));
+            }
+        });
+        lazy
+    }
+
+    /// The client, or None while the first connection is not made yet.
+    pub async fn client(&self) -> Option<QueueClient> {
+        self.client.read().await.clone()
+    }
+}
