@@ -96,19 +96,6 @@ fn bad_arguments_are_refused_and_change_nothing(b: Backend) {
     assert_eq!(digest(&mut raw), before);
 }
 
-const COMMANDS: [&str; 10] = [
-    "QUEUE.ENTER",
-    "QUEUE.STATUS",
-    "QUEUE.RANKS",
-    "QUEUE.LEAVE",
-    "QUEUE.PROMOTE",
-    "TICKET.CLAIM",
-    "SESSION.HEARTBEAT",
-    "SESSION.END",
-    "QUEUE.INFO",
-    "QUEUE.CONFIG",
-];
-
 fn arg_strategy() -> impl Strategy<Value = Vec<u8>> {
     prop_oneof![
         Just(b"q".to_vec()),
@@ -129,10 +116,10 @@ fn random_argument_vectors_never_hurt(b: Backend) {
     let c = std::cell::RefCell::new(c);
     let mut runner =
         proptest::test_runner::TestRunner::new(ProptestConfig { cases: 1500, ..ProptestConfig::default() });
-    let strategy = (0..COMMANDS.len(), proptest::collection::vec(arg_strategy(), 1..7));
+    let strategy = (0..testkit::COMMANDS.len(), proptest::collection::vec(arg_strategy(), 1..7));
     runner
         .run(&strategy, |(i, args)| {
-            let cmd = testkit::command_for(b, COMMANDS[i], &args);
+            let cmd = testkit::command_for(b, testkit::COMMANDS[i], &args);
             let mut raw = raw.borrow_mut();
             let before = digest(&mut raw);
             let reply: redis::RedisResult<redis::Value> = cmd.query(&mut c.borrow_mut().con);

@@ -200,25 +200,13 @@ fn collect_tickets(queue: &str, rm: &Value, rl: &Value, tickets: &mut Vec<(Strin
 /// with the same bytes.
 #[test]
 fn malformed_arguments_get_the_same_answers() {
-    const COMMANDS: [&str; 10] = [
-        "QUEUE.ENTER",
-        "QUEUE.STATUS",
-        "QUEUE.RANKS",
-        "QUEUE.LEAVE",
-        "QUEUE.PROMOTE",
-        "TICKET.CLAIM",
-        "SESSION.HEARTBEAT",
-        "SESSION.END",
-        "QUEUE.INFO",
-        "QUEUE.CONFIG",
-    ];
     const WORDS: [&[u8]; 12] =
         [b"q", b"u", b"MAX", b"max", b"SET", b"GET", b"*", b"soft_cap", b"-1", b"0", b"100001", b"1.AAAAAAAAAAAAAAAA"];
     let (m, l) = (ValkeyServer::start(Backend::Module), ValkeyServer::start(Backend::Lua));
     let (mut cm, mut cl) = (m.client3(), l.client3());
     let mut rng = Rng(0xBAD_A125);
     for step in 0..3000 {
-        let name = COMMANDS[rng.below(COMMANDS.len() as u64) as usize];
+        let name = testkit::COMMANDS[rng.below(testkit::COMMANDS.len() as u64) as usize];
         let args: Vec<Vec<u8>> = (0..1 + rng.below(5))
             .map(|_| match rng.below(4) {
                 0 => (0..rng.below(70)).map(|_| rng.below(256) as u8).collect(),

@@ -14,7 +14,7 @@ pub enum Record<'a> {
 
 pub fn encode_waiting(seen_ms: i64, nickname: &[u8]) -> Vec<u8> {
     let mut v = Vec::with_capacity(20 + nickname.len());
-    v.extend_from_slice(itoa_i64(seen_ms).as_bytes());
+    v.extend_from_slice(seen_ms.to_string().as_bytes());
     v.push(b':');
     v.extend_from_slice(nickname);
     v
@@ -23,16 +23,12 @@ pub fn encode_waiting(seen_ms: i64, nickname: &[u8]) -> Vec<u8> {
 pub fn encode_promoted(expiry_ms: i64, secret: &[u8], nickname: &[u8]) -> Vec<u8> {
     let mut v = Vec::with_capacity(24 + secret.len() + nickname.len());
     v.push(b'P');
-    v.extend_from_slice(itoa_i64(expiry_ms).as_bytes());
+    v.extend_from_slice(expiry_ms.to_string().as_bytes());
     for part in [secret, nickname] {
         v.push(b'|');
         v.extend_from_slice(part);
     }
     v
-}
-
-fn itoa_i64(v: i64) -> String {
-    v.to_string()
 }
 
 pub fn decode(v: &[u8]) -> Option<Record<'_>> {

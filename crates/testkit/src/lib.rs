@@ -20,6 +20,20 @@ pub enum Backend {
     Bare,
 }
 
+/// Every queue command, as the module names them.
+pub const COMMANDS: [&str; 10] = [
+    "QUEUE.ENTER",
+    "QUEUE.STATUS",
+    "QUEUE.RANKS",
+    "QUEUE.LEAVE",
+    "QUEUE.PROMOTE",
+    "TICKET.CLAIM",
+    "SESSION.HEARTBEAT",
+    "SESSION.END",
+    "QUEUE.INFO",
+    "QUEUE.CONFIG",
+];
+
 /// The Lua library's source with its entropy placeholder filled in.
 pub fn lua_library() -> String {
     let src = std::fs::read_to_string(workspace_root().join("lua-fallback/queue.lua")).expect("lua-fallback/queue.lua");
