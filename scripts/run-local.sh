@@ -20,7 +20,7 @@ done
 VALKEY_PORT=${VALKEY_PORT:-6390}; API_PORT=${API_PORT:-8080}; CHAT_PORT=${CHAT_PORT:-8081}; MANAGER_PORT=${MANAGER_PORT:-9091}
 
 bash "$root/scripts/install-deps.sh" >/dev/null
-(cd "$root" && cargo build --release -p valkey-queue -p queue-api -p queue-manager -p chat-server)
+(cd "$root" && cargo build --release -p valkey-queue -p queue-api -p queue-manager -p chat-server -p queue-cli)
 
 run_dir=$(mktemp -d)
 pids=()
@@ -50,7 +50,7 @@ bin="$root/target/release"
 "$bin/chat-server" --valkey-url "$url" --listen "127.0.0.1:$CHAT_PORT" & pids+=($!)
 "$bin/queue-manager" --valkey-url "$url" --listen "127.0.0.1:$MANAGER_PORT" & pids+=($!)
 "$bin/queue-api" --valkey-url "$url" --listen "127.0.0.1:$API_PORT" --chat-url "http://127.0.0.1:$CHAT_PORT/" \
-  --admin-token "${ADMIN_TOKEN:-local-admin}" & pids+=($!)
+  --admin-token "${ADMIN_TOKEN:-local-admin}" --trust-proxy & pids+=($!)
 
 cat <<MSG
 
@@ -60,6 +60,8 @@ The waiting room is running ($backend backend, soft cap $soft_cap):
   metrics             http://127.0.0.1:$API_PORT/metrics  http://127.0.0.1:$MANAGER_PORT/metrics  http://127.0.0.1:$CHAT_PORT/metrics
   back office         curl -H 'Authorization: Bearer ${ADMIN_TOKEN:-local-admin}' http://127.0.0.1:$API_PORT/api/admin/queues/default
   valkey-cli          valkey-cli -p $VALKEY_PORT    (try QUEUE.INFO default)
+  one person          $bin/queue-client join --api http://127.0.0.1:$API_PORT --chat http://127.0.0.1:$CHAT_PORT --nickname alice
+  a crowd             $bin/queue-client swarm --api http://127.0.0.1:$API_PORT --chat http://127.0.0.1:$CHAT_PORT --users 300 --rate 50 --admin-token ${ADMIN_TOKEN:-local-admin}
 Press Ctrl+C to stop everything.
 MSG
 wait -n "${pids[@]}" || true

@@ -64,8 +64,15 @@ pub fn command_for<T: redis::ToRedisArgs>(backend: Backend, name: &str, args: &[
     c
 }
 
-fn workspace_root() -> PathBuf {
+/// The repository's root directory.
+pub fn workspace_root() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("../..").canonicalize().expect("workspace root")
+}
+
+fn release_dir() -> PathBuf {
+    let target =
+        std::env::var("CARGO_TARGET_DIR").map(PathBuf::from).unwrap_or_else(|_| workspace_root().join("target"));
+    target.join("release")
 }
 
 /// The built module: $VALKEY_QUEUE_MODULE, else target/release/libvalkey_queue.so.
@@ -73,10 +80,16 @@ pub fn module_path() -> PathBuf {
     if let Ok(p) = std::env::var("VALKEY_QUEUE_MODULE") {
         return PathBuf::from(p);
     }
-    let target =
-        std::env::var("CARGO_TARGET_DIR").map(PathBuf::from).unwrap_or_else(|_| workspace_root().join("target"));
-    let p = target.join("release/libvalkey_queue.so");
+    let p = release_dir().join("libvalkey_queue.so");
     assert!(p.exists(), "{} is missing: build the module first (cargo build --release -p valkey-queue)", p.display());
+    p
+}
+
+/// A binary of the workspace in target/release (the services, `queue-client`), for tests
+/// that run other packages' programs: `scripts/test.sh` builds them all first.
+pub fn release_binary(name: &str) -> PathBuf {
+    let p = release_dir().join(name);
+    assert!(p.exists(), "{} is missing: build first (cargo build --release --workspace)", p.display());
     p
 }
 

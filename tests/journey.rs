@@ -1,0 +1,201 @@
+//! People walk the whole way through the three services, on both backends: enter over
+//! HTTP, follow the line (push stream or polling), are promoted in entry order as places
+//! free up, claim their ticket at chat-server and chat; a ticket opens one session only.
+
+use e2e::{client_binary, e2e_tests, Lines, Stack, StackOptions, ADMIN_TOKEN};
+use queue_cli::api::{Api, Via};
+use queue_cli::chat::{self, Handshake, Incoming, Socket};
+use queue_client::{Standing, Status};
+use std::process::Stdio;
+use std::time::{Duration, Instant};
+use testkit::Backend;
+
+e2e_tests!(a_crowd_is_admitted_in_entry_order_and_chats, join_waits_its_turn_then_chats_from_stdin);
+
+fn person(stack: &Stack, n: usize) -> Api {
+    Api::new(Api::http_client(), &stack.api.url(), &stack.queue, Some(format!("10.0.0.{n}")))
+}
+
+fn seq(ticket: &str) -> u64 {
+    ticket.split('.').next().unwrap().parse().unwrap()
+}
+
+async fn admit(stack: &Stack, ticket: &str) -> Socket {
+    match chat::connect(&stack.chat.url(), &stack.queue, ticket).await {
+        Handshake::Admitted(ws) => *ws,
+        Handshake::Refused(code, text) => panic!("ticket {ticket} refused: {code} {text}"),
+        Handshake::Failed(e) => panic!("chat unreachable: {e}"),
+    }
+}
+
+/// The next frame of `kind`, skipping others; panics after a while.
+async fn frame_of(ws: &mut Socket, kind: &str) -> chat::Frame {
+    let deadline = Instant::now() + e2e::WAIT;
+    loop {
+        let left = deadline.saturating_duration_since(Instant::now());
+        match tokio::time::timeout(left, chat::next(ws)).await {
+            Ok(Incoming::Frame(f)) if f.kind == kind => return f,
+            Ok(Incoming::Frame(_)) => continue,
+            Ok(Incoming::Closed(c)) => panic!("closed while waiting for {kind}: {c:?}"),
+            Err(_) => panic!("no {kind} frame"),
+        }
+    }
+}
+
+async fn refused(stack: &Stack, ticket: &str) -> u16 {
+    match chat::connect(&stack.chat.url(), &stack.queue, ticket).await {
+        Handshake::Refused(code, _) => code,
+        Handshake::Admitted(_) => panic!("ticket {ticket} opened a second session"),
+        Handshake::Failed(e) => panic!("chat unreachable: {e}"),
+    }
+}
+
+async fn a_crowd_is_admitted_in_entry_order_and_chats(backend: Backend) {
+    let stack = Stack::start(backend, StackOptions { soft_cap: 3, ..Default::default() }).await;
+    const N: usize = 8;
+    let people: Vec<Api> = (0..N).map(|n| person(&stack, n)).collect();
+    let mut entered = Vec::new();
+    for (n, api) in people.iter().enumerate() {
+        let s = api.enter(&format!("p{n}")).await.unwrap();
+        if n < 3 {
+            assert_eq!(s.status, Status::Promoted, "p{n} finds room: {s:?}");
+        } else {
+            assert_eq!((s.status, s.rank), (Status::Waiting, (n - 2) as u64), "p{n} waits in entry order");
+        }
+        entered.push(s);
+    }
+    // Everyone still waiting follows the line: even ones over the push stream, odd ones polling.
+    let mut followers = Vec::new();
+    for (n, s) in entered.iter().enumerate().skip(3) {
+        let (api, user) = (people[n].clone(), s.user_id.clone());
+        let first = s.rank;
+        followers.push(tokio::spawn(async move {
+            let mut ranks = vec![first];
+            let deadline = Instant::now() + e2e::WAIT;
+            let poll = n % 2 == 1;
+            let mut vias = Vec::new();
+            let done = api
+                .follow(&user, poll, Duration::from_millis(200), deadline, |s: &Standing, via| {
+                    ranks.push(s.rank);
+                    vias.push(via);
+                })
+                .await
+                .unwrap();
+            let expect = if poll { Via::Poll } else { Via::Stream };
+            assert!(vias.iter().all(|v| *v == expect), "p{n} updates came by {vias:?}");
+            assert!(ranks.windows(2).all(|w| w[1] <= w[0]), "p{n}'s rank never rises: {ranks:?}");
+            (done, Instant::now())
+        }));
+    }
+
+    // The first three are inside and see each other's messages.
+    let mut tickets: Vec<String> = entered[..3].iter().map(|s| s.ticket_id.clone().unwrap()).collect();
+    let mut inside = Vec::new();
+    for t in &tickets {
+        let mut ws = admit(&stack, t).await;
+        frame_of(&mut ws, "PRESENCE_SNAPSHOT").await;
+        inside.push(ws);
+    }
+    assert_eq!(refused(&stack, &tickets[0]).await, 401, "a used ticket is refused, even while its session is open");
+    assert_eq!(refused(&stack, "999.AAAAAAAAAAAAAAAA").await, 401, "an unknown ticket is refused");
+    assert!(chat::send(&mut inside[0], chat::say("hi all")).await);
+    for ws in inside.iter_mut().skip(1) {
+        let f = frame_of(ws, "MESSAGE_RECEIVE").await;
+        assert_eq!((f.payload["nickname"].as_str(), f.payload["message"].as_str()), (Some("p0"), Some("hi all")));
+    }
+    let info = stack.info();
+    assert_eq!((info["active"], info["waiting"]), (3, 5), "{info:?}");
+
+    // One leaves, the next in line gets the place: in entry order, one at a time.
+    for (k, follower) in followers.into_iter().enumerate() {
+        let oldest = inside.remove(0);
+        let left_at = Instant::now();
+        chat::leave(oldest).await;
+        let (done, at) = follower.await.unwrap();
+        assert_eq!(done.status, Status::Promoted, "p{} promoted: {done:?}", k + 3);
+        assert!(at >= left_at, "p{} was promoted only after a place freed", k + 3);
+        let ticket = done.ticket_id.unwrap();
+        assert!(seq(&ticket) > seq(tickets.last().unwrap()), "tickets are issued in entry order");
+        let mut ws = admit(&stack, &ticket).await;
+        frame_of(&mut ws, "PRESENCE_SNAPSHOT").await;
+        assert!(chat::send(&mut ws, chat::say(&format!("p{} here", k + 3))).await);
+        for other in inside.iter_mut() {
+            let said = format!("p{} here", k + 3);
+            while frame_of(other, "MESSAGE_RECEIVE").await.payload["message"] != said.as_str() {}
+        }
+        inside.push(ws);
+        tickets.push(ticket);
+        let info = stack.info();
+        assert!(info["active"] + info["joining"] <= 3, "never over the soft cap: {info:?}");
+    }
+    for ws in inside {
+        chat::leave(ws).await;
+    }
+    for t in &tickets {
+        let code = refused(&stack, t).await;
+        assert!(matches!(code, 401 | 409), "a used ticket is refused, got {code}");
+    }
+    stack.eventually("every session to end", |s| s.info()["active"] == 0).await;
+    let info = stack.info();
+    assert_eq!((info["waiting"], info["joining"], info["claimed"]), (0, 0, N as i64), "{info:?}");
+}
+
+async fn join_waits_its_turn_then_chats_from_stdin(backend: Backend) {
+    let stack = Stack::start(backend, StackOptions { soft_cap: 1, ..Default::default() }).await;
+    // Someone is inside already: the room is full.
+    let first = person(&stack, 1).enter("first").await.unwrap();
+    assert_eq!(first.status, Status::Promoted);
+    let first_ws = admit(&stack, first.ticket_id.as_deref().unwrap()).await;
+
+    let mut child = tokio::process::Command::new(client_binary())
+        .args(["join", "--api", &stack.api.url(), "--chat", &stack.chat.url(), "--nickname", "alice"])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .kill_on_drop(true)
+        .spawn()
+        .expect("start queue-client join");
+    let mut out = Lines::read(std::fs::File::from(child.stdout.take().unwrap().into_owned_fd().unwrap()));
+    out.expect("entered", |l| l.starts_with("entered default as alice")).await;
+    out.expect("waiting at rank 1", |l| l.starts_with("waiting: rank 1")).await;
+
+    chat::leave(first_ws).await;
+    out.expect("admitted", |l| l.starts_with("admitted: ticket ")).await;
+    out.expect("connected", |l| l.starts_with("connected to chat as alice")).await;
+
+    // Make room for bob, who talks with alice.
+    let put = reqwest::Client::new()
+        .put(format!("{}/api/admin/queues/default", stack.api.url()))
+        .bearer_auth(ADMIN_TOKEN)
+        .json(&serde_json::json!({ "soft_cap": 2 }))
+        .send()
+        .await
+        .unwrap();
+    assert!(put.status().is_success());
+    let bob = person(&stack, 2).enter("bob").await.unwrap();
+    assert_eq!(bob.status, Status::Promoted, "{bob:?}");
+    let mut bob_ws = admit(&stack, bob.ticket_id.as_deref().unwrap()).await;
+    out.expect("bob joining", |l| l.ends_with("* bob joined")).await;
+
+    use tokio::io::AsyncWriteExt;
+    let mut stdin = child.stdin.take().unwrap();
+    stdin.write_all(b"hello bob\n").await.unwrap();
+    let heard = frame_of(&mut bob_ws, "MESSAGE_RECEIVE").await;
+    assert_eq!(
+        (heard.payload["nickname"].as_str(), heard.payload["message"].as_str()),
+        (Some("alice"), Some("hello bob"))
+    );
+    assert!(chat::send(&mut bob_ws, chat::say("hi alice")).await);
+    out.expect("bob's message", |l| l.ends_with("bob: hi alice")).await;
+    stdin.write_all(b"/status\n").await.unwrap();
+    out.expect("the room count", |l| l == "* 2 in the room").await;
+
+    stdin.write_all(b"/quit\n").await.unwrap();
+    out.expect("leaving", |l| l == "left the chat").await;
+    let status = tokio::time::timeout(e2e::WAIT, child.wait()).await.expect("join exits").unwrap();
+    assert!(status.success(), "{status}");
+    let left = frame_of(&mut bob_ws, "PRESENCE_LEFT").await;
+    assert_eq!(left.payload["nickname"], "alice");
+    stack.eventually("alice's session to end", |s| s.info()["active"] == 1).await;
+    chat::leave(bob_ws).await;
+}

@@ -1,0 +1,217 @@
+//! The whole system on loopback for end-to-end tests: a valkey-server child (module or
+//! Lua library) and the real `chat-server`, `queue-manager` and `queue-api` binaries from
+//! target/release, each on a free port and waited for until its /healthz says ready.
+
+use serde_json::Value;
+use std::collections::HashMap;
+use std::path::PathBuf;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+use testkit::{Backend, ValkeyServer};
+
+/// How long a process may take to come up, or a condition to come true.
+pub const WAIT: Duration = Duration::from_secs(30);
+
+pub const ADMIN_TOKEN: &str = "e2e-admin";
+
+/// Queue settings and service timings for a stack.
+#[derive(Clone, Debug)]
+pub struct StackOptions {
+    pub soft_cap: u64,
+    pub ticket_ttl_ms: u64,
+    pub abandon_after_ms: u64,
+    pub manager_tick_ms: u64,
+    pub push_tick_ms: u64,
+}
+
+impl Default for StackOptions {
+    fn default() -> Self {
+        StackOptions {
+            soft_cap: 3,
+            ticket_ttl_ms: 10_000,
+            abandon_after_ms: 10_000,
+            manager_tick_ms: 100,
+            push_tick_ms: 1000,
+        }
+    }
+}
+
+/// A running service binary; killed when dropped.
+pub struct Service {
+    child: Child,
+    pub port: u16,
+}
+
+impl Service {
+    pub fn url(&self) -> String {
+        format!("http://127.0.0.1:{}", self.port)
+    }
+}
+
+impl Drop for Service {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// The whole system. Fields drop in order: services first, Valkey last.
+pub struct Stack {
+    pub api: Service,
+    pub chat: Service,
+    pub manager: Service,
+    pub valkey: ValkeyServer,
+    pub queue: String,
+}
+
+async fn healthz(port: u16) -> Option<Value> {
+    let resp = reqwest::get(format!("http://127.0.0.1:{port}/healthz")).await.ok()?;
+    resp.json().await.ok()
+}
+
+/// Starts `name` with `args` plus `--listen`, retrying on another port if the chosen one
+/// was taken meanwhile, until `ready` accepts its /healthz.
+async fn spawn(name: &str, args: &[String], ready: fn(&Value) -> bool) -> Service {
+    for _ in 0..5 {
+        let port = testkit::free_port();
+        let child = Command::new(testkit::release_binary(name))
+            .args(args)
+            .args(["--listen", &format!("127.0.0.1:{port}")])
+            .env("RUST_LOG", "warn")
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .spawn()
+            .unwrap_or_else(|e| panic!("start {name}: {e}"));
+        let mut s = Service { child, port };
+        let deadline = Instant::now() + WAIT;
+        while Instant::now() < deadline && s.child.try_wait().unwrap().is_none() {
+            if healthz(port).await.is_some_and(|h| ready(&h)) {
+                return s;
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
+    panic!("{name} did not come up");
+}
+
+impl Stack {
+    pub async fn start(backend: Backend, opts: StackOptions) -> Stack {
+        let valkey = ValkeyServer::start(backend);
+        let queue = "default".to_string();
+        let values = [opts.soft_cap.to_string(), opts.ticket_ttl_ms.to_string(), opts.abandon_after_ms.to_string()];
+        let mut c = valkey.client();
+        let set = ["soft_cap", &values[0], "ticket_ttl", &values[1], "abandon_after", &values[2]];
+        c.call("QUEUE.CONFIG", &[&[queue.as_str(), "SET"][..], &set[..]].concat()).expect("configure the queue");
+        let url = valkey.url();
+        let s = |v: &str| v.to_string();
+        let chat = spawn("chat-server", &[s("--valkey-url"), url.clone(), s("--queue"), queue.clone()], |h| {
+            h["valkey"] == "up" && h["room"] == "up"
+        })
+        .await;
+        let manager_args = [
+            s("--valkey-url"),
+            url.clone(),
+            s("--queues"),
+            queue.clone(),
+            s("--tick-ms"),
+            opts.manager_tick_ms.to_string(),
+        ];
+        let manager = spawn("queue-manager", &manager_args, |h| h["leader"] == true).await;
+        let api_args = [
+            s("--valkey-url"),
+            url,
+            s("--chat-url"),
+            chat.url(),
+            s("--admin-token"),
+            s(ADMIN_TOKEN),
+            s("--trust-proxy"),
+            s("--push-tick-ms"),
+            opts.push_tick_ms.to_string(),
+        ];
+        let api = spawn("queue-api", &api_args, |h| h["valkey"] == "up").await;
+        Stack { api, chat, manager, valkey, queue }
+    }
+
+    /// `QUEUE.INFO` of the stack's queue: its numeric fields by name.
+    pub fn info(&self) -> HashMap<String, i64> {
+        let v = self.valkey.client().call("QUEUE.INFO", &[&self.queue]).expect("QUEUE.INFO");
+        testkit::fields(&v).iter().filter_map(|(k, v)| testkit::as_int(v).map(|n| (k.clone(), n))).collect()
+    }
+
+    /// Runs a queue command (module name; the Lua twin on the Lua backend).
+    pub fn call(&self, name: &str, args: &[&str]) -> redis::Value {
+        self.valkey.client().call(name, args).unwrap_or_else(|e| panic!("{name} {args:?}: {e}"))
+    }
+
+    /// Polls `f` until true, or panics after [`WAIT`] naming `what`.
+    pub async fn eventually(&self, what: &str, mut f: impl FnMut(&Stack) -> bool) {
+        let deadline = Instant::now() + WAIT;
+        while Instant::now() < deadline {
+            if f(self) {
+                return;
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        panic!("timed out waiting for {what}; queue info {:?}", self.info());
+    }
+}
+
+/// The `queue-client` binary.
+pub fn client_binary() -> PathBuf {
+    testkit::release_binary("queue-client")
+}
+
+/// Defines each named `async fn name(backend: Backend)` once per backend, as
+/// `module::name` and `lua::name`, on a two-thread runtime.
+#[macro_export]
+macro_rules! e2e_tests {
+    ($($name:ident),* $(,)?) => {
+        mod module {
+            $( #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+               async fn $name() { super::$name(testkit::Backend::Module).await } )*
+        }
+        mod lua {
+            $( #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+               async fn $name() { super::$name(testkit::Backend::Lua).await } )*
+        }
+    };
+}
+
+/// The lines a child process prints, read on a thread so a test can wait for them with
+/// a time limit.
+pub struct Lines {
+    rx: tokio::sync::mpsc::UnboundedReceiver<String>,
+    pub seen: Vec<String>,
+}
+
+impl Lines {
+    pub fn read(from: impl std::io::Read + Send + 'static) -> Lines {
+        let (tx, rx) = tokio::sync::mpsc::unbounded_channel();
+        std::thread::spawn(move || {
+            use std::io::BufRead;
+            for line in std::io::BufReader::new(from).lines().map_while(Result::ok) {
+                if tx.send(line).is_err() {
+                    break;
+                }
+            }
+        });
+        Lines { rx, seen: Vec::new() }
+    }
+
+    /// The next line satisfying `f` (earlier ones are kept in `seen`); panics after [`WAIT`].
+    pub async fn expect(&mut self, what: &str, f: impl Fn(&str) -> bool) -> String {
+        let deadline = Instant::now() + WAIT;
+        loop {
+            let left = deadline.saturating_duration_since(Instant::now());
+            match tokio::time::timeout(left, self.rx.recv()).await {
+                Ok(Some(line)) => {
+                    self.seen.push(line.clone());
+                    if f(&line) {
+                        return line;
+                    }
+                }
+                Ok(None) | Err(_) => panic!("no line {what}; saw {:#?}", self.seen),
+            }
+        }
+    }
+}

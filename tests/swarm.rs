@@ -1,0 +1,90 @@
+//! `queue-client swarm` against the whole system, on both backends: a few hundred
+//! virtual users through a small soft cap, some abandoning, all racing and reusing
+//! tickets; the report's audits must all be zero. And the audit can fail: told a soft
+//! cap lower than the server's, the swarm reports the breach and exits 1.
+
+use e2e::{client_binary, e2e_tests, Stack, StackOptions, ADMIN_TOKEN};
+use serde_json::Value;
+use testkit::Backend;
+
+e2e_tests!(three_hundred_users_through_a_soft_cap_of_ten);
+
+async fn swarm(stack: &Stack, extra: &[&str]) -> (Option<i32>, Value, String) {
+    let out = tokio::process::Command::new(client_binary())
+        .args(["swarm", "--api", &stack.api.url(), "--chat", &stack.chat.url(), "--json", "--quiet"])
+        .args(extra)
+        .output()
+        .await
+        .expect("run queue-client swarm");
+    let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
+    let report: Value = serde_json::from_slice(&out.stdout)
+        .unwrap_or_else(|e| panic!("report is not JSON ({e}): {}\n{stderr}", String::from_utf8_lossy(&out.stdout)));
+    (out.status.code(), report, stderr)
+}
+
+fn n(report: &Value, field: &str) -> u64 {
+    report[field].as_u64().unwrap_or_else(|| panic!("{field} missing in {report:#}"))
+}
+
+async fn three_hundred_users_through_a_soft_cap_of_ten(backend: Backend) {
+    // Short ticket and silence limits so abandoners' places come back within the run.
+    let opts = StackOptions { soft_cap: 10, ticket_ttl_ms: 3000, abandon_after_ms: 2000, ..Default::default() };
+    let stack = Stack::start(backend, opts).await;
+    let args = [
+        "--users",
+        "300",
+        "--rate",
+        "100",
+        "--stay-secs",
+        "0.3",
+        "--messages",
+        "1",
+        "--abandon",
+        "0.1",
+        "--abandon-within-secs",
+        "1",
+        "--race",
+        "0.2",
+        "--replay",
+        "1",
+        "--polling",
+        "0.2",
+        "--poll-secs",
+        "0.3",
+        "--admin-token",
+        ADMIN_TOKEN,
+        "--timeout-secs",
+        "240",
+    ];
+    let (code, r, stderr) = swarm(&stack, &args).await;
+    let summary = format!("{r:#}\n{stderr}");
+    for zero in ["fifo_inversions", "rank_rises", "over_capacity", "server_over_capacity", "double_claims"] {
+        assert_eq!(n(&r, zero), 0, "{zero}: {summary}");
+    }
+    for zero in ["unfinished", "errors", "dropped", "claim_refused"] {
+        assert_eq!(n(&r, zero), 0, "{zero}: {summary}");
+    }
+    assert_eq!(code, Some(0), "{summary}");
+    assert_eq!(n(&r, "entered"), 300, "{summary}");
+    assert_eq!(n(&r, "admitted") + n(&r, "abandoned"), 300, "everyone chatted or gave up: {summary}");
+    assert!(n(&r, "abandoned") > 0 && n(&r, "claim_races") > 0 && n(&r, "polling_users") > 0, "{summary}");
+    assert_eq!(n(&r, "reuse_refused"), n(&r, "admitted"), "every used ticket was refused again: {summary}");
+    assert_eq!(n(&r, "left"), n(&r, "admitted"), "{summary}");
+    assert_eq!(n(&r, "soft_cap"), 10, "read from the back office: {summary}");
+    assert!(n(&r, "max_holding") >= 5 && n(&r, "max_holding") <= 10, "the cap was reached, not passed: {summary}");
+    assert!(n(&r, "server_samples") > 0 && n(&r, "server_max_in_use") <= 10, "{summary}");
+    assert!(n(&r, "messages_echoed") > 0, "{summary}");
+    assert_eq!(r["wait_seconds"]["count"].as_u64(), Some(n(&r, "admitted")), "{summary}");
+    stack.eventually("every session to end", |s| s.info()["active"] == 0).await;
+    let info = stack.info();
+    assert_eq!(info["claimed"] as u64, n(&r, "admitted"), "the server counted the same claims: {info:?}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_soft_cap_breach_is_reported() {
+    let stack = Stack::start(Backend::Module, StackOptions { soft_cap: 6, ..Default::default() }).await;
+    let args = ["--users", "30", "--rate", "60", "--stay-secs", "1", "--abandon", "0", "--soft-cap", "2"];
+    let (code, r, stderr) = swarm(&stack, &args).await;
+    assert!(n(&r, "over_capacity") > 0 && n(&r, "max_holding") > 2, "{r:#}\n{stderr}");
+    assert_eq!(code, Some(1), "a breach fails the run: {r:#}");
+}

@@ -1,0 +1,319 @@
+//! The queue-api side of a journey: enter, then follow the position over server-sent
+//! events, falling back to polling `GET /api/queue/status` when the stream cannot be
+//! opened or breaks, as the waiting-room page does.
+
+use futures_util::StreamExt;
+use queue_client::{Standing, Status};
+use std::time::{Duration, Instant};
+
+/// Why a request to queue-api did not give a standing.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ApiError {
+    /// 429: come back after this many seconds.
+    RateLimited(u64),
+    /// Any other refusal: the status and the body's `error` text.
+    Refused(u16, String),
+    /// No answer: connection refused, reset, timed out, or an unreadable body.
+    Transport(String),
+}
+
+impl std::fmt::Display for ApiError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            ApiError::RateLimited(s) => write!(f, "rate limited: retry after {s} s"),
+            ApiError::Refused(code, text) => write!(f, "HTTP {code}: {text}"),
+            ApiError::Transport(e) => write!(f, "queue-api unreachable: {e}"),
+        }
+    }
+}
+
+impl std::error::Error for ApiError {}
+
+/// How an update reached the client.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Via {
+    Entry,
+    Stream,
+    Poll,
+}
+
+/// A queue-api endpoint for one queue, as one person (one client address) sees it.
+#[derive(Clone)]
+pub struct Api {
+    http: reqwest::Client,
+    base: String,
+    queue: String,
+    forwarded_for: Option<String>,
+}
+
+/// Each request's own time limit; streams have none (they last as long as the wait).
+const REQUEST_TIMEOUT: Duration = Duration::from_secs(10);
+
+impl Api {
+    /// `base` like `http://127.0.0.1:8080`. `forwarded_for` sets `X-Forwarded-For` on every
+    /// request (a queue-api started with `--trust-proxy` then limits each address alone).
+    pub fn new(http: reqwest::Client, base: &str, queue: &str, forwarded_for: Option<String>) -> Api {
+        Api { http, base: base.trim_end_matches('/').to_string(), queue: queue.to_string(), forwarded_for }
+    }
+
+    /// The HTTP client a swarm shares: pooled connections, no proxy from the environment.
+    pub fn http_client() -> reqwest::Client {
+        reqwest::Client::builder()
+            .no_proxy()
+            .connect_timeout(Duration::from_secs(5))
+            .pool_max_idle_per_host(256)
+            .build()
+            .expect("an HTTP client without TLS builds")
+    }
+
+    pub fn queue(&self) -> &str {
+        &self.queue
+    }
+
+    fn request(&self, method: reqwest::Method, path: &str) -> reqwest::RequestBuilder {
+        let mut r = self.http.request(method, format!("{}{path}", self.base));
+        if let Some(ip) = &self.forwarded_for {
+            r = r.header("x-forwarded-for", ip);
+        }
+        r
+    }
+
+    /// `POST /api/queue/entry`.
+    pub async fn enter(&self, nickname: &str) -> Result<Standing, ApiError> {
+        let body = serde_json::json!({ "nickname": nickname, "queue": self.queue });
+        let r = self.request(reqwest::Method::POST, "/api/queue/entry").json(&body).timeout(REQUEST_TIMEOUT);
+        standing(r.send().await).await
+    }
+
+    /// `GET /api/queue/status`; an unknown user (404) is an `UNKNOWN` standing.
+    pub async fn status(&self, user: &str) -> Result<Standing, ApiError> {
+        let r = self
+            .request(reqwest::Method::GET, "/api/queue/status")
+            .query(&[("userId", user), ("queue", &self.queue)])
+            .timeout(REQUEST_TIMEOUT);
+        match standing(r.send().await).await {
+            Err(ApiError::Refused(404, _)) => Ok(unknown(user)),
+            other => other,
+        }
+    }
+
+    /// Retries `f` while queue-api answers 429, sleeping as told, until `deadline`.
+    pub async fn patiently<T, F, Fut>(&self, deadline: Instant, mut f: F) -> Result<T, ApiError>
+    where
+        F: FnMut() -> Fut,
+        Fut: std::future::Future<Output = Result<T, ApiError>>,
+    {
+        loop {
+            match f().await {
+                Err(ApiError::RateLimited(secs)) if Instant::now() + Duration::from_secs(secs) < deadline => {
+                    tokio::time::sleep(Duration::from_secs(secs.max(1))).await
+                }
+                other => return other,
+            }
+        }
+    }
+
+    /// Follows `user` until promoted (or active, or unknown: dropped, or never there),
+    /// calling `on_update` with every waiting standing. Uses the push stream unless
+    /// `polling_only`; when the stream cannot be opened or breaks, polls every
+    /// `poll_every` instead. Gives up with the last error once `deadline` passes.
+    pub async fn follow(
+        &self,
+        user: &str,
+        polling_only: bool,
+        poll_every: Duration,
+        deadline: Instant,
+        mut on_update: impl FnMut(&Standing, Via),
+    ) -> Result<Standing, ApiError> {
+        if !polling_only {
+            match self.stream(user, deadline, &mut on_update).await {
+                Ok(Some(done)) => return Ok(done),
+                Ok(None) | Err(_) => {} // ended or broke early: poll from here on
+            }
+        }
+        let mut last_error = None;
+        while Instant::now() < deadline {
+            match self.status(user).await {
+                Ok(s) if s.status == Status::Waiting => {
+                    last_error = None;
+                    on_update(&s, Via::Poll);
+                }
+                Ok(s) => return Ok(s),
+                Err(ApiError::RateLimited(secs)) => {
+                    tokio::time::sleep(Duration::from_secs(secs.max(1))).await;
+                    continue;
+                }
+                Err(e) => last_error = Some(e),
+            }
+            tokio::time::sleep(poll_every).await;
+        }
+        Err(last_error.unwrap_or_else(|| ApiError::Transport("gave up waiting: deadline passed".into())))
+    }
+
+    /// Reads the push stream: `Ok(Some(standing))` at a terminal event, `Ok(None)` when
+    /// the stream ended without one (server shutting down), `Err` when it could not be
+    /// opened or broke.
+    async fn stream(
+        &self,
+        user: &str,
+        deadline: Instant,
+        on_update: &mut impl FnMut(&Standing, Via),
+    ) -> Result<Option<Standing>, ApiError> {
+        let r = self
+            .request(reqwest::Method::GET, "/api/queue/stream")
+            .query(&[("userId", user), ("queue", &self.queue)])
+            .header("accept", "text/event-stream");
+        let resp = r.send().await.map_err(transport)?;
+        if !resp.status().is_success() {
+            return Err(refusal(resp).await);
+        }
+        let mut body = resp.bytes_stream();
+        let mut parser = SseParser::default();
+        loop {
+            let left = deadline.saturating_duration_since(Instant::now());
+            let chunk = match tokio::time::timeout(left, body.next()).await {
+                Err(_) => return Err(ApiError::Transport("deadline passed while following".into())),
+                Ok(None) => return Ok(None),
+                Ok(Some(Err(e))) => return Err(transport(e)),
+                Ok(Some(Ok(c))) => c,
+            };
+            for (event, data) in parser.push(&chunk) {
+                let s: Standing = match serde_json::from_str(&data) {
+                    Ok(s) => s,
+                    Err(e) => return Err(ApiError::Transport(format!("unreadable {event} event: {e}"))),
+                };
+                if event == "position" && s.status == Status::Waiting {
+                    on_update(&s, Via::Stream);
+                } else {
+                    return Ok(Some(s));
+                }
+            }
+        }
+    }
+}
+
+fn unknown(user: &str) -> Standing {
+    Standing {
+        status: Status::Unknown,
+        rank: 0,
+        user_id: user.to_string(),
+        nickname: None,
+        ticket_id: None,
+        estimated_wait_seconds: None,
+    }
+}
+
+fn transport(e: reqwest::Error) -> ApiError {
+    let mut text = e.to_string();
+    let mut source = std::error::Error::source(&e);
+    while let Some(s) = source {
+        text = format!("{text}: {s}");
+        source = s.source();
+    }
+    ApiError::Transport(text)
+}
+
+async fn refusal(resp: reqwest::Response) -> ApiError {
+    let code = resp.status().as_u16();
+    if code == 429 {
+        let secs =
+            resp.headers().get("retry-after").and_then(|v| v.to_str().ok()).and_then(|v| v.parse().ok()).unwrap_or(1);
+        return ApiError::RateLimited(secs);
+    }
+    let body = resp.text().await.unwrap_or_default();
+    ApiError::Refused(code, error_text(&body))
+}
+
+/// The services' error bodies are `{"error": code, "message": text}`: the text, else
+/// the body as it came.
+pub fn error_text(body: &str) -> String {
+    let v = serde_json::from_str::<serde_json::Value>(body).unwrap_or_default();
+    match (v["error"].as_str(), v["message"].as_str()) {
+        (Some(code), Some(text)) => format!("{code}: {text}"),
+        (None, Some(text)) | (Some(text), None) => text.to_string(),
+        (None, None) => body.to_string(),
+    }
+}
+
+async fn standing(sent: reqwest::Result<reqwest::Response>) -> Result<Standing, ApiError> {
+    let resp = sent.map_err(transport)?;
+    if !resp.status().is_success() {
+        return Err(refusal(resp).await);
+    }
+    resp.json().await.map_err(transport)
+}
+
+/// A minimal `text/event-stream` reader: events are separated by a blank line, `event:`
+/// names them (default `message`), `data:` lines are joined with newlines, `:` lines
+/// are comments (keep-alives).
+#[derive(Default)]
+pub struct SseParser {
+    buf: Vec<u8>,
+}
+
+impl SseParser {
+    /// Takes the next bytes; the complete events so far as (name, data).
+    pub fn push(&mut self, bytes: &[u8]) -> Vec<(String, String)> {
+        self.buf.extend_from_slice(bytes);
+        let mut out = Vec::new();
+        while let Some(end) = find_blank_line(&self.buf) {
+            let block: Vec<u8> = self.buf.drain(..end.1).collect();
+            let text = String::from_utf8_lossy(&block[..end.0]);
+            let (mut event, mut data, mut any_data) = ("message".to_string(), String::new(), false);
+            for line in text.split('\n').map(|l| l.strip_suffix('\r').unwrap_or(l)) {
+                if line.starts_with(':') || line.is_empty() {
+                    continue;
+                }
+                let (field, value) = line.split_once(':').unwrap_or((line, ""));
+                let value = value.strip_prefix(' ').unwrap_or(value);
+                match field {
+                    "event" => event = value.to_string(),
+                    "data" => {
+                        if any_data {
+                            data.push('\n');
+                        }
+                        data.push_str(value);
+                        any_data = true;
+                    }
+                    _ => {}
+                }
+            }
+            if any_data {
+                out.push((event, data));
+            }
+        }
+        out
+    }
+}
+
+/// (end of the event's text, end of its terminating blank line) of the first event.
+fn find_blank_line(buf: &[u8]) -> Option<(usize, usize)> {
+    let mut i = 0;
+    while i + 1 < buf.len() {
+        if buf[i] == b'\n' {
+            if buf[i + 1] == b'\n' {
+                return Some((i, i + 2));
+            }
+            if buf[i + 1] == b'\r' && buf.get(i + 2) == Some(&b'\n') {
+                return Some((i, i + 3));
+            }
+        }
+        i += 1;
+    }
+    None
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn events_split_across_chunks_and_comments_skipped() {
+        let mut p = SseParser::default();
+        assert!(p.push(b": keep-alive\n\nevent: posi").is_empty());
+        let got = p.push(b"tion\ndata: {\"a\":1}\n\nevent: promoted\r\ndata: x\r\ndata: y\r\n\r\n");
+        assert_eq!(got, vec![("position".into(), "{\"a\":1}".into()), ("promoted".into(), "x\ny".into())]);
+        assert!(p.push(b"data: tail").is_empty());
+        assert_eq!(p.push(b"\n\n"), vec![("message".into(), "tail".into())]);
+    }
+}

@@ -1,0 +1,225 @@
+use clap::{Args, Parser, Subcommand};
+use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
+use queue_cli::{join, swarm};
+use std::process::ExitCode;
+use std::time::Duration;
+
+/// queue-client: walk through the waiting room as one person, or as a crowd.
+#[derive(Parser)]
+#[command(version, about)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Args, Clone)]
+struct Target {
+    /// queue-api's address.
+    #[arg(long, env = "API_URL", default_value = "http://127.0.0.1:8080")]
+    api: String,
+    /// chat-server's address (the handshake goes to <chat>/gameserver).
+    #[arg(long, env = "CHAT_URL", default_value = "http://127.0.0.1:8081")]
+    chat: String,
+    /// The queue to stand in.
+    #[arg(long, default_value = "default")]
+    queue: String,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// One person: enter, watch the position, then chat with the ticket (lines from stdin;
+    /// /status asks how many are in the room, /quit or end of input leaves).
+    Join {
+        #[command(flatten)]
+        target: Target,
+        /// The name shown in the chat (1 to 32 bytes).
+        #[arg(long)]
+        nickname: String,
+        /// Poll the status instead of the push stream.
+        #[arg(long)]
+        polling: bool,
+        /// Seconds between polls.
+        #[arg(long, default_value_t = 1.0)]
+        poll_secs: f64,
+        /// Give up after waiting this many seconds.
+        #[arg(long, default_value_t = 3600.0)]
+        max_wait_secs: f64,
+    },
+    /// Virtual users arriving at a rate, each on the same journey; prints a report and exits
+    /// 1 if the audit found FIFO inversions, over-capacity or double claims, 2 if users did
+    /// not finish (errors, drops, timeout).
+    Swarm {
+        #[command(flatten)]
+        target: Target,
+        /// How many virtual users.
+        #[arg(long, default_value_t = 100)]
+        users: usize,
+        /// Arrivals per second.
+        #[arg(long, default_value_t = 20.0)]
+        rate: f64,
+        /// Share of users who give up while waiting (close the page).
+        #[arg(long, default_value_t = 0.1)]
+        abandon: f64,
+        /// Abandoners give up at a random moment within this many seconds of entering.
+        #[arg(long, default_value_t = 5.0)]
+        abandon_within_secs: f64,
+        /// Mean seconds an admitted user stays in the chat (uniform from half to 1.5 times).
+        #[arg(long, default_value_t = 2.0)]
+        stay_secs: f64,
+        /// Chat messages each admitted user sends while inside.
+        #[arg(long, default_value_t = 2)]
+        messages: u32,
+        /// Share of users who open two handshakes with their ticket at once.
+        #[arg(long, default_value_t = 0.2)]
+        race: f64,
+        /// Share of users who try their used ticket again after leaving.
+        #[arg(long, default_value_t = 1.0)]
+        replay: f64,
+        /// Share of users who poll the status instead of using the push stream.
+        #[arg(long, default_value_t = 0.1)]
+        polling: f64,
+        /// Seconds between polls.
+        #[arg(long, default_value_t = 1.0)]
+        poll_secs: f64,
+        /// The queue's soft cap, for the over-capacity audit (read from the back office
+        /// when --admin-token is given).
+        #[arg(long)]
+        soft_cap: Option<u64>,
+        /// queue-api's admin token: also samples the server's own counts.
+        #[arg(long, env = "ADMIN_TOKEN")]
+        admin_token: Option<String>,
+        /// Stop after this many seconds whatever the state.
+        #[arg(long, default_value_t = 300.0)]
+        timeout_secs: f64,
+        /// Nicknames are this prefix plus the user's number.
+        #[arg(long, default_value = "v")]
+        nickname_prefix: String,
+        /// Do not send a distinct X-Forwarded-For per user (each user is one address to a
+        /// queue-api started with --trust-proxy).
+        #[arg(long)]
+        no_forwarded_for: bool,
+        /// Seed for the dice (who abandons, races, polls; how long each stays).
+        #[arg(long, default_value_t = 1)]
+        seed: u64,
+        /// Print the report as JSON.
+        #[arg(long)]
+        json: bool,
+        /// No progress bar.
+        #[arg(long)]
+        quiet: bool,
+    },
+}
+
+fn secs(s: f64) -> Duration {
+    Duration::try_from_secs_f64(s.max(0.0)).unwrap_or(Duration::MAX)
+}
+
+#[tokio::main]
+async fn main() -> ExitCode {
+    match Cli::parse().command {
+        Command::Join { target, nickname, polling, poll_secs, max_wait_secs } => {
+            let cfg = join::JoinConfig {
+                api: target.api,
+                chat: target.chat,
+                queue: target.queue,
+                nickname,
+                polling,
+                poll_every: secs(poll_secs),
+                max_wait: secs(max_wait_secs),
+            };
+            let input = tokio::io::BufReader::new(tokio::io::stdin());
+            match join::run(cfg, input, &mut std::io::stdout()).await {
+                Ok(()) => ExitCode::SUCCESS,
+                Err(e) => {
+                    eprintln!("error: {e}");
+                    ExitCode::FAILURE
+                }
+            }
+        }
+        Command::Swarm {
+            target,
+            users,
+            rate,
+            abandon,
+            abandon_within_secs,
+            stay_secs,
+            messages,
+            race,
+            replay,
+            polling,
+            poll_secs,
+            soft_cap,
+            admin_token,
+            timeout_secs,
+            nickname_prefix,
+            no_forwarded_for,
+            seed,
+            json,
+            quiet,
+        } => {
+            if rate <= 0.0 || !rate.is_finite() {
+                eprintln!("error: --rate must be a positive number");
+                return ExitCode::from(64);
+            }
+            let _ = rlimit::increase_nofile_limit(u64::MAX);
+            let cfg = swarm::SwarmConfig {
+                api: target.api,
+                chat: target.chat,
+                queue: target.queue,
+                users,
+                rate,
+                abandon,
+                abandon_within: secs(abandon_within_secs),
+                stay: secs(stay_secs),
+                messages,
+                race,
+                replay,
+                polling,
+                poll_every: secs(poll_secs),
+                soft_cap,
+                admin_token,
+                timeout: secs(timeout_secs),
+                nickname_prefix,
+                forwarded_for: !no_forwarded_for,
+                seed,
+            };
+            let bar = ProgressBar::with_draw_target(Some(users as u64), ProgressDrawTarget::stderr());
+            if quiet {
+                bar.set_draw_target(ProgressDrawTarget::hidden());
+            }
+            bar.set_style(
+                ProgressStyle::with_template("{elapsed:>4} [{bar:30}] {pos}/{len} done  {msg}")
+                    .expect("a valid template")
+                    .progress_chars("=> "),
+            );
+            let b = bar.clone();
+            let report = swarm::run(cfg, move |p| {
+                b.set_position(p.finished as u64);
+                b.set_message(format!(
+                    "arrived {} · waiting {} · holding {} · in chat {} · admitted {} · abandoned {}{}",
+                    p.started,
+                    p.waiting,
+                    p.holding,
+                    p.in_chat,
+                    p.admitted,
+                    p.abandoned,
+                    if p.violations > 0 { format!(" · VIOLATIONS {}", p.violations) } else { String::new() }
+                ));
+            })
+            .await;
+            bar.finish_and_clear();
+            if json {
+                println!("{}", serde_json::to_string_pretty(&report).expect("the report serializes"));
+            } else {
+                print!("{report}");
+            }
+            if !report.clean() {
+                ExitCode::from(1)
+            } else if !report.complete() {
+                ExitCode::from(2)
+            } else {
+                ExitCode::SUCCESS
+            }
+        }
+    }
+}

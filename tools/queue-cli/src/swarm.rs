@@ -1,0 +1,655 @@
+//! Virtual users (seed 003) arriving at a steady rate, each on a real journey: enter,
+//! follow the position (push stream or polling), abandon while waiting or claim the
+//! ticket at chat-server, chat a while and leave, so capacity recycles. A ledger
+//! shared by all of them audits what they see:
+//!
+//! - **FIFO inversions.** (a) A waiting user's rank never rises (nobody is put ahead
+//!   of them): checked on every update, in the order one user's updates arrive.
+//!   (b) When user B learns it was promoted, the earliest user A that surely entered
+//!   before B (A's entry answer arrived before B's entry request left) and is still
+//!   following its place is asked for its standing; if the answer, requested after
+//!   B's promotion was seen, still says WAITING, someone jumped the line.
+//! - **Over capacity.** The swarm counts the users holding a ticket or a session,
+//!   adding one only after a promotion is seen and removing one before a session is
+//!   given back, so its count never exceeds the server's: a count above the soft cap is
+//!   a real breach. With an admin token, queue-api's back office is also sampled
+//!   (`active + joining` against `soft_cap`).
+//! - **Double claims.** Some users open two handshakes with one ticket at once, and
+//!   everyone tries the used ticket again after leaving: every extra admission counts.
+
+use crate::api::{Api, ApiError, Via};
+use crate::chat::{self, Handshake, Incoming};
+use crate::stats::Percentiles;
+use queue_client::{Standing, Status};
+use rand::{Rng, SeedableRng};
+use serde::Serialize;
+use std::collections::VecDeque;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+/// What the swarm does; see `queue-client swarm --help` for each field.
+#[derive(Debug, Clone)]
+pub struct SwarmConfig {
+    pub api: String,
+    pub chat: String,
+    pub queue: String,
+    pub users: usize,
+    pub rate: f64,
+    pub abandon: f64,
+    pub abandon_within: Duration,
+    pub stay: Duration,
+    pub messages: u32,
+    pub race: f64,
+    pub replay: f64,
+    pub polling: f64,
+    pub poll_every: Duration,
+    pub soft_cap: Option<u64>,
+    pub admin_token: Option<String>,
+    pub timeout: Duration,
+    pub nickname_prefix: String,
+    pub forwarded_for: bool,
+    pub seed: u64,
+}
+
+/// The end-of-run report. `fifo_inversions`, `over_capacity` and `double_claims` must be 0.
+#[derive(Debug, Clone, Default, Serialize)]
+pub struct Report {
+    pub users: usize,
+    pub entered: u64,
+    pub admitted_at_once: u64,
+    pub promoted: u64,
+    pub admitted: u64,
+    pub abandoned: u64,
+    pub left: u64,
+    pub dropped: u64,
+    pub unfinished: u64,
+    pub errors: u64,
+    pub rate_limited: u64,
+    pub stream_users: u64,
+    pub polling_users: u64,
+    pub messages_sent: u64,
+    pub messages_echoed: u64,
+    pub fifo_inversions: u64,
+    pub rank_rises: u64,
+    pub fifo_audits: u64,
+    pub over_capacity: u64,
+    pub soft_cap: Option<u64>,
+    pub max_holding: u64,
+    pub server_samples: u64,
+    pub server_over_capacity: u64,
+    pub server_max_in_use: u64,
+    pub double_claims: u64,
+    pub claim_races: u64,
+    pub reuse_refused: u64,
+    pub claim_refused: u64,
+    pub wait_seconds: Percentiles,
+    pub slot_to_promotion_seconds: Percentiles,
+    pub duration_seconds: f64,
+    pub first_errors: Vec<String>,
+}
+
+impl Report {
+    /// True when every audit came out clean.
+    pub fn clean(&self) -> bool {
+        self.fifo_inversions == 0
+            && self.over_capacity == 0
+            && self.server_over_capacity == 0
+            && self.double_claims == 0
+    }
+
+    /// True when every user finished its journey without an error.
+    pub fn complete(&self) -> bool {
+        self.unfinished == 0 && self.errors == 0 && self.dropped == 0
+    }
+}
+
+impl std::fmt::Display for Report {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let cap =
+            self.soft_cap.map(|c| c.to_string()).unwrap_or_else(|| "unknown (give --soft-cap or --admin-token)".into());
+        let mark = |n: u64| if n == 0 { "ok" } else { "FAIL" };
+        writeln!(f, "swarm report ({:.1} s)", self.duration_seconds)?;
+        writeln!(
+            f,
+            "  users                 {} ({} on push streams, {} polling)",
+            self.users, self.stream_users, self.polling_users
+        )?;
+        writeln!(f, "  entered               {} ({} admitted at once)", self.entered, self.admitted_at_once)?;
+        writeln!(f, "  promoted              {}", self.promoted)?;
+        writeln!(f, "  admitted (chatted)    {}", self.admitted)?;
+        writeln!(f, "  left after chatting   {}", self.left)?;
+        writeln!(f, "  abandoned waiting     {}", self.abandoned)?;
+        writeln!(f, "  dropped by the queue  {}", self.dropped)?;
+        writeln!(
+            f,
+            "  unfinished / errors   {} / {} (rate limited {} times)",
+            self.unfinished, self.errors, self.rate_limited
+        )?;
+        writeln!(f, "  messages              {} sent, {} came back", self.messages_sent, self.messages_echoed)?;
+        writeln!(
+            f,
+            "  FIFO inversions       {} [{}] ({} rank rises, {} cross-user audits)",
+            self.fifo_inversions,
+            mark(self.fifo_inversions),
+            self.rank_rises,
+            self.fifo_audits
+        )?;
+        writeln!(
+            f,
+            "  over capacity         {} [{}] (most holding at once {}, soft cap {cap})",
+            self.over_capacity,
+            mark(self.over_capacity),
+            self.max_holding
+        )?;
+        if self.server_samples > 0 {
+            writeln!(
+                f,
+                "  server over capacity  {} [{}] ({} samples, most in use {})",
+                self.server_over_capacity,
+                mark(self.server_over_capacity),
+                self.server_samples,
+                self.server_max_in_use
+            )?;
+        }
+        writeln!(
+            f,
+            "  double claims         {} [{}] ({} races, {} reuses refused)",
+            self.double_claims,
+            mark(self.double_claims),
+            self.claim_races,
+            self.reuse_refused
+        )?;
+        writeln!(f, "  wait (s)              {}", self.wait_seconds)?;
+        writeln!(f, "  free slot -> promoted (s) {}", self.slot_to_promotion_seconds)?;
+        for e in &self.first_errors {
+            writeln!(f, "  error: {e}")?;
+        }
+        Ok(())
+    }
+}
+
+/// A live view for the progress bar.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Progress {
+    pub started: usize,
+    pub finished: usize,
+    pub waiting: usize,
+    pub holding: u64,
+    pub in_chat: usize,
+    pub admitted: u64,
+    pub abandoned: u64,
+    pub violations: u64,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Phase {
+    Entering,
+    Waiting,
+    Holding,
+    InChat,
+    Done,
+}
+
+struct Person {
+    phase: Phase,
+    entry_sent: Instant,
+    entry_recv: Option<Instant>,
+    /// Stays in line until promoted (is not going to abandon).
+    steadfast: bool,
+    user_id: String,
+    forwarded_for: Option<String>,
+}
+
+#[derive(Default)]
+struct Ledger {
+    people: Vec<Person>,
+    /// No one before this index is still waiting.
+    first_waiting: usize,
+    holding: u64,
+    frees: VecDeque<Instant>,
+    waits: Vec<f64>,
+    slot_to_promotion: Vec<f64>,
+    report: Report,
+}
+
+impl Ledger {
+    fn error(&mut self, who: usize, what: impl std::fmt::Display) {
+        self.report.errors += 1;
+        if self.report.first_errors.len() < 10 {
+            self.report.first_errors.push(format!("user {who}: {what}"));
+        }
+    }
+
+    fn anyone_waiting(&mut self) -> bool {
+        while self.first_waiting < self.people.len()
+            && matches!(self.people[self.first_waiting].phase, Phase::Done | Phase::Holding | Phase::InChat)
+        {
+            self.first_waiting += 1;
+        }
+        self.people[self.first_waiting..].iter().any(|p| p.phase == Phase::Waiting && p.steadfast)
+    }
+
+    /// `who` was seen promoted: count it, and pick whom to audit (see the module docs).
+    fn promoted(&mut self, who: usize, soft_cap: Option<u64>, now: Instant) -> Option<(String, Option<String>)> {
+        self.report.promoted += 1;
+        self.holding += 1;
+        self.report.max_holding = self.report.max_holding.max(self.holding);
+        if soft_cap.is_some_and(|cap| self.holding > cap) {
+            self.report.over_capacity += 1;
+            let h = self.holding;
+            self.error(who, format_args!("{h} users hold tickets or sessions, over the soft cap"));
+        }
+        let me = &self.people[who];
+        let entered = me.entry_recv.unwrap_or(now);
+        let sent = me.entry_sent;
+        self.waits.push(now.duration_since(entered).as_secs_f64());
+        if let Some(freed) = self.frees.pop_front() {
+            self.slot_to_promotion.push(now.duration_since(freed).as_secs_f64());
+        }
+        self.people[who].phase = Phase::Holding;
+        self.anyone_waiting();
+        let from = self.first_waiting.min(who);
+        let ahead = self.people[from..who]
+            .iter()
+            .find(|p| p.phase == Phase::Waiting && p.steadfast && p.entry_recv.is_some_and(|r| r < sent))?;
+        Some((ahead.user_id.clone(), ahead.forwarded_for.clone()))
+    }
+
+    /// A ticket or session held by `who` is given back (or was refused).
+    fn release(&mut self, now: Instant) {
+        self.holding = self.holding.saturating_sub(1);
+        if self.anyone_waiting() {
+            self.frees.push_back(now);
+        }
+    }
+
+    fn progress(&self, started: usize) -> Progress {
+        let count = |ph| self.people.iter().filter(|p| p.phase == ph).count();
+        let r = &self.report;
+        Progress {
+            started,
+            finished: count(Phase::Done),
+            waiting: count(Phase::Waiting),
+            holding: self.holding,
+            in_chat: count(Phase::InChat),
+            admitted: r.admitted,
+            abandoned: r.abandoned,
+            violations: r.fifo_inversions + r.over_capacity + r.server_over_capacity + r.double_claims,
+        }
+    }
+}
+
+/// One virtual user's dice, thrown up front so a seed replays the same crowd.
+struct Plan {
+    abandon_after: Option<Duration>,
+    polling: bool,
+    stay: Duration,
+    race: bool,
+    replay: bool,
+}
+
+struct Shared {
+    cfg: SwarmConfig,
+    http: reqwest::Client,
+    ledger: Mutex<Ledger>,
+    deadline: Instant,
+}
+
+impl Shared {
+    fn with<T>(&self, f: impl FnOnce(&mut Ledger) -> T) -> T {
+        f(&mut self.ledger.lock().unwrap())
+    }
+
+    fn api(&self, forwarded_for: Option<String>) -> Api {
+        Api::new(self.http.clone(), &self.cfg.api, &self.cfg.queue, forwarded_for)
+    }
+}
+
+/// Runs the swarm to the end (or to `cfg.timeout`), calling `progress` about five times
+/// a second.
+pub async fn run(cfg: SwarmConfig, progress: impl Fn(Progress) + Send + Sync + 'static) -> Report {
+    let progress = Arc::new(progress);
+    let started_at = Instant::now();
+    let http = Api::http_client();
+    let mut cfg = cfg;
+    if cfg.soft_cap.is_none() {
+        if let Some(token) = &cfg.admin_token {
+            cfg.soft_cap = admin_info(&http, &cfg, token).await.ok().and_then(|v| v["soft_cap"].as_u64());
+        }
+    }
+    let shared = Arc::new(Shared {
+        deadline: started_at + cfg.timeout,
+        http,
+        ledger: Mutex::new(Ledger::default()),
+        cfg: cfg.clone(),
+    });
+    let mut rng = rand::rngs::StdRng::seed_from_u64(cfg.seed);
+    let plans: Vec<Plan> = (0..cfg.users)
+        .map(|_| Plan {
+            abandon_after: rng
+                .random_bool(cfg.abandon.clamp(0.0, 1.0))
+                .then(|| cfg.abandon_within.mul_f64(rng.random_range(0.0..1.0))),
+            polling: rng.random_bool(cfg.polling.clamp(0.0, 1.0)),
+            stay: cfg.stay.mul_f64(rng.random_range(0.5..1.5)),
+            race: rng.random_bool(cfg.race.clamp(0.0, 1.0)),
+            replay: rng.random_bool(cfg.replay.clamp(0.0, 1.0)),
+        })
+        .collect();
+
+    let sampler = cfg.admin_token.clone().map(|token| tokio::spawn(sample_server(shared.clone(), token)));
+    let started = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let ticker = {
+        let (shared, started, progress) = (shared.clone(), started.clone(), progress.clone());
+        tokio::spawn(async move {
+            loop {
+                let n = started.load(std::sync::atomic::Ordering::Relaxed);
+                progress(shared.with(|l| l.progress(n)));
+                tokio::time::sleep(Duration::from_millis(200)).await;
+            }
+        })
+    };
+
+    let mut tasks = tokio::task::JoinSet::new();
+    let gap = Duration::from_secs_f64(1.0 / cfg.rate.max(0.001));
+    let all = async {
+        for (i, plan) in plans.into_iter().enumerate() {
+            tokio::time::sleep_until((started_at + gap.mul_f64(i as f64)).into()).await;
+            let forwarded_for =
+                cfg.forwarded_for.then(|| format!("10.{}.{}.{}", (i >> 16) & 255, (i >> 8) & 255, i & 255));
+            shared.with(|l| {
+                l.people.push(Person {
+                    phase: Phase::Entering,
+                    entry_sent: Instant::now(),
+                    entry_recv: None,
+                    steadfast: plan.abandon_after.is_none(),
+                    user_id: String::new(),
+                    forwarded_for: forwarded_for.clone(),
+                });
+                if plan.polling {
+                    l.report.polling_users += 1;
+                } else {
+                    l.report.stream_users += 1;
+                }
+            });
+            started.store(i + 1, std::sync::atomic::Ordering::Relaxed);
+            tasks.spawn(journey(shared.clone(), i, plan, forwarded_for));
+        }
+        while tasks.join_next().await.is_some() {}
+    };
+    let timed_out = tokio::time::timeout(cfg.timeout, all).await.is_err();
+    tasks.abort_all();
+    while tasks.join_next().await.is_some() {}
+    ticker.abort();
+    if let Some(s) = sampler {
+        s.abort();
+    }
+    let n = started.load(std::sync::atomic::Ordering::Relaxed);
+    progress(shared.with(|l| l.progress(n)));
+
+    let mut l = shared.ledger.lock().unwrap();
+    let mut report = std::mem::take(&mut l.report);
+    report.users = cfg.users;
+    report.unfinished = (cfg.users - l.people.iter().filter(|p| p.phase == Phase::Done).count()) as u64;
+    if timed_out && report.first_errors.len() < 10 {
+        report
+            .first_errors
+            .push(format!("timed out after {:?} with {} users unfinished", cfg.timeout, report.unfinished));
+    }
+    report.soft_cap = cfg.soft_cap;
+    report.wait_seconds = Percentiles::of(std::mem::take(&mut l.waits));
+    report.slot_to_promotion_seconds = Percentiles::of(std::mem::take(&mut l.slot_to_promotion));
+    report.duration_seconds = started_at.elapsed().as_secs_f64();
+    report
+}
+
+async fn admin_info(http: &reqwest::Client, cfg: &SwarmConfig, token: &str) -> Result<serde_json::Value, String> {
+    let url = format!("{}/api/admin/queues/{}", cfg.api.trim_end_matches('/'), cfg.queue);
+    let resp =
+        http.get(url).bearer_auth(token).timeout(Duration::from_secs(5)).send().await.map_err(|e| e.to_string())?;
+    if !resp.status().is_success() {
+        return Err(format!("back office answered {}", resp.status()));
+    }
+    let v: serde_json::Value = resp.json().await.map_err(|e| e.to_string())?;
+    Ok(v["info"].clone())
+}
+
+/// Samples the server's own counts through the back office until aborted.
+async fn sample_server(shared: Arc<Shared>, token: String) {
+    loop {
+        if let Ok(info) = admin_info(&shared.http, &shared.cfg, &token).await {
+            let in_use = info["active"].as_u64().unwrap_or(0) + info["joining"].as_u64().unwrap_or(0);
+            let cap = info["soft_cap"].as_u64();
+            shared.with(|l| {
+                let r = &mut l.report;
+                r.server_samples += 1;
+                r.server_max_in_use = r.server_max_in_use.max(in_use);
+                if cap.is_some_and(|c| in_use > c) {
+                    r.server_over_capacity += 1;
+                }
+            });
+        }
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    }
+}
+
+async fn journey(shared: Arc<Shared>, who: usize, plan: Plan, forwarded_for: Option<String>) {
+    let outcome = walk(&shared, who, &plan, forwarded_for).await;
+    shared.with(|l| {
+        if let Err(e) = outcome {
+            l.error(who, e);
+        }
+        l.people[who].phase = Phase::Done;
+    });
+}
+
+async fn walk(shared: &Arc<Shared>, who: usize, plan: &Plan, forwarded_for: Option<String>) -> Result<(), String> {
+    let cfg = &shared.cfg;
+    let api = shared.api(forwarded_for);
+    let nickname = format!("{}{who}", cfg.nickname_prefix);
+    let entry_sent = Instant::now();
+    let entered = api
+        .patiently(shared.deadline, || {
+            let api = api.clone();
+            let nickname = nickname.clone();
+            let shared = shared.clone();
+            async move {
+                let r = api.enter(&nickname).await;
+                if matches!(r, Err(ApiError::RateLimited(_))) {
+                    shared.with(|l| l.report.rate_limited += 1);
+                }
+                r
+            }
+        })
+        .await
+        .map_err(|e| format!("entry: {e}"))?;
+    let now = Instant::now();
+    shared.with(|l| {
+        let p = &mut l.people[who];
+        p.entry_sent = entry_sent;
+        p.entry_recv = Some(now);
+        p.user_id = entered.user_id.clone();
+        p.phase = Phase::Waiting;
+        l.report.entered += 1;
+    });
+
+    let standing = match entered.status {
+        Status::Promoted => {
+            shared.with(|l| l.report.admitted_at_once += 1);
+            entered
+        }
+        Status::Waiting => match wait(shared, who, plan, &api, &entered).await? {
+            Some(s) => s,
+            None => return Ok(()), // abandoned
+        },
+        other => return Err(format!("entry answered {}", other.as_str())),
+    };
+    if standing.status != Status::Promoted {
+        if standing.status == Status::Unknown {
+            shared.with(|l| l.report.dropped += 1);
+            return Err("dropped from the line while following it".into());
+        }
+        return Err(format!("expected a ticket, got {}", standing.status.as_str()));
+    }
+    let audit = shared.with(|l| l.promoted(who, cfg.soft_cap, Instant::now()));
+    if let Some((user, ff)) = audit {
+        tokio::spawn(audit_fifo(shared.clone(), who, user, ff));
+    }
+    let ticket = standing.ticket_id.ok_or("promoted without a ticket")?;
+    chat_session(shared, who, plan, &nickname, &ticket).await
+}
+
+/// Follows the place in line; None when the user abandons first.
+async fn wait(
+    shared: &Arc<Shared>,
+    who: usize,
+    plan: &Plan,
+    api: &Api,
+    entered: &Standing,
+) -> Result<Option<Standing>, String> {
+    let mut last_rank = entered.rank;
+    let on_update = |s: &Standing, _via: Via| {
+        if s.rank > last_rank {
+            let (was, now) = (last_rank, s.rank);
+            shared.with(|l| {
+                l.report.rank_rises += 1;
+                l.report.fifo_inversions += 1;
+                l.error(who, format_args!("rank rose from {was} to {now}"));
+            });
+        }
+        last_rank = s.rank;
+    };
+    let follow = api.follow(&entered.user_id, plan.polling, shared.cfg.poll_every, shared.deadline, on_update);
+    let result = match plan.abandon_after {
+        None => follow.await,
+        Some(after) => {
+            tokio::select! {
+                r = follow => r,
+                _ = tokio::time::sleep(after) => {
+                    // Closes the tab: the stream or polling just stops; the queue drops
+                    // the silent waiter after abandon_after.
+                    shared.with(|l| l.report.abandoned += 1);
+                    return Ok(None);
+                }
+            }
+        }
+    };
+    result.map(Some).map_err(|e| format!("following the line: {e}"))
+}
+
+/// Asks `user` (who surely entered before `who`) where it stands, after `who` was seen
+/// promoted: still WAITING means the line was jumped.
+async fn audit_fifo(shared: Arc<Shared>, who: usize, user: String, forwarded_for: Option<String>) {
+    let api = shared.api(forwarded_for);
+    if let Ok(s) = api.status(&user).await {
+        shared.with(|l| {
+            l.report.fifo_audits += 1;
+            if s.status == Status::Waiting {
+                l.report.fifo_inversions += 1;
+                l.error(
+                    who,
+                    format_args!("promoted while {user}, who entered earlier, still waits at rank {}", s.rank),
+                );
+            }
+        });
+    }
+}
+
+async fn chat_session(
+    shared: &Arc<Shared>,
+    who: usize,
+    plan: &Plan,
+    nickname: &str,
+    ticket: &str,
+) -> Result<(), String> {
+    let cfg = &shared.cfg;
+    let attempts = if plan.race { 2 } else { 1 };
+    let handshakes =
+        futures_util::future::join_all((0..attempts).map(|_| chat::connect(&cfg.chat, &cfg.queue, ticket))).await;
+    let mut sockets = Vec::new();
+    let mut refusals = Vec::new();
+    for h in handshakes {
+        match h {
+            Handshake::Admitted(ws) => sockets.push(ws),
+            Handshake::Refused(code, text) => refusals.push(format!("{code} {text}")),
+            Handshake::Failed(e) => refusals.push(e),
+        }
+    }
+    shared.with(|l| {
+        if plan.race {
+            l.report.claim_races += 1;
+        }
+        if sockets.len() > 1 {
+            l.report.double_claims += sockets.len() as u64 - 1;
+            l.error(who, "one ticket opened two sessions at once");
+        }
+    });
+    for extra in sockets.drain(1..) {
+        chat::leave(*extra).await;
+    }
+    let Some(ws) = sockets.pop() else {
+        shared.with(|l| {
+            l.report.claim_refused += 1;
+            l.release(Instant::now());
+        });
+        return Err(format!("the ticket was refused: {}", refusals.join("; ")));
+    };
+    shared.with(|l| {
+        l.report.admitted += 1;
+        l.people[who].phase = Phase::InChat;
+    });
+
+    let mut ws = *ws;
+    let started = Instant::now();
+    let end = started + plan.stay;
+    let mut sent = 0u32;
+    let gap = plan.stay / (cfg.messages + 1);
+    let mut lost = None;
+    loop {
+        let next_send = started + gap * (sent + 1);
+        let wake = if sent < cfg.messages { next_send.min(end) } else { end };
+        tokio::select! {
+            incoming = chat::next(&mut ws) => match incoming {
+                Incoming::Frame(f) => {
+                    if f.kind == "MESSAGE_RECEIVE" && f.payload["nickname"] == nickname {
+                        shared.with(|l| l.report.messages_echoed += 1);
+                    }
+                }
+                Incoming::Closed(c) => {
+                    lost = Some(c);
+                    break;
+                }
+            },
+            _ = tokio::time::sleep_until(wake.into()) => {
+                if Instant::now() >= end {
+                    break;
+                }
+                sent += 1;
+                if chat::send(&mut ws, chat::say(&format!("hello from {nickname} #{sent}"))).await {
+                    shared.with(|l| l.report.messages_sent += 1);
+                }
+            }
+        }
+    }
+    shared.with(|l| l.release(Instant::now()));
+    if let Some(c) = lost {
+        return Err(format!("the chat session was closed by the server: {c:?}"));
+    }
+    chat::leave(ws).await;
+    shared.with(|l| l.report.left += 1);
+
+    if plan.replay {
+        match chat::connect(&cfg.chat, &cfg.queue, ticket).await {
+            Handshake::Admitted(ws) => {
+                shared.with(|l| {
+                    l.report.double_claims += 1;
+                    l.error(who, "a used ticket opened a second session");
+                });
+                chat::leave(*ws).await;
+            }
+            Handshake::Refused(401 | 409, _) => shared.with(|l| l.report.reuse_refused += 1),
+            Handshake::Refused(code, text) => return Err(format!("reusing the ticket: unexpected {code} {text}")),
+            Handshake::Failed(e) => return Err(format!("reusing the ticket: {e}")),
+        }
+    }
+    Ok(())
+}
