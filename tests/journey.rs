@@ -10,7 +10,11 @@ use std::process::Stdio;
 use std::time::{Duration, Instant};
 use testkit::Backend;
 
-e2e_tests!(a_crowd_is_admitted_in_entry_order_and_chats, join_waits_its_turn_then_chats_from_stdin);
+e2e_tests!(
+    a_crowd_is_admitted_in_entry_order_and_chats,
+    join_waits_its_turn_then_chats_from_stdin,
+    a_waiting_client_keeps_its_place_through_a_queue_api_crash
+);
 
 fn person(stack: &Stack, n: usize) -> Api {
     Api::new(Api::http_client(), &stack.api.url(), &stack.queue, Some(format!("10.0.0.{n}")))
@@ -198,4 +202,33 @@ async fn join_waits_its_turn_then_chats_from_stdin(backend: Backend) {
     assert_eq!(left.payload["nickname"], "alice");
     stack.eventually("alice's session to end", |s| s.info()["active"] == 1).await;
     chat::leave(bob_ws).await;
+}
+
+async fn a_waiting_client_keeps_its_place_through_a_queue_api_crash(backend: Backend) {
+    let mut stack = Stack::start(backend, StackOptions { soft_cap: 1, ..Default::default() }).await;
+    let holder = person(&stack, 1).enter("holder").await.unwrap();
+    assert_eq!(holder.status, Status::Promoted);
+    let mut child = tokio::process::Command::new(client_binary())
+        .args(["join", "--api", &stack.api.url(), "--chat", &stack.chat.url(), "--nickname", "carol"])
+        .args(["--poll-secs", "0.2"])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .kill_on_drop(true)
+        .spawn()
+        .expect("start queue-client join");
+    let mut out = Lines::read(std::fs::File::from(child.stdout.take().unwrap().into_owned_fd().unwrap()));
+    out.expect("waiting at rank 1", |l| l.starts_with("waiting: rank 1")).await;
+
+    // queue-api dies under the open push stream and comes back: the client polls meanwhile.
+    stack.api.kill_and_restart().await;
+    out.expect("the fallback", |l| l == "push updates unavailable: polling").await;
+    stack.call("QUEUE.LEAVE", &[&stack.queue, &holder.user_id]);
+    out.expect("admitted", |l| l.starts_with("admitted: ticket ")).await;
+    out.expect("connected", |l| l.starts_with("connected to chat as carol")).await;
+    use tokio::io::AsyncWriteExt;
+    child.stdin.take().unwrap().write_all(b"/quit\n").await.unwrap();
+    let status = tokio::time::timeout(e2e::WAIT, child.wait()).await.expect("join exits").unwrap();
+    assert!(status.success(), "{status}; saw {:?}", out.seen);
+    let info = stack.info();
+    assert_eq!((info["claimed"], info["waiting"]), (1, 0), "{info:?}");
 }

@@ -40,12 +40,46 @@ impl Default for StackOptions {
 pub struct Service {
     child: Child,
     pub port: u16,
+    name: String,
+    args: Vec<String>,
+    ready: fn(&Value) -> bool,
 }
 
 impl Service {
     pub fn url(&self) -> String {
         format!("http://127.0.0.1:{}", self.port)
     }
+
+    /// Kills the process (SIGKILL) and starts it again on the same port.
+    pub async fn kill_and_restart(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+        self.child = start(&self.name, &self.args, self.port);
+        assert!(self.wait_ready().await, "{} did not come back on port {}", self.name, self.port);
+    }
+
+    /// Waits until /healthz satisfies `ready`; false if the process exits or WAIT passes.
+    async fn wait_ready(&mut self) -> bool {
+        let deadline = Instant::now() + WAIT;
+        while Instant::now() < deadline && self.child.try_wait().unwrap().is_none() {
+            if healthz(self.port).await.is_some_and(|h| (self.ready)(&h)) {
+                return true;
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        false
+    }
+}
+
+fn start(name: &str, args: &[String], port: u16) -> Child {
+    Command::new(testkit::release_binary(name))
+        .args(args)
+        .args(["--listen", &format!("127.0.0.1:{port}")])
+        .env("RUST_LOG", "warn")
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .spawn()
+        .unwrap_or_else(|e| panic!("start {name}: {e}"))
 }
 
 impl Drop for Service {
@@ -74,21 +108,10 @@ async fn healthz(port: u16) -> Option<Value> {
 async fn spawn(name: &str, args: &[String], ready: fn(&Value) -> bool) -> Service {
     for _ in 0..5 {
         let port = testkit::free_port();
-        let child = Command::new(testkit::release_binary(name))
-            .args(args)
-            .args(["--listen", &format!("127.0.0.1:{port}")])
-            .env("RUST_LOG", "warn")
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .spawn()
-            .unwrap_or_else(|e| panic!("start {name}: {e}"));
-        let mut s = Service { child, port };
-        let deadline = Instant::now() + WAIT;
-        while Instant::now() < deadline && s.child.try_wait().unwrap().is_none() {
-            if healthz(port).await.is_some_and(|h| ready(&h)) {
-                return s;
-            }
-            tokio::time::sleep(Duration::from_millis(50)).await;
+        let child = start(name, args, port);
+        let mut s = Service { child, port, name: name.to_string(), args: args.to_vec(), ready };
+        if s.wait_ready().await {
+            return s;
         }
     }
     panic!("{name} did not come up");

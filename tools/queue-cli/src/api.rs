@@ -126,9 +126,9 @@ impl Api {
         mut on_update: impl FnMut(&Standing, Via),
     ) -> Result<Standing, ApiError> {
         if !polling_only {
-            match self.stream(user, deadline, &mut on_update).await {
-                Ok(Some(done)) => return Ok(done),
-                Ok(None) | Err(_) => {} // ended or broke early: poll from here on
+            // Ended or broke before the end: poll from here on.
+            if let Ok(Some(done)) = self.stream(user, deadline, &mut on_update).await {
+                return Ok(done);
             }
         }
         let mut last_error = None;

@@ -653,3 +653,55 @@ async fn chat_session(
     }
     Ok(())
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn person(ledger: &mut Ledger, user: &str, sent: Instant, recv: Instant, steadfast: bool) {
+        ledger.people.push(Person {
+            phase: Phase::Waiting,
+            entry_sent: sent,
+            entry_recv: Some(recv),
+            steadfast,
+            user_id: user.into(),
+            forwarded_for: None,
+        });
+    }
+
+    #[test]
+    fn the_audit_asks_the_earliest_steadfast_waiter_who_surely_entered_first() {
+        let t0 = Instant::now();
+        let ms = |n| t0 + Duration::from_millis(n);
+        let mut l = Ledger::default();
+        person(&mut l, "a", ms(0), ms(5), false); // will abandon: not asked
+        person(&mut l, "b", ms(1), ms(30), true); // answered after c asked: order unknown
+        person(&mut l, "c", ms(20), ms(25), true);
+        person(&mut l, "d", ms(40), ms(45), true);
+        // d promoted: b is the earliest steadfast waiter who entered before d's request.
+        assert_eq!(l.promoted(3, Some(10), ms(50)).map(|t| t.0), Some("b".to_string()));
+        // c promoted: b's entry answer came after c's request left, so no one is surely ahead.
+        assert_eq!(l.promoted(2, Some(10), ms(60)), None);
+        assert_eq!(l.report.promoted, 2);
+    }
+
+    #[test]
+    fn holding_more_than_the_soft_cap_is_a_breach_and_frees_time_the_next_promotion() {
+        let t0 = Instant::now();
+        let ms = |n| t0 + Duration::from_millis(n);
+        let mut l = Ledger::default();
+        for u in ["a", "b", "c", "d"] {
+            person(&mut l, u, ms(0), ms(1), true);
+        }
+        l.promoted(0, Some(2), ms(10));
+        l.promoted(1, Some(2), ms(10));
+        assert_eq!((l.report.over_capacity, l.report.max_holding), (0, 2));
+        l.promoted(2, Some(2), ms(10));
+        assert_eq!((l.report.over_capacity, l.holding), (1, 3));
+        l.release(ms(100)); // d still waits: the freed place is timed
+        l.promoted(3, Some(2), ms(350));
+        assert_eq!(l.slot_to_promotion, vec![0.25]);
+        l.release(ms(400)); // nobody waits any more: nothing to time
+        assert!(l.frees.is_empty());
+    }
+}
