@@ -3,10 +3,9 @@
 //! page when a place frees up, and chats. Both backends. `scripts/install-deps.sh`
 //! installs Chromium, Node.js and the test's npm packages.
 
-use e2e::{e2e_tests, Lines, Stack, StackOptions};
+use e2e::{e2e_tests, exits_cleanly, start_piped, type_line, Stack, StackOptions};
 use queue_cli::api::Api;
 use queue_client::Status;
-use std::process::Stdio;
 use testkit::Backend;
 
 e2e_tests!(a_person_waits_is_admitted_and_chats_in_a_real_browser);
@@ -22,16 +21,8 @@ async fn a_person_waits_is_admitted_and_chats_in_a_real_browser(backend: Backend
     let holder = Api::new(Api::http_client(), &stack.api.url(), &stack.queue, None).enter("holder").await.unwrap();
     assert_eq!(holder.status, Status::Promoted);
 
-    let mut node = tokio::process::Command::new("node")
-        .arg(dir.join("waiting-room.mjs"))
-        .args([stack.api.url(), stack.chat.url(), "alice".into()])
-        .current_dir(&dir)
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .kill_on_drop(true)
-        .spawn()
-        .expect("start node (scripts/install-deps.sh installs it)");
-    let mut out = Lines::read(std::fs::File::from(node.stdout.take().unwrap().into_owned_fd().unwrap()));
+    let script = dir.join("waiting-room.mjs").display().to_string();
+    let (mut node, mut out) = start_piped("node", &[script, stack.api.url(), stack.chat.url(), "alice".into()]);
     out.expect("the page to show rank 1", |l| l == "WAITING 1").await;
     let info = stack.info();
     assert_eq!((info["waiting"], info["joining"]), (1, 1), "alice waits behind the holder: {info:?}");
@@ -43,10 +34,8 @@ async fn a_person_waits_is_admitted_and_chats_in_a_real_browser(backend: Backend
     let info = stack.info();
     assert_eq!((info["active"], info["waiting"], info["claimed"]), (1, 0, 1), "alice is inside: {info:?}");
 
-    use tokio::io::AsyncWriteExt;
-    node.stdin.take().unwrap().write_all(b"close\n").await.unwrap();
+    type_line(&mut node, "close").await;
     out.expect("the browser to close", |l| l == "CLOSED").await;
-    let status = tokio::time::timeout(e2e::WAIT, node.wait()).await.expect("node exits").unwrap();
-    assert!(status.success(), "{status}; saw {:?}", out.seen);
+    exits_cleanly(&mut node, &out).await;
     stack.eventually("the closed page's session to end", |s| s.info()["active"] == 0).await;
 }

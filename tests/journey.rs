@@ -2,11 +2,10 @@
 //! HTTP, follow the line (push stream or polling), are promoted in entry order as places
 //! free up, claim their ticket at chat-server and chat; a ticket opens one session only.
 
-use e2e::{client_binary, e2e_tests, Lines, Stack, StackOptions, ADMIN_TOKEN};
+use e2e::{e2e_tests, exits_cleanly, type_line, Stack, StackOptions, ADMIN_TOKEN};
 use queue_cli::api::{Api, Via};
 use queue_cli::chat::{self, Handshake, Incoming, Socket};
 use queue_client::{Standing, Status};
-use std::process::Stdio;
 use std::time::{Duration, Instant};
 use testkit::Backend;
 
@@ -151,15 +150,7 @@ async fn join_waits_its_turn_then_chats_from_stdin(backend: Backend) {
     assert_eq!(first.status, Status::Promoted);
     let first_ws = admit(&stack, first.ticket_id.as_deref().unwrap()).await;
 
-    let mut child = tokio::process::Command::new(client_binary())
-        .args(["join", "--api", &stack.api.url(), "--chat", &stack.chat.url(), "--nickname", "alice"])
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .kill_on_drop(true)
-        .spawn()
-        .expect("start queue-client join");
-    let mut out = Lines::read(std::fs::File::from(child.stdout.take().unwrap().into_owned_fd().unwrap()));
+    let (mut child, mut out) = stack.join("alice", &[]);
     out.expect("entered", |l| l.starts_with("entered default as alice")).await;
     out.expect("waiting at rank 1", |l| l.starts_with("waiting: rank 1")).await;
 
@@ -181,9 +172,7 @@ async fn join_waits_its_turn_then_chats_from_stdin(backend: Backend) {
     let mut bob_ws = admit(&stack, bob.ticket_id.as_deref().unwrap()).await;
     out.expect("bob joining", |l| l.ends_with("* bob joined")).await;
 
-    use tokio::io::AsyncWriteExt;
-    let mut stdin = child.stdin.take().unwrap();
-    stdin.write_all(b"hello bob\n").await.unwrap();
+    type_line(&mut child, "hello bob").await;
     let heard = frame_of(&mut bob_ws, "MESSAGE_RECEIVE").await;
     assert_eq!(
         (heard.payload["nickname"].as_str(), heard.payload["message"].as_str()),
@@ -191,13 +180,12 @@ async fn join_waits_its_turn_then_chats_from_stdin(backend: Backend) {
     );
     assert!(chat::send(&mut bob_ws, chat::say("hi alice")).await);
     out.expect("bob's message", |l| l.ends_with("bob: hi alice")).await;
-    stdin.write_all(b"/status\n").await.unwrap();
+    type_line(&mut child, "/status").await;
     out.expect("the room count", |l| l == "* 2 in the room").await;
 
-    stdin.write_all(b"/quit\n").await.unwrap();
+    type_line(&mut child, "/quit").await;
     out.expect("leaving", |l| l == "left the chat").await;
-    let status = tokio::time::timeout(e2e::WAIT, child.wait()).await.expect("join exits").unwrap();
-    assert!(status.success(), "{status}");
+    exits_cleanly(&mut child, &out).await;
     let left = frame_of(&mut bob_ws, "PRESENCE_LEFT").await;
     assert_eq!(left.payload["nickname"], "alice");
     stack.eventually("alice's session to end", |s| s.info()["active"] == 1).await;
@@ -208,15 +196,7 @@ async fn a_waiting_client_keeps_its_place_through_a_queue_api_crash(backend: Bac
     let mut stack = Stack::start(backend, StackOptions { soft_cap: 1, ..Default::default() }).await;
     let holder = person(&stack, 1).enter("holder").await.unwrap();
     assert_eq!(holder.status, Status::Promoted);
-    let mut child = tokio::process::Command::new(client_binary())
-        .args(["join", "--api", &stack.api.url(), "--chat", &stack.chat.url(), "--nickname", "carol"])
-        .args(["--poll-secs", "0.2"])
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .kill_on_drop(true)
-        .spawn()
-        .expect("start queue-client join");
-    let mut out = Lines::read(std::fs::File::from(child.stdout.take().unwrap().into_owned_fd().unwrap()));
+    let (mut child, mut out) = stack.join("carol", &["--poll-secs", "0.2"]);
     out.expect("waiting at rank 1", |l| l.starts_with("waiting: rank 1")).await;
 
     // queue-api dies under the open push stream and comes back: the client polls meanwhile.
@@ -225,10 +205,8 @@ async fn a_waiting_client_keeps_its_place_through_a_queue_api_crash(backend: Bac
     stack.call("QUEUE.LEAVE", &[&stack.queue, &holder.user_id]);
     out.expect("admitted", |l| l.starts_with("admitted: ticket ")).await;
     out.expect("connected", |l| l.starts_with("connected to chat as carol")).await;
-    use tokio::io::AsyncWriteExt;
-    child.stdin.take().unwrap().write_all(b"/quit\n").await.unwrap();
-    let status = tokio::time::timeout(e2e::WAIT, child.wait()).await.expect("join exits").unwrap();
-    assert!(status.success(), "{status}; saw {:?}", out.seen);
+    type_line(&mut child, "/quit").await;
+    exits_cleanly(&mut child, &out).await;
     let info = stack.info();
     assert_eq!((info["claimed"], info["waiting"]), (1, 0), "{info:?}");
 }

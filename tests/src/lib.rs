@@ -238,3 +238,43 @@ impl Lines {
         }
     }
 }
+
+/// Starts `program` with stdin piped (for typing, see [`type_line`]) and stdout read as
+/// [`Lines`]; the process is killed when the child is dropped.
+pub fn start_piped(program: impl AsRef<std::ffi::OsStr>, args: &[String]) -> (tokio::process::Child, Lines) {
+    let program = program.as_ref();
+    let mut child = tokio::process::Command::new(program)
+        .args(args)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .kill_on_drop(true)
+        .spawn()
+        .unwrap_or_else(|e| panic!("start {program:?} (scripts/install-deps.sh installs what is missing): {e}"));
+    let stdout = child.stdout.take().unwrap().into_owned_fd().expect("a pipe");
+    (child, Lines::read(std::fs::File::from(stdout)))
+}
+
+/// Writes `line` and a newline to the child's stdin.
+pub async fn type_line(child: &mut tokio::process::Child, line: &str) {
+    use tokio::io::AsyncWriteExt;
+    let stdin = child.stdin.as_mut().expect("stdin is piped");
+    stdin.write_all(format!("{line}\n").as_bytes()).await.expect("the child reads its stdin");
+}
+
+/// Waits for the child to exit and checks it succeeded.
+pub async fn exits_cleanly(child: &mut tokio::process::Child, out: &Lines) {
+    let status = tokio::time::timeout(WAIT, child.wait()).await.expect("the process exits").unwrap();
+    assert!(status.success(), "{status}; it printed {:#?}", out.seen);
+}
+
+impl Stack {
+    /// `queue-client join --nickname <nickname>` against this stack, plus `extra` options.
+    pub fn join(&self, nickname: &str, extra: &[&str]) -> (tokio::process::Child, Lines) {
+        let mut args: Vec<String> =
+            ["join", "--api", &self.api.url(), "--chat", &self.chat.url(), "--nickname", nickname]
+                .map(str::to_string)
+                .into();
+        args.extend(extra.iter().map(|s| s.to_string()));
+        start_piped(client_binary(), &args)
+    }
+}

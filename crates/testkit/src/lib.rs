@@ -209,14 +209,19 @@ impl ValkeyServer {
         cmd.args(&self.args).stdin(Stdio::null()).stdout(Stdio::null()).stderr(Stdio::null());
         let mut child = cmd.spawn().expect("start valkey-server (is it installed? see scripts/install-deps.sh)");
         let (port, pid) = (self.port, child.id());
-        // Ready once it answers (an AOF is loaded by then) as this very process.
+        // Ready once it answers as this very process and has loaded its AOF (INFO and
+        // DEBUG answer while loading, on an empty or partial dataset).
         let ok = wait_for(Duration::from_secs(10), || {
             if child.try_wait().ok().flatten().is_some() {
                 return Some(false);
             }
             let mut c = redis::Client::open(format!("redis://127.0.0.1:{port}/")).ok()?.get_connection().ok()?;
-            let info: String = redis::cmd("INFO").arg("server").query(&mut c).ok()?;
-            Some(info.lines().any(|l| l.trim() == format!("process_id:{pid}")))
+            let info: String = redis::cmd("INFO").arg("server").arg("persistence").query(&mut c).ok()?;
+            let line = |l: &str| info.lines().any(|x| x.trim() == l);
+            if !line(&format!("process_id:{pid}")) {
+                return Some(false);
+            }
+            line("loading:0").then_some(true)
         });
         if ok == Some(true) {
             self.child = Some(child);
