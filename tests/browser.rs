@@ -1,6 +1,7 @@
 //! The waiting-room page in headless Chromium, driven by Playwright (tests/browser): a
-//! person enters a nickname, sees a position while the room is full, is taken to the chat
-//! page when a place frees up, and chats. Both backends. `scripts/install-deps.sh`
+//! person enters a nickname, sees a position while the room is full, keeps it through a
+//! reload, is taken to the chat page when a place frees up, and chats; a second person
+//! joins behind and leaves the line with the page's button. Both backends. `scripts/install-deps.sh`
 //! installs Chromium, Node.js and the test's npm packages.
 
 use e2e::{e2e_tests, exits_cleanly, start_piped, type_line, Stack, StackOptions};
@@ -24,8 +25,11 @@ async fn a_person_waits_is_admitted_and_chats_in_a_real_browser(backend: Backend
     let script = dir.join("waiting-room.mjs").display().to_string();
     let (mut node, mut out) = start_piped("node", &[script, stack.api.url(), stack.chat.url(), "alice".into()]);
     out.expect("the page to show rank 1", |l| l == "WAITING 1").await;
+    out.expect("the same place after a reload", |l| l == "RELOADED 1").await;
+    out.expect("the friend behind alice", |l| l == "FRIEND 2").await;
+    out.expect("the friend to leave with the button", |l| l == "LEFT").await;
     let info = stack.info();
-    assert_eq!((info["waiting"], info["joining"]), (1, 1), "alice waits behind the holder: {info:?}");
+    assert_eq!((info["waiting"], info["joining"], info["left"]), (1, 1, 1), "alice waits behind the holder: {info:?}");
 
     // The holder gives the place back: the manager promotes alice, the page takes her in.
     stack.call("QUEUE.LEAVE", &[&stack.queue, &holder.user_id]);

@@ -154,6 +154,16 @@ async fn join_waits_its_turn_then_chats_from_stdin(backend: Backend) {
     out.expect("entered", |l| l.starts_with("entered default as alice")).await;
     out.expect("waiting at rank 1", |l| l.starts_with("waiting: rank 1")).await;
 
+    // dave queues behind alice and changes his mind: Ctrl+C gives his place back.
+    let (mut dave, mut dave_out) = stack.join("dave", &[]);
+    dave_out.expect("waiting at rank 2", |l| l.starts_with("waiting: rank 2")).await;
+    let pid = dave.id().expect("dave runs").to_string();
+    assert!(std::process::Command::new("kill").args(["-INT", &pid]).status().unwrap().success());
+    dave_out.expect("leaving the line", |l| l == "left the line").await;
+    exits_cleanly(&mut dave, &dave_out).await;
+    let info = stack.info();
+    assert_eq!((info["waiting"], info["left"]), (1, 1), "only alice waits: {info:?}");
+
     chat::leave(first_ws).await;
     out.expect("admitted", |l| l.starts_with("admitted: ticket ")).await;
     out.expect("connected", |l| l.starts_with("connected to chat as alice")).await;

@@ -68,6 +68,8 @@ async fn three_hundred_users_through_a_soft_cap_of_ten(backend: Backend) {
     assert_eq!(n(&r, "entered"), 300, "{summary}");
     assert_eq!(n(&r, "admitted") + n(&r, "abandoned"), 300, "everyone chatted or gave up: {summary}");
     assert!(n(&r, "abandoned") > 0 && n(&r, "claim_races") > 0 && n(&r, "polling_users") > 0, "{summary}");
+    let polite = n(&r, "abandoned_by_leaving");
+    assert!(polite > 0 && polite < n(&r, "abandoned"), "some abandoners leave, some go silent: {summary}");
     assert_eq!(n(&r, "reuse_refused"), n(&r, "admitted"), "every used ticket was refused again: {summary}");
     assert_eq!(n(&r, "left"), n(&r, "admitted"), "{summary}");
     assert_eq!(n(&r, "soft_cap"), 10, "read from the back office: {summary}");

@@ -1,15 +1,18 @@
 // A person in a real browser: opens the waiting-room page, enters a nickname, sees a
-// position, is taken to the chat page when admitted, and says something there.
+// position, reloads the page and keeps it, is taken to the chat page when admitted,
+// and says something there. Meanwhile a friend in another browser joins behind and
+// clicks "Leave the line".
 //   node waiting-room.mjs <queue-api URL> <chat-server URL> <nickname>
-// Prints WAITING <rank>, ADMITTED, CHATTED as it goes; after CHATTED it waits for a
-// line on stdin before closing the browser. Exits 1 on any failure (60 s at most).
+// Prints WAITING <rank>, RELOADED <rank>, FRIEND <rank>, LEFT, ADMITTED, CHATTED as it
+// goes; after CHATTED it waits for a line on stdin before closing the browser. Exits 1
+// on any failure (90 s at most).
 import { chromium } from "playwright-core";
 import { createInterface } from "node:readline";
 
 const [api, chat, nickname] = process.argv.slice(2);
 const STEP = 30_000;
 const fail = (e) => { console.error("FAILED:", e?.message ?? e); process.exit(1); };
-setTimeout(() => fail("took longer than 60 s"), 60_000).unref();
+setTimeout(() => fail("took longer than 90 s"), 90_000).unref();
 
 const browser = await chromium.launch({
   executablePath: process.env.CHROMIUM || "/usr/bin/chromium",
@@ -24,8 +27,25 @@ try {
   await page.goto(api + "/", { timeout: STEP });
   await page.fill("#nickname", nickname);
   await page.press("#nickname", "Enter");
-  await page.waitForFunction(() => /^\d+$/.test(document.getElementById("rank")?.textContent ?? ""), null, { timeout: STEP });
+  const ranked = (p) =>
+    p.waitForFunction(() => /^\d+$/.test(document.getElementById("rank")?.textContent ?? ""), null, { timeout: STEP });
+  await ranked(page);
   console.log("WAITING " + (await page.textContent("#rank")));
+  await page.reload({ timeout: STEP });
+  await ranked(page);
+  console.log("RELOADED " + (await page.textContent("#rank")));
+
+  const friend = await (await browser.newContext()).newPage();
+  friend.on("pageerror", (e) => console.error("friend page error:", e.message));
+  await friend.goto(api + "/", { timeout: STEP });
+  await friend.fill("#nickname", nickname + "-friend");
+  await friend.press("#nickname", "Enter");
+  await ranked(friend);
+  console.log("FRIEND " + (await friend.textContent("#rank")));
+  await friend.click("#leave", { timeout: STEP });
+  await friend.waitForSelector("#state >> text=You left the line.", { timeout: STEP });
+  if (!(await friend.isVisible("#enter"))) throw new Error("the form to join again is not shown");
+  console.log("LEFT");
 
   await page.waitForURL((u) => u.origin === new URL(chat).origin, { timeout: STEP });
   const url = new URL(page.url());

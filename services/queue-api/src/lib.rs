@@ -92,7 +92,7 @@ const BODY_LIMIT: usize = 16 * 1024;
 pub fn app(state: Arc<AppState>) -> Router {
     let mut router = Router::new()
         .route("/", get(routes::page))
-        .route("/api/queue/entry", post(routes::entry))
+        .route("/api/queue/entry", post(routes::entry).delete(routes::leave))
         .route("/api/queue/status", get(routes::status))
         .route("/api/queue/stream", get(routes::stream))
         .route("/api/admin/queues/{queue}", get(routes::admin_get).put(routes::admin_put))

@@ -22,6 +22,7 @@ struct Histogram {
 pub struct Metrics {
     pub entry_requests: AtomicU64,
     pub status_requests: AtomicU64,
+    pub leave_requests: AtomicU64,
     pub promoted_users: AtomicU64,
     pub rate_limited: AtomicU64,
     pub sse_streams: AtomicI64,
@@ -62,6 +63,12 @@ impl Metrics {
             "queue_status_requests_total",
             "Queue status requests.",
             self.status_requests.load(Ordering::Relaxed),
+        );
+        counter(
+            &mut out,
+            "queue_leave_requests_total",
+            "Requests to leave the line (DELETE /api/queue/entry).",
+            self.leave_requests.load(Ordering::Relaxed),
         );
         counter(
             &mut out,

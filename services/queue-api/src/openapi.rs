@@ -26,7 +26,14 @@ pub fn document() -> Value {
                                     "queue": { "type": "string", "default": "default" } } } } } },
                 "responses": { "200": ok_standing, "400": err("malformed JSON or bad queue name"),
                                "422": err("missing, empty or too long nickname"), "429": err("rate limited"),
-                               "503": err("queue store unreachable") } } },
+                               "503": err("queue store unreachable") } },
+                "delete": {
+                "summary": "Leave the line, or give back a ticket not yet used: the place goes to the next person at once",
+                "parameters": who,
+                "responses": { "200": { "description": "{userId, queue, left: true}" },
+                               "400": err("missing or bad userId"),
+                               "404": err("neither waiting nor holding a ticket (inside users leave by closing the chat)"),
+                               "429": err("rate limited"), "503": err("queue store unreachable") } } },
             "/api/queue/status": { "get": {
                 "summary": "Where a user stands", "parameters": who,
                 "responses": { "200": ok_standing, "400": err("missing or bad userId"), "404": err("unknown user"),

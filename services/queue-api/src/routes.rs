@@ -147,6 +147,28 @@ pub async fn status(
     Ok(Json(standing_json(&standing, &queue)))
 }
 
+/// `DELETE /api/queue/entry?userId=&queue=`: gives up a place in line (or a ticket
+/// not yet used), so it goes to the next person at once instead of when the place
+/// lapses. 404 when the user is neither waiting nor holding a ticket (already
+/// inside: leaving is closing the chat connection).
+pub async fn leave(
+    State(state): St,
+    ConnectInfo(peer): ConnectInfo<SocketAddr>,
+    headers: HeaderMap,
+    Query(q): Query<WhoQuery>,
+) -> Result<Json<Value>, ApiError> {
+    rate_limit(&state, peer, &headers)?;
+    Metrics::inc(&state.metrics.leave_requests);
+    let user = user_id(q.user_id.as_deref())?;
+    let queue = queue_name(q.queue.as_deref())?;
+    if !state.store.client().await?.leave(&queue, &user).await? {
+        return Err(ApiError::NotFound("not waiting and holding no ticket: nothing to leave".into()));
+    }
+    // Open streams of this user end with `unknown` now rather than on the next tick.
+    state.hub.wake(&queue);
+    Ok(Json(json!({ "userId": user, "queue": queue, "left": true })))
+}
+
 fn event_for(s: &Standing, queue: &str) -> Event {
     let name = match s.status {
         Status::Waiting => "position",

@@ -68,7 +68,12 @@ macro_rules! both_backends {
     };
 }
 
-both_backends!(seed_contract, sse_delivers_position_and_ticket, bad_input_is_refused_cleanly);
+both_backends!(
+    seed_contract,
+    sse_delivers_position_and_ticket,
+    bad_input_is_refused_cleanly,
+    leaving_gives_the_place_away
+);
 
 async fn seed_contract(b: Backend) {
     let s = ValkeyServer::start(b);
@@ -150,6 +155,63 @@ async fn sse_delivers_position_and_ticket(b: Backend) {
     let promoted = next_event("promoted").await;
     assert!(promoted["ticketId"].is_string(), "{promoted}");
     assert_eq!(promoted["status"], "PROMOTED");
+    api.stop().await;
+}
+
+async fn delete_entry(api: &Api, query: &str) -> (u16, Value) {
+    let r = reqwest::Client::new().delete(api.url(&format!("/api/queue/entry{query}"))).send().await.unwrap();
+    (r.status().as_u16(), r.json().await.unwrap())
+}
+
+async fn leaving_gives_the_place_away(b: Backend) {
+    let s = ValkeyServer::start(b);
+    let qc = client_for(&s).await;
+    qc.config_set("default", &[("soft_cap", 0)]).await.unwrap();
+    let mut config = queue_api::Config::local(&s.url());
+    config.push_tick_ms = 60_000; // only the leave's own wake-up can end the stream in time
+    let api = Api::start(config).await;
+    let mut users = Vec::new();
+    for nick in ["ann", "ben", "cat"] {
+        let (_, v) = post_entry(&api, json!({ "nickname": nick })).await;
+        users.push(v["userId"].as_str().unwrap().to_string());
+    }
+    let resp = reqwest::get(api.url(&format!("/api/queue/stream?userId={}", users[0]))).await.unwrap();
+    let mut body = resp.bytes_stream();
+    let first = tokio::time::timeout(Duration::from_secs(10), body.next()).await.unwrap().unwrap().unwrap();
+    assert!(String::from_utf8_lossy(&first).contains("event: position"));
+
+    let (code, v) = delete_entry(&api, &format!("?userId={}", users[0])).await;
+    assert_eq!((code, v["left"].clone(), v["queue"].clone()), (200, json!(true), json!("default")), "{v}");
+    // The leaver's stream says so and ends.
+    let mut rest = String::new();
+    let read = async {
+        while let Some(chunk) = body.next().await {
+            rest.push_str(&String::from_utf8_lossy(&chunk.unwrap()));
+        }
+    };
+    tokio::time::timeout(Duration::from_secs(5), read).await.expect("the stream ends at once");
+    assert!(rest.contains("event: unknown"), "{rest}");
+    // Everyone behind moves up; the leaver is gone, and leaving twice finds nothing.
+    let (_, st) = get_json(&api.url(&format!("/api/queue/status?userId={}", users[1]))).await;
+    assert_eq!(st["rank"], 1);
+    let (code, _) = get_json(&api.url(&format!("/api/queue/status?userId={}", users[0]))).await;
+    assert_eq!(code, 404);
+    let (code, v) = delete_entry(&api, &format!("?userId={}", users[0])).await;
+    assert_eq!((code, v["error"].clone()), (404, json!("not_found")), "{v}");
+    // A promoted user may give the ticket back: it no longer opens the door, and the
+    // place goes to the next in line.
+    qc.config_set("default", &[("soft_cap", 1)]).await.unwrap();
+    assert_eq!(qc.promote("default", None).await.unwrap().promoted, 1);
+    let ticket = qc.status("default", &users[1]).await.unwrap().ticket_id.expect("ben is promoted");
+    assert_eq!(delete_entry(&api, &format!("?userId={}", users[1])).await.0, 200);
+    assert!(qc.claim("default", &ticket).await.is_err(), "a given-back ticket is refused");
+    assert_eq!(qc.promote("default", None).await.unwrap().promoted, 1);
+    let (_, st) = get_json(&api.url(&format!("/api/queue/status?userId={}", users[2]))).await;
+    assert_eq!(st["status"], "PROMOTED");
+    // Bad input.
+    assert_eq!(delete_entry(&api, "").await.0, 400);
+    assert_eq!(delete_entry(&api, "?userId=x&queue=bad%20name").await.0, 400);
+    assert_eq!(delete_entry(&api, "?userId=someone&queue=elsewhere").await.0, 404);
     api.stop().await;
 }
 

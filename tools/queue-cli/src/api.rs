@@ -97,6 +97,21 @@ impl Api {
         }
     }
 
+    /// `DELETE /api/queue/entry`: gives the place (or an unused ticket) back. `Ok(false)`
+    /// when there was nothing to give back (404: already gone, or inside).
+    pub async fn leave(&self, user: &str) -> Result<bool, ApiError> {
+        let r = self
+            .request(reqwest::Method::DELETE, "/api/queue/entry")
+            .query(&[("userId", user), ("queue", &self.queue)])
+            .timeout(REQUEST_TIMEOUT);
+        let resp = r.send().await.map_err(transport)?;
+        match resp.status().as_u16() {
+            200 => Ok(true),
+            404 => Ok(false),
+            _ => Err(refusal(resp).await),
+        }
+    }
+
     /// Retries `f` while queue-api answers 429, sleeping as told, until `deadline`.
     pub async fn patiently<T, F, Fut>(&self, deadline: Instant, mut f: F) -> Result<T, ApiError>
     where

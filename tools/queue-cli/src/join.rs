@@ -19,7 +19,8 @@ pub struct JoinConfig {
     pub max_wait: Duration,
 }
 
-/// Runs the journey; returns when the person leaves (`/quit` or end of input) or the
+/// Runs the journey; returns when the person leaves (`/quit`, Ctrl+C, or end of input
+/// once inside; `/quit` or Ctrl+C while waiting gives the place in line back) or the
 /// server ends the session. Err carries what went wrong, for the exit message.
 pub async fn run(cfg: JoinConfig, input: impl AsyncBufRead + Unpin, out: &mut impl Write) -> Result<(), String> {
     let api = Api::new(Api::http_client(), &cfg.api, &cfg.queue, None);
@@ -31,12 +32,13 @@ pub async fn run(cfg: JoinConfig, input: impl AsyncBufRead + Unpin, out: &mut im
     };
     let eta = |s: Option<u64>| s.map(|s| format!(" (about {s} s)")).unwrap_or_default();
     say(out, format!("entered {} as {} (userId {})", cfg.queue, cfg.nickname, entered.user_id));
+    let mut lines = input.lines();
     let standing = if entered.status == Status::Waiting {
         say(out, format!("waiting: rank {}{}", entered.rank, eta(entered.estimated_wait_seconds)));
         let mut last = (entered.rank, entered.estimated_wait_seconds);
         let mut fell_back = false;
-        let s = api
-            .follow(&entered.user_id, cfg.polling, cfg.poll_every, deadline, |s, via| {
+        let followed = {
+            let follow = api.follow(&entered.user_id, cfg.polling, cfg.poll_every, deadline, |s, via| {
                 if via == Via::Poll && !cfg.polling && !fell_back {
                     fell_back = true;
                     say(out, "push updates unavailable: polling".into());
@@ -45,10 +47,33 @@ pub async fn run(cfg: JoinConfig, input: impl AsyncBufRead + Unpin, out: &mut im
                     last = (s.rank, s.estimated_wait_seconds);
                     say(out, format!("waiting: rank {}{}", s.rank, eta(s.estimated_wait_seconds)));
                 }
-            })
-            .await
-            .map_err(|e| format!("following the line: {e}"))?;
-        s
+            });
+            tokio::pin!(follow);
+            // `/quit` or Ctrl+C while waiting gives the place back; other input waits.
+            let mut input_open = true;
+            loop {
+                tokio::select! {
+                    r = &mut follow => break Some(r),
+                    line = lines.next_line(), if input_open => match line {
+                        Ok(Some(l)) if l.trim() == "/quit" => break None,
+                        Ok(Some(_)) => {}
+                        Ok(None) | Err(_) => input_open = false,
+                    },
+                    _ = tokio::signal::ctrl_c() => break None,
+                }
+            }
+        };
+        match followed {
+            Some(r) => r.map_err(|e| format!("following the line: {e}"))?,
+            None => {
+                let gone = api.leave(&entered.user_id).await.map_err(|e| format!("leaving the line: {e}"))?;
+                say(
+                    out,
+                    if gone { "left the line".into() } else { "left the line (the place had already lapsed)".into() },
+                );
+                return Ok(());
+            }
+        }
     } else {
         entered
     };
@@ -64,7 +89,6 @@ pub async fn run(cfg: JoinConfig, input: impl AsyncBufRead + Unpin, out: &mut im
         Handshake::Failed(e) => return Err(format!("chat unreachable: {e}")),
     };
     say(out, format!("connected to chat as {}; type a message and press Enter (/status, /quit)", cfg.nickname));
-    let mut lines = input.lines();
     loop {
         tokio::select! {
             incoming = chat::next(&mut ws) => match incoming {
@@ -78,6 +102,7 @@ pub async fn run(cfg: JoinConfig, input: impl AsyncBufRead + Unpin, out: &mut im
                     return Err(format!("the chat server ended the session: {why}"));
                 }
             },
+            _ = tokio::signal::ctrl_c() => break,
             line = lines.next_line() => {
                 let msg = match line {
                     Ok(Some(l)) => l,

@@ -60,6 +60,10 @@ enum Command {
         /// Share of users who give up while waiting (close the page).
         #[arg(long, default_value_t = 0.1)]
         abandon: f64,
+        /// Share of abandoners who click "Leave the line" (DELETE /api/queue/entry), giving
+        /// the place back at once; the others just close the page and lapse.
+        #[arg(long, default_value_t = 0.5)]
+        leave_politely: f64,
         /// Abandoners give up at a random moment within this many seconds of entering.
         #[arg(long, default_value_t = 5.0)]
         abandon_within_secs: f64,
@@ -141,6 +145,7 @@ async fn main() -> ExitCode {
             users,
             rate,
             abandon,
+            leave_politely,
             abandon_within_secs,
             stay_secs,
             messages,
@@ -169,6 +174,7 @@ async fn main() -> ExitCode {
                 users,
                 rate,
                 abandon,
+                leave_politely,
                 abandon_within: secs(abandon_within_secs),
                 stay: secs(stay_secs),
                 messages,

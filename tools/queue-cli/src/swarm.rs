@@ -36,6 +36,7 @@ pub struct SwarmConfig {
     pub users: usize,
     pub rate: f64,
     pub abandon: f64,
+    pub leave_politely: f64,
     pub abandon_within: Duration,
     pub stay: Duration,
     pub messages: u32,
@@ -60,6 +61,7 @@ pub struct Report {
     pub promoted: u64,
     pub admitted: u64,
     pub abandoned: u64,
+    pub abandoned_by_leaving: u64,
     pub left: u64,
     pub dropped: u64,
     pub unfinished: u64,
@@ -118,7 +120,11 @@ impl std::fmt::Display for Report {
         writeln!(f, "  promoted              {}", self.promoted)?;
         writeln!(f, "  admitted (chatted)    {}", self.admitted)?;
         writeln!(f, "  left after chatting   {}", self.left)?;
-        writeln!(f, "  abandoned waiting     {}", self.abandoned)?;
+        writeln!(
+            f,
+            "  abandoned waiting     {} ({} clicked leave, the rest closed the page)",
+            self.abandoned, self.abandoned_by_leaving
+        )?;
         writeln!(f, "  dropped by the queue  {}", self.dropped)?;
         writeln!(
             f,
@@ -282,6 +288,8 @@ impl Ledger {
 /// One virtual user's dice, thrown up front so a seed replays the same crowd.
 struct Plan {
     abandon_after: Option<Duration>,
+    /// Abandons by leaving the line rather than by going silent.
+    polite: bool,
     polling: bool,
     stay: Duration,
     race: bool,
@@ -329,6 +337,7 @@ pub async fn run(cfg: SwarmConfig, progress: impl Fn(Progress) + Send + Sync + '
             abandon_after: rng
                 .random_bool(cfg.abandon.clamp(0.0, 1.0))
                 .then(|| cfg.abandon_within.mul_f64(rng.random_range(0.0..1.0))),
+            polite: rng.random_bool(cfg.leave_politely.clamp(0.0, 1.0)),
             polling: rng.random_bool(cfg.polling.clamp(0.0, 1.0)),
             stay: cfg.stay.mul_f64(rng.random_range(0.5..1.5)),
             race: rng.random_bool(cfg.race.clamp(0.0, 1.0)),
@@ -525,9 +534,17 @@ async fn wait(
             tokio::select! {
                 r = follow => r,
                 _ = tokio::time::sleep(after) => {
-                    // Closes the tab: the stream or polling just stops; the queue drops
-                    // the silent waiter after abandon_after.
-                    shared.with(|l| l.report.abandoned += 1);
+                    // Either leaves the line, or closes the tab: the stream or polling
+                    // just stops, and the queue drops the silent waiter after abandon_after.
+                    let left = if plan.polite {
+                        api.leave(&entered.user_id).await.map_err(|e| format!("leaving the line: {e}"))?
+                    } else {
+                        false
+                    };
+                    shared.with(|l| {
+                        l.report.abandoned += 1;
+                        l.report.abandoned_by_leaving += u64::from(left);
+                    });
                     return Ok(None);
                 }
             }
