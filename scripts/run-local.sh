@@ -20,7 +20,9 @@ done
 VALKEY_PORT=${VALKEY_PORT:-6390}; API_PORT=${API_PORT:-8080}; CHAT_PORT=${CHAT_PORT:-8081}; MANAGER_PORT=${MANAGER_PORT:-9091}
 
 bash "$root/scripts/install-deps.sh" >/dev/null
-(cd "$root" && cargo build --release -p valkey-queue -p queue-api -p queue-manager -p chat-server -p queue-cli)
+# The same build as scripts/test.sh, so running the tests afterwards rebuilds nothing
+# (building only some packages would unify dependency features differently).
+(cd "$root" && cargo build --release --workspace --all-targets)
 
 run_dir=$(mktemp -d)
 pids=()
