@@ -45,14 +45,20 @@ try {
   await friend.click("#leave", { timeout: STEP });
   await friend.waitForSelector("#state >> text=You left the line.", { timeout: STEP });
   if (!(await friend.isVisible("#enter"))) throw new Error("the form to join again is not shown");
+  // Admission is a navigation to the chat page with the ticket; the URL is taken from
+  // the request, since the chat page removes the ticket from the address bar.
+  const admitted = page.waitForRequest(
+    (r) => r.isNavigationRequest() && new URL(r.url()).origin === new URL(chat).origin,
+    { timeout: STEP },
+  );
   console.log("LEFT");
 
-  await page.waitForURL((u) => u.origin === new URL(chat).origin, { timeout: STEP });
-  const url = new URL(page.url());
+  const url = new URL((await admitted).url());
   if (!url.searchParams.get("ticketId")) throw new Error("no ticket in " + url);
   console.log("ADMITTED");
 
   await page.waitForFunction(() => document.getElementById("state")?.textContent === "connected", null, { timeout: STEP });
+  if (new URL(page.url()).searchParams.has("ticketId")) throw new Error("the used ticket stays in the address bar");
   await page.waitForSelector("#people >> text=" + nickname, { timeout: STEP });
   await page.fill("#text", "hello from a real browser");
   await page.press("#text", "Enter");
