@@ -55,15 +55,6 @@ fn mask_text(s: &str) -> String {
     s.to_string()
 }
 
-fn mask(v: &Value) -> Value {
-    match v {
-        Value::BulkString(b) => Value::BulkString(mask_text(&String::from_utf8_lossy(b)).into_bytes()),
-        Value::Array(a) => Value::Array(a.iter().map(mask).collect()),
-        Value::Map(m) => Value::Map(m.iter().map(|(k, v)| (mask(k), mask(v))).collect()),
-        other => other.clone(),
-    }
-}
-
 /// How replies are compared on this server: masked, and with map fields sorted
 /// unless the server keeps the field order the module follows (Valkey 8 and older).
 #[derive(Clone, Copy)]
@@ -82,25 +73,20 @@ impl Compare {
         Compare { field_order: major <= 8 }
     }
 
+    /// The reply with secrets and clock readings masked, in one walk with the field sorting.
     fn normal(self, v: &Value) -> Value {
-        let masked = mask(v);
-        if self.field_order {
-            masked
-        } else {
-            sort_fields(masked)
+        match v {
+            Value::BulkString(b) => Value::BulkString(mask_text(&String::from_utf8_lossy(b)).into_bytes()),
+            Value::Array(a) => Value::Array(a.iter().map(|v| self.normal(v)).collect()),
+            Value::Map(m) => {
+                let mut m: Vec<(Value, Value)> = m.iter().map(|(k, v)| (self.normal(k), self.normal(v))).collect();
+                if !self.field_order {
+                    m.sort_by_key(|(k, _)| format!("{k:?}"));
+                }
+                Value::Map(m)
+            }
+            other => other.clone(),
         }
-    }
-}
-
-fn sort_fields(v: Value) -> Value {
-    match v {
-        Value::Array(a) => Value::Array(a.into_iter().map(sort_fields).collect()),
-        Value::Map(m) => {
-            let mut m: Vec<(Value, Value)> = m.into_iter().map(|(k, v)| (k, sort_fields(v))).collect();
-            m.sort_by_key(|(k, _)| format!("{k:?}"));
-            Value::Map(m)
-        }
-        other => other,
     }
 }
 

@@ -121,9 +121,15 @@ pub struct WhoQuery {
     queue: Option<String>,
 }
 
+impl WhoQuery {
+    /// The checked `(userId, queue)` pair.
+    fn parse(&self) -> Result<(String, String), ApiError> {
+        Ok((user_id(self.user_id.as_deref())?, queue_name(self.queue.as_deref())?))
+    }
+}
+
 async fn lookup(state: &AppState, q: &WhoQuery) -> Result<(String, Standing), ApiError> {
-    let user = user_id(q.user_id.as_deref())?;
-    let queue = queue_name(q.queue.as_deref())?;
+    let (user, queue) = q.parse()?;
     let standing = state.store.client().await?.status(&queue, &user).await?;
     if standing.status == Status::Unknown {
         return Err(ApiError::NotFound("unknown user: not waiting, promoted or inside".into()));
@@ -159,8 +165,7 @@ pub async fn leave(
 ) -> Result<Json<Value>, ApiError> {
     rate_limit(&state, peer, &headers)?;
     Metrics::inc(&state.metrics.leave_requests);
-    let user = user_id(q.user_id.as_deref())?;
-    let queue = queue_name(q.queue.as_deref())?;
+    let (user, queue) = q.parse()?;
     if !state.store.client().await?.leave(&queue, &user).await? {
         return Err(ApiError::NotFound("not waiting and holding no ticket: nothing to leave".into()));
     }

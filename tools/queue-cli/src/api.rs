@@ -78,6 +78,11 @@ impl Api {
         r
     }
 
+    /// A request about one user of this queue (`?userId=&queue=`).
+    fn request_for(&self, method: reqwest::Method, path: &str, user: &str) -> reqwest::RequestBuilder {
+        self.request(method, path).query(&[("userId", user), ("queue", &self.queue)])
+    }
+
     /// `POST /api/queue/entry`.
     pub async fn enter(&self, nickname: &str) -> Result<Standing, ApiError> {
         let body = serde_json::json!({ "nickname": nickname, "queue": self.queue });
@@ -87,10 +92,7 @@ impl Api {
 
     /// `GET /api/queue/status`; an unknown user (404) is an `UNKNOWN` standing.
     pub async fn status(&self, user: &str) -> Result<Standing, ApiError> {
-        let r = self
-            .request(reqwest::Method::GET, "/api/queue/status")
-            .query(&[("userId", user), ("queue", &self.queue)])
-            .timeout(REQUEST_TIMEOUT);
+        let r = self.request_for(reqwest::Method::GET, "/api/queue/status", user).timeout(REQUEST_TIMEOUT);
         match standing(r.send().await).await {
             Err(ApiError::Refused(404, _)) => Ok(unknown(user)),
             other => other,
@@ -100,10 +102,7 @@ impl Api {
     /// `DELETE /api/queue/entry`: gives the place (or an unused ticket) back. `Ok(false)`
     /// when there was nothing to give back (404: already gone, or inside).
     pub async fn leave(&self, user: &str) -> Result<bool, ApiError> {
-        let r = self
-            .request(reqwest::Method::DELETE, "/api/queue/entry")
-            .query(&[("userId", user), ("queue", &self.queue)])
-            .timeout(REQUEST_TIMEOUT);
+        let r = self.request_for(reqwest::Method::DELETE, "/api/queue/entry", user).timeout(REQUEST_TIMEOUT);
         let resp = r.send().await.map_err(transport)?;
         match resp.status().as_u16() {
             200 => Ok(true),
@@ -174,10 +173,7 @@ impl Api {
         deadline: Instant,
         on_update: &mut impl FnMut(&Standing, Via),
     ) -> Result<Option<Standing>, ApiError> {
-        let r = self
-            .request(reqwest::Method::GET, "/api/queue/stream")
-            .query(&[("userId", user), ("queue", &self.queue)])
-            .header("accept", "text/event-stream");
+        let r = self.request_for(reqwest::Method::GET, "/api/queue/stream", user).header("accept", "text/event-stream");
         let resp = r.send().await.map_err(transport)?;
         if !resp.status().is_success() {
             return Err(refusal(resp).await);
