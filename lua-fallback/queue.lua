@@ -15,10 +15,15 @@ replace the entropy placeholder below with random bytes, which ticket secrets ar
 derived from.
 ]]
 
-local VERSION = "1"
+local VERSION = "2"
 local ENTROPY = "__QUEUE_ENTROPY__"
+-- Tests load the library with this set to true: a queue's commands then read the
+-- time from the string key queue:{Q}:clock when it exists (as the module's
+-- `test-clock yes` load argument does). Never set in production.
+local TEST_CLOCK = false
 
 local CHUNK = 32
+local LAYOUT_FIELD, LAYOUT = "layout", 2
 local MAX_NAME_LEN = 64
 local MAX_NICKNAME_LEN = 32
 local SECRET_LEN = 16
@@ -151,6 +156,17 @@ end
 local function now_ms()
   local t = redis.call("TIME")
   return tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+end
+
+-- The time, read once per command (see TEST_CLOCK).
+function Q:now()
+  if TEST_CLOCK then
+    local t = tonumber(read("GET", self.prefix .. "clock") or nil)
+    if t then
+      return t
+    end
+  end
+  return now_ms()
 end
 
 local function check_value(field, raw)
@@ -361,8 +377,102 @@ function Q:touch(seq, now, nickname)
 end
 
 function Q:add_waiter(user, seq, now, nickname)
+  if self:stat(LAYOUT_FIELD) ~= LAYOUT then
+    self:set_stat(LAYOUT_FIELD, LAYOUT)
+  end
   redis.call("ZADD", self.waiting, fmt(seq), user)
   self:touch(seq, now, nickname)
+end
+
+-- The number for a newcomer: after everyone in line and after every number that
+-- holds a ticket (see the module's Queue::next_seq).
+function Q:next_seq()
+  local last = redis.call("ZRANGE", self.waiting, -1, -1, "WITHSCORES")
+  return math.max(last[2] and tonumber(last[2]) or 0, self:p_max()) + 1
+end
+
+-- Repairs, once, data written by releases that numbered newcomers after the last one
+-- in line, which could put a waiting user among the ticket holders (see the module's
+-- Queue::ensure_layout). Returns false on a key of the wrong type.
+function Q:ensure_layout()
+  if self:stat(LAYOUT_FIELD) == LAYOUT then
+    return true
+  end
+  if (read("ZCARD", self.waiting) or 0) == 0 and self:stat("joining") == 0 and self:stat("p_max") == 0 then
+    return true
+  end
+  if not self:check({ "waiting", "stats_key" }) then
+    return false
+  end
+  self:repair()
+  self:set_stat(LAYOUT_FIELD, LAYOUT)
+  return true
+end
+
+-- Recounts joining and p_max from the records at the head of the line and renumbers
+-- waiting users found among the ticket holders, in their order, after the last
+-- holder; later waiting users move up only as far as needed to keep the order.
+function Q:repair()
+  local stored_p_max = self:stat("p_max")
+  local head = {}
+  self:scan_waiting("-inf", "+inf", math.huge, function(user, seq)
+    local value = read("HGET", self:chunk_key(seq), fmt(seq))
+    local rec = decode(value)
+    local holds = rec ~= nil and rec.promoted
+    if seq > stored_p_max and not holds then
+      return false
+    end
+    head[#head + 1] = { user = user, seq = seq, value = value, holds = holds }
+    return true
+  end)
+  local holders, last_holder = 0, 0
+  for _, m in ipairs(head) do
+    if m.holds then
+      holders = holders + 1
+      last_holder = math.max(last_holder, m.seq)
+    end
+  end
+  local moves, nxt, all_moved = {}, last_holder + 1, true
+  for _, m in ipairs(head) do
+    if not m.holds then
+      local new = math.max(m.seq, nxt)
+      if new == m.seq then
+        all_moved = false
+        break
+      end
+      moves[#moves + 1] = { user = m.user, seq = m.seq, value = m.value, new = new }
+      nxt = new + 1
+    end
+  end
+  if #moves > 0 and all_moved then
+    local start = #head > 0 and head[#head].seq or nil
+    self:scan_waiting(start and ("(" .. fmt(start)) or "-inf", "+inf", math.huge, function(user, seq)
+      local new = math.max(seq, nxt)
+      if new == seq then
+        return false
+      end
+      moves[#moves + 1] = { user = user, seq = seq, value = read("HGET", self:chunk_key(seq), fmt(seq)), new = new }
+      nxt = new + 1
+      return true
+    end)
+  end
+  local taken = {}
+  for _, m in ipairs(moves) do
+    taken[m.new] = true
+  end
+  for _, m in ipairs(moves) do
+    if m.value and not taken[m.seq] then
+      redis.call("HDEL", self:chunk_key(m.seq), fmt(m.seq))
+    end
+  end
+  for _, m in ipairs(moves) do
+    redis.call("ZADD", self.waiting, fmt(m.new), m.user)
+    if m.value then
+      redis.call("HSET", self:chunk_key(m.new), fmt(m.new), m.value)
+    end
+  end
+  self:set_stat("joining", holders)
+  self:set_stat("p_max", last_holder)
 end
 
 function Q:remove(user, seq, was_promoted)
@@ -592,7 +702,10 @@ local function queue_enter(keys, args)
   if not q then
     return e
   end
-  local now = now_ms()
+  if not q:ensure_layout() then
+    return fail(E_WRONGTYPE)
+  end
+  local now = q:now()
 
   local old = tonumber(redis.call("ZSCORE", q.waiting, user) or nil)
   local old_waits = (old ~= nil and not q:is_promoted(old)) and 1 or 0
@@ -603,8 +716,8 @@ local function queue_enter(keys, args)
   if old ~= nil then
     q:remove(user, old, q:is_promoted(old))
   end
-  local last = redis.call("ZRANGE", q.waiting, -1, -1, "WITHSCORES")
-  local seq = last[2] and (tonumber(last[2]) + 1) or 1
+  -- After everyone in line and every ticket holder.
+  local seq = q:next_seq()
 
   if may_admit_now then
     q:reap(now)
@@ -634,7 +747,10 @@ local function queue_status(keys, args)
   if not q then
     return e
   end
-  local now = now_ms()
+  if not q:ensure_layout() then
+    return fail(E_WRONGTYPE)
+  end
+  local now = q:now()
   local st = q:observe(user, now)
   return standing_reply(user, st, q:eta(st))
 end
@@ -644,7 +760,10 @@ local function queue_ranks(keys, args)
   if not q then
     return e
   end
-  local now = now_ms()
+  if not q:ensure_layout() then
+    return fail(E_WRONGTYPE)
+  end
+  local now = q:now()
   local out = {}
   for _, user in ipairs(args) do
     local st = q:observe(user, now)
@@ -658,6 +777,9 @@ local function queue_leave(keys, args)
   local q, e = begin("queue.leave", keys, #args == 1, user_checks({ user }), { "waiting", "stats_key" })
   if not q then
     return e
+  end
+  if not q:ensure_layout() then
+    return fail(E_WRONGTYPE)
   end
   local seq = tonumber(redis.call("ZSCORE", q.waiting, user) or nil)
   if seq ~= nil then
@@ -720,8 +842,11 @@ local function queue_promote(keys, args)
   if not q then
     return e
   end
+  if not q:ensure_layout() then
+    return fail(E_WRONGTYPE)
+  end
   local soft_cap, abandon_after = q:setting(SOFT_CAP), q:setting(ABANDON_AFTER)
-  local now = now_ms()
+  local now = q:now()
 
   local tickets_expired, leases_expired = q:reap(now)
   local free = free_slots(soft_cap, redis.call("ZCARD", q.sessions), q:joining())
@@ -791,7 +916,10 @@ local function ticket_claim(keys, args)
   if not q then
     return e
   end
-  local now = now_ms()
+  if not q:ensure_layout() then
+    return fail(E_WRONGTYPE)
+  end
+  local now = q:now()
 
   local seq, secret = parse_ticket(ticket)
   if not seq then
@@ -829,7 +957,7 @@ local function session_heartbeat(keys, args)
   if not q then
     return e
   end
-  local now = now_ms()
+  local now = q:now()
   local untl = now + q:setting(SESSION_LEASE)
   local out = {}
   for _, user in ipairs(args) do
@@ -865,7 +993,7 @@ local function queue_info(keys, args)
   if not q then
     return e
   end
-  local now = now_ms()
+  local now = q:now()
   local active, joining = q:live_sessions(now), q:joining()
   local soft_cap = q:setting(SOFT_CAP)
   local tokens = q:setting(RATE) > 0 and whole(q:bucket(now)) or -1

@@ -3,7 +3,16 @@
 //! `--loadmodule` line as `default-soft-cap 500`).
 
 use queue_core::config::FIELDS;
-use std::sync::atomic::{AtomicI64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicI64, Ordering};
+
+/// `--loadmodule ... test-clock yes` (load time only, for tests): a queue's commands
+/// read the time from the string key `queue:{Q}:clock` (milliseconds) when it exists,
+/// so that tests can move the clock past expiry times instead of sleeping.
+pub static TEST_CLOCK: AtomicBool = AtomicBool::new(false);
+
+pub fn test_clock() -> bool {
+    TEST_CLOCK.load(Ordering::Relaxed)
+}
 
 pub static SOFT_CAP: AtomicI64 = AtomicI64::new(FIELDS[0].default);
 pub static HARD_CAP: AtomicI64 = AtomicI64::new(FIELDS[1].default);
@@ -43,6 +52,15 @@ pub fn apply_load_args(args: &[&[u8]]) -> Result<(), String> {
     for pair in args.chunks(2) {
         let name = String::from_utf8_lossy(pair[0]);
         let name = name.strip_prefix("queue.").unwrap_or(&name);
+        if name.eq_ignore_ascii_case("test-clock") {
+            let on = match pair[1].to_ascii_lowercase().as_slice() {
+                b"yes" => true,
+                b"no" => false,
+                _ => return Err("test-clock: yes or no".into()),
+            };
+            TEST_CLOCK.store(on, Ordering::Relaxed);
+            continue;
+        }
         let i = NAMES
             .iter()
             .position(|n| n.eq_ignore_ascii_case(name))

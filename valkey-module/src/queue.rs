@@ -65,7 +65,8 @@ pub fn enter(srv: &Server, args: &[Str]) -> Result<(), QueueError> {
     let nickname = check_nickname(args[3].bytes())?;
     let mut q = Queue::open(srv, args[1], true)?;
     q.check(&[Part::Waiting, Part::Stats])?;
-    let now = srv.now_ms();
+    q.ensure_layout()?;
+    let now = q.now();
 
     // Re-entry goes to the back: give up the old place and any unclaimed ticket.
     let old = q.waiting().zscore(user).map(|s| s as i64);
@@ -77,9 +78,9 @@ pub fn enter(srv: &Server, args: &[Str]) -> Result<(), QueueError> {
         let was_promoted = q.is_promoted(seq);
         q.remove(user, seq, was_promoted);
     }
-    // The next number in line: after everyone in it (numbers of people who left
-    // are never needed again, so no counter is written per entry).
-    let seq = q.waiting().zmax_score().map_or(1, |s| s as i64 + 1);
+    // The next number in line: after everyone in it and every ticket holder (numbers
+    // of people who left are never needed again, so no counter is written per entry).
+    let seq = q.next_seq();
     counters::add(&counters::ENTERED, 1);
 
     // Nobody waits: let the user in at once if there is room (and a token).
@@ -134,7 +135,8 @@ pub fn status(srv: &Server, args: &[Str]) -> Result<(), QueueError> {
     let mut q = Queue::open(srv, args[1], true)?;
     // Only records are written (last-seen times); other keys are read defensively.
     q.check(&[Part::Waiting])?;
-    let now = srv.now_ms();
+    q.ensure_layout()?;
+    let now = q.now();
     let standing = observe(&mut q, user, now);
     let eta = eta_for(&q, &standing);
     reply_standing(srv, user, &standing, eta);
@@ -151,7 +153,8 @@ pub fn ranks(srv: &Server, args: &[Str]) -> Result<(), QueueError> {
     let mut q = Queue::open(srv, args[1], true)?;
     // Only records are written (last-seen times); other keys are read defensively.
     q.check(&[Part::Waiting])?;
-    let now = srv.now_ms();
+    q.ensure_layout()?;
+    let now = q.now();
     srv.reply_array(args.len() - 2);
     for &user in &args[2..] {
         let standing = observe(&mut q, user, now);
@@ -169,6 +172,7 @@ pub fn leave(srv: &Server, args: &[Str]) -> Result<(), QueueError> {
     check_user(user.bytes())?;
     let mut q = Queue::open(srv, args[1], true)?;
     q.check(&[Part::Waiting, Part::Stats])?;
+    q.ensure_layout()?;
     let seq = q.waiting().zscore(user).map(|s| s as i64);
     if let Some(seq) = seq {
         let was_promoted = q.is_promoted(seq);
@@ -196,8 +200,9 @@ pub fn promote(srv: &Server, args: &[Str]) -> Result<(), QueueError> {
     }
     let mut q = Queue::open(srv, args[1], true)?;
     q.check(&ALL_PARTS)?;
+    q.ensure_layout()?;
     let cfg = q.config();
-    let now = srv.now_ms();
+    let now = q.now();
 
     let (tickets_expired, leases_expired) = q.reap(now);
     let free = free_slots(cfg.soft_cap(), q.sessions().len(), q.joining());
@@ -294,7 +299,7 @@ pub fn info(srv: &Server, args: &[Str]) -> Result<(), QueueError> {
     let q = Queue::open(srv, args[1], false)?;
     q.check(&[Part::Waiting, Part::Sessions, Part::Stats, Part::Config])?;
     let cfg = q.config();
-    let now = srv.now_ms();
+    let now = q.now();
     let (active, joining) = (q.live_sessions(now), q.joining());
     let tokens = if cfg.rate() > 0 { q.bucket(now).whole() } else { -1 };
     let mut fields = vec![

@@ -141,6 +141,26 @@ impl Server {
         }
     }
 
+    /// The integer held by the string `key` (GET), if any. Only the test clock uses it.
+    pub fn get_i64(&self, key: Str) -> Option<i64> {
+        // SAFETY: valid ctx; "s" takes one server string; the reply lives until the
+        // callback ends.
+        unsafe {
+            let reply = raw::RedisModule_Call.unwrap()(self.ctx, c"GET".as_ptr(), c"s".as_ptr(), key.0);
+            if reply.is_null()
+                || raw::RedisModule_CallReplyType.unwrap()(reply) != raw::REDISMODULE_REPLY_STRING as c_int
+            {
+                return None;
+            }
+            let mut len = 0usize;
+            let p = raw::RedisModule_CallReplyStringPtr.unwrap()(reply, &mut len);
+            if p.is_null() {
+                return None;
+            }
+            queue_core::args::parse_i64(std::slice::from_raw_parts(p.cast::<u8>(), len))
+        }
+    }
+
     /// Sends `cmd args...` to replicas and the AOF (wrapped in MULTI/EXEC with the
     /// other effects of this command by the server).
     pub fn replicate(&self, cmd: &CStr, args: &[Str]) {

@@ -19,7 +19,7 @@ pub fn heartbeat(srv: &Server, args: &[Str]) -> Result<(), QueueError> {
     }
     let mut q = Queue::open(srv, args[1], true)?;
     q.check(&[Part::Sessions])?;
-    let now = srv.now_ms();
+    let now = q.now();
     let until = now + q.session_lease();
     srv.reply_array(args.len() - 2);
     for &user in &args[2..] {

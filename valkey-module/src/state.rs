@@ -89,6 +89,17 @@ impl<'s> Queue<'s> {
         })
     }
 
+    /// The time, read once per command: the server's clock, or with the test clock
+    /// (see `defaults::TEST_CLOCK`) the value of `queue:{Q}:clock` when it is set.
+    pub fn now(&self) -> i64 {
+        if defaults::test_clock() {
+            if let Some(t) = self.srv.get_i64(self.key_name(b"clock")) {
+                return t;
+            }
+        }
+        self.srv.now_ms()
+    }
+
     fn key_name(&self, suffix: &[u8]) -> Str {
         let mut buf = [0u8; 128];
         let n = self.prefix.len() + suffix.len();
@@ -297,8 +308,116 @@ impl<'s> Queue<'s> {
         self.fx.hdel(k, f);
     }
 
+    /// The number for a newcomer: after everyone in line and after every number that
+    /// holds a ticket (the last ticket holder may have left the line by claiming while
+    /// earlier ones still hold theirs: numbering after the last one in line would then
+    /// put the newcomer among the ticket holders, where PROMOTE never looks).
+    pub fn next_seq(&self) -> i64 {
+        self.waiting().zmax_score().map_or(0, |s| s as i64).max(self.p_max()) + 1
+    }
+
+    /// Repairs, once, data written by releases that numbered newcomers after the last
+    /// one in line (see [`Queue::next_seq`]): such a waiting user, numbered at or
+    /// below `p_max`, was taken for a ticket holder. Every command that reads or
+    /// changes the line calls this first; with the layout marker set it costs one
+    /// read of a stats field. Writes nothing for a queue nobody is in.
+    pub fn ensure_layout(&mut self) -> Result<(), QueueError> {
+        if self.stat(keys::LAYOUT_FIELD) == keys::LAYOUT {
+            return Ok(());
+        }
+        if self.waiting().len() == 0 && self.stat("joining") == 0 && self.stat("p_max") == 0 {
+            return Ok(());
+        }
+        self.check(&[Part::Waiting, Part::Stats])?;
+        self.repair();
+        self.set_stat(keys::LAYOUT_FIELD, keys::LAYOUT);
+        // Replicated at once: the command may still be refused (TICKET.CLAIM of an
+        // unknown ticket), and the repair must reach replicas all the same.
+        std::mem::take(&mut self.fx).replicate(self.srv);
+        Ok(())
+    }
+
+    /// Recounts `joining` and `p_max` from the records at the head of the line, and
+    /// renumbers waiting users found among the ticket holders, in their order, after
+    /// the last holder; later waiting users move up only as far as needed to keep the
+    /// order (nobody's place changes, only numbers, which waiting users never see).
+    fn repair(&mut self) {
+        let stored_p_max = self.stat("p_max");
+        // The head: every member numbered up to the stored p_max, and any ticket
+        // holder right after it.
+        let mut head: Vec<(Str, i64, Option<Str>, bool)> = Vec::new();
+        self.waiting().zscan(f64::NEG_INFINITY, f64::INFINITY, |user, seq| {
+            let seq = seq as i64;
+            let value = self.srv.open(self.chunk_key(seq), false).hget(self.srv.int_str(seq));
+            let holds = value.is_some_and(|v| matches!(record::decode(v.bytes()), Some(Record::Promoted { .. })));
+            if seq > stored_p_max && !holds {
+                return false;
+            }
+            head.push((user, seq, value, holds));
+            true
+        });
+        let holders = head.iter().filter(|m| m.3).count() as i64;
+        let last_holder = head.iter().filter(|m| m.3).map(|m| m.1).max().unwrap_or(0);
+        // Waiting users numbered below the last holder move after it, then the users
+        // after them as far as needed.
+        let mut moves: Vec<(Str, i64, Option<Str>, i64)> = Vec::new();
+        let mut next = last_holder + 1;
+        let mut all_moved = true;
+        for &(user, seq, value, holds) in &head {
+            if holds {
+                continue;
+            }
+            let new = seq.max(next);
+            if new == seq {
+                all_moved = false;
+                break;
+            }
+            moves.push((user, seq, value, new));
+            next = new + 1;
+        }
+        if !moves.is_empty() && all_moved {
+            // Every waiting user of the head moved: those after the head may have to.
+            let start = head.last().map_or(f64::NEG_INFINITY, |m| m.1 as f64);
+            let mut more = Vec::new();
+            self.waiting().zscan(start, f64::INFINITY, |user, seq| {
+                if seq <= start {
+                    return true;
+                }
+                let seq = seq as i64;
+                let new = seq.max(next);
+                if new == seq {
+                    return false;
+                }
+                let value = self.srv.open(self.chunk_key(seq), false).hget(self.srv.int_str(seq));
+                more.push((user, seq, value, new));
+                next = new + 1;
+                true
+            });
+            moves.extend(more);
+        }
+        // Only numbers nobody moves to are deleted: a field is written by one native
+        // command per command (see `effects`).
+        for &(_, seq, value, _) in &moves {
+            if value.is_some() && !moves.iter().any(|m| m.3 == seq) {
+                self.delete_record(seq);
+            }
+        }
+        for &(user, _, value, new) in &moves {
+            self.waiting().zadd(user, new as f64);
+            self.fx.zadd(self.name_of(Part::Waiting), self.srv.int_str(new), user);
+            if let Some(v) = value {
+                self.put_record(new, v.bytes());
+            }
+        }
+        self.set_stat("joining", holders);
+        self.set_stat("p_max", last_holder);
+    }
+
     /// Puts `user` in line with sequence number `seq` (the back of the line).
     pub fn add_waiter(&mut self, user: Str, seq: i64, now: i64, nickname: &[u8]) {
+        if self.stat(keys::LAYOUT_FIELD) != keys::LAYOUT {
+            self.set_stat(keys::LAYOUT_FIELD, keys::LAYOUT);
+        }
         self.waiting().zadd(user, seq as f64);
         self.fx.zadd(self.name_of(Part::Waiting), self.srv.int_str(seq), user);
         self.touch(seq, now, nickname);

@@ -15,7 +15,8 @@ pub fn claim(srv: &Server, args: &[Str]) -> Result<(), QueueError> {
     check_ticket(ticket.bytes())?;
     let mut q = Queue::open(srv, args[1], true)?;
     q.check(&ALL_PARTS)?;
-    let now = srv.now_ms();
+    q.ensure_layout()?;
+    let now = q.now();
 
     let (seq, secret) = parse_ticket(ticket.bytes()).ok_or(QueueError::NoTicket)?;
     let Some(Rec::Promoted { expiry, secret: held, nickname }) = q.record(seq) else {

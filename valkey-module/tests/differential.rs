@@ -10,21 +10,7 @@
 
 use redis::Value;
 use std::collections::BTreeMap;
-use testkit::{Backend, Client, ValkeyServer};
-
-/// A small deterministic generator (xorshift64*), so a failure replays exactly.
-struct Rng(u64);
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 ^= self.0 >> 12;
-        self.0 ^= self.0 << 25;
-        self.0 ^= self.0 >> 27;
-        self.0.wrapping_mul(0x2545_F491_4F6C_DD1D)
-    }
-    fn below(&mut self, n: u64) -> u64 {
-        self.next() % n
-    }
-}
+use testkit::{Backend, Client, Rng, ValkeyServer};
 
 fn is_secret(s: &str) -> bool {
     s.len() == 16 && s.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_')

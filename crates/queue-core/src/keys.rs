@@ -11,6 +11,12 @@ use crate::error::{QueueError, MAX_NAME_LEN, MAX_NICKNAME_LEN};
 /// default), which is what keeps a waiting user under 200 bytes.
 pub const CHUNK: u64 = 32;
 
+/// The stats field that marks a queue's data as written by a release that numbers
+/// newcomers after every ticket holder, and its value. A queue without it that holds
+/// anyone is repaired once by the first command that reads the line.
+pub const LAYOUT_FIELD: &str = "layout";
+pub const LAYOUT: i64 = 2;
+
 fn is_name_byte(b: u8, allow_at: bool) -> bool {
     b.is_ascii_alphanumeric() || matches!(b, b'.' | b'_' | b':' | b'-') || (allow_at && b == b'@')
 }

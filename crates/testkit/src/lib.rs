@@ -34,12 +34,47 @@ pub const COMMANDS: [&str; 10] = [
     "QUEUE.CONFIG",
 ];
 
+/// A small deterministic generator (xorshift64*), so a failure replays exactly.
+pub struct Rng(pub u64);
+impl Rng {
+    pub fn next(&mut self) -> u64 {
+        self.0 ^= self.0 >> 12;
+        self.0 ^= self.0 << 25;
+        self.0 ^= self.0 >> 27;
+        self.0.wrapping_mul(0x2545_F491_4F6C_DD1D)
+    }
+    /// 0 to n-1.
+    pub fn below(&mut self, n: u64) -> u64 {
+        self.next() % n
+    }
+    /// lo to hi, both included.
+    pub fn range(&mut self, lo: i64, hi: i64) -> i64 {
+        lo + self.below((hi - lo + 1) as u64) as i64
+    }
+    /// True with probability `percent` / 100.
+    pub fn chance(&mut self, percent: u64) -> bool {
+        self.below(100) < percent
+    }
+}
+
 /// The Lua library's source with its entropy placeholder filled in.
 pub fn lua_library() -> String {
     let src = std::fs::read_to_string(workspace_root().join("lua-fallback/queue.lua")).expect("lua-fallback/queue.lua");
     let seed = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_nanos()
         ^ (std::process::id() as u128) << 64;
     src.replace("__QUEUE_ENTROPY__", &format!("{:032x}", seed))
+}
+
+/// The Lua library with its test clock on (see `ServerBuilder::test_clock`).
+pub fn lua_library_with_test_clock() -> String {
+    let lib = lua_library();
+    assert!(lib.contains("local TEST_CLOCK = false"), "lua-fallback/queue.lua has no TEST_CLOCK line");
+    lib.replacen("local TEST_CLOCK = false", "local TEST_CLOCK = true", 1)
+}
+
+/// The key a queue's test clock lives in (milliseconds, a plain string).
+pub fn clock_key(queue: &str) -> String {
+    format!("queue:{{{queue}}}:clock")
 }
 
 /// The function twin of a module command: QUEUE.ENTER -> queue_enter.
@@ -121,6 +156,7 @@ pub struct ServerBuilder {
     args: Vec<String>,
     module_args: Vec<String>,
     dir: Option<tempfile::TempDir>,
+    test_clock: bool,
 }
 
 impl ServerBuilder {
@@ -134,6 +170,16 @@ impl ServerBuilder {
         self.module_args.push(a.into());
         self
     }
+    /// Commands read the time from `clock_key(queue)` when it is set (the module's
+    /// `test-clock yes` load argument, the Lua library's TEST_CLOCK), so tests move
+    /// the clock instead of sleeping.
+    pub fn test_clock(mut self) -> Self {
+        self.test_clock = true;
+        if self.backend == Backend::Module {
+            self.module_args.extend(["test-clock".to_string(), "yes".to_string()]);
+        }
+        self
+    }
     pub fn start(self) -> ValkeyServer {
         let dir = self.dir.unwrap_or_else(|| tempfile::tempdir().expect("tempdir"));
         let mut s = ValkeyServer {
@@ -143,6 +189,7 @@ impl ServerBuilder {
             backend: self.backend,
             args: self.args,
             module_args: self.module_args,
+            test_clock: self.test_clock,
         };
         s.spawn();
         s
@@ -157,11 +204,12 @@ pub struct ValkeyServer {
     pub backend: Backend,
     args: Vec<String>,
     module_args: Vec<String>,
+    test_clock: bool,
 }
 
 impl ValkeyServer {
     pub fn builder(backend: Backend) -> ServerBuilder {
-        ServerBuilder { backend, args: Vec::new(), module_args: Vec::new(), dir: None }
+        ServerBuilder { backend, args: Vec::new(), module_args: Vec::new(), dir: None, test_clock: false }
     }
 
     pub fn start(backend: Backend) -> ValkeyServer {
@@ -235,8 +283,8 @@ impl ValkeyServer {
     fn after_start(&mut self) {
         if self.backend == Backend::Lua {
             // A replica gets the library from its primary and refuses writes.
-            let r =
-                redis::cmd("FUNCTION").arg("LOAD").arg("REPLACE").arg(lua_library()).query::<String>(&mut self.conn());
+            let lib = if self.test_clock { lua_library_with_test_clock() } else { lua_library() };
+            let r = redis::cmd("FUNCTION").arg("LOAD").arg("REPLACE").arg(lib).query::<String>(&mut self.conn());
             if let Err(e) = r {
                 assert!(e.code() == Some("READONLY"), "FUNCTION LOAD failed: {e}");
             }
@@ -415,6 +463,10 @@ impl Client {
             args.push(v);
         }
         self.call("QUEUE.CONFIG", &args).unwrap_or_else(|e| panic!("config set {pairs:?}: {e}"));
+    }
+    /// Sets queue `q`'s test clock (servers started with `ServerBuilder::test_clock`).
+    pub fn set_clock(&mut self, q: &str, ms: i64) {
+        redis::cmd("SET").arg(clock_key(q)).arg(ms).query::<()>(&mut self.con).expect("SET clock");
     }
     /// Error text of a call expected to fail.
     pub fn err(&mut self, name: &str, args: &[&str]) -> String {

@@ -1,0 +1,609 @@
+//! Randomized state-machine test of every rule against the reference model in
+//! `reference/` (written from the README's rules, not from either implementation),
+//! on both backends. Each run is a fresh queue with random settings and a few
+//! users; each step one of ENTER (new and re-entry), STATUS, RANKS, LEAVE, PROMOTE,
+//! CLAIM (live, used, withdrawn and made-up tickets), HEARTBEAT, END, or a move of
+//! the server's test clock (small, or just past ticket_ttl, session_lease or
+//! abandon_after). After every step, in the same round trip:
+//!
+//! - the reply equals the model's;
+//! - the queue's data, read without side effects, holds exactly the model's line
+//!   (same people, same order, waiting or holding which ticket until when, last-seen
+//!   times), sessions and `joining`;
+//! - QUEUE.INFO's counts and counters equal the model's, none below zero, and
+//!   active + joining <= soft_cap;
+//! - FIFO, checked apart from the model: nobody holds a ticket while someone who
+//!   entered before them (and did not leave or re-enter since) still waits;
+//! - no ticket ever opens a second session.
+//!
+//! In half of the runs every step also asks RANKS for every user, so waiting users'
+//! ranks are checked to be exactly 1..n in entry order after every step.
+//!
+//! `MODEL_STEPS` (default 150000 per backend) sets the length, `MODEL_SEED` replays
+//! one run (the seed is printed on failure), `MODEL_KEEP_GOING=1` runs every seed
+//! and lists all that failed. `bash bench/model-bench.sh` runs ten million steps.
+
+mod reference;
+
+use redis::Value;
+use reference::{ClaimOutcome, Model, Place, Settings, Standing};
+use std::collections::HashMap;
+use testkit::{as_int, as_string, clock_key, fields, Backend, Rng, ValkeyServer};
+
+testkit::backend_tests!(model_agrees_step_by_step);
+
+/// Reads a queue's data as stored, with no side effect: the line in order with each
+/// record, the sessions with their leases, the active hash and `joining`.
+const INSPECT: &str = r#"
+local p = "queue:{" .. ARGV[1] .. "}:"
+local m = redis.call("ZRANGE", p .. "waiting", 0, -1, "WITHSCORES")
+local line = {}
+for i = 1, #m, 2 do
+  local chunk = p .. "w:" .. math.floor(tonumber(m[i + 1]) / 32)
+  line[#line + 1] = m[i]
+  line[#line + 1] = m[i + 1]
+  line[#line + 1] = redis.call("HGET", chunk, m[i + 1]) or ""
+end
+return { line, redis.call("ZRANGE", p .. "sessions", 0, -1, "WITHSCORES"), redis.call("HGETALL", p .. "active"),
+  redis.call("HGET", p .. "stats", "joining") or "0" }
+"#;
+
+const NICKS: [&str; 3] = ["ann", "bo", "cy"];
+
+fn splitmix(x: u64) -> u64 {
+    let mut z = x.wrapping_add(0x9E37_79B9_7F4A_7C15);
+    z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+    z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+    (z ^ (z >> 31)) | 1
+}
+
+fn env_u64(name: &str) -> Option<u64> {
+    std::env::var(name).ok().map(|v| v.parse().unwrap_or_else(|_| panic!("{name} must be a number")))
+}
+
+fn model_agrees_step_by_step(b: Backend) {
+    let server = ValkeyServer::builder(b).test_clock().start();
+    let mut con = server.conn();
+    let total = env_u64("MODEL_STEPS").unwrap_or(150_000);
+    let keep_going = std::env::var("MODEL_KEEP_GOING").is_ok_and(|v| v == "1");
+    let seeds: Vec<u64> = match env_u64("MODEL_SEED") {
+        Some(s) => vec![s],
+        None => {
+            let base = env_u64("MODEL_BASE_SEED").unwrap_or(0x51A7_E000);
+            (0..).map(|i| splitmix(base + i)).take(1_000_000).collect()
+        }
+    };
+    let (mut steps, mut runs, mut failed) = (0u64, 0u64, Vec::new());
+    for (i, &seed) in seeds.iter().enumerate() {
+        if steps >= total && env_u64("MODEL_SEED").is_none() {
+            break;
+        }
+        let mut run = Run::new(b, seed, format!("m{i}"));
+        let r = run.go(&mut con);
+        steps += run.step;
+        runs += 1;
+        if let Err(e) = r {
+            failed.push(seed);
+            let msg = format!("{b:?}: seed {seed} failed at step {} (replay: MODEL_SEED={seed}):\n{e}", run.step);
+            if !keep_going {
+                panic!("{msg}");
+            }
+            eprintln!("{msg}\n");
+        }
+    }
+    eprintln!("{b:?}: {runs} runs, {steps} steps, {} failed seeds {failed:?}", failed.len());
+    assert!(failed.is_empty(), "{} of {runs} runs failed: seeds {failed:?}", failed.len());
+}
+
+#[derive(Debug)]
+enum Op {
+    Enter(String, String),
+    Status(String),
+    Ranks(Vec<String>),
+    Leave(String),
+    Promote(Option<i64>),
+    Claim(String),
+    Heartbeat(Vec<String>),
+    End(String),
+    Advance(i64),
+}
+
+struct Run {
+    b: Backend,
+    rng: Rng,
+    q: String,
+    model: Model,
+    users: Vec<String>,
+    now: i64,
+    step: u64,
+    steps: u64,
+    /// Ranks of everyone after every step (half of the runs).
+    observe_all: bool,
+    /// Entry counter at each user's latest ENTER, for the FIFO check.
+    entered: HashMap<String, u64>,
+    entries: u64,
+    /// Every ticket ever handed out, and how many sessions it opened.
+    tickets: Vec<String>,
+    opened: HashMap<String, u32>,
+}
+
+impl Run {
+    fn new(b: Backend, seed: u64, q: String) -> Run {
+        let mut rng = Rng(seed);
+        let s = Settings {
+            soft_cap: if rng.chance(5) { 0 } else { rng.range(1, 5) },
+            hard_cap: if rng.chance(50) { 0 } else { rng.range(1, 4) },
+            batch_max: if rng.chance(30) { 1000 } else { rng.range(1, 4) },
+            ticket_ttl: rng.range(100, 3_000),
+            session_lease: rng.range(100, 3_000),
+            abandon_after: if rng.chance(25) { 0 } else { rng.range(300, 5_000) },
+        };
+        let users = (0..rng.range(3, 14)).map(|i| format!("u{i}")).collect();
+        let steps = rng.range(300, 3_000) as u64;
+        let observe_all = rng.chance(50);
+        Run {
+            b,
+            rng,
+            q,
+            model: Model::new(s),
+            users,
+            now: 1_700_000_000_000,
+            step: 0,
+            steps,
+            observe_all,
+            entered: HashMap::new(),
+            entries: 0,
+            tickets: Vec::new(),
+            opened: HashMap::new(),
+        }
+    }
+
+    fn cmd(&self, name: &str, args: &[&str]) -> redis::Cmd {
+        let mut all = vec![self.q.as_str()];
+        all.extend_from_slice(args);
+        testkit::command_for(self.b, name, &all)
+    }
+
+    fn go(&mut self, con: &mut redis::Connection) -> Result<(), String> {
+        let s = self.model.s;
+        let set: Vec<String> = [
+            ("soft_cap", s.soft_cap),
+            ("hard_cap", s.hard_cap),
+            ("rate", 0),
+            ("batch_max", s.batch_max),
+            ("ticket_ttl", s.ticket_ttl),
+            ("session_lease", s.session_lease),
+            ("abandon_after", s.abandon_after),
+        ]
+        .iter()
+        .flat_map(|(f, v)| [f.to_string(), v.to_string()])
+        .collect();
+        let mut args = vec!["SET"];
+        args.extend(set.iter().map(String::as_str));
+        let _: Value = self.cmd("QUEUE.CONFIG", &args).query(con).map_err(|e| format!("config: {e}"))?;
+        let context = format!("settings {s:?}, users {}, observe_all {}", self.users.len(), self.observe_all);
+        while self.step < self.steps {
+            self.step += 1;
+            let op = self.pick();
+            self.one(con, &op).map_err(|e| format!("{context}\nstep {} {op:?} at t={}: {e}", self.step, self.now))?;
+        }
+        Ok(())
+    }
+
+    fn user(&mut self) -> String {
+        self.users[self.rng.below(self.users.len() as u64) as usize].clone()
+    }
+
+    fn pick(&mut self) -> Op {
+        let s = self.model.s;
+        match self.rng.below(100) {
+            0..25 => {
+                let nick = NICKS[self.rng.below(3) as usize].to_string();
+                Op::Enter(self.user(), nick)
+            }
+            25..37 => Op::Status(self.user()),
+            37..41 => Op::Ranks((0..self.rng.range(1, 4)).map(|_| self.user()).collect()),
+            41..47 => Op::Leave(self.user()),
+            47..62 => Op::Promote(if self.rng.chance(50) { None } else { Some(self.rng.range(0, 4)) }),
+            62..77 => {
+                let live: Vec<String> = self
+                    .model
+                    .line
+                    .iter()
+                    .filter_map(|p| match &p.place {
+                        Place::Ticket { ticket: Some(t), .. } => Some(t.clone()),
+                        _ => None,
+                    })
+                    .collect();
+                let r = self.rng.below(100);
+                if r < 60 && !live.is_empty() {
+                    Op::Claim(live[self.rng.below(live.len() as u64) as usize].clone())
+                } else if r < 85 && !self.tickets.is_empty() {
+                    Op::Claim(self.tickets[self.rng.below(self.tickets.len() as u64) as usize].clone())
+                } else {
+                    Op::Claim(format!("{}.AAAAAAAAAAAAAAA{}", self.rng.range(1, 40), self.rng.below(10)))
+                }
+            }
+            77..83 => Op::Heartbeat((0..self.rng.range(1, 3)).map(|_| self.user()).collect()),
+            83..89 => Op::End(self.user()),
+            _ => {
+                let limits = [s.ticket_ttl, s.session_lease, s.abandon_after.max(1)];
+                let limit = limits[self.rng.below(3) as usize];
+                Op::Advance(match self.rng.below(4) {
+                    0 | 1 => self.rng.range(1, 200),
+                    2 => limit,
+                    _ => limit + self.rng.range(1, 50),
+                })
+            }
+        }
+    }
+
+    /// One step: the operation, then RANKS (observe_all runs), the data and INFO, in
+    /// one round trip; the model does the same and everything is compared.
+    fn one(&mut self, con: &mut redis::Connection, op: &Op) -> Result<(), String> {
+        if let Op::Advance(by) = op {
+            self.now += by;
+        }
+        let now = self.now;
+        // The clock and the operation first: an error reply (CLAIM) fails the pipeline.
+        let mut pipe = redis::pipe();
+        pipe.cmd("SET").arg(clock_key(&self.q)).arg(now).ignore();
+        match op {
+            Op::Enter(u, n) => pipe.add_command(self.cmd("QUEUE.ENTER", &[u, n])),
+            Op::Status(u) => pipe.add_command(self.cmd("QUEUE.STATUS", &[u])),
+            Op::Ranks(us) => {
+                pipe.add_command(self.cmd("QUEUE.RANKS", &us.iter().map(String::as_str).collect::<Vec<_>>()))
+            }
+            Op::Leave(u) => pipe.add_command(self.cmd("QUEUE.LEAVE", &[u])),
+            Op::Promote(None) => pipe.add_command(self.cmd("QUEUE.PROMOTE", &[])),
+            Op::Promote(Some(m)) => pipe.add_command(self.cmd("QUEUE.PROMOTE", &["MAX", &m.to_string()])),
+            Op::Claim(t) => pipe.add_command(self.cmd("TICKET.CLAIM", &[t])),
+            Op::Heartbeat(us) => {
+                pipe.add_command(self.cmd("SESSION.HEARTBEAT", &us.iter().map(String::as_str).collect::<Vec<_>>()))
+            }
+            Op::End(u) => pipe.add_command(self.cmd("SESSION.END", &[u])),
+            Op::Advance(_) => pipe.cmd("PING"),
+        };
+        let reply: Result<Value, String> = match pipe.query::<Vec<Value>>(con) {
+            Ok(mut v) if v.len() == 1 => Ok(v.remove(0)),
+            Ok(v) => return Err(format!("pipeline gave {v:?}")),
+            Err(e) if e.code().is_some() => Err(testkit::error_text(&e)),
+            Err(e) => return Err(format!("pipeline: {e}")),
+        };
+        let mut pipe = redis::pipe();
+        let everyone: Vec<&str> = self.users.iter().map(String::as_str).collect();
+        if self.observe_all {
+            pipe.add_command(self.cmd("QUEUE.RANKS", &everyone));
+        }
+        pipe.cmd("EVAL").arg(INSPECT).arg(0).arg(&self.q);
+        let info_cmd = match self.b {
+            Backend::Lua => {
+                let mut c = redis::cmd("FCALL_RO");
+                c.arg("queue_info").arg(1).arg(&self.q);
+                c
+            }
+            _ => redis::cmd("QUEUE.INFO").arg(&self.q).clone(),
+        };
+        pipe.add_command(info_cmd);
+        let replies: Vec<Value> = pipe.query(con).map_err(|e| format!("pipeline: {e}"))?;
+        let reply = match reply {
+            Ok(v) => v,
+            Err(e) if matches!(op, Op::Claim(_)) => {
+                return self.check_claim_error(op, &e, now).and_then(|_| self.check_rest(replies, now));
+            }
+            Err(e) => return Err(format!("error {e}")),
+        };
+        self.check_op(op, &reply, now)?;
+        self.check_rest(replies, now)
+    }
+
+    fn check_claim_error(&mut self, op: &Op, got: &str, now: i64) -> Result<(), String> {
+        let Op::Claim(t) = op else { unreachable!() };
+        match self.model.claim(t, now) {
+            ClaimOutcome::Error(e) if e == got => Ok(()),
+            want => Err(format!("CLAIM {t}: error {got:?}, model {want:?}")),
+        }
+    }
+
+    /// RANKS of everyone (observe_all runs), the stored data and INFO.
+    fn check_rest(&mut self, replies: Vec<Value>, now: i64) -> Result<(), String> {
+        let mut r = replies.into_iter();
+        if self.observe_all {
+            let ranks = r.next().unwrap();
+            let Value::Array(items) = ranks else { return Err(format!("RANKS: {ranks:?}")) };
+            for (u, v) in self.users.clone().iter().zip(items.iter()) {
+                let want = self.model.status(u, now);
+                check_standing(u, v, &want, &mut self.model).map_err(|e| format!("RANKS of everyone: {e}"))?;
+            }
+        }
+        let data = r.next().unwrap();
+        self.check_data(&data)?;
+        let info = r.next().unwrap();
+        self.check_info(&info, now)
+    }
+
+    fn check_op(&mut self, op: &Op, reply: &Value, now: i64) -> Result<(), String> {
+        match op {
+            Op::Enter(u, n) => {
+                self.entries += 1;
+                self.entered.insert(u.clone(), self.entries);
+                let want = self.model.enter(u, n, now);
+                check_standing(u, reply, &want, &mut self.model)?;
+            }
+            Op::Status(u) => {
+                let want = self.model.status(u, now);
+                check_standing(u, reply, &want, &mut self.model)?;
+            }
+            Op::Ranks(us) => {
+                let Value::Array(items) = reply else { return Err(format!("RANKS: {reply:?}")) };
+                if items.len() != us.len() {
+                    return Err(format!("RANKS gave {} answers for {} users", items.len(), us.len()));
+                }
+                for (u, v) in us.iter().zip(items) {
+                    let want = self.model.status(u, now);
+                    check_standing(u, v, &want, &mut self.model)?;
+                }
+            }
+            Op::Leave(u) => expect_int("LEAVE", reply, self.model.leave(u))?,
+            Op::Promote(max) => {
+                let want = self.model.promote(*max, now);
+                let m = fields(reply);
+                let got: Vec<i64> = [
+                    "promoted",
+                    "tickets_expired",
+                    "leases_expired",
+                    "dropped",
+                    "waiting",
+                    "joining",
+                    "active",
+                    "available_slots",
+                ]
+                .iter()
+                .map(|f| m.get(*f).and_then(as_int).unwrap_or(i64::MIN))
+                .collect();
+                let expect = vec![
+                    want.promoted.len() as i64,
+                    want.tickets_expired,
+                    want.leases_expired,
+                    want.dropped,
+                    want.waiting,
+                    want.joining,
+                    want.active,
+                    want.available_slots,
+                ];
+                if got != expect {
+                    return Err(format!(
+                        "PROMOTE: got {got:?}, model {expect:?} (promoted, tickets_expired, leases_expired, dropped, waiting, joining, active, available_slots); model promotes {:?}",
+                        want.promoted
+                    ));
+                }
+            }
+            Op::Claim(t) => {
+                let want = self.model.claim(t, now);
+                match (want, reply) {
+                    (ClaimOutcome::Claimed { user, nickname, lease_ms }, Value::Array(_) | Value::Map(_)) => {
+                        let m = fields(reply);
+                        let got = (
+                            m.get("userId").and_then(as_string),
+                            m.get("nickname").and_then(as_string),
+                            m.get("ticketId").and_then(as_string),
+                            m.get("leaseMs").and_then(as_int),
+                        );
+                        let expect = (Some(user), Some(nickname), Some(t.clone()), Some(lease_ms));
+                        if got != expect {
+                            return Err(format!("CLAIM {t}: {got:?}, model {expect:?}"));
+                        }
+                        let n = self.opened.entry(t.clone()).or_default();
+                        *n += 1;
+                        if *n > 1 {
+                            return Err(format!("ticket {t} opened a second session"));
+                        }
+                    }
+                    (want, got) => return Err(format!("CLAIM {t}: got {got:?}, model {want:?}")),
+                }
+            }
+            Op::Heartbeat(us) => {
+                let want = self.model.heartbeat(&us.iter().map(String::as_str).collect::<Vec<_>>(), now);
+                let got: Option<Vec<i64>> = match reply {
+                    Value::Array(a) => a.iter().map(as_int).collect(),
+                    _ => None,
+                };
+                if got.as_ref() != Some(&want) {
+                    return Err(format!("HEARTBEAT: got {reply:?}, model {want:?}"));
+                }
+            }
+            Op::End(u) => expect_int("END", reply, self.model.end(u))?,
+            Op::Advance(_) => {}
+        }
+        Ok(())
+    }
+
+    /// The stored line, sessions and `joining` against the model; tickets the model
+    /// issued are learnt here (`<number>.<secret>`, from the ticket's record).
+    fn check_data(&mut self, data: &Value) -> Result<(), String> {
+        let parts = strings_of(data);
+        let [line, sessions, active, joining] = &parts[..] else { return Err(format!("inspect: {data:?}")) };
+        let joining = joining.first().map(String::as_str).unwrap_or("0");
+        let stored: Vec<(&str, &str, &str)> =
+            line.chunks(3).map(|c| (c[0].as_str(), c[1].as_str(), c[2].as_str())).collect();
+        let stored_who: Vec<&str> = stored.iter().map(|x| x.0).collect();
+        let model_who: Vec<&str> = self.model.line.iter().map(|p| p.user.as_str()).collect();
+        if stored_who != model_who {
+            return Err(format!("line holds {stored_who:?}, model {model_who:?}"));
+        }
+        let mut learnt = Vec::new();
+        for (p, &(user, seq, rec)) in self.model.line.iter().zip(&stored) {
+            match (&p.place, rec.strip_prefix('P')) {
+                (Place::Waiting { seen }, None) => {
+                    let want = format!("{seen}:{}", p.nickname);
+                    if rec != want {
+                        return Err(format!("{user} waits with record {rec:?}, model {want:?}"));
+                    }
+                }
+                (Place::Ticket { ticket, expiry }, Some(t)) => {
+                    let f: Vec<&str> = t.splitn(3, '|').collect();
+                    let id = format!("{seq}.{}", f.get(1).unwrap_or(&""));
+                    if f.len() != 3 || f[0] != expiry.to_string() || f[2] != p.nickname {
+                        return Err(format!(
+                            "{user} holds record {rec:?}, model expiry {expiry} nickname {}",
+                            p.nickname
+                        ));
+                    }
+                    match ticket {
+                        Some(known) if *known != id => return Err(format!("{user} holds {id}, model {known}")),
+                        Some(_) => {}
+                        None => learnt.push((user.to_string(), id)),
+                    }
+                }
+                (place, _) => return Err(format!("{user} has record {rec:?}, model {place:?}")),
+            }
+        }
+        for (u, id) in learnt {
+            self.model.learn_ticket(&u, &id);
+        }
+        for p in &self.model.line {
+            if let Place::Ticket { ticket: Some(t), .. } = &p.place {
+                if !self.tickets.contains(t) {
+                    self.tickets.push(t.clone());
+                }
+            }
+        }
+        if joining.parse::<i64>().ok() != Some(self.model.joining()) {
+            return Err(format!("stats joining {joining}, model {}", self.model.joining()));
+        }
+        let got: Vec<(String, String)> = sessions.chunks(2).map(|c| (c[0].clone(), c[1].clone())).collect();
+        let want: Vec<(String, String)> =
+            self.model.sessions.iter().map(|(u, s)| (u.clone(), s.lease.to_string())).collect();
+        let mut got_sorted = got.clone();
+        got_sorted.sort();
+        if got_sorted != want {
+            return Err(format!("sessions {got:?}, model {want:?}"));
+        }
+        let mut got: Vec<(String, String)> = active.chunks(2).map(|c| (c[0].clone(), c[1].clone())).collect();
+        got.sort();
+        let want: Vec<(String, String)> =
+            self.model.sessions.iter().map(|(u, s)| (u.clone(), s.nickname.clone())).collect();
+        if got != want {
+            return Err(format!("active {got:?}, model {want:?}"));
+        }
+        // FIFO, apart from the model: every ticket holder entered before every waiter.
+        let mut last_holder = 0;
+        let mut first_waiter = u64::MAX;
+        for &(user, _, rec) in &stored {
+            let at = self.entered[user];
+            if rec.starts_with('P') {
+                last_holder = last_holder.max(at);
+            } else {
+                first_waiter = first_waiter.min(at);
+            }
+        }
+        if last_holder > first_waiter {
+            return Err(format!("FIFO: a ticket holder entered (#{last_holder}) after a waiter (#{first_waiter})"));
+        }
+        Ok(())
+    }
+
+    fn check_info(&self, info: &Value, now: i64) -> Result<(), String> {
+        let m = fields(info);
+        let int = |f: &str| m.get(f).and_then(as_int).unwrap_or(i64::MIN);
+        let (waiting, joining, active, free) = self.model.info(now);
+        let c = &self.model.counters;
+        let checks = [
+            ("waiting", waiting),
+            ("joining", joining),
+            ("active", active),
+            ("available_slots", free),
+            ("tokens", -1),
+            ("promoted", c.promoted),
+            ("claimed", c.claimed),
+            ("expired", c.expired),
+            ("dropped", c.dropped),
+            ("left", c.left),
+            ("ended", c.ended),
+            ("lapsed", c.lapsed),
+        ];
+        for (f, want) in checks {
+            let got = int(f);
+            if got != want {
+                return Err(format!("INFO {f} = {got}, model {want}"));
+            }
+            if got < -1 || (got < 0 && f != "tokens") {
+                return Err(format!("INFO {f} = {got} is below zero"));
+            }
+        }
+        if int("active") + int("joining") > self.model.s.soft_cap {
+            return Err(format!("over capacity: active {} + joining {} > soft_cap", int("active"), int("joining")));
+        }
+        Ok(())
+    }
+}
+
+fn expect_int(what: &str, reply: &Value, want: i64) -> Result<(), String> {
+    match as_int(reply) {
+        Some(v) if v == want => Ok(()),
+        _ => Err(format!("{what}: got {reply:?}, model {want}")),
+    }
+}
+
+/// A nested array reply as lists of strings (numbers as their text).
+fn strings_of(v: &Value) -> Vec<Vec<String>> {
+    let text = |x: &Value| as_string(x).or_else(|| as_int(x).map(|i| i.to_string())).unwrap_or_default();
+    match v {
+        Value::Array(parts) => parts
+            .iter()
+            .map(|p| match p {
+                Value::Array(a) => a.iter().map(text).collect(),
+                other => vec![text(other)],
+            })
+            .collect(),
+        _ => Vec::new(),
+    }
+}
+
+/// A standing map against the model's standing. A ticket just issued by the model is
+/// learnt from the reply.
+fn check_standing(user: &str, reply: &Value, want: &Standing, model: &mut Model) -> Result<(), String> {
+    let m = fields(reply);
+    let s = |f: &str| m.get(f).and_then(as_string);
+    let rank = m.get("rank").and_then(as_int);
+    let (status, ticket, nickname) = (s("status"), s("ticketId"), s("nickname"));
+    let eta_nil = matches!(m.get("estimatedWaitSeconds"), Some(Value::Nil));
+    let ok = s("userId").as_deref() == Some(user)
+        && match want {
+            Standing::Waiting { rank: r, nickname: n } => {
+                status.as_deref() == Some("WAITING")
+                    && rank == Some(*r)
+                    && ticket.is_none()
+                    && nickname.as_ref() == Some(n)
+            }
+            Standing::Promoted { ticket: t, nickname: n } => {
+                status.as_deref() == Some("PROMOTED")
+                    && rank == Some(0)
+                    && ticket.is_some()
+                    && (t.is_none() || *t == ticket)
+                    && nickname.as_ref() == Some(n)
+                    && eta_nil
+            }
+            Standing::Active { nickname: n } => {
+                status.as_deref() == Some("ACTIVE")
+                    && rank == Some(0)
+                    && ticket.is_none()
+                    && nickname.as_ref() == Some(n)
+                    && eta_nil
+            }
+            Standing::Unknown => {
+                status.as_deref() == Some("UNKNOWN")
+                    && rank == Some(0)
+                    && ticket.is_none()
+                    && nickname.is_none()
+                    && eta_nil
+            }
+        };
+    if !ok {
+        return Err(format!("{user}: got {m:?}, model {want:?}"));
+    }
+    if let (Standing::Promoted { ticket: None, .. }, Some(t)) = (want, ticket) {
+        model.learn_ticket(user, &t);
+    }
+    Ok(())
+}
