@@ -2,8 +2,9 @@
 
 use crate::queue::arity;
 use crate::server::{Server, Str, Val};
-use crate::state::{Part, Queue};
+use crate::state::Queue;
 use queue_core::config::{check_value, field, FIELDS};
+use queue_core::engine::{Part, Store};
 use queue_core::QueueError;
 
 /// QUEUE.CONFIG <queue> GET <field|*>

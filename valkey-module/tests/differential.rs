@@ -235,7 +235,7 @@ fn malformed_arguments_get_the_same_answers() {
         let args: Vec<Vec<u8>> = (0..1 + rng.below(5))
             .map(|_| match rng.below(4) {
                 0 => (0..rng.below(70)).map(|_| rng.below(256) as u8).collect(),
-                1 => rng.next().to_string().into_bytes(),
+                1 => rng.next_u64().to_string().into_bytes(),
                 _ => WORDS[rng.below(WORDS.len() as u64) as usize].to_vec(),
             })
             .collect();

@@ -9,8 +9,14 @@ pub struct Bucket {
     pub at_ms: i64,
 }
 
+/// Most MAX a PROMOTE accepts (the same as the largest batch_max). MAX 0 does the
+/// housekeeping (expired tickets and leases, silent waiters) and admits no one.
+pub const MAX_PROMOTE: i64 = 100_000;
+/// Waiters a PROMOTE examines beyond the head to drop those who left without a word.
+pub const SWEEP_BUDGET: usize = 256;
+
 /// Longest refill interval considered; keeps `elapsed * rate` far below 2^53.
-const MAX_REFILL_MS: i64 = 1_000_000_000;
+pub const MAX_REFILL_MS: i64 = 1_000_000_000;
 
 impl Bucket {
     /// A bucket seen for the first time starts full.

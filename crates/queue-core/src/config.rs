@@ -16,6 +16,16 @@ pub struct Field {
 
 const DAY_MS: i64 = 86_400_000;
 
+/// Indexes into `FIELDS`.
+pub const SOFT_CAP: usize = 0;
+pub const HARD_CAP: usize = 1;
+pub const RATE: usize = 2;
+pub const BURST: usize = 3;
+pub const BATCH_MAX: usize = 4;
+pub const TICKET_TTL: usize = 5;
+pub const SESSION_LEASE: usize = 6;
+pub const ABANDON_AFTER: usize = 7;
+
 /// The schema, in the order `QUEUE.CONFIG Q GET *` and `QUEUE.INFO` list it.
 pub const FIELDS: [Field; 8] = [
     Field {
@@ -99,43 +109,31 @@ impl Config {
     pub fn get(&self, name: &str) -> i64 {
         self.values[Self::index(name)]
     }
-    pub fn set(&mut self, name: &str, v: i64) {
-        self.values[Self::index(name)] = v;
-    }
-    /// Applies a stored value; stored values that no longer parse or fit are ignored
-    /// (the default stands), so a hand-edited hash can never wedge a queue.
-    pub fn apply_stored(&mut self, name: &[u8], raw: &[u8]) {
-        if let Ok(f) = field(name) {
-            if let Ok(v) = check_value(f, raw) {
-                self.set(f.name, v);
-            }
-        }
-    }
     pub fn soft_cap(&self) -> i64 {
-        self.values[0]
+        self.values[SOFT_CAP]
     }
     pub fn hard_cap(&self) -> i64 {
-        self.values[1]
+        self.values[HARD_CAP]
     }
     pub fn rate(&self) -> i64 {
-        self.values[2]
+        self.values[RATE]
     }
     /// Bucket size in users: `burst`, or `rate` when burst is 0, and at least 1.
     pub fn bucket_size(&self) -> i64 {
-        let b = if self.values[3] > 0 { self.values[3] } else { self.values[2] };
+        let b = if self.values[BURST] > 0 { self.values[BURST] } else { self.values[RATE] };
         b.max(1)
     }
     pub fn batch_max(&self) -> i64 {
-        self.values[4]
+        self.values[BATCH_MAX]
     }
     pub fn ticket_ttl(&self) -> i64 {
-        self.values[5]
+        self.values[TICKET_TTL]
     }
     pub fn session_lease(&self) -> i64 {
-        self.values[6]
+        self.values[SESSION_LEASE]
     }
     pub fn abandon_after(&self) -> i64 {
-        self.values[7]
+        self.values[ABANDON_AFTER]
     }
 }
 
@@ -144,17 +142,15 @@ mod tests {
     use super::*;
 
     #[test]
-    fn defaults_and_overrides() {
+    fn defaults_and_bucket_size() {
         let mut c = Config::default();
         assert_eq!(c.soft_cap(), 1000);
         assert_eq!(c.bucket_size(), 1);
-        c.apply_stored(b"rate", b"5");
+        c.values[RATE] = 5;
         assert_eq!(c.bucket_size(), 5);
-        c.apply_stored(b"BURST", b"20");
+        c.values[BURST] = 20;
         assert_eq!(c.bucket_size(), 20);
-        c.apply_stored(b"soft_cap", b"-3"); // out of range: ignored
-        c.apply_stored(b"nope", b"1");
-        assert_eq!(c.soft_cap(), 1000);
+        assert_eq!(c.get("burst"), 20);
     }
 
     #[test]

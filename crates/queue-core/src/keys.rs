@@ -59,9 +59,13 @@ pub fn check_nickname(s: &[u8]) -> Result<&[u8], QueueError> {
     }
 }
 
+/// Every key of queue `Q` is `KEY_OPEN Q KEY_CLOSE <suffix>`: `queue:{Q}:<suffix>`.
+pub const KEY_OPEN: &str = "queue:{";
+pub const KEY_CLOSE: &str = "}:";
+
 /// The key of queue `queue` with the given suffix: `queue:{<queue>}:<suffix>`.
 pub fn key(queue: &str, suffix: &str) -> String {
-    format!("queue:{{{queue}}}:{suffix}")
+    format!("{KEY_OPEN}{queue}{KEY_CLOSE}{suffix}")
 }
 
 /// zset: userId -> sequence number at entry (FIFO order). Promoted users keep
@@ -78,10 +82,11 @@ pub const STATS: &str = "stats";
 /// hash: the operator's settings; absent fields take the defaults.
 pub const CONFIG: &str = "config";
 
-/// hash: sequence number -> the user's record (see `record`), for the chunk holding `seq`.
-pub fn chunk_suffix(seq: u64) -> String {
-    format!("w:{}", seq / CHUNK)
-}
+/// hash: sequence number -> the user's record (see `record`): the records of numbers
+/// CHUNK*n to CHUNK*n+CHUNK-1 live in the key with suffix `CHUNK_PREFIX` n.
+pub const CHUNK_PREFIX: &str = "w:";
+/// string: a queue's test clock in ms, read only by servers loaded for tests.
+pub const CLOCK: &str = "clock";
 
 #[cfg(test)]
 mod tests {
@@ -108,8 +113,6 @@ mod tests {
     #[test]
     fn keys_share_the_tag() {
         assert_eq!(key("default", WAITING), "queue:{default}:waiting");
-        assert_eq!(key("default", &chunk_suffix(0)), "queue:{default}:w:0");
-        assert_eq!(chunk_suffix(CHUNK - 1), "w:0");
-        assert_eq!(chunk_suffix(CHUNK), "w:1");
+        assert_eq!(key("default", CHUNK_PREFIX), "queue:{default}:w:");
     }
 }

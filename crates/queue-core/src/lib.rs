@@ -7,8 +7,11 @@
 pub mod admission;
 pub mod args;
 pub mod config;
+pub mod engine;
 pub mod error;
 pub mod keys;
+pub mod lua;
+pub mod memory;
 pub mod record;
 pub mod replies;
 pub mod ticket;

@@ -28,7 +28,7 @@ impl Secrets {
     }
 }
 
-const ALPHABET: &[u8; 64] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_";
+pub const ALPHABET: &[u8; 64] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_";
 
 pub fn ticket_id(seq: i64, secret: &[u8]) -> Vec<u8> {
     let mut t = seq.to_string().into_bytes();

@@ -37,7 +37,7 @@ pub const COMMANDS: [&str; 10] = [
 /// A small deterministic generator (xorshift64*), so a failure replays exactly.
 pub struct Rng(pub u64);
 impl Rng {
-    pub fn next(&mut self) -> u64 {
+    pub fn next_u64(&mut self) -> u64 {
         self.0 ^= self.0 >> 12;
         self.0 ^= self.0 << 25;
         self.0 ^= self.0 >> 27;
@@ -45,7 +45,7 @@ impl Rng {
     }
     /// 0 to n-1.
     pub fn below(&mut self, n: u64) -> u64 {
-        self.next() % n
+        self.next_u64() % n
     }
     /// lo to hi, both included.
     pub fn range(&mut self, lo: i64, hi: i64) -> i64 {
@@ -74,7 +74,7 @@ pub fn lua_library_with_test_clock() -> String {
 
 /// The key a queue's test clock lives in (milliseconds, a plain string).
 pub fn clock_key(queue: &str) -> String {
-    format!("queue:{{{queue}}}:clock")
+    queue_core::keys::key(queue, queue_core::keys::CLOCK)
 }
 
 /// The function twin of a module command: QUEUE.ENTER -> queue_enter.

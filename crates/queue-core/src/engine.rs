@@ -1,0 +1,788 @@
+//! The admission engine, written once: enter, standing, leave, promote (reaping and
+//! the abandonment sweep), claim, heartbeat, end and the counts INFO shows, over a
+//! small [`Store`] of sorted-set and hash operations and a clock. The Valkey module
+//! implements the store over the queue's keys (static dispatch: every function here
+//! is generic); [`crate::memory::MemoryStore`] implements it in memory with a clock
+//! the tests set, so every rule is tested without a server.
+//!
+//! The layout (README, "Key layout"): `waiting` is a sorted set of userId ->
+//! sequence number in entry order; each number's record (`crate::record`) says
+//! whether its user waits or holds a ticket. Ticket holders keep their place until
+//! their ticket is used, withdrawn or expires, and every holder is numbered below
+//! every waiting user (newcomers are numbered after `p_max`, the highest number
+//! holding a ticket), so the holders are always the first `joining` members and a
+//! waiting user's rank is its rank in `waiting` minus `joining`.
+
+use crate::admission::{self, Bucket, RateWindow, SWEEP_BUDGET};
+use crate::config::{Config, FIELDS};
+use crate::error::QueueError;
+use crate::keys;
+use crate::record::{self, Record};
+use crate::ticket::{self, SECRET_LEN};
+
+/// The keys of a queue a command may need to check before it writes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Part {
+    Waiting,
+    Sessions,
+    Active,
+    Stats,
+    Config,
+}
+
+/// Every key a command that admits, withdraws or ends may write.
+pub const ALL_PARTS: [Part; 4] = [Part::Waiting, Part::Sessions, Part::Active, Part::Stats];
+
+/// Module-wide happenings, counted by a store that keeps server-wide totals.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Event {
+    Entered,
+    Promoted,
+    Claimed,
+    TicketsExpired,
+    Dropped,
+    Left,
+    Ended,
+    LeasesExpired,
+}
+
+/// Stats hash fields. The two expiry counters keep their stored (and QUEUE.INFO)
+/// names `expired` and `lapsed`; PROMOTE reports them as tickets_expired and
+/// leases_expired.
+pub mod stat {
+    pub const JOINING: &str = "joining";
+    pub const P_MAX: &str = "p_max";
+    pub const TOKENS: &str = "tokens";
+    pub const TOKENS_AT: &str = "tokens_at";
+    pub const RATE_AT: &str = "rate_at";
+    pub const RATE_COUNT: &str = "rate_count";
+    pub const RATE_PER_MIN: &str = "rate_per_min";
+    pub const SWEEP: &str = "sweep";
+    pub const PROMOTED: &str = "promoted";
+    pub const CLAIMED: &str = "claimed";
+    pub const TICKETS_EXPIRED: &str = "expired";
+    pub const DROPPED: &str = "dropped";
+    pub const LEFT: &str = "left";
+    pub const ENDED: &str = "ended";
+    pub const LEASES_EXPIRED: &str = "lapsed";
+}
+
+/// What the engine needs of the place a queue is kept. Reads never fail (a key of
+/// the wrong type reads as empty); commands call [`Store::check`] on every key they
+/// may write before writing any.
+pub trait Store {
+    /// A userId as the store holds it.
+    type User: Clone + AsRef<[u8]>;
+    /// A stored value (a record, a nickname).
+    type Text: AsRef<[u8]>;
+
+    /// WRONGTYPE unless each of `parts` is empty or of its type.
+    fn check(&self, parts: &[Part]) -> Result<(), QueueError>;
+    /// The time in ms; a command reads it once.
+    fn now(&self) -> i64;
+    /// Setting `i` (index into `FIELDS`): the queue's config, else the default.
+    fn setting(&self, i: usize) -> i64;
+    /// A stats field, None when absent.
+    fn stat_opt(&self, field: &'static str) -> Option<i64>;
+    fn set_stat(&mut self, field: &'static str, v: i64);
+    /// A fresh ticket secret.
+    fn new_secret(&mut self) -> [u8; SECRET_LEN];
+    /// Counts a happening server-wide (the module's `INFO queue`); by default nothing.
+    fn count(&self, _event: Event, _n: i64) {}
+
+    fn waiting_len(&self) -> i64;
+    fn waiting_score(&self, user: &Self::User) -> Option<i64>;
+    /// 0-based rank and number of `user` in `waiting`.
+    fn waiting_rank(&self, user: &Self::User) -> Option<(i64, i64)>;
+    fn waiting_max(&self) -> Option<i64>;
+    /// Visits members numbered `min..=max`, lowest first, while `f` returns true.
+    fn waiting_scan<F: FnMut(Self::User, i64) -> bool>(&self, min: i64, max: i64, f: F);
+    fn waiting_add(&mut self, user: &Self::User, seq: i64);
+    fn waiting_remove(&mut self, user: &Self::User);
+
+    /// The record of number `seq`, raw.
+    fn record(&self, seq: i64) -> Option<Self::Text>;
+    fn put_record(&mut self, seq: i64, value: &[u8]);
+    fn delete_record(&mut self, seq: i64);
+
+    fn sessions_len(&self) -> i64;
+    fn session_expiry(&self, user: &Self::User) -> Option<i64>;
+    /// Users whose lease ended at or before `now`.
+    fn sessions_ended_by(&self, now: i64) -> Vec<Self::User>;
+    /// Sets `user`'s lease expiry (opening or extending).
+    fn set_lease(&mut self, user: &Self::User, until: i64);
+    fn active_nickname(&self, user: &Self::User) -> Option<Self::Text>;
+    fn set_active(&mut self, user: &Self::User, nickname: &[u8]);
+    /// Removes `user` from the sessions and the active users.
+    fn close_session(&mut self, user: &Self::User);
+}
+
+/// A user's record, decoded (owned, so it outlives the read).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Rec {
+    Waiting { seen: i64, nickname: Vec<u8> },
+    Promoted { expiry: i64, secret: Vec<u8>, nickname: Vec<u8> },
+}
+
+/// Where a user stands.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Standing {
+    Waiting { seq: i64, rank: i64, seen: i64, nickname: Vec<u8> },
+    Promoted { ticket: Vec<u8>, nickname: Vec<u8> },
+    Active { nickname: Option<Vec<u8>> },
+    Unknown,
+}
+
+impl Standing {
+    /// The reply's `status` field.
+    pub fn status(&self) -> &'static str {
+        match self {
+            Standing::Waiting { .. } => "WAITING",
+            Standing::Promoted { .. } => "PROMOTED",
+            Standing::Active { .. } => "ACTIVE",
+            Standing::Unknown => "UNKNOWN",
+        }
+    }
+    /// The reply's `rank` (0 unless waiting).
+    pub fn rank(&self) -> i64 {
+        match self {
+            Standing::Waiting { rank, .. } => *rank,
+            _ => 0,
+        }
+    }
+    pub fn nickname(&self) -> Option<&[u8]> {
+        match self {
+            Standing::Waiting { nickname, .. } | Standing::Promoted { nickname, .. } => Some(nickname),
+            Standing::Active { nickname } => nickname.as_deref(),
+            Standing::Unknown => None,
+        }
+    }
+    pub fn ticket(&self) -> Option<&[u8]> {
+        match self {
+            Standing::Promoted { ticket, .. } => Some(ticket),
+            _ => None,
+        }
+    }
+}
+
+/// PROMOTE's reply.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct Promotion {
+    pub promoted: i64,
+    pub tickets_expired: i64,
+    pub leases_expired: i64,
+    pub dropped: i64,
+    pub waiting: i64,
+    pub joining: i64,
+    pub active: i64,
+    pub available_slots: i64,
+}
+
+/// TICKET.CLAIM's reply.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Claimed<U> {
+    pub user: U,
+    pub nickname: Vec<u8>,
+    pub lease_ms: i64,
+}
+
+/// QUEUE.INFO's values.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Info {
+    pub waiting: i64,
+    pub joining: i64,
+    pub active: i64,
+    pub available_slots: i64,
+    pub tokens: i64,
+    pub admission_rate_per_min: i64,
+    pub config: Config,
+    /// In the order of `replies::COUNTERS`.
+    pub counters: [i64; 7],
+}
+
+fn stat<S: Store>(s: &S, field: &'static str) -> i64 {
+    s.stat_opt(field).unwrap_or(0)
+}
+
+fn add_stat<S: Store>(s: &mut S, field: &'static str, by: i64) {
+    if by != 0 {
+        let v = stat(s, field) + by;
+        s.set_stat(field, v);
+    }
+}
+
+pub fn config<S: Store>(s: &S) -> Config {
+    let mut c = Config::default();
+    for i in 0..FIELDS.len() {
+        c.values[i] = s.setting(i);
+    }
+    c
+}
+
+/// Tickets out: promoted users who have not claimed, withdrawn or been reaped.
+pub fn joining<S: Store>(s: &S) -> i64 {
+    stat(s, stat::JOINING)
+}
+
+/// The highest number a ticket holder has (0 when nobody holds a ticket).
+pub fn p_max<S: Store>(s: &S) -> i64 {
+    if joining(s) > 0 {
+        stat(s, stat::P_MAX)
+    } else {
+        0
+    }
+}
+
+/// Whether the user numbered `seq` holds a ticket (expired or not).
+pub fn is_promoted<S: Store>(s: &S, seq: i64) -> bool {
+    seq <= p_max(s)
+}
+
+/// Users in line who have no ticket yet.
+pub fn waiting_count<S: Store>(s: &S) -> i64 {
+    s.waiting_len() - joining(s)
+}
+
+fn decode(v: &[u8]) -> Option<Rec> {
+    Some(match record::decode(v)? {
+        Record::Waiting { seen, nickname } => Rec::Waiting { seen, nickname: nickname.to_vec() },
+        Record::Promoted { expiry, secret, nickname } => {
+            Rec::Promoted { expiry, secret: secret.to_vec(), nickname: nickname.to_vec() }
+        }
+    })
+}
+
+/// The record of the user numbered `seq`.
+pub fn record<S: Store>(s: &S, seq: i64) -> Option<Rec> {
+    decode(s.record(seq)?.as_ref())
+}
+
+/// The token bucket refilled to `now` (full the first time it is seen).
+pub fn bucket<S: Store>(s: &S, now: i64) -> Bucket {
+    let cfg = config(s);
+    match s.stat_opt(stat::TOKENS) {
+        Some(milli) => {
+            Bucket { milli_tokens: milli, at_ms: stat(s, stat::TOKENS_AT) }.refill(now, cfg.rate(), cfg.bucket_size())
+        }
+        None => Bucket::full(cfg.bucket_size(), now),
+    }
+}
+
+fn save_bucket<S: Store>(s: &mut S, b: Bucket) {
+    s.set_stat(stat::TOKENS, b.milli_tokens);
+    s.set_stat(stat::TOKENS_AT, b.at_ms);
+}
+
+fn record_admissions<S: Store>(s: &mut S, now: i64, admitted: i64) {
+    let old = RateWindow {
+        at_ms: stat(s, stat::RATE_AT),
+        count: stat(s, stat::RATE_COUNT),
+        per_minute: stat(s, stat::RATE_PER_MIN),
+    };
+    let new = old.record(now, admitted);
+    if new.at_ms != old.at_ms {
+        s.set_stat(stat::RATE_AT, new.at_ms);
+    }
+    if new.count != old.count {
+        s.set_stat(stat::RATE_COUNT, new.count);
+    }
+    if new.per_minute != old.per_minute {
+        s.set_stat(stat::RATE_PER_MIN, new.per_minute);
+    }
+}
+
+/// The number for a newcomer: after everyone in line and after every number that
+/// holds a ticket (the last ticket holder may have left the line by claiming while
+/// earlier ones still hold theirs: numbering after the last one in line would then
+/// put the newcomer among the ticket holders, where PROMOTE never looks).
+pub fn next_seq<S: Store>(s: &S) -> i64 {
+    s.waiting_max().unwrap_or(0).max(p_max(s)) + 1
+}
+
+/// Repairs, once, data written by releases that numbered newcomers after the last
+/// one in line (see [`next_seq`]): such a waiting user, numbered at or below `p_max`,
+/// was taken for a ticket holder. Every command that reads or changes the line calls
+/// this first; with the layout marker set it costs one read of a stats field.
+/// Writes nothing for a queue nobody is in. Returns whether it repaired.
+pub fn ensure_layout<S: Store>(s: &mut S) -> Result<bool, QueueError> {
+    if s.stat_opt(keys::LAYOUT_FIELD) == Some(keys::LAYOUT) {
+        return Ok(false);
+    }
+    if s.waiting_len() == 0 && joining(s) == 0 && stat(s, stat::P_MAX) == 0 {
+        return Ok(false);
+    }
+    s.check(&[Part::Waiting, Part::Stats])?;
+    repair(s);
+    s.set_stat(keys::LAYOUT_FIELD, keys::LAYOUT);
+    Ok(true)
+}
+
+/// Recounts `joining` and `p_max` from the records at the head of the line, and
+/// renumbers waiting users found among the ticket holders, in their order, after the
+/// last holder; later waiting users move up only as far as needed to keep the order
+/// (nobody's place changes, only numbers, which waiting users never see).
+fn repair<S: Store>(s: &mut S) {
+    let stored_p_max = stat(s, stat::P_MAX);
+    struct Member<U, T> {
+        user: U,
+        seq: i64,
+        value: Option<T>,
+        holds: bool,
+    }
+    // The head: every member numbered up to the stored p_max, and any ticket holder
+    // right after it.
+    let mut head: Vec<Member<S::User, S::Text>> = Vec::new();
+    s.waiting_scan(i64::MIN, i64::MAX, |user, seq| {
+        let value = s.record(seq);
+        let holds = value.as_ref().is_some_and(|v| matches!(record::decode(v.as_ref()), Some(Record::Promoted { .. })));
+        if seq > stored_p_max && !holds {
+            return false;
+        }
+        head.push(Member { user, seq, value, holds });
+        true
+    });
+    let holders = head.iter().filter(|m| m.holds).count() as i64;
+    let last_holder = head.iter().filter(|m| m.holds).map(|m| m.seq).max().unwrap_or(0);
+    // Waiting users numbered below the last holder move after it, then the users
+    // after them as far as needed.
+    // (user, old number, record, new number)
+    type Move<U, T> = (U, i64, Option<T>, i64);
+    let mut moves: Vec<Move<S::User, S::Text>> = Vec::new();
+    let mut next = last_holder + 1;
+    let mut all_moved = true;
+    let after_head = head.last().map(|m| m.seq);
+    for m in head {
+        if m.holds {
+            continue;
+        }
+        let new = m.seq.max(next);
+        if new == m.seq {
+            all_moved = false;
+            break;
+        }
+        next = new + 1;
+        moves.push((m.user, m.seq, m.value, new));
+    }
+    if !moves.is_empty() && all_moved {
+        let start = after_head.map_or(i64::MIN, |s| s + 1);
+        let mut more = Vec::new();
+        s.waiting_scan(start, i64::MAX, |user, seq| {
+            let new = seq.max(next);
+            if new == seq {
+                return false;
+            }
+            more.push((user, seq, s.record(seq), new));
+            next = new + 1;
+            true
+        });
+        moves.extend(more);
+    }
+    // Only numbers nobody moves to are deleted: a store may replicate one write per
+    // field and command.
+    for (_, seq, value, _) in &moves {
+        if value.is_some() && !moves.iter().any(|m| m.3 == *seq) {
+            s.delete_record(*seq);
+        }
+    }
+    for (user, _, value, new) in &moves {
+        s.waiting_add(user, *new);
+        if let Some(v) = value {
+            s.put_record(*new, v.as_ref());
+        }
+    }
+    s.set_stat(stat::JOINING, holders);
+    s.set_stat(stat::P_MAX, last_holder);
+}
+
+/// Notes that the waiting user `seq` was heard from at `now`.
+fn touch<S: Store>(s: &mut S, seq: i64, now: i64, nickname: &[u8]) {
+    s.put_record(seq, &record::encode_waiting(now, nickname));
+}
+
+/// Puts `user` in line with number `seq` (the back of the line).
+fn add_waiter<S: Store>(s: &mut S, user: &S::User, seq: i64, now: i64, nickname: &[u8]) {
+    if s.stat_opt(keys::LAYOUT_FIELD) != Some(keys::LAYOUT) {
+        s.set_stat(keys::LAYOUT_FIELD, keys::LAYOUT);
+    }
+    s.waiting_add(user, seq);
+    touch(s, seq, now, nickname);
+}
+
+/// Takes `user` (numbered `seq`) out of line, withdrawing its ticket if it had one.
+fn remove<S: Store>(s: &mut S, user: &S::User, seq: i64, was_promoted: bool) {
+    s.waiting_remove(user);
+    s.delete_record(seq);
+    if was_promoted {
+        let left = joining(s) - 1;
+        s.set_stat(stat::JOINING, left);
+        if left == 0 {
+            s.set_stat(stat::P_MAX, 0);
+        }
+    }
+}
+
+/// Gives the user numbered `seq` a ticket claimable until now + ticket_ttl: its
+/// record becomes the ticket. Returns the ticket id.
+fn promote_user<S: Store>(s: &mut S, seq: i64, nickname: &[u8], now: i64) -> Vec<u8> {
+    let secret = s.new_secret();
+    let expiry = now + s.setting(crate::config::TICKET_TTL);
+    s.put_record(seq, &record::encode_promoted(expiry, &secret, nickname));
+    ticket::ticket_id(seq, &secret)
+}
+
+/// Counts `n` promotions up to number `p_max` (kept apart so a batch writes once).
+fn note_promoted<S: Store>(s: &mut S, n: i64, p_max: i64) {
+    if n > 0 {
+        let j = joining(s) + n;
+        s.set_stat(stat::JOINING, j);
+        s.set_stat(stat::P_MAX, p_max);
+    }
+}
+
+/// The user in line with number `seq`.
+fn user_at<S: Store>(s: &S, seq: i64) -> Option<S::User> {
+    let mut found = None;
+    s.waiting_scan(seq, seq, |u, _| {
+        found = Some(u);
+        false
+    });
+    found
+}
+
+/// Drops expired tickets and leases; returns (tickets, leases) dropped.
+///
+/// Tickets are examined from the head of the line, in the order they were issued, up
+/// to the first that is still good: after `ticket_ttl` was lowered a newer ticket may
+/// expire first, and is then counted a little longer (never accepted: a claim checks
+/// its own expiry).
+pub fn reap<S: Store>(s: &mut S, now: i64) -> (i64, i64) {
+    let mut gone = Vec::new();
+    let top = p_max(s);
+    if top > 0 {
+        s.waiting_scan(i64::MIN, top, |user, seq| {
+            let done = matches!(record(s, seq), Some(Rec::Promoted { expiry, .. }) if expiry <= now);
+            if done {
+                gone.push((user, seq));
+            }
+            done
+        });
+    }
+    for (user, seq) in &gone {
+        remove(s, user, *seq, true);
+    }
+    let expired = gone.len() as i64;
+    let lapsed = s.sessions_ended_by(now);
+    for u in &lapsed {
+        s.close_session(u);
+    }
+    let lapsed = lapsed.len() as i64;
+    add_stat(s, stat::TICKETS_EXPIRED, expired);
+    add_stat(s, stat::LEASES_EXPIRED, lapsed);
+    s.count(Event::TicketsExpired, expired);
+    s.count(Event::LeasesExpired, lapsed);
+    (expired, lapsed)
+}
+
+/// Live sessions as of `now`, without writing.
+pub fn live_sessions<S: Store>(s: &S, now: i64) -> i64 {
+    s.sessions_len() - s.sessions_ended_by(now).len() as i64
+}
+
+/// Where `user` stands as of `now` (tickets and leases past their time count as gone).
+pub fn standing<S: Store>(s: &S, user: &S::User, now: i64) -> Standing {
+    if let Some((rank, seq)) = s.waiting_rank(user) {
+        return match record(s, seq) {
+            Some(Rec::Waiting { seen, nickname }) => {
+                Standing::Waiting { seq, rank: rank + 1 - joining(s), seen, nickname }
+            }
+            Some(Rec::Promoted { expiry, secret, nickname }) if expiry > now => {
+                Standing::Promoted { ticket: ticket::ticket_id(seq, &secret), nickname }
+            }
+            _ => Standing::Unknown,
+        };
+    }
+    if s.session_expiry(user).is_some_and(|exp| exp > now) {
+        return Standing::Active { nickname: s.active_nickname(user).map(|n| n.as_ref().to_vec()) };
+    }
+    Standing::Unknown
+}
+
+/// The estimated wait of a waiting user, in whole seconds.
+pub fn eta<S: Store>(s: &S, standing: &Standing) -> Option<i64> {
+    match standing {
+        Standing::Waiting { rank, .. } => {
+            let measured = stat(s, stat::RATE_PER_MIN);
+            admission::estimated_wait_seconds(
+                *rank,
+                measured,
+                if measured > 0 { 0 } else { s.setting(crate::config::RATE) },
+            )
+        }
+        _ => None,
+    }
+}
+
+/// QUEUE.ENTER: to the back of the line; re-entry gives up the old place and any
+/// unclaimed ticket; in at once when nobody waits and there is room (and a token).
+/// A user who is inside may queue again (say, from a second device); claiming the
+/// new ticket fails with INSIDE while the first session lives.
+pub fn enter<S: Store>(s: &mut S, user: &S::User, nickname: &[u8]) -> Result<Standing, QueueError> {
+    s.check(&[Part::Waiting, Part::Stats])?;
+    ensure_layout(s)?;
+    let now = s.now();
+    let old = s.waiting_score(user);
+    let old_waits = old.is_some_and(|seq| !is_promoted(s, seq));
+    let may_admit_now = waiting_count(s) == i64::from(old_waits) && s.setting(crate::config::SOFT_CAP) > 0;
+    if may_admit_now {
+        s.check(&ALL_PARTS)?;
+    }
+    if let Some(seq) = old {
+        let was_promoted = is_promoted(s, seq);
+        remove(s, user, seq, was_promoted);
+    }
+    let seq = next_seq(s);
+    s.count(Event::Entered, 1);
+
+    if may_admit_now {
+        reap(s, now);
+        let cfg = config(s);
+        let free = admission::free_slots(cfg.soft_cap(), s.sessions_len(), joining(s));
+        let bucket = (cfg.rate() > 0).then(|| bucket(s, now));
+        if free > 0 && bucket.is_none_or(|b| b.whole() >= 1) {
+            add_waiter(s, user, seq, now, nickname);
+            let ticket = promote_user(s, seq, nickname, now);
+            note_promoted(s, 1, seq);
+            if let Some(b) = bucket {
+                save_bucket(s, b.take(1));
+            }
+            record_admissions(s, now, 1);
+            add_stat(s, stat::PROMOTED, 1);
+            s.count(Event::Promoted, 1);
+            return Ok(Standing::Promoted { ticket, nickname: nickname.to_vec() });
+        }
+    }
+    add_waiter(s, user, seq, now, nickname);
+    Ok(Standing::Waiting { seq, rank: waiting_count(s), seen: now, nickname: nickname.to_vec() })
+}
+
+/// QUEUE.STATUS (and each user of QUEUE.RANKS): where `user` stands; a waiting user
+/// counts as heard from (its stored time is refreshed at most every
+/// `admission::seen_refresh_ms`, so that polling is not a write each time).
+pub fn observe<S: Store>(s: &mut S, user: &S::User, now: i64) -> Standing {
+    let st = standing(s, user, now);
+    if let Standing::Waiting { seq, seen, nickname, .. } = &st {
+        if let Some(every) = admission::seen_refresh_ms(s.setting(crate::config::ABANDON_AFTER)) {
+            if now - seen >= every {
+                touch(s, *seq, now, nickname);
+            }
+        }
+    }
+    st
+}
+
+/// Checks and repairs what STATUS and RANKS read (only records are written).
+pub fn begin_observing<S: Store>(s: &mut S) -> Result<i64, QueueError> {
+    s.check(&[Part::Waiting])?;
+    ensure_layout(s)?;
+    Ok(s.now())
+}
+
+/// QUEUE.LEAVE: whether the user was in line (waiting or holding a ticket).
+pub fn leave<S: Store>(s: &mut S, user: &S::User) -> Result<bool, QueueError> {
+    s.check(&[Part::Waiting, Part::Stats])?;
+    ensure_layout(s)?;
+    let Some(seq) = s.waiting_score(user) else {
+        return Ok(false);
+    };
+    let was_promoted = is_promoted(s, seq);
+    remove(s, user, seq, was_promoted);
+    add_stat(s, stat::LEFT, 1);
+    s.count(Event::Left, 1);
+    Ok(true)
+}
+
+/// QUEUE.PROMOTE [MAX n]: housekeeping, then tickets for the head of the line within
+/// the soft cap, the token bucket, MAX and batch_max; waiters not heard from within
+/// abandon_after are dropped on the way, and a sweep drops silent ones further back.
+pub fn promote<S: Store>(s: &mut S, max: Option<i64>) -> Result<Promotion, QueueError> {
+    s.check(&ALL_PARTS)?;
+    ensure_layout(s)?;
+    let cfg = config(s);
+    let now = s.now();
+
+    let (tickets_expired, leases_expired) = reap(s, now);
+    let free = admission::free_slots(cfg.soft_cap(), s.sessions_len(), joining(s));
+    let bucket = (cfg.rate() > 0).then(|| bucket(s, now));
+    let n = admission::promote_count(free, bucket.map(|b| b.whole()), max, cfg.batch_max());
+
+    // Tickets go to the head of the waiting users (right after the holders).
+    let mut promoted = 0i64;
+    let mut dropped = 0i64;
+    let mut top = p_max(s);
+    if n > 0 {
+        let mut head = Vec::new();
+        let limit = n as usize + SWEEP_BUDGET;
+        s.waiting_scan(top + 1, i64::MAX, |u, seq| {
+            head.push((u, seq));
+            head.len() < limit
+        });
+        for (user, seq) in head {
+            if promoted == n {
+                break;
+            }
+            match record(s, seq) {
+                Some(Rec::Waiting { seen, nickname }) if !admission::is_abandoned(seen, now, cfg.abandon_after()) => {
+                    promote_user(s, seq, &nickname, now);
+                    promoted += 1;
+                    top = seq;
+                }
+                _ => {
+                    remove(s, &user, seq, false);
+                    dropped += 1;
+                }
+            }
+        }
+    }
+    note_promoted(s, promoted, top);
+    dropped += sweep(s, cfg.abandon_after(), now, top);
+
+    if let Some(b) = bucket {
+        save_bucket(s, b.take(promoted));
+    }
+    record_admissions(s, now, promoted);
+    add_stat(s, stat::PROMOTED, promoted);
+    add_stat(s, stat::DROPPED, dropped);
+    s.count(Event::Promoted, promoted);
+    s.count(Event::Dropped, dropped);
+
+    let (active, joining) = (s.sessions_len(), joining(s));
+    Ok(Promotion {
+        promoted,
+        tickets_expired,
+        leases_expired,
+        dropped,
+        waiting: waiting_count(s),
+        joining,
+        active,
+        available_slots: admission::free_slots(cfg.soft_cap(), active, joining),
+    })
+}
+
+/// Examines up to SWEEP_BUDGET waiters after the sweep cursor and drops those not
+/// heard from within abandon_after, so that ranks stay honest; wraps at the end.
+fn sweep<S: Store>(s: &mut S, abandon_after: i64, now: i64, top: i64) -> i64 {
+    if abandon_after <= 0 || waiting_count(s) == 0 {
+        return 0;
+    }
+    let cursor = stat(s, stat::SWEEP).max(top);
+    let mut batch = Vec::new();
+    s.waiting_scan(cursor + 1, i64::MAX, |u, seq| {
+        batch.push((u, seq));
+        batch.len() < SWEEP_BUDGET
+    });
+    let next = if batch.len() < SWEEP_BUDGET { 0 } else { batch.last().map_or(0, |b| b.1) };
+    let mut dropped = 0;
+    for (user, seq) in batch {
+        let abandoned = match record(s, seq) {
+            Some(Rec::Waiting { seen, .. }) => admission::is_abandoned(seen, now, abandon_after),
+            Some(Rec::Promoted { .. }) => false,
+            None => true,
+        };
+        if abandoned {
+            remove(s, &user, seq, false);
+            dropped += 1;
+        }
+    }
+    if next != cursor {
+        s.set_stat(stat::SWEEP, next);
+    }
+    dropped
+}
+
+/// TICKET.CLAIM: a ticket is good exactly once, before it expires, while its user is
+/// not inside already and the hard cap allows; it opens a session lease.
+pub fn claim<S: Store>(s: &mut S, ticket_id: &[u8]) -> Result<Claimed<S::User>, QueueError> {
+    s.check(&ALL_PARTS)?;
+    ensure_layout(s)?;
+    let now = s.now();
+    let (seq, secret) = ticket::parse_ticket(ticket_id).ok_or(QueueError::NoTicket)?;
+    let Some(Rec::Promoted { expiry, secret: held, nickname }) = record(s, seq) else {
+        return Err(QueueError::NoTicket);
+    };
+    if !ticket::same_secret(secret, &held) {
+        return Err(QueueError::NoTicket);
+    }
+    if expiry <= now {
+        return Err(QueueError::TicketExpired);
+    }
+    let user = user_at(s, seq).ok_or(QueueError::NoTicket)?;
+    if s.session_expiry(&user).is_some_and(|exp| exp > now) {
+        return Err(QueueError::AlreadyInside);
+    }
+    let hard_cap = s.setting(crate::config::HARD_CAP);
+    if hard_cap > 0 && live_sessions(s, now) >= hard_cap {
+        return Err(QueueError::HardCap);
+    }
+    remove(s, &user, seq, true);
+    let lease = s.setting(crate::config::SESSION_LEASE);
+    s.set_lease(&user, now + lease);
+    s.set_active(&user, &nickname);
+    add_stat(s, stat::CLAIMED, 1);
+    s.count(Event::Claimed, 1);
+    Ok(Claimed { user, nickname, lease_ms: lease })
+}
+
+/// SESSION.HEARTBEAT: extends each live lease (true), false where none is live.
+pub fn heartbeat<S: Store>(s: &mut S, users: &[S::User]) -> Result<Vec<bool>, QueueError> {
+    s.check(&[Part::Sessions])?;
+    let now = s.now();
+    let until = now + s.setting(crate::config::SESSION_LEASE);
+    Ok(users
+        .iter()
+        .map(|u| {
+            let live = s.session_expiry(u).is_some_and(|exp| exp > now);
+            if live {
+                s.set_lease(u, until);
+            }
+            live
+        })
+        .collect())
+}
+
+/// SESSION.END: whether the user had a session (even one whose lease ran out).
+pub fn end<S: Store>(s: &mut S, user: &S::User) -> Result<bool, QueueError> {
+    s.check(&[Part::Sessions, Part::Active, Part::Stats])?;
+    let ended = s.session_expiry(user).is_some();
+    if ended {
+        s.close_session(user);
+        add_stat(s, stat::ENDED, 1);
+        s.count(Event::Ended, 1);
+    }
+    Ok(ended)
+}
+
+/// QUEUE.INFO, without writing.
+pub fn info<S: Store>(s: &S) -> Result<Info, QueueError> {
+    s.check(&[Part::Waiting, Part::Sessions, Part::Stats, Part::Config])?;
+    let cfg = config(s);
+    let now = s.now();
+    let (active, joining) = (live_sessions(s, now), joining(s));
+    Ok(Info {
+        waiting: waiting_count(s),
+        joining,
+        active,
+        available_slots: admission::free_slots(cfg.soft_cap(), active, joining),
+        tokens: if cfg.rate() > 0 { bucket(s, now).whole() } else { -1 },
+        admission_rate_per_min: stat(s, stat::RATE_PER_MIN),
+        config: cfg,
+        counters: crate::replies::COUNTERS.map(|c| s.stat_opt(counter_field(c)).unwrap_or(0)),
+    })
+}
+
+/// The stats field of a counter QUEUE.INFO shows (the same name).
+fn counter_field(name: &str) -> &'static str {
+    [stat::PROMOTED, stat::CLAIMED, stat::TICKETS_EXPIRED, stat::DROPPED, stat::LEFT, stat::ENDED, stat::LEASES_EXPIRED]
+        .into_iter()
+        .find(|f| *f == name)
+        .expect("every counter is a stats field")
+}

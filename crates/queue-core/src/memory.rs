@@ -1,0 +1,174 @@
+//! The engine's [`Store`] in memory, with a clock the caller sets: the admission
+//! rules run without a server, so tests move time instead of sleeping. It keeps the
+//! same data as the Valkey keys (README, "Key layout"): the line as userId ->
+//! number, records by number, sessions, active users, stats and settings, and can
+//! show them in that shape for comparison with a server's.
+
+use crate::config::{check_value, field, FIELDS};
+use crate::engine::{Part, Store};
+use crate::error::QueueError;
+use crate::ticket::{Secrets, SECRET_LEN};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+
+pub struct MemoryStore {
+    /// The time every command reads.
+    pub now: i64,
+    waiting: BTreeSet<(i64, Vec<u8>)>,
+    numbers: HashMap<Vec<u8>, i64>,
+    records: BTreeMap<i64, Vec<u8>>,
+    sessions: HashMap<Vec<u8>, i64>,
+    active: HashMap<Vec<u8>, Vec<u8>>,
+    stats: BTreeMap<&'static str, i64>,
+    settings: [Option<i64>; FIELDS.len()],
+    secrets: Secrets,
+}
+
+impl MemoryStore {
+    /// An empty queue at time `now`; ticket secrets from `seed` (deterministic).
+    pub fn new(now: i64, seed: u8) -> Self {
+        MemoryStore {
+            now,
+            waiting: BTreeSet::new(),
+            numbers: HashMap::new(),
+            records: BTreeMap::new(),
+            sessions: HashMap::new(),
+            active: HashMap::new(),
+            stats: BTreeMap::new(),
+            settings: [None; FIELDS.len()],
+            secrets: Secrets::from_seed([seed; 32]),
+        }
+    }
+
+    /// QUEUE.CONFIG SET: every pair checked before any is applied.
+    pub fn configure(&mut self, pairs: &[(&str, i64)]) -> Result<(), QueueError> {
+        let mut checked = Vec::new();
+        for (name, v) in pairs {
+            let f = field(name.as_bytes())?;
+            checked.push((
+                FIELDS.iter().position(|x| x.name == f.name).unwrap(),
+                check_value(f, v.to_string().as_bytes())?,
+            ));
+        }
+        for (i, v) in checked {
+            self.settings[i] = Some(v);
+        }
+        Ok(())
+    }
+
+    /// The line as stored: (userId, number, record), lowest number first.
+    pub fn line(&self) -> Vec<(String, i64, String)> {
+        self.waiting
+            .iter()
+            .map(|(seq, u)| {
+                let rec = self.records.get(seq).map(|r| String::from_utf8_lossy(r).into_owned()).unwrap_or_default();
+                (String::from_utf8_lossy(u).into_owned(), *seq, rec)
+            })
+            .collect()
+    }
+
+    /// A stats field as stored.
+    pub fn stat(&self, field: &str) -> Option<i64> {
+        self.stats.get(field).copied()
+    }
+
+    /// Sessions as stored: userId -> lease expiry.
+    pub fn sessions(&self) -> BTreeMap<String, i64> {
+        self.sessions.iter().map(|(u, e)| (String::from_utf8_lossy(u).into_owned(), *e)).collect()
+    }
+}
+
+impl Store for MemoryStore {
+    type User = Vec<u8>;
+    type Text = Vec<u8>;
+
+    fn check(&self, _parts: &[Part]) -> Result<(), QueueError> {
+        Ok(())
+    }
+    fn now(&self) -> i64 {
+        self.now
+    }
+    fn setting(&self, i: usize) -> i64 {
+        self.settings[i].unwrap_or(FIELDS[i].default)
+    }
+    fn stat_opt(&self, field: &'static str) -> Option<i64> {
+        self.stats.get(field).copied()
+    }
+    fn set_stat(&mut self, field: &'static str, v: i64) {
+        self.stats.insert(field, v);
+    }
+    fn new_secret(&mut self) -> [u8; SECRET_LEN] {
+        self.secrets.next_secret()
+    }
+
+    fn waiting_len(&self) -> i64 {
+        self.waiting.len() as i64
+    }
+    fn waiting_score(&self, user: &Vec<u8>) -> Option<i64> {
+        self.numbers.get(user).copied()
+    }
+    fn waiting_rank(&self, user: &Vec<u8>) -> Option<(i64, i64)> {
+        let seq = *self.numbers.get(user)?;
+        let rank = self.waiting.range(..(seq, user.clone())).count() as i64;
+        Some((rank, seq))
+    }
+    fn waiting_max(&self) -> Option<i64> {
+        self.waiting.last().map(|m| m.0)
+    }
+    fn waiting_scan<F: FnMut(Vec<u8>, i64) -> bool>(&self, min: i64, max: i64, mut f: F) {
+        if min > max {
+            return;
+        }
+        for (seq, u) in self.waiting.range((min, Vec::new())..) {
+            if *seq > max || !f(u.clone(), *seq) {
+                return;
+            }
+        }
+    }
+    fn waiting_add(&mut self, user: &Vec<u8>, seq: i64) {
+        if let Some(old) = self.numbers.insert(user.clone(), seq) {
+            self.waiting.remove(&(old, user.clone()));
+        }
+        self.waiting.insert((seq, user.clone()));
+    }
+    fn waiting_remove(&mut self, user: &Vec<u8>) {
+        if let Some(old) = self.numbers.remove(user) {
+            self.waiting.remove(&(old, user.clone()));
+        }
+    }
+
+    fn record(&self, seq: i64) -> Option<Vec<u8>> {
+        self.records.get(&seq).cloned()
+    }
+    fn put_record(&mut self, seq: i64, value: &[u8]) {
+        self.records.insert(seq, value.to_vec());
+    }
+    fn delete_record(&mut self, seq: i64) {
+        self.records.remove(&seq);
+    }
+
+    fn sessions_len(&self) -> i64 {
+        self.sessions.len() as i64
+    }
+    fn session_expiry(&self, user: &Vec<u8>) -> Option<i64> {
+        self.sessions.get(user).copied()
+    }
+    fn sessions_ended_by(&self, now: i64) -> Vec<Vec<u8>> {
+        let mut ended: Vec<(i64, Vec<u8>)> =
+            self.sessions.iter().filter(|(_, e)| **e <= now).map(|(u, e)| (*e, u.clone())).collect();
+        ended.sort();
+        ended.into_iter().map(|(_, u)| u).collect()
+    }
+    fn set_lease(&mut self, user: &Vec<u8>, until: i64) {
+        self.sessions.insert(user.clone(), until);
+    }
+    fn active_nickname(&self, user: &Vec<u8>) -> Option<Vec<u8>> {
+        self.active.get(user).cloned()
+    }
+    fn set_active(&mut self, user: &Vec<u8>, nickname: &[u8]) {
+        self.active.insert(user.clone(), nickname.to_vec());
+    }
+    fn close_session(&mut self, user: &Vec<u8>) {
+        self.sessions.remove(user);
+        self.active.remove(user);
+    }
+}
