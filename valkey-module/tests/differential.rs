@@ -1,6 +1,7 @@
-//! The same seeded random sequence of operations on two servers, one per backend:
-//! every reply and the final data must match, byte for byte, once the values that
-//! are random (ticket secrets) or clock readings (times) are masked.
+//! The same seeded random sequence of operations on two servers, one per backend,
+//! and on the admission engine over its in-memory store: every reply and the final
+//! data must match, byte for byte, once the values that are random (ticket secrets)
+//! or clock readings (times) are masked.
 //!
 //! Byte for byte includes the order of map fields, which the Lua library cannot
 //! choose: Valkey builds its maps in the iteration order of Lua tables. The module
@@ -8,6 +9,9 @@
 //! against a 9.x server the maps are compared as sets of fields (same fields, same
 //! values, order aside) and everything else still byte for byte.
 
+use queue_core::engine::{self, Standing, Store};
+use queue_core::memory::{Content, MemoryStore};
+use queue_core::replies;
 use redis::Value;
 use std::collections::BTreeMap;
 use testkit::{Backend, Client, Rng, ValkeyServer};
@@ -149,19 +153,29 @@ fn lockstep(reference: &mut Client, other: &mut Client, steps: usize, mut other_
     let users: Vec<String> = (0..24).map(|i| format!("user-{i}")).collect();
     let mut tickets: Vec<(String, String)> = Vec::new();
     let compare = Compare::for_server(reference);
+    let mut engines = Engines::default();
     for step in 0..steps {
         let (name, args) = random_op(&mut rng, &users, &tickets);
         other.backend = other_backend();
         let (rr, ro) = (reply(reference, name, &args), reply(other, name, &args));
+        let re = engines.reply(name, &args);
         assert_eq!(
             compare.normal(&rr),
             compare.normal(&ro),
             "step {step}: {name} {args:?} (other served by {:?})",
             other.backend
         );
+        assert_eq!(
+            compare.normal(&rr),
+            compare.normal(&re),
+            "step {step}: {name} {args:?}: the engine in memory differs"
+        );
         collect_tickets(&args[0], &rr, &ro, &mut tickets, other);
+        engines.adopt_ticket(&args[0], &rr);
     }
-    assert_eq!(dump(reference), dump(other), "final data differs");
+    let reference_data = dump(reference);
+    assert_eq!(reference_data, dump(other), "final data differs");
+    assert_eq!(reference_data, engines.dump(), "final data differs from the engine's in memory");
     let (q, o) = (reference.info("q"), reference.info("other"));
     let sum = |f: &str| testkit::field_int(&q, f) + testkit::field_int(&o, f);
     assert!(sum("promoted") > 40 && sum("claimed") > 10, "the run admitted too few to mean much: {q:?} {o:?}");
@@ -245,5 +259,196 @@ fn malformed_arguments_get_the_same_answers() {
         };
         let (rm, rl) = (run(&mut cm), run(&mut cl));
         assert_eq!(rm, rl, "step {step}: {name} {args:?}");
+    }
+}
+
+/// The third party of the lockstep: the admission engine (queue-core) over its
+/// in-memory store, one per queue, replying as the module would (RESP3).
+#[derive(Default)]
+struct Engines {
+    stores: BTreeMap<String, MemoryStore>,
+}
+
+fn now_ms() -> i64 {
+    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_millis() as i64
+}
+
+fn bulk(b: &[u8]) -> Value {
+    Value::BulkString(b.to_vec())
+}
+
+fn map(order: &[&str], fields: Vec<(&str, Value)>) -> Value {
+    Value::Map(
+        order
+            .iter()
+            .map(|name| (bulk(name.as_bytes()), fields.iter().find(|(f, _)| f == name).expect("field").1.clone()))
+            .collect(),
+    )
+}
+
+fn standing_value(user: &[u8], st: &Standing, eta: Option<i64>) -> Value {
+    let opt = |b: Option<&[u8]>| b.map_or(Value::Nil, bulk);
+    map(
+        &replies::STANDING,
+        vec![
+            ("status", bulk(st.status().as_bytes())),
+            ("rank", Value::Int(st.rank())),
+            ("userId", bulk(user)),
+            ("nickname", opt(st.nickname())),
+            ("ticketId", opt(st.ticket())),
+            ("estimatedWaitSeconds", eta.map_or(Value::Nil, Value::Int)),
+        ],
+    )
+}
+
+impl Engines {
+    fn store(&mut self, q: &str) -> &mut MemoryStore {
+        let s = self.stores.entry(q.to_string()).or_insert_with(|| MemoryStore::new(now_ms(), 9));
+        s.now = now_ms();
+        s
+    }
+
+    fn reply(&mut self, name: &str, args: &[String]) -> Value {
+        let error = |e: queue_core::QueueError| Value::SimpleString(format!("error: {e}"));
+        let s = self.store(&args[0]);
+        let user = |i: usize| args[i].as_bytes().to_vec();
+        match name {
+            "QUEUE.ENTER" => match engine::enter(s, &user(1), args[2].as_bytes()) {
+                Ok(st) => standing_value(&user(1), &st, engine::eta(s, &st)),
+                Err(e) => error(e),
+            },
+            "QUEUE.STATUS" | "QUEUE.RANKS" => {
+                let now = match engine::begin_observing(s) {
+                    Ok(now) => now,
+                    Err(e) => return error(e),
+                };
+                let mut all: Vec<Value> = args[1..]
+                    .iter()
+                    .map(|u| {
+                        let st = engine::observe(s, &u.as_bytes().to_vec(), now);
+                        standing_value(u.as_bytes(), &st, engine::eta(s, &st))
+                    })
+                    .collect();
+                if name == "QUEUE.STATUS" {
+                    all.remove(0)
+                } else {
+                    Value::Array(all)
+                }
+            }
+            "QUEUE.LEAVE" => engine::leave(s, &user(1)).map_or_else(error, |b| Value::Int(i64::from(b))),
+            "QUEUE.PROMOTE" => {
+                let max = args.get(2).map(|m| m.parse().unwrap());
+                match engine::promote(s, max) {
+                    Ok(p) => map(
+                        &replies::PROMOTE,
+                        vec![
+                            ("promoted", Value::Int(p.promoted)),
+                            ("tickets_expired", Value::Int(p.tickets_expired)),
+                            ("leases_expired", Value::Int(p.leases_expired)),
+                            ("dropped", Value::Int(p.dropped)),
+                            ("waiting", Value::Int(p.waiting)),
+                            ("joining", Value::Int(p.joining)),
+                            ("active", Value::Int(p.active)),
+                            ("available_slots", Value::Int(p.available_slots)),
+                        ],
+                    ),
+                    Err(e) => error(e),
+                }
+            }
+            "TICKET.CLAIM" => match engine::claim(s, args[1].as_bytes()) {
+                Ok(c) => map(
+                    &replies::CLAIM,
+                    vec![
+                        ("userId", bulk(&c.user)),
+                        ("nickname", bulk(&c.nickname)),
+                        ("ticketId", bulk(args[1].as_bytes())),
+                        ("leaseMs", Value::Int(c.lease_ms)),
+                    ],
+                ),
+                Err(e) => error(e),
+            },
+            "SESSION.HEARTBEAT" => {
+                let users: Vec<Vec<u8>> = args[1..].iter().map(|u| u.as_bytes().to_vec()).collect();
+                engine::heartbeat(s, &users)
+                    .map_or_else(error, |l| Value::Array(l.into_iter().map(|b| Value::Int(i64::from(b))).collect()))
+            }
+            "SESSION.END" => engine::end(s, &user(1)).map_or_else(error, |b| Value::Int(i64::from(b))),
+            "QUEUE.CONFIG" if args[1] == "SET" => {
+                let v: i64 = args[3].parse().unwrap();
+                s.configure(&[(args[2].as_str(), v)]).map_or_else(error, |_| Value::Okay)
+            }
+            "QUEUE.CONFIG" => {
+                let c = engine::config(s);
+                let fields =
+                    queue_core::config::FIELDS.iter().zip(c.values).map(|(f, v)| (f.name, Value::Int(v))).collect();
+                map(&replies::CONFIG, fields)
+            }
+            "QUEUE.INFO" => match engine::info(s) {
+                Ok(i) => {
+                    let mut fields = vec![
+                        ("waiting", Value::Int(i.waiting)),
+                        ("joining", Value::Int(i.joining)),
+                        ("active", Value::Int(i.active)),
+                        ("available_slots", Value::Int(i.available_slots)),
+                        ("tokens", Value::Int(i.tokens)),
+                        ("admission_rate_per_min", Value::Int(i.admission_rate_per_min)),
+                    ];
+                    fields.extend(
+                        queue_core::config::FIELDS.iter().zip(i.config.values).map(|(f, v)| (f.name, Value::Int(v))),
+                    );
+                    fields.extend(replies::COUNTERS.iter().zip(i.counters).map(|(&c, v)| (c, Value::Int(v))));
+                    map(&replies::INFO, fields)
+                }
+                Err(e) => error(e),
+            },
+            other => panic!("no engine twin for {other}"),
+        }
+    }
+
+    /// Gives the engine's record of a ticket the reference's secret, so that one
+    /// ticket name works everywhere.
+    fn adopt_ticket(&mut self, queue: &str, reference: &Value) {
+        let Value::Map(m) = reference else { return };
+        let Some(t) = m.iter().find_map(|(k, v)| match (k, v) {
+            (Value::BulkString(k), Value::BulkString(v)) if k == b"ticketId" => {
+                Some(String::from_utf8_lossy(v).into_owned())
+            }
+            _ => None,
+        }) else {
+            return;
+        };
+        let (seq, secret) = t.split_once('.').unwrap();
+        let seq: i64 = seq.parse().unwrap();
+        let s = self.store(queue);
+        if let Some(rec) = Store::record(s, seq) {
+            let rec = String::from_utf8(rec).unwrap();
+            if let Some(rest) = rec.strip_prefix('P') {
+                let parts: Vec<&str> = rest.splitn(3, '|').collect();
+                let fixed = format!("P{}|{secret}|{}", parts[0], parts[2]);
+                Store::put_record(s, seq, fixed.as_bytes());
+            }
+        }
+    }
+
+    /// Every key the engines hold, as `dump` shows a server's.
+    fn dump(&self) -> BTreeMap<String, String> {
+        let mut out = BTreeMap::new();
+        for (q, s) in &self.stores {
+            for (k, content) in s.keys(q) {
+                let text = match content {
+                    Content::Zset(v) => {
+                        format!(
+                            "{:?}",
+                            v.iter().map(|(m, sc)| (m.clone(), mask_text(&sc.to_string()))).collect::<Vec<_>>()
+                        )
+                    }
+                    Content::Hash(h) => {
+                        format!("{:?}", h.iter().map(|(f, x)| (f.clone(), mask_text(x))).collect::<BTreeMap<_, _>>())
+                    }
+                };
+                out.insert(k, text);
+            }
+        }
+        out
     }
 }

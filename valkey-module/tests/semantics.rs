@@ -1,4 +1,5 @@
-//! The queue's promises, each proven against a real valkey-server.
+//! The queue's promises, each proven against a real valkey-server. Time moves by
+//! the server's test clock (`queue:{Q}:clock`), never by sleeping.
 
 use testkit::{as_int, field_int, field_str, Backend, Client, ValkeyServer};
 
@@ -19,9 +20,15 @@ testkit::backend_tests!(
     resp3_maps,
 );
 
+/// The test clock's start.
+const T0: i64 = 1_700_000_000_000;
+
 fn server(b: Backend) -> (ValkeyServer, Client) {
-    let s = ValkeyServer::start(b);
-    let c = s.client();
+    let s = ValkeyServer::builder(b).test_clock().start();
+    let mut c = s.client();
+    for q in ["q", "s"] {
+        c.set_clock(q, T0);
+    }
     (s, c)
 }
 
@@ -139,22 +146,20 @@ fn token_bucket_limits_admission(b: Backend) {
     for i in 0..40 {
         c.enter("q", &format!("u{i}"), "n");
     }
-    // 10 per second with a bucket of 5: at most 5 at once, then refills.
+    // 10 per second with a bucket of 5: at most 5 at once, then one per 100 ms.
     c.config_set("q", &[("soft_cap", 1000), ("rate", 10), ("burst", 5)]);
-    let start = std::time::Instant::now();
     assert_eq!(field_int(&c.promote("q", None), "promoted"), 5);
-    let r = c.promote("q", None);
-    let got = field_int(&r, "promoted");
-    let elapsed_ms = start.elapsed().as_millis() as i64;
-    assert!(got <= elapsed_ms / 100 + 1, "bucket empty: {got} after {elapsed_ms} ms");
-    // Tokens come back with time.
-    let more = testkit::wait_for(std::time::Duration::from_secs(5), || {
-        let n = field_int(&c.promote("q", None), "promoted");
-        (n > 0).then_some(n)
-    });
-    assert!(more.is_some());
-    let info = c.info("q");
-    assert!(field_int(&info, "tokens") <= 5);
+    assert_eq!(field_int(&c.promote("q", None), "promoted"), 0, "the bucket is empty");
+    c.set_clock("q", T0 + 99);
+    assert_eq!(field_int(&c.promote("q", None), "promoted"), 0, "not a whole token yet");
+    c.set_clock("q", T0 + 100);
+    assert_eq!(field_int(&c.promote("q", None), "promoted"), 1);
+    c.set_clock("q", T0 + 350);
+    assert_eq!(field_int(&c.promote("q", None), "promoted"), 2);
+    // Refills stop at the bucket's size.
+    c.set_clock("q", T0 + 60_000);
+    assert_eq!(field_int(&c.info("q"), "tokens"), 5);
+    assert_eq!(field_int(&c.promote("q", None), "promoted"), 5);
 }
 
 fn expired_tickets_free_their_slot(b: Backend) {
@@ -163,11 +168,11 @@ fn expired_tickets_free_their_slot(b: Backend) {
     let t = field_str(&c.enter("q", "a", "a"), "ticketId").unwrap();
     c.enter("q", "b", "b");
     assert_eq!(field_int(&c.promote("q", None), "promoted"), 0);
-    let r = testkit::wait_for(std::time::Duration::from_secs(5), || {
-        let r = c.promote("q", None);
-        (field_int(&r, "promoted") == 1).then_some(r)
-    })
-    .expect("the expired ticket frees its slot");
+    c.set_clock("q", T0 + 199);
+    assert_eq!(field_int(&c.promote("q", None), "promoted"), 0, "still good 1 ms before its time");
+    c.set_clock("q", T0 + 200);
+    let r = c.promote("q", None);
+    assert_eq!(field_int(&r, "promoted"), 1, "the expired ticket frees its slot");
     assert_eq!(field_int(&r, "tickets_expired"), 1);
 
     assert_eq!(c.claim("q", &t).unwrap_err(), "NOTICKET unknown or already used ticket");
@@ -181,10 +186,8 @@ fn max_zero_only_does_the_housekeeping(b: Backend) {
     c.config_set("q", &[("soft_cap", 1), ("ticket_ttl", 200)]);
     c.enter("q", "a", "a");
     c.enter("q", "b", "b");
-    testkit::wait_for(std::time::Duration::from_secs(5), || {
-        (field_str(&c.status("q", "a"), "status").as_deref() == Some("UNKNOWN")).then_some(())
-    })
-    .expect("a's ticket expires");
+    c.set_clock("q", T0 + 200);
+    assert_eq!(field_str(&c.status("q", "a"), "status").as_deref(), Some("UNKNOWN"), "a's ticket expired");
     let r = c.promote("q", Some(0));
     assert_eq!((field_int(&r, "promoted"), field_int(&r, "tickets_expired")), (0, 1));
     assert_eq!((field_int(&r, "joining"), field_int(&r, "available_slots")), (0, 1));
@@ -199,13 +202,13 @@ fn silent_waiters_are_dropped_never_promoted(b: Backend) {
     for u in ["quiet1", "talker", "quiet2"] {
         c.enter("q", u, u);
     }
-    // Only the talker keeps asking.
-    let deadline = std::time::Instant::now() + std::time::Duration::from_millis(1600);
-    while std::time::Instant::now() < deadline {
-        c.status("q", "talker");
-        std::thread::sleep(std::time::Duration::from_millis(100));
-    }
+    // Only the talker keeps asking (last-seen times are kept to 250 ms).
+    c.set_clock("q", T0 + 600);
+    c.status("q", "talker");
+    c.set_clock("q", T0 + 1000);
     c.config_set("q", &[("soft_cap", 10)]);
+    assert_eq!(field_int(&c.promote("q", Some(0)), "dropped"), 0, "silent for exactly abandon_after: not yet");
+    c.set_clock("q", T0 + 1001);
     let r = c.promote("q", None);
     assert_eq!(field_int(&r, "promoted"), 1);
     assert_eq!(field_int(&r, "dropped"), 2);
@@ -219,12 +222,10 @@ fn silent_waiters_are_dropped_never_promoted(b: Backend) {
     c.enter("s", "head", "h");
     c.enter("s", "gone", "g");
     c.enter("s", "tail", "t");
-    let deadline = std::time::Instant::now() + std::time::Duration::from_millis(1600);
-    while std::time::Instant::now() < deadline {
-        c.status("s", "head");
-        c.status("s", "tail");
-        std::thread::sleep(std::time::Duration::from_millis(100));
-    }
+    c.set_clock("s", T0 + 900);
+    c.status("s", "head");
+    c.status("s", "tail");
+    c.set_clock("s", T0 + 1600);
     let r = c.promote("s", None);
     assert_eq!((field_int(&r, "promoted"), field_int(&r, "dropped")), (0, 1));
     assert_eq!(field_int(&c.status("s", "tail"), "rank"), 2);
@@ -250,10 +251,10 @@ fn claim_errors(b: Backend) {
         c.claim("q", "bad ticket").unwrap_err(),
         "ERR invalid ticketId: 1 to 64 characters from A-Z a-z 0-9 . _ : @ -"
     );
-    // Expired: wait until the ticket's time is over, then claim.
+    // Expired: the ticket's time is over.
     c.config_set("q", &[("ticket_ttl", 150)]);
     let t = field_str(&c.enter("q", "a", "a"), "ticketId").unwrap();
-    std::thread::sleep(std::time::Duration::from_millis(300));
+    c.set_clock("q", T0 + 150);
     assert_eq!(c.claim("q", &t).unwrap_err(), "EXPIRED ticket has expired");
     c.config_set("q", &[("ticket_ttl", 60_000)]);
     c.promote("q", None);
@@ -284,12 +285,13 @@ fn leases_hold_slots_until_end_or_expiry(b: Backend) {
     c.enter("q", "c", "c");
     assert_eq!(field_int(&c.promote("q", None), "promoted"), 0);
     // a keeps heartbeating; b goes silent (its server died): b's slot comes back.
-    let got = testkit::wait_for(std::time::Duration::from_secs(5), || {
-        assert_eq!(c.heartbeat("q", &["a"]), vec![1]);
-        let r = c.promote("q", None);
-        (field_int(&r, "promoted") == 1).then_some(field_int(&r, "leases_expired"))
-    });
-    assert_eq!(got, Some(1));
+    c.set_clock("q", T0 + 200);
+    assert_eq!(c.heartbeat("q", &["a"]), vec![1]);
+    c.set_clock("q", T0 + 299);
+    assert_eq!(field_int(&c.promote("q", None), "promoted"), 0, "b's lease runs until T0 + 300");
+    c.set_clock("q", T0 + 300);
+    let r = c.promote("q", None);
+    assert_eq!((field_int(&r, "promoted"), field_int(&r, "leases_expired")), (1, 1));
     assert_eq!(c.heartbeat("q", &["a", "b", "nobody"]), vec![1, 0, 0]);
     assert_eq!(field_str(&c.status("q", "a"), "status").as_deref(), Some("ACTIVE"));
     assert_eq!(field_str(&c.status("q", "b"), "status").as_deref(), Some("UNKNOWN"));

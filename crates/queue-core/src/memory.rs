@@ -10,6 +10,13 @@ use crate::error::QueueError;
 use crate::ticket::{Secrets, SECRET_LEN};
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 
+/// A key's content, as [`MemoryStore::keys`] shows it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Content {
+    Zset(Vec<(String, i64)>),
+    Hash(BTreeMap<String, String>),
+}
+
 pub struct MemoryStore {
     /// The time every command reads.
     pub now: i64,
@@ -69,6 +76,44 @@ impl MemoryStore {
     /// A stats field as stored.
     pub fn stat(&self, field: &str) -> Option<i64> {
         self.stats.get(field).copied()
+    }
+
+    /// Every key this queue would have on a server, named as there, with its content
+    /// (sorted sets as (member, score) lowest first, hashes as field -> value);
+    /// empty collections are absent, as a server deletes them.
+    pub fn keys(&self, queue: &str) -> BTreeMap<String, Content> {
+        let key = |suffix: &str| crate::keys::key(queue, suffix);
+        let text = |b: &[u8]| String::from_utf8_lossy(b).into_owned();
+        let mut out = BTreeMap::new();
+        let waiting: Vec<(String, i64)> = self.waiting.iter().map(|(s, u)| (text(u), *s)).collect();
+        if !waiting.is_empty() {
+            out.insert(key(crate::keys::WAITING), Content::Zset(waiting));
+        }
+        let mut chunks: BTreeMap<String, BTreeMap<String, String>> = BTreeMap::new();
+        for (seq, rec) in &self.records {
+            let chunk = format!("{}{}", crate::keys::CHUNK_PREFIX, *seq as u64 / crate::keys::CHUNK);
+            chunks.entry(key(&chunk)).or_default().insert(seq.to_string(), text(rec));
+        }
+        out.extend(chunks.into_iter().map(|(k, h)| (k, Content::Hash(h))));
+        let mut sessions: Vec<(String, i64)> = self.sessions.iter().map(|(u, e)| (text(u), *e)).collect();
+        sessions.sort_by(|a, b| (a.1, &a.0).cmp(&(b.1, &b.0)));
+        if !sessions.is_empty() {
+            out.insert(key(crate::keys::SESSIONS), Content::Zset(sessions));
+        }
+        let active: BTreeMap<String, String> = self.active.iter().map(|(u, n)| (text(u), text(n))).collect();
+        if !active.is_empty() {
+            out.insert(key(crate::keys::ACTIVE), Content::Hash(active));
+        }
+        let stats: BTreeMap<String, String> = self.stats.iter().map(|(f, v)| (f.to_string(), v.to_string())).collect();
+        if !stats.is_empty() {
+            out.insert(key(crate::keys::STATS), Content::Hash(stats));
+        }
+        let config: BTreeMap<String, String> =
+            FIELDS.iter().zip(self.settings).filter_map(|(f, v)| Some((f.name.to_string(), v?.to_string()))).collect();
+        if !config.is_empty() {
+            out.insert(key(crate::keys::CONFIG), Content::Hash(config));
+        }
+        out
     }
 
     /// Sessions as stored: userId -> lease expiry.

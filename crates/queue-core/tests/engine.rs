@@ -1,0 +1,333 @@
+//! Every admission rule, table-driven, on the engine over the in-memory store with a
+//! clock the table sets: no server, no sleeping. Each case is a script of steps, each
+//! step with the outcome the rules demand. (The same rules run against the real
+//! module and Lua library in valkey-module/tests.)
+
+use queue_core::engine::{self, Standing, Store};
+use queue_core::memory::MemoryStore;
+use std::collections::HashMap;
+
+const T0: i64 = 1_700_000_000_000;
+
+#[derive(Debug, Clone, Copy)]
+enum Step {
+    /// Settings for the rest of the case.
+    Set(&'static [(&'static str, i64)]),
+    /// The clock, in ms after T0.
+    At(i64),
+    /// ENTER user; expect WAITING with that rank, or PROMOTED (rank 0).
+    Enter(&'static str, i64),
+    /// STATUS user: expected status and rank.
+    Status(&'static str, &'static str, i64),
+    /// PROMOTE [MAX]: expected promoted and dropped.
+    Promote(Option<i64>, i64, i64),
+    /// PROMOTE: expected tickets_expired and leases_expired.
+    Reaped(i64, i64),
+    /// TICKET.CLAIM with the user's latest ticket: Ok, or the error's first word.
+    Claim(&'static str, Result<(), &'static str>),
+    Leave(&'static str, bool),
+    Heartbeat(&'static str, bool),
+    End(&'static str, bool),
+    /// QUEUE.INFO: waiting, joining, active.
+    Counts(i64, i64, i64),
+}
+use Step::*;
+
+struct Case {
+    name: &'static str,
+    steps: &'static [Step],
+}
+
+fn ticket_of(st: &Standing) -> Option<String> {
+    st.ticket().map(|t| String::from_utf8(t.to_vec()).unwrap())
+}
+
+fn run(case: &Case) {
+    let mut s = MemoryStore::new(T0, 7);
+    let mut tickets: HashMap<&str, String> = HashMap::new();
+    for (i, step) in case.steps.iter().enumerate() {
+        let at = format!("{}: step {i} {step:?}", case.name);
+        let u = |name: &str| name.as_bytes().to_vec();
+        match *step {
+            Set(pairs) => s.configure(pairs).expect(&at),
+            At(ms) => s.now = T0 + ms,
+            Enter(user, rank) => {
+                let st = engine::enter(&mut s, &u(user), user.as_bytes()).expect(&at);
+                if let Some(t) = ticket_of(&st) {
+                    tickets.insert(user, t);
+                }
+                assert_eq!(st.rank(), rank, "{at}: {st:?}");
+                assert_eq!(st.status(), if rank == 0 { "PROMOTED" } else { "WAITING" }, "{at}");
+            }
+            Status(user, status, rank) => {
+                let now = engine::begin_observing(&mut s).expect(&at);
+                let st = engine::observe(&mut s, &u(user), now);
+                if let Some(t) = ticket_of(&st) {
+                    tickets.insert(user, t);
+                }
+                assert_eq!((st.status(), st.rank()), (status, rank), "{at}");
+            }
+            Promote(max, promoted, dropped) => {
+                let p = engine::promote(&mut s, max).expect(&at);
+                assert_eq!((p.promoted, p.dropped), (promoted, dropped), "{at}: {p:?}");
+            }
+            Reaped(tickets_expired, leases_expired) => {
+                let p = engine::promote(&mut s, Some(0)).expect(&at);
+                assert_eq!((p.tickets_expired, p.leases_expired), (tickets_expired, leases_expired), "{at}: {p:?}");
+            }
+            Claim(user, want) => {
+                let t = tickets.get(user).cloned().unwrap_or_else(|| "1.AAAAAAAAAAAAAAAA".into());
+                let got = engine::claim(&mut s, t.as_bytes());
+                match (got, want) {
+                    (Ok(c), Ok(())) => assert_eq!(c.user, u(user), "{at}"),
+                    (Err(e), Err(word)) => assert_eq!(e.to_string().split(' ').next(), Some(word), "{at}"),
+                    (got, want) => panic!("{at}: got {got:?}, want {want:?}"),
+                }
+            }
+            Leave(user, was) => assert_eq!(engine::leave(&mut s, &u(user)).expect(&at), was, "{at}"),
+            Heartbeat(user, live) => assert_eq!(engine::heartbeat(&mut s, &[u(user)]).expect(&at), vec![live], "{at}"),
+            End(user, was) => assert_eq!(engine::end(&mut s, &u(user)).expect(&at), was, "{at}"),
+            Counts(waiting, joining, active) => {
+                let i = engine::info(&s).expect(&at);
+                assert_eq!((i.waiting, i.joining, i.active), (waiting, joining, active), "{at}: {i:?}");
+                assert!(i.active + i.joining <= s.setting(0) || s.setting(0) == 0, "{at}: over the soft cap");
+            }
+        }
+    }
+}
+
+const CASES: &[Case] = &[
+    Case {
+        name: "fifo: tickets go out in entry order",
+        steps: &[
+            Set(&[("soft_cap", 0)]),
+            Enter("a", 1),
+            Enter("b", 2),
+            Enter("c", 3),
+            Enter("d", 4),
+            Set(&[("soft_cap", 10)]),
+            Promote(Some(1), 1, 0),
+            Status("a", "PROMOTED", 0),
+            Status("b", "WAITING", 1),
+            Promote(Some(2), 2, 0),
+            Status("c", "PROMOTED", 0),
+            Status("d", "WAITING", 1),
+        ],
+    },
+    Case {
+        name: "fifo: re-entry goes to the back, leave moves everyone up",
+        steps: &[
+            Set(&[("soft_cap", 0)]),
+            Enter("a", 1),
+            Enter("b", 2),
+            Enter("c", 3),
+            Enter("a", 3),
+            Status("b", "WAITING", 1),
+            Leave("b", true),
+            Leave("b", false),
+            Status("c", "WAITING", 1),
+            Status("a", "WAITING", 2),
+            Counts(2, 0, 0),
+        ],
+    },
+    Case {
+        name: "fifo: a newcomer after an out-of-order claim is served first",
+        steps: &[
+            Set(&[("soft_cap", 2), ("ticket_ttl", 60_000), ("session_lease", 60_000)]),
+            Enter("a", 0),
+            Enter("b", 0),
+            Claim("b", Ok(())),
+            Enter("c", 1),
+            Enter("d", 2),
+            End("b", true),
+            Promote(None, 1, 0),
+            Status("c", "PROMOTED", 0),
+            Status("d", "WAITING", 1),
+            Counts(1, 2, 0),
+            Claim("a", Ok(())),
+            Claim("c", Ok(())),
+            Counts(1, 0, 2),
+        ],
+    },
+    Case {
+        name: "caps: soft cap, MAX and batch_max bound a promotion",
+        steps: &[
+            Set(&[("soft_cap", 0)]),
+            Enter("a", 1),
+            Enter("b", 2),
+            Enter("c", 3),
+            Enter("d", 4),
+            Enter("e", 5),
+            Set(&[("soft_cap", 3), ("batch_max", 2)]),
+            Promote(None, 2, 0),
+            Promote(Some(0), 0, 0),
+            Promote(None, 1, 0),
+            Promote(None, 0, 0),
+            Counts(2, 3, 0),
+            Status("a", "PROMOTED", 0),
+            Claim("a", Ok(())),
+            Promote(None, 0, 0),
+            End("a", true),
+            Promote(None, 1, 0),
+            Status("d", "PROMOTED", 0),
+        ],
+    },
+    Case {
+        name: "caps: the hard cap refuses a claim and keeps the ticket",
+        steps: &[
+            Set(&[("hard_cap", 1)]),
+            Enter("a", 0),
+            Enter("b", 0),
+            Claim("a", Ok(())),
+            Claim("b", Err("FULL")),
+            End("a", true),
+            Claim("b", Ok(())),
+        ],
+    },
+    Case {
+        name: "token bucket: a burst, then one per 100 ms at rate 10",
+        steps: &[
+            Set(&[("soft_cap", 0)]),
+            Enter("a", 1),
+            Enter("b", 2),
+            Enter("c", 3),
+            Enter("d", 4),
+            Enter("e", 5),
+            Enter("f", 6),
+            Enter("g", 7),
+            Set(&[("soft_cap", 100), ("rate", 10), ("burst", 3)]),
+            Promote(None, 3, 0),
+            Promote(None, 0, 0),
+            At(99),
+            Promote(None, 0, 0),
+            At(100),
+            Promote(None, 1, 0),
+            At(350),
+            Promote(None, 2, 0),
+            At(50_000),
+            Promote(None, 1, 0),
+        ],
+    },
+    Case {
+        name: "expiry: an unclaimed ticket frees its slot at ticket_ttl",
+        steps: &[
+            Set(&[("soft_cap", 1), ("ticket_ttl", 200)]),
+            Enter("a", 0),
+            Enter("b", 1),
+            At(199),
+            Promote(None, 0, 0),
+            Status("a", "PROMOTED", 0),
+            At(200),
+            Status("a", "UNKNOWN", 0),
+            Claim("a", Err("EXPIRED")),
+            Reaped(1, 0),
+            Claim("a", Err("NOTICKET")),
+            Promote(None, 1, 0),
+            Status("b", "PROMOTED", 0),
+        ],
+    },
+    Case {
+        name: "expiry: a lease runs out unless heartbeats extend it",
+        steps: &[
+            Set(&[("soft_cap", 2), ("session_lease", 300)]),
+            Enter("a", 0),
+            Enter("b", 0),
+            Claim("a", Ok(())),
+            Claim("b", Ok(())),
+            Enter("c", 1),
+            At(200),
+            Heartbeat("a", true),
+            At(299),
+            Promote(None, 0, 0),
+            At(300),
+            Status("b", "UNKNOWN", 0),
+            Heartbeat("b", false),
+            Status("a", "ACTIVE", 0),
+            Reaped(0, 1),
+            Promote(None, 1, 0),
+            End("b", false),
+            End("a", true),
+            Counts(0, 1, 0),
+        ],
+    },
+    Case {
+        name: "abandonment: silent waiters are dropped after abandon_after, never promoted",
+        steps: &[
+            Set(&[("soft_cap", 0), ("abandon_after", 1000)]),
+            Enter("quiet", 1),
+            Enter("talker", 2),
+            Enter("quiet2", 3),
+            At(600),
+            Status("talker", "WAITING", 2),
+            At(1000),
+            Promote(Some(0), 0, 0),
+            At(1001),
+            Set(&[("soft_cap", 10)]),
+            Promote(None, 1, 2),
+            Status("talker", "PROMOTED", 0),
+            Status("quiet", "UNKNOWN", 0),
+        ],
+    },
+    Case {
+        name: "abandonment: the sweep drops silent users behind the head",
+        steps: &[
+            Set(&[("soft_cap", 0), ("abandon_after", 1000)]),
+            Enter("head", 1),
+            Enter("gone", 2),
+            Enter("tail", 3),
+            At(900),
+            Status("head", "WAITING", 1),
+            Status("tail", "WAITING", 3),
+            At(1600),
+            Promote(None, 0, 1),
+            Status("tail", "WAITING", 2),
+        ],
+    },
+    Case {
+        name: "claim once: a ticket opens one session; re-entry inside waits for the first to end",
+        steps: &[
+            Enter("a", 0),
+            Claim("a", Ok(())),
+            Claim("a", Err("NOTICKET")),
+            Status("a", "ACTIVE", 0),
+            Enter("a", 0),
+            Claim("a", Err("INSIDE")),
+            End("a", true),
+            Claim("a", Ok(())),
+            Claim("a", Err("NOTICKET")),
+            Counts(0, 0, 1),
+        ],
+    },
+    Case {
+        name: "claim once: a ticket given back by leaving no longer claims and its slot is reused",
+        steps: &[
+            Set(&[("soft_cap", 1)]),
+            Enter("a", 0),
+            Enter("b", 1),
+            Leave("a", true),
+            Claim("a", Err("NOTICKET")),
+            Promote(None, 1, 0),
+            Status("b", "PROMOTED", 0),
+            Claim("b", Ok(())),
+        ],
+    },
+];
+
+#[test]
+fn every_rule() {
+    for case in CASES {
+        run(case);
+    }
+}
+
+/// The engine promotes on the store it is given only: nothing leaks between stores.
+#[test]
+fn stores_are_independent() {
+    let mut a = MemoryStore::new(T0, 1);
+    let mut b = MemoryStore::new(T0, 1);
+    engine::enter(&mut a, &b"x".to_vec(), b"x").unwrap();
+    assert_eq!(engine::info(&a).unwrap().joining, 1);
+    assert_eq!(engine::info(&b).unwrap().joining, 0);
+    engine::enter(&mut b, &b"y".to_vec(), b"y").unwrap();
+    assert_eq!(b.line().len(), 1);
+}
