@@ -14,35 +14,27 @@ pub fn test_clock() -> bool {
     TEST_CLOCK.load(Ordering::Relaxed)
 }
 
-pub static SOFT_CAP: AtomicI64 = AtomicI64::new(FIELDS[0].default);
-pub static HARD_CAP: AtomicI64 = AtomicI64::new(FIELDS[1].default);
-pub static RATE: AtomicI64 = AtomicI64::new(FIELDS[2].default);
-pub static BURST: AtomicI64 = AtomicI64::new(FIELDS[3].default);
-pub static BATCH_MAX: AtomicI64 = AtomicI64::new(FIELDS[4].default);
-pub static TICKET_TTL: AtomicI64 = AtomicI64::new(FIELDS[5].default);
-pub static SESSION_LEASE: AtomicI64 = AtomicI64::new(FIELDS[6].default);
-pub static ABANDON_AFTER: AtomicI64 = AtomicI64::new(FIELDS[7].default);
-
-/// In the order of `queue_core::config::FIELDS`.
-const ALL: [&AtomicI64; 8] =
-    [&SOFT_CAP, &HARD_CAP, &RATE, &BURST, &BATCH_MAX, &TICKET_TTL, &SESSION_LEASE, &ABANDON_AFTER];
+/// One default per setting, in the order of `queue_core::config::FIELDS`.
+static DEFAULTS: [AtomicI64; FIELDS.len()] = {
+    let mut a = [const { AtomicI64::new(0) }; FIELDS.len()];
+    let mut i = 0;
+    while i < FIELDS.len() {
+        a[i] = AtomicI64::new(FIELDS[i].default);
+        i += 1;
+    }
+    a
+};
 
 /// The default of one setting (index into FIELDS).
 pub fn get(i: usize) -> i64 {
-    ALL[i].load(Ordering::Relaxed)
+    DEFAULTS[i].load(Ordering::Relaxed)
 }
 
-/// Module config names (without the `queue.` prefix), in the order of FIELDS.
-pub const NAMES: [&str; 8] = [
-    "default-soft-cap",
-    "default-hard-cap",
-    "default-rate",
-    "default-burst",
-    "default-batch-max",
-    "default-ticket-ttl",
-    "default-session-lease",
-    "default-abandon-after",
-];
+/// The module config name of a setting (without the `queue.` prefix):
+/// `default-` and the field's name with dashes, e.g. `default-soft-cap`.
+pub fn config_name(i: usize) -> String {
+    format!("default-{}", FIELDS[i].name.replace('_', "-"))
+}
 
 /// Applies `name value` pairs from the `--loadmodule` line.
 pub fn apply_load_args(args: &[&[u8]]) -> Result<(), String> {
@@ -61,21 +53,20 @@ pub fn apply_load_args(args: &[&[u8]]) -> Result<(), String> {
             TEST_CLOCK.store(on, Ordering::Relaxed);
             continue;
         }
-        let i = NAMES
-            .iter()
-            .position(|n| n.eq_ignore_ascii_case(name))
-            .ok_or_else(|| format!("unknown queue module argument '{name}'; known: {}", NAMES.join(", ")))?;
+        let names: Vec<String> = (0..FIELDS.len()).map(config_name).collect();
+        let i = names.iter().position(|n| n.eq_ignore_ascii_case(name)).ok_or_else(|| {
+            format!("unknown queue module argument '{name}'; known: {}, test-clock", names.join(", "))
+        })?;
         let v = queue_core::config::check_value(&FIELDS[i], pair[1]).map_err(|e| format!("{name}: {e}"))?;
-        ALL[i].store(v, Ordering::Relaxed);
+        DEFAULTS[i].store(v, Ordering::Relaxed);
     }
     Ok(())
 }
 
 /// Registers every default as a numeric module config and loads configured values.
 pub fn register(ctx: *mut redis_module::raw::RedisModuleCtx) -> Result<(), String> {
-    for (i, name) in NAMES.iter().enumerate() {
-        let f = &FIELDS[i];
-        crate::server::register_numeric_config(ctx, name, ALL[i], f.default, f.min, f.max)?;
+    for (i, f) in FIELDS.iter().enumerate() {
+        crate::server::register_numeric_config(ctx, &config_name(i), &DEFAULTS[i], f.default, f.min, f.max)?;
     }
     crate::server::load_configs(ctx)
 }
