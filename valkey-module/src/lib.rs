@@ -10,6 +10,7 @@ mod defaults;
 mod docs;
 mod effects;
 mod ids;
+mod layout;
 mod queue;
 mod server;
 mod session;

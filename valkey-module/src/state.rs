@@ -214,6 +214,13 @@ impl Store for Queue<'_> {
         counters::add(c, n);
     }
 
+    fn layout_known(&self) -> bool {
+        crate::layout::is_checked(self.name.bytes())
+    }
+    fn note_layout(&self) {
+        crate::layout::mark_checked(self.name.bytes());
+    }
+
     fn waiting_len(&self) -> i64 {
         self.waiting().len()
     }

@@ -17,6 +17,7 @@ testkit::backend_tests!(
     old_data_with_a_waiter_among_ticket_holders_is_repaired,
     old_data_with_drifted_counters_is_recounted,
     random_old_data_is_repaired_keeping_every_place,
+    old_data_loaded_after_a_flush_is_repaired,
 );
 
 const T0: i64 = 1_700_000_000_000;
@@ -183,6 +184,18 @@ fn old_data_with_drifted_counters_is_recounted(b: Backend) {
     let (ta, td) = write_old_data(&mut c, -1, 3);
     // The first command to touch the line repairs it, whichever it is.
     assert_eq!(as_int(&c.call("QUEUE.LEAVE", &["q", "nobody"]).unwrap()), Some(0));
+    check_repaired(&mut c, &ta, &td);
+}
+
+/// The module remembers which queues it saw with the layout marker; a flush (or a
+/// load) forgets them, so older data written afterwards is still repaired.
+fn old_data_loaded_after_a_flush_is_repaired(b: Backend) {
+    let (_s, mut c) = server(b);
+    c.enter("q", "someone", "S");
+    c.status("q", "someone");
+    let _: () = redis::cmd("FLUSHALL").query(&mut c.con).unwrap();
+    c.set_clock("q", T0);
+    let (ta, td) = write_old_data(&mut c, 2, 3);
     check_repaired(&mut c, &ta, &td);
 }
 

@@ -89,6 +89,13 @@ pub trait Store {
     fn new_secret(&mut self) -> [u8; SECRET_LEN];
     /// Counts a happening server-wide (the module's `INFO queue`); by default nothing.
     fn count(&self, _event: Event, _n: i64) {}
+    /// Whether this queue's layout marker was already seen (a store may remember it
+    /// to skip the read; by default it does not).
+    fn layout_known(&self) -> bool {
+        false
+    }
+    /// Notes that this queue's layout marker is set.
+    fn note_layout(&self) {}
 
     fn waiting_len(&self) -> i64;
     fn waiting_score(&self, user: &Self::User) -> Option<i64>;
@@ -305,7 +312,11 @@ pub fn next_seq<S: Store>(s: &S) -> i64 {
 /// this first; with the layout marker set it costs one read of a stats field.
 /// Writes nothing for a queue nobody is in. Returns whether it repaired.
 pub fn ensure_layout<S: Store>(s: &mut S) -> Result<bool, QueueError> {
+    if s.layout_known() {
+        return Ok(false);
+    }
     if s.stat_opt(keys::LAYOUT_FIELD) == Some(keys::LAYOUT) {
+        s.note_layout();
         return Ok(false);
     }
     if s.waiting_len() == 0 && joining(s) == 0 && stat(s, stat::P_MAX) == 0 {
@@ -314,6 +325,7 @@ pub fn ensure_layout<S: Store>(s: &mut S) -> Result<bool, QueueError> {
     s.check(&[Part::Waiting, Part::Stats])?;
     repair(s);
     s.set_stat(keys::LAYOUT_FIELD, keys::LAYOUT);
+    s.note_layout();
     Ok(true)
 }
 
@@ -401,8 +413,9 @@ fn touch<S: Store>(s: &mut S, seq: i64, now: i64, nickname: &[u8]) {
 
 /// Puts `user` in line with number `seq` (the back of the line).
 fn add_waiter<S: Store>(s: &mut S, user: &S::User, seq: i64, now: i64, nickname: &[u8]) {
-    if s.stat_opt(keys::LAYOUT_FIELD) != Some(keys::LAYOUT) {
+    if !s.layout_known() && s.stat_opt(keys::LAYOUT_FIELD) != Some(keys::LAYOUT) {
         s.set_stat(keys::LAYOUT_FIELD, keys::LAYOUT);
+        s.note_layout();
     }
     s.waiting_add(user, seq);
     touch(s, seq, now, nickname);
