@@ -4,7 +4,6 @@
 use crate::server::{Server, Str, Val};
 use crate::state::Queue;
 use queue_core::admission::MAX_PROMOTE;
-use queue_core::config::FIELDS;
 use queue_core::engine::{self, Standing};
 use queue_core::keys::{check_nickname, check_user};
 use queue_core::replies;
@@ -119,20 +118,8 @@ pub fn promote(srv: &Server, args: &[Str]) -> Result<(), QueueError> {
     let mut q = Queue::open(srv, args[1], true)?;
     let result = engine::promote(&mut q, max);
     q.finish(c"queue.promote");
-    let p = result?;
-    srv.reply_fields(
-        &replies::PROMOTE,
-        &[
-            ("promoted", Val::Int(p.promoted)),
-            ("tickets_expired", Val::Int(p.tickets_expired)),
-            ("leases_expired", Val::Int(p.leases_expired)),
-            ("dropped", Val::Int(p.dropped)),
-            ("waiting", Val::Int(p.waiting)),
-            ("joining", Val::Int(p.joining)),
-            ("active", Val::Int(p.active)),
-            ("available_slots", Val::Int(p.available_slots)),
-        ],
-    );
+    let fields = result?.fields().map(|(f, v)| (f, Val::Int(v)));
+    srv.reply_fields(&replies::PROMOTE, &fields);
     Ok(())
 }
 
@@ -140,17 +127,7 @@ pub fn promote(srv: &Server, args: &[Str]) -> Result<(), QueueError> {
 pub fn info(srv: &Server, args: &[Str]) -> Result<(), QueueError> {
     arity(args.len() == 2, "queue.info")?;
     let q = Queue::open(srv, args[1], false)?;
-    let i = engine::info(&q)?;
-    let mut fields = vec![
-        ("waiting", Val::Int(i.waiting)),
-        ("joining", Val::Int(i.joining)),
-        ("active", Val::Int(i.active)),
-        ("available_slots", Val::Int(i.available_slots)),
-        ("tokens", Val::Int(i.tokens)),
-        ("admission_rate_per_min", Val::Int(i.admission_rate_per_min)),
-    ];
-    fields.extend(FIELDS.iter().zip(i.config.values).map(|(f, v)| (f.name, Val::Int(v))));
-    fields.extend(replies::COUNTERS.iter().zip(i.counters).map(|(&c, v)| (c, Val::Int(v))));
+    let fields: Vec<(&str, Val)> = engine::info(&q)?.fields().into_iter().map(|(f, v)| (f, Val::Int(v))).collect();
     srv.reply_fields(&replies::INFO, &fields);
     Ok(())
 }

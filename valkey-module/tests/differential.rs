@@ -339,19 +339,7 @@ impl Engines {
             "QUEUE.PROMOTE" => {
                 let max = args.get(2).map(|m| m.parse().unwrap());
                 match engine::promote(s, max) {
-                    Ok(p) => map(
-                        &replies::PROMOTE,
-                        vec![
-                            ("promoted", Value::Int(p.promoted)),
-                            ("tickets_expired", Value::Int(p.tickets_expired)),
-                            ("leases_expired", Value::Int(p.leases_expired)),
-                            ("dropped", Value::Int(p.dropped)),
-                            ("waiting", Value::Int(p.waiting)),
-                            ("joining", Value::Int(p.joining)),
-                            ("active", Value::Int(p.active)),
-                            ("available_slots", Value::Int(p.available_slots)),
-                        ],
-                    ),
+                    Ok(p) => map(&replies::PROMOTE, p.fields().iter().map(|&(f, v)| (f, Value::Int(v))).collect()),
                     Err(e) => error(e),
                 }
             }
@@ -384,21 +372,7 @@ impl Engines {
                 map(&replies::CONFIG, fields)
             }
             "QUEUE.INFO" => match engine::info(s) {
-                Ok(i) => {
-                    let mut fields = vec![
-                        ("waiting", Value::Int(i.waiting)),
-                        ("joining", Value::Int(i.joining)),
-                        ("active", Value::Int(i.active)),
-                        ("available_slots", Value::Int(i.available_slots)),
-                        ("tokens", Value::Int(i.tokens)),
-                        ("admission_rate_per_min", Value::Int(i.admission_rate_per_min)),
-                    ];
-                    fields.extend(
-                        queue_core::config::FIELDS.iter().zip(i.config.values).map(|(f, v)| (f.name, Value::Int(v))),
-                    );
-                    fields.extend(replies::COUNTERS.iter().zip(i.counters).map(|(&c, v)| (c, Value::Int(v))));
-                    map(&replies::INFO, fields)
-                }
+                Ok(i) => map(&replies::INFO, i.fields().into_iter().map(|(f, v)| (f, Value::Int(v))).collect()),
                 Err(e) => error(e),
             },
             other => panic!("no engine twin for {other}"),

@@ -2,7 +2,7 @@
 //! the clock and draw random ticket ids.
 
 use std::time::Duration;
-use testkit::{digest, field_int, field_str, wait_for, Backend, Client, ValkeyServer};
+use testkit::{digest, field_int, field_str, Backend, Client, ValkeyServer};
 
 testkit::backend_tests!(
     a_live_replica_ends_with_the_primary_state,
@@ -49,13 +49,8 @@ fn mixed_workload(c: &mut Client) {
 
 fn a_live_replica_ends_with_the_primary_state(b: Backend) {
     let primary = ValkeyServer::start(b);
-    let replica = ValkeyServer::builder(b).arg("--replicaof").arg(format!("127.0.0.1 {}", primary.port)).start();
+    let replica = ValkeyServer::builder(b).start_replica_of(&primary);
     let mut rc = replica.conn();
-    wait_for(Duration::from_secs(10), || {
-        let info: String = redis::cmd("INFO").arg("replication").query(&mut rc).ok()?;
-        info.contains("master_link_status:up").then_some(())
-    })
-    .expect("replica linked");
     let mut c = primary.client();
     mixed_workload(&mut c);
     let acked: i64 = redis::cmd("WAIT").arg(1).arg(5000).query(&mut c.con).unwrap();

@@ -6,8 +6,7 @@
 //! the test clock; the last two write data the way the older release did and check
 //! that it is repaired.
 
-use std::time::Duration;
-use testkit::{as_int, digest, field_int, field_str, wait_for, Backend, Client, Rng, ValkeyServer};
+use testkit::{as_int, digest, field_int, field_str, Backend, Client, Rng, ValkeyServer};
 
 testkit::backend_tests!(
     newcomer_after_an_out_of_order_claim_is_served_first,
@@ -207,14 +206,8 @@ fn old_data_loaded_after_a_flush_is_repaired(b: Backend) {
 /// are recounted, and the replica ends with the primary's data.
 fn random_old_data_is_repaired_keeping_every_place(b: Backend) {
     let primary = ValkeyServer::builder(b).test_clock().start();
-    let replica =
-        ValkeyServer::builder(b).test_clock().arg("--replicaof").arg(format!("127.0.0.1 {}", primary.port)).start();
+    let replica = ValkeyServer::builder(b).test_clock().start_replica_of(&primary);
     let mut rc = replica.conn();
-    wait_for(Duration::from_secs(10), || {
-        let info: String = redis::cmd("INFO").arg("replication").query(&mut rc).ok()?;
-        info.contains("master_link_status:up").then_some(())
-    })
-    .expect("replica linked");
     let mut c = primary.client();
     let mut rng = Rng(0x0FF1_CE00_D00D);
     for case in 0..150 {

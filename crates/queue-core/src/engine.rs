@@ -185,6 +185,22 @@ pub struct Promotion {
     pub available_slots: i64,
 }
 
+impl Promotion {
+    /// The reply's fields by name.
+    pub fn fields(&self) -> [(&'static str, i64); 8] {
+        [
+            ("promoted", self.promoted),
+            ("tickets_expired", self.tickets_expired),
+            ("leases_expired", self.leases_expired),
+            ("dropped", self.dropped),
+            ("waiting", self.waiting),
+            ("joining", self.joining),
+            ("active", self.active),
+            ("available_slots", self.available_slots),
+        ]
+    }
+}
+
 /// TICKET.CLAIM's reply.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Claimed<U> {
@@ -205,6 +221,23 @@ pub struct Info {
     pub config: Config,
     /// In the order of `replies::COUNTERS`.
     pub counters: [i64; 7],
+}
+
+impl Info {
+    /// The reply's fields by name: counts, every setting, counters.
+    pub fn fields(&self) -> Vec<(&'static str, i64)> {
+        let mut f = vec![
+            ("waiting", self.waiting),
+            ("joining", self.joining),
+            ("active", self.active),
+            ("available_slots", self.available_slots),
+            ("tokens", self.tokens),
+            ("admission_rate_per_min", self.admission_rate_per_min),
+        ];
+        f.extend(FIELDS.iter().zip(self.config.values).map(|(field, v)| (field.name, v)));
+        f.extend(crate::replies::COUNTERS.into_iter().zip(self.counters));
+        f
+    }
 }
 
 fn stat<S: Store>(s: &S, field: &'static str) -> i64 {

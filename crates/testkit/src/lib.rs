@@ -180,6 +180,17 @@ impl ServerBuilder {
         }
         self
     }
+    /// Starts the server as a replica of `primary` and waits until the link is up.
+    pub fn start_replica_of(self, primary: &ValkeyServer) -> ValkeyServer {
+        let replica = self.arg("--replicaof").arg(format!("127.0.0.1 {}", primary.port)).start();
+        let mut rc = replica.conn();
+        wait_for(Duration::from_secs(10), || {
+            let info: String = redis::cmd("INFO").arg("replication").query(&mut rc).ok()?;
+            info.contains("master_link_status:up").then_some(())
+        })
+        .expect("replica linked");
+        replica
+    }
     pub fn start(self) -> ValkeyServer {
         let dir = self.dir.unwrap_or_else(|| tempfile::tempdir().expect("tempdir"));
         let mut s = ValkeyServer {
