@@ -67,13 +67,6 @@ impl<'a> Args<'a> {
             _ => false,
         }
     }
-    pub fn done(&self) -> Result<(), QueueError> {
-        if self.is_done() {
-            Ok(())
-        } else {
-            Err(QueueError::Syntax)
-        }
-    }
 }
 
 #[cfg(test)]
@@ -110,9 +103,9 @@ mod tests {
         assert!(!a.eat_keyword("LIMIT"));
         assert!(a.eat_keyword("MAX"));
         assert_eq!(a.next_in_range("MAX", 1, 5), Err(QueueError::OutOfRange("MAX", 1, 5)));
-        assert_eq!(a.done(), Err(QueueError::Syntax));
+        assert!(!a.is_done());
         a.next_bytes().unwrap();
-        assert!(a.done().is_ok());
+        assert!(a.is_done());
         assert_eq!(a.next_bytes(), Err(QueueError::Syntax));
     }
 }
