@@ -25,7 +25,7 @@ for _ in $(seq 100); do valkey-cli -p "$vport" ping >/dev/null 2>&1 && break; sl
 url="redis://127.0.0.1:$vport/"
 # Sessions must not idle out while the bench runs.
 RUST_LOG=warn "$root/target/release/chat-server" --valkey-url "$url" --listen "127.0.0.1:$cport" \
-  --idle-timeout-secs 3600 --capacity "$SESSIONS" & cpid=$!
+  --idle-timeout 1h --capacity "$SESSIONS" & cpid=$!
 for _ in $(seq 100); do curl -sf "http://127.0.0.1:$cport/healthz" | grep -q '"room":"up"' && break; sleep 0.1; done
 
 echo "chat-server benchmark ($(nproc) cores, valkey $(valkey-server --version | grep -o 'v=[0-9.]*' | cut -d= -f2))"

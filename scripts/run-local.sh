@@ -62,8 +62,8 @@ The waiting room is running ($backend backend, soft cap $soft_cap):
   metrics             http://127.0.0.1:$API_PORT/metrics  http://127.0.0.1:$MANAGER_PORT/metrics  http://127.0.0.1:$CHAT_PORT/metrics
   back office         curl -H 'Authorization: Bearer ${ADMIN_TOKEN:-local-admin}' http://127.0.0.1:$API_PORT/api/admin/queues/default
   valkey-cli          valkey-cli -p $VALKEY_PORT    (try QUEUE.INFO default)
-  one person          $bin/queue-client join --api http://127.0.0.1:$API_PORT --chat http://127.0.0.1:$CHAT_PORT --nickname alice
-  a crowd             $bin/queue-client swarm --api http://127.0.0.1:$API_PORT --chat http://127.0.0.1:$CHAT_PORT --users 300 --rate 50 --admin-token ${ADMIN_TOKEN:-local-admin}
+  one person          $bin/queue-cli join --api http://127.0.0.1:$API_PORT --chat http://127.0.0.1:$CHAT_PORT --nickname alice
+  a crowd             $bin/queue-cli swarm --api http://127.0.0.1:$API_PORT --chat http://127.0.0.1:$CHAT_PORT --users 300 --rate 50 --admin-token ${ADMIN_TOKEN:-local-admin}
 Press Ctrl+C to stop everything.
 MSG
 wait -n "${pids[@]}" || true

@@ -1,4 +1,4 @@
-//! `queue-client swarm` against the whole system, on both backends: a few hundred
+//! `queue-cli swarm` against the whole system, on both backends: a few hundred
 //! virtual users through a small soft cap, some abandoning, all racing and reusing
 //! tickets; the report's audits must all be zero. And the audit can fail: told a soft
 //! cap lower than the server's, the swarm reports the breach and exits 1.
@@ -15,7 +15,7 @@ async fn swarm(stack: &Stack, extra: &[&str]) -> (Option<i32>, Value, String) {
         .args(extra)
         .output()
         .await
-        .expect("run queue-client swarm");
+        .expect("run queue-cli swarm");
     let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
     let report: Value = serde_json::from_slice(&out.stdout)
         .unwrap_or_else(|e| panic!("report is not JSON ({e}): {}\n{stderr}", String::from_utf8_lossy(&out.stdout)));

@@ -136,8 +136,8 @@ impl Stack {
             url.clone(),
             s("--queues"),
             queue.clone(),
-            s("--tick-ms"),
-            opts.manager_tick_ms.to_string(),
+            s("--tick"),
+            format!("{}ms", opts.manager_tick_ms),
         ];
         let manager = spawn("queue-manager", &manager_args, |h| h["leader"] == true).await;
         let api_args = [
@@ -148,8 +148,8 @@ impl Stack {
             s("--admin-token"),
             s(ADMIN_TOKEN),
             s("--trust-proxy"),
-            s("--push-tick-ms"),
-            opts.push_tick_ms.to_string(),
+            s("--push-tick"),
+            format!("{}ms", opts.push_tick_ms),
         ];
         let api = spawn("queue-api", &api_args, |h| h["valkey"] == "up").await;
         Stack { api, chat, manager, valkey, queue }
@@ -179,9 +179,9 @@ impl Stack {
     }
 }
 
-/// The `queue-client` binary.
+/// The `queue-cli` binary.
 pub fn client_binary() -> PathBuf {
-    testkit::release_binary("queue-client")
+    testkit::release_binary("queue-cli")
 }
 
 /// Defines each named `async fn name(backend: Backend)` once per backend, as
@@ -268,7 +268,7 @@ pub async fn exits_cleanly(child: &mut tokio::process::Child, out: &Lines) {
 }
 
 impl Stack {
-    /// `queue-client join --nickname <nickname>` against this stack, plus `extra` options.
+    /// `queue-cli join --nickname <nickname>` against this stack, plus `extra` options.
     pub fn join(&self, nickname: &str, extra: &[&str]) -> (tokio::process::Child, Lines) {
         let mut args: Vec<String> =
             ["join", "--api", &self.api.url(), "--chat", &self.chat.url(), "--nickname", nickname]

@@ -11,7 +11,6 @@
 //! meanwhile were lost.
 
 use crate::frames;
-use crate::metrics::Metrics;
 use crate::AppState;
 use futures_util::StreamExt;
 use queue_client::QueueError;
@@ -62,7 +61,7 @@ pub async fn publish(state: &AppState, queue: &str, frame: &str) -> Result<(), Q
     let mut cmd = redis::cmd(if client.is_cluster() { "SPUBLISH" } else { "PUBLISH" });
     cmd.arg(channel(queue)).arg(envelope(&state.instance_id, frames::now_ms(), frame));
     client.raw(&cmd).await?;
-    Metrics::inc(&state.metrics.messages_broadcast);
+    state.metrics.messages_broadcast.increment(1);
     Ok(())
 }
 
@@ -87,7 +86,7 @@ pub async fn subscribe(state: Arc<AppState>) {
 
 /// One subscription, until its connection drops.
 async fn listen(state: &Arc<AppState>, first: bool) -> redis::RedisResult<()> {
-    let client = redis::Client::open(state.config.valkey_url.as_str())?;
+    let client = redis::Client::open(state.config.common.valkey_url.as_str())?;
     let timeout = |e| redis::RedisError::from(std::io::Error::new(std::io::ErrorKind::TimedOut, e));
     let mut pubsub = tokio::time::timeout(Duration::from_secs(2), client.get_async_pubsub())
         .await

@@ -46,7 +46,7 @@ pub async fn gameserver(
     match handshake {
         Ok(resp) => resp,
         Err(e) => {
-            state.metrics.refused(e.code());
+            state.metrics.refused(e);
             tracing::debug!(reason = e.code(), "handshake refused");
             e.into_response()
         }

@@ -3,7 +3,6 @@
 //! with SESSION.END when the session closes. If the process dies the heartbeats stop
 //! and the leases run out, so a crash leaks no capacity.
 
-use crate::metrics::Metrics;
 use crate::room::Kick;
 use crate::AppState;
 use queue_client::QueueClient;
@@ -81,7 +80,7 @@ pub async fn heartbeat_loop(state: Arc<AppState>) {
                         for (user, _) in batch.iter().zip(live).filter(|(_, live)| !live) {
                             tracing::info!(queue, user, "session lease lost; closing");
                             let kicked = state.rooms.kick(&queue, user, Kick::LeaseLost);
-                            Metrics::add(&state.metrics.leases_lost, kicked as u64);
+                            state.metrics.leases_lost.increment(kicked as u64);
                         }
                     }
                     Err(e) => tracing::warn!(queue, error = %e, "SESSION.HEARTBEAT failed; retrying next tick"),

@@ -30,35 +30,30 @@ mod session;
 
 use axum::routing::get;
 use axum::Router;
-use std::net::SocketAddr;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 use tokio::net::TcpListener;
 use tokio::sync::{watch, Notify};
 
-/// Settings, from flags with environment fallbacks (see main.rs).
-#[derive(Debug, Clone, clap::Args)]
+/// chat-server: the WebSocket chat room behind the waiting room. Every flag has an
+/// environment-variable fallback.
+#[derive(Debug, Clone, clap::Parser)]
+#[command(name = "chat-server", version, about, mut_arg("listen", service_kit::default_listen("127.0.0.1:8081")))]
 pub struct Config {
-    /// Valkey URL (redis://host:port/).
-    #[arg(long, env = "VALKEY_URL", default_value = "redis://127.0.0.1:6379/")]
-    pub valkey_url: String,
-    /// Address to listen on.
-    #[arg(long, env = "LISTEN", default_value = "127.0.0.1:8081")]
-    pub listen: SocketAddr,
+    #[command(flatten)]
+    pub common: service_kit::Common,
     /// The queue (room) of a connection whose URL names none; its health signal is
     /// published even while nobody is connected.
     #[arg(long, env = "QUEUE", default_value = "default", value_parser = parse_queue)]
     pub queue: String,
-    /// Seconds between heartbeats: one SESSION.HEARTBEAT per queue for all local
-    /// users. Must stay well under the queue's session_lease (default 30 s).
-    #[arg(long = "heartbeat-secs", env = "HEARTBEAT_SECS", value_name = "SECS", default_value = "5",
-          value_parser = parse_secs)]
+    /// Time between heartbeats: one SESSION.HEARTBEAT per queue for all local users.
+    /// Must stay well under the queue's session_lease (default 30s).
+    #[arg(long, env = "HEARTBEAT", default_value = "5s", value_parser = period())]
     pub heartbeat: Duration,
-    /// Seconds without a frame from the client before it is closed (1000 "idle") and
-    /// its session ended. Pings do not count: only text and binary frames.
-    #[arg(long = "idle-timeout-secs", env = "IDLE_TIMEOUT_SECS", value_name = "SECS", default_value = "120",
-          value_parser = parse_secs)]
+    /// Time without a frame from the client before it is closed (1000 "idle") and its
+    /// session ended. Pings do not count: only text and binary frames.
+    #[arg(long, env = "IDLE_TIMEOUT", default_value = "2m", value_parser = period())]
     pub idle_timeout: Duration,
     /// Largest frame accepted from a client, in bytes; a larger one closes the
     /// connection with 1009.
@@ -79,22 +74,35 @@ pub struct Config {
     /// random).
     #[arg(long, env = "INSTANCE_ID")]
     pub instance_id: Option<String>,
-    /// Seconds between two health signals.
-    #[arg(long = "health-secs", env = "HEALTH_SECS", value_name = "SECS", default_value = "2",
-          value_parser = parse_secs)]
+    /// Time between two health signals.
+    #[arg(long, env = "HEALTH_INTERVAL", default_value = "2s", value_parser = period())]
     pub health_interval: Duration,
-    /// Seconds a health signal stays valid (the queue-manager ignores it after).
-    #[arg(long = "health-ttl-secs", env = "HEALTH_TTL_SECS", value_name = "SECS", default_value = "10",
-          value_parser = parse_secs)]
+    /// How long a health signal stays valid (the queue-manager ignores it after).
+    #[arg(long, env = "HEALTH_TTL", default_value = "10s", value_parser = period())]
     pub health_ttl: Duration,
 }
 
-fn parse_secs(s: &str) -> Result<Duration, String> {
-    let v: f64 = s.trim().parse().map_err(|_| format!("{s:?} is not a number of seconds"))?;
-    if !(v.is_finite() && v > 0.0 && v <= 86_400.0) {
-        return Err("seconds must be more than 0 and at most 86400".into());
+impl service_kit::Flags for Config {
+    type Config = Config;
+    const RENAMED: &'static [service_kit::Renamed] = &[
+        service_kit::Renamed::secs("heartbeat-secs", "HEARTBEAT_SECS", "heartbeat", "HEARTBEAT"),
+        service_kit::Renamed::secs("idle-timeout-secs", "IDLE_TIMEOUT_SECS", "idle-timeout", "IDLE_TIMEOUT"),
+        service_kit::Renamed::secs("health-secs", "HEALTH_SECS", "health-interval", "HEALTH_INTERVAL"),
+        service_kit::Renamed::secs("health-ttl-secs", "HEALTH_TTL_SECS", "health-ttl", "HEALTH_TTL"),
+    ];
+
+    fn common(&self) -> &service_kit::Common {
+        &self.common
     }
-    Ok(Duration::from_secs_f64(v))
+
+    fn into_config(self) -> Result<Config, String> {
+        Ok(self)
+    }
+}
+
+/// The periods above: more than 0, at most a day.
+fn period() -> service_kit::flags::DurationParser {
+    service_kit::duration(Duration::from_nanos(1)..=Duration::from_secs(86_400))
 }
 
 fn parse_positive(s: &str) -> Result<f64, String> {
@@ -112,8 +120,7 @@ impl Config {
     /// Defaults for a local run and tests, listening on any free loopback port.
     pub fn local(valkey_url: &str) -> Config {
         Config {
-            valkey_url: valkey_url.to_string(),
-            listen: "127.0.0.1:0".parse().unwrap(),
+            common: service_kit::Common::local(valkey_url),
             queue: "default".into(),
             heartbeat: Duration::from_secs(5),
             idle_timeout: Duration::from_secs(120),
@@ -201,24 +208,22 @@ impl AppState {
 }
 
 pub fn app(state: Arc<AppState>) -> Router {
-    Router::new()
+    let router = Router::new()
         .route("/", get(routes::page))
         .route("/gameserver", get(handshake::gameserver))
         .route("/metrics", get(routes::metrics))
         .route("/healthz", get(routes::healthz))
-        .fallback(routes::not_found)
-        .layer(axum::middleware::from_fn_with_state(state.metrics.clone(), metrics::track))
-        .with_state(state)
+        .fallback(routes::not_found);
+    state.metrics.registry().track_http(router).with_state(state)
 }
 
 /// How long shutdown waits for sessions to close and end their leases.
 const DRAIN_LIMIT: Duration = Duration::from_secs(10);
 
-/// A random instance name, `chat-` and 12 hex digits.
+/// A random instance name, `chat-` and 12 hex digits (a random UUID's first 48 bits).
 fn random_instance_id() -> String {
-    let mut b = [0u8; 6];
-    getrandom::fill(&mut b).expect("the OS random source works");
-    format!("chat-{}", b.iter().map(|x| format!("{x:02x}")).collect::<String>())
+    let id = uuid::Uuid::new_v4().simple().to_string();
+    format!("chat-{}", &id[..12])
 }
 
 /// Serves on `listener` until `shutdown` resolves; then closes every socket with
@@ -231,7 +236,7 @@ pub async fn serve(
     let instance_id = config.instance_id.clone().filter(|s| !s.is_empty()).unwrap_or_else(random_instance_id);
     let (stop_tx, stop_rx) = watch::channel(false);
     let state = Arc::new(AppState {
-        store: queue_client::LazyClient::connect(config.valkey_url.clone()),
+        store: queue_client::LazyClient::connect(config.common.valkey_url.clone()),
         instance_id,
         rooms: Arc::new(room::Rooms::default()),
         metrics: Arc::new(metrics::Metrics::default()),
@@ -245,15 +250,14 @@ pub async fn serve(
     let feed = tokio::spawn(bus::subscribe(state.clone()));
     let beats = tokio::spawn(lease::heartbeat_loop(state.clone()));
     let health = tokio::spawn(health::signal_loop(state.clone()));
-    let app = app(state.clone()).into_make_service_with_connect_info::<SocketAddr>();
+    state.metrics.registry().spawn_upkeep();
     let stop_tx = Arc::new(stop_tx);
     let stop = stop_tx.clone();
-    let served = axum::serve(listener, app)
-        .with_graceful_shutdown(async move {
-            shutdown.await;
-            stop.send_replace(true);
-        })
-        .await;
+    let served = service_kit::serve(listener, app(state.clone()), async move {
+        shutdown.await;
+        stop.send_replace(true);
+    })
+    .await;
     // Also when serving failed: the loops and sessions must come to an end.
     stop_tx.send_replace(true);
     // The HTTP side is done; upgraded sockets live on their own until they see the
@@ -267,4 +271,29 @@ pub async fn serve(
     feed.abort();
     tracing::info!("chat-server stopped");
     served
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use service_kit::flags::try_parse_args as parse;
+
+    #[test]
+    fn durations_with_units_and_the_old_seconds_flags() {
+        let c = parse::<Config>(&[]).unwrap();
+        assert_eq!(c.common.listen.to_string(), "127.0.0.1:8081");
+        assert_eq!((c.heartbeat, c.idle_timeout), (Duration::from_secs(5), Duration::from_secs(120)));
+        assert_eq!((c.health_interval, c.health_ttl), (Duration::from_secs(2), Duration::from_secs(10)));
+        let c = parse::<Config>(&["--heartbeat", "200ms", "--idle-timeout", "1h", "--health-interval", "1s"]).unwrap();
+        assert_eq!((c.heartbeat, c.idle_timeout), (Duration::from_millis(200), Duration::from_secs(3600)));
+        let c = parse::<Config>(&["--heartbeat-secs", "0.2", "--idle-timeout-secs", "3600", "--health-ttl-secs", "30"])
+            .unwrap();
+        assert_eq!((c.heartbeat, c.idle_timeout), (Duration::from_millis(200), Duration::from_secs(3600)));
+        assert_eq!(c.health_ttl, Duration::from_secs(30));
+        for bad in
+            [&["--heartbeat", "0"][..], &["--heartbeat", "5"], &["--heartbeat-secs", "0"], &["--health-secs", "86401"]]
+        {
+            assert!(parse::<Config>(bad).is_err(), "{bad:?}");
+        }
+    }
 }

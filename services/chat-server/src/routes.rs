@@ -17,8 +17,8 @@ pub async fn page() -> Html<&'static str> {
 }
 
 pub async fn metrics(State(state): St) -> Response {
-    ([(header::CONTENT_TYPE, "text/plain; version=0.0.4")], state.metrics.render(state.rooms.local_sessions()))
-        .into_response()
+    let text = state.metrics.render(state.rooms.local_sessions());
+    ([(header::CONTENT_TYPE, service_kit::metrics::CONTENT_TYPE)], text).into_response()
 }
 
 /// Liveness with the store's and the room feed's state; 200 even while Valkey is

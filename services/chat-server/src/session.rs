@@ -17,7 +17,6 @@
 use crate::frames::{self, Request};
 use crate::lease::LeaseGuard;
 use crate::limit::{FrameLimit, Verdict};
-use crate::metrics::Metrics;
 use crate::room::{Kick, Membership};
 use crate::{bus, presence, AppState, Config};
 use bytes::Bytes;
@@ -115,7 +114,7 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Conn<S> {
                     let next = match feed.try_recv() {
                         Ok(frame) => frame,
                         Err(TryRecvError::Lagged(n)) => {
-                            Metrics::add(&metrics.lagged, n);
+                            metrics.lagged.increment(n);
                             Utf8Bytes::from(lagged(n))
                         }
                         Err(_) => break,
@@ -129,7 +128,7 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Conn<S> {
         };
         match timeout(SEND_TIMEOUT, work).await {
             Ok(Ok(sent)) => {
-                Metrics::add(&metrics.messages_sent, sent);
+                metrics.messages_sent.increment(sent);
                 Ok(())
             }
             _ => Err(()),
@@ -165,7 +164,7 @@ where
     // The Valkey calls of the rare steps (announce, greet, answer, end) are boxed:
     // inlined, their futures would enlarge every resting session's state.
     let metrics = state.metrics.clone();
-    Metrics::inc(&metrics.connections);
+    metrics.connections.increment(1);
     // Join the local feed before announcing and before reading the snapshot: every
     // change after the snapshot's read then arrives as a delta.
     let mut member = state.rooms.join(&queue, &claim.user_id);
@@ -176,9 +175,9 @@ where
         Ok(()) => serve(&mut conn, &mut member, &queue, &claim).await,
         Err(()) => Exit::Gone,
     };
-    Metrics::inc(&metrics.disconnections);
+    metrics.disconnections.increment(1);
     if exit == Exit::Idle {
-        Metrics::inc(&metrics.idle_disconnects);
+        metrics.idle_disconnects.increment(1);
     }
     if let Some(frame) = exit.close_frame() {
         let _ = timeout(CLOSE_TIMEOUT, conn.ws.send(Message::Close(Some(frame)))).await;
@@ -254,7 +253,7 @@ async fn serve<S: AsyncRead + AsyncWrite + Unpin>(
                 let sent = match heard {
                     Ok(frame) => conn.send(frame, Some(&mut member.feed)).await,
                     Err(RecvError::Lagged(n)) => {
-                        Metrics::add(&metrics.lagged, n);
+                        metrics.lagged.increment(n);
                         conn.send_str(lagged(n)).await
                     }
                     Err(RecvError::Closed) => return Exit::Shutdown,
@@ -271,7 +270,7 @@ async fn serve<S: AsyncRead + AsyncWrite + Unpin>(
                     // Pings are answered by tungstenite; they do not count as activity.
                     Some(Ok(_)) => continue,
                     Some(Err(WsError::Capacity(_))) => {
-                        Metrics::inc(&metrics.oversized);
+                        metrics.oversized.increment(1);
                         return Exit::TooBig;
                     }
                     Some(Err(e)) => {
@@ -279,10 +278,10 @@ async fn serve<S: AsyncRead + AsyncWrite + Unpin>(
                         return Exit::Gone;
                     }
                 };
-                Metrics::inc(&metrics.messages_received);
+                metrics.messages_received.increment(1);
                 metrics.observe_size(size);
                 if size > config.max_frame_bytes as usize {
-                    Metrics::inc(&metrics.oversized);
+                    metrics.oversized.increment(1);
                     return Exit::TooBig;
                 }
                 let now = Instant::now();
@@ -290,7 +289,7 @@ async fn serve<S: AsyncRead + AsyncWrite + Unpin>(
                 match limit.check(now.into_std()) {
                     Verdict::Accept => {}
                     Verdict::Drop => {
-                        Metrics::inc(&metrics.rate_limited);
+                        metrics.rate_limited.increment(1);
                         let why = format!(
                             "too many messages: at most {} per second (bursts of {}); this one was dropped",
                             config.messages_per_second, config.message_burst
@@ -301,14 +300,14 @@ async fn serve<S: AsyncRead + AsyncWrite + Unpin>(
                         continue;
                     }
                     Verdict::Close => {
-                        Metrics::inc(&metrics.rate_limited);
+                        metrics.rate_limited.increment(1);
                         return Exit::Flood;
                     }
                 }
                 let reply = match text {
                     Some(text) => Box::pin(answer(&state, queue, claim, &text)).await,
                     None => {
-                        Metrics::inc(&metrics.malformed);
+                        metrics.malformed.increment(1);
                         Some(frames::error("binary frames are not supported: send JSON text frames"))
                     }
                 };
@@ -347,7 +346,7 @@ async fn answer(state: &AppState, queue: &str, claim: &Claim, text: &str) -> Opt
             })
         }
         Err(why) => {
-            Metrics::inc(&state.metrics.malformed);
+            state.metrics.malformed.increment(1);
             Some(frames::error(&why))
         }
     }

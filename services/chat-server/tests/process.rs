@@ -80,7 +80,7 @@ async fn kill_9_leaks_nothing_because_leases_lapse() {
     let s = ValkeyServer::start(Backend::Module);
     let qc = queue_client(&s).await;
     qc.config_set("default", &[("session_lease", 1000)]).await.unwrap();
-    let mut p = Process::start(&s.url(), &["--heartbeat-secs", "0.2"]).await;
+    let mut p = Process::start(&s.url(), &["--heartbeat", "200ms"]).await;
     let (mut a, _) = Client::join(&game_url(&p.ws(), &ticket(&qc, "default", "u-a", "alice").await, None)).await;
     let (_b, _) = Client::join(&game_url(&p.ws(), &ticket(&qc, "default", "u-b", "bob").await, None)).await;
     // Heartbeats keep the 1 s leases alive well past their length.

@@ -1,5 +1,6 @@
 //! Every failure as a JSON body with the right status; no internals leak out.
 
+use axum::extract::rejection::{BytesRejection, QueryRejection};
 use axum::http::{header, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::Json;
@@ -18,6 +19,8 @@ pub enum ApiError {
     AdminDisabled,
     /// 404: unknown user (or route).
     NotFound(String),
+    /// 413: a body over the size limit.
+    TooLarge,
     /// 429: too many requests from this address; seconds until the next is allowed.
     TooManyRequests(u64),
     /// 503: Valkey is unreachable (recovers by itself).
@@ -38,6 +41,11 @@ impl ApiError {
                 "the back office is disabled (no admin token configured)".into(),
             ),
             ApiError::NotFound(m) => (StatusCode::NOT_FOUND, "not_found", m.clone()),
+            ApiError::TooLarge => (
+                StatusCode::PAYLOAD_TOO_LARGE,
+                "too_large",
+                format!("the body must be at most {} bytes", crate::BODY_LIMIT),
+            ),
             ApiError::TooManyRequests(s) => {
                 (StatusCode::TOO_MANY_REQUESTS, "rate_limited", format!("too many requests; retry in {s} s"))
             }
@@ -75,5 +83,23 @@ impl From<QueueError> for ApiError {
                 ApiError::Unavailable
             }
         }
+    }
+}
+
+/// The body could not be read: too large (413), or cut off (400).
+impl From<BytesRejection> for ApiError {
+    fn from(e: BytesRejection) -> Self {
+        if e.status() == StatusCode::PAYLOAD_TOO_LARGE {
+            ApiError::TooLarge
+        } else {
+            ApiError::BadRequest(e.body_text())
+        }
+    }
+}
+
+/// The query string could not be read (a parameter given twice, bad encoding).
+impl From<QueryRejection> for ApiError {
+    fn from(e: QueryRejection) -> Self {
+        ApiError::BadRequest(e.body_text())
     }
 }

@@ -43,7 +43,7 @@ pub struct Subscription {
 impl Drop for Subscription {
     fn drop(&mut self) {
         self.hub.unsubscribe(&self.queue, &self.user);
-        self.hub.metrics.sse_streams.fetch_sub(1, std::sync::atomic::Ordering::Relaxed);
+        self.hub.metrics.sse_streams.decrement(1.0);
     }
 }
 
@@ -78,7 +78,7 @@ impl Hub {
             tokio::spawn(refresher(self.clone(), queue.to_string(), watch.clone()));
         }
         watch.wake.notify_one();
-        self.metrics.sse_streams.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        self.metrics.sse_streams.increment(1.0);
         Subscription { hub: self.clone(), queue: queue.to_string(), user: user.to_string(), updates }
     }
 
@@ -122,7 +122,7 @@ async fn refresher(hub: Arc<Hub>, queue: String, watch: Arc<QueueWatch>) {
         };
         if let Ok(client) = hub.store.client().await {
             for batch in users.chunks(RANKS_BATCH) {
-                Metrics::inc(&hub.metrics.ranks_calls);
+                hub.metrics.ranks_calls.increment(1);
                 match client.ranks(&queue, batch).await {
                     Ok(standings) => {
                         let watched = watch.watched.lock().unwrap();
@@ -134,7 +134,7 @@ async fn refresher(hub: Arc<Hub>, queue: String, watch: Arc<QueueWatch>) {
                                         return false;
                                     }
                                     if promoted_now && cur.as_ref().is_none_or(|c| c.status != Status::Promoted) {
-                                        Metrics::inc(&hub.metrics.promoted_users);
+                                        hub.metrics.promoted_users.increment(1);
                                     }
                                     *cur = Some(s.clone());
                                     true

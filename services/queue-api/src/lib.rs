@@ -8,6 +8,7 @@
 //! `/healthz` and `/api/openapi.json`.
 
 pub mod error;
+pub mod extract;
 pub mod hub;
 pub mod limit;
 pub mod metrics;
@@ -18,28 +19,25 @@ pub mod store;
 use axum::extract::DefaultBodyLimit;
 use axum::routing::{get, post};
 use axum::Router;
-use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
 use tokio::net::TcpListener;
 use tokio::sync::watch;
 
-/// Settings, from flags with environment fallbacks (see main.rs).
-#[derive(Debug, Clone, clap::Args)]
+/// queue-api: the waiting room's HTTP front. Every flag has an environment-variable
+/// fallback.
+#[derive(Debug, Clone, clap::Parser)]
+#[command(name = "queue-api", version, about, mut_arg("listen", service_kit::default_listen("127.0.0.1:8080")))]
 pub struct Config {
-    /// Valkey URL (redis://host:port/).
-    #[arg(long, env = "VALKEY_URL", default_value = "redis://127.0.0.1:6379/")]
-    pub valkey_url: String,
-    /// Address to listen on.
-    #[arg(long, env = "LISTEN", default_value = "127.0.0.1:8080")]
-    pub listen: SocketAddr,
+    #[command(flatten)]
+    pub common: service_kit::Common,
     /// Where admitted people go: the chat page (its `?ticketId=` is added).
     #[arg(long, env = "CHAT_URL", default_value = "http://127.0.0.1:8081/")]
     pub chat_url: String,
     /// Bearer token for the back office; without one the back office is disabled.
     #[arg(long, env = "ADMIN_TOKEN")]
     pub admin_token: Option<String>,
-    /// Requests per second per client address on entry, status and stream (0: no limit).
+    /// Requests per second per client address on entry, status, leave and stream (0: no limit).
     #[arg(long, env = "RATE_LIMIT", default_value_t = 20.0)]
     pub rate_limit: f64,
     /// Burst per client address.
@@ -48,26 +46,40 @@ pub struct Config {
     /// Take the client address from X-Forwarded-For (behind a trusted proxy).
     #[arg(long, env = "TRUST_PROXY", default_value_t = false)]
     pub trust_proxy: bool,
-    /// How often push streams are refreshed without a promotion announcement (ms).
-    #[arg(long, env = "PUSH_TICK_MS", default_value_t = 1000, value_parser = clap::value_parser!(u64).range(100..=60_000))]
-    pub push_tick_ms: u64,
+    /// How often push streams are refreshed without a promotion announcement (100ms to 60s).
+    #[arg(long, env = "PUSH_TICK", default_value = "1s",
+          value_parser = service_kit::duration(Duration::from_millis(100)..=Duration::from_secs(60)))]
+    pub push_tick: Duration,
     /// Serve /bench/noop, a no-op handler benchmarks compare against.
     #[arg(long, env = "BENCH_ROUTES", default_value_t = false, hide = true)]
     pub bench_routes: bool,
 }
 
+impl service_kit::Flags for Config {
+    type Config = Config;
+    const RENAMED: &'static [service_kit::Renamed] =
+        &[service_kit::Renamed::millis("push-tick-ms", "PUSH_TICK_MS", "push-tick", "PUSH_TICK")];
+
+    fn common(&self) -> &service_kit::Common {
+        &self.common
+    }
+
+    fn into_config(self) -> Result<Config, String> {
+        Ok(self)
+    }
+}
+
 impl Config {
-    /// Defaults for a local run and tests.
+    /// Defaults for a local run and tests, listening on any free loopback port.
     pub fn local(valkey_url: &str) -> Config {
         Config {
-            valkey_url: valkey_url.to_string(),
-            listen: "127.0.0.1:0".parse().unwrap(),
+            common: service_kit::Common::local(valkey_url),
             chat_url: "http://127.0.0.1:8081/".into(),
             admin_token: None,
             rate_limit: 20.0,
             rate_burst: 40.0,
             trust_proxy: false,
-            push_tick_ms: 1000,
+            push_tick: Duration::from_secs(1),
             bench_routes: false,
         }
     }
@@ -87,7 +99,7 @@ pub struct AppState {
 }
 
 /// Largest request body accepted (an entry is a nickname).
-const BODY_LIMIT: usize = 16 * 1024;
+pub const BODY_LIMIT: usize = 16 * 1024;
 
 pub fn app(state: Arc<AppState>) -> Router {
     let mut router = Router::new()
@@ -102,11 +114,8 @@ pub fn app(state: Arc<AppState>) -> Router {
     if state.config.bench_routes {
         router = router.route("/bench/noop", get(|| async { "ok" }));
     }
-    router
-        .fallback(routes::not_found)
-        .layer(axum::middleware::from_fn_with_state(state.metrics.clone(), metrics::track))
-        .layer(DefaultBodyLimit::max(BODY_LIMIT))
-        .with_state(state)
+    let router = state.metrics.registry().track_http(router.fallback(routes::not_found));
+    router.layer(DefaultBodyLimit::max(BODY_LIMIT)).with_state(state)
 }
 
 /// Serves on `listener` until `shutdown` resolves, then stops push streams and
@@ -117,11 +126,12 @@ pub async fn serve(
     shutdown: impl std::future::Future<Output = ()> + Send + 'static,
 ) -> std::io::Result<()> {
     let metrics = Arc::new(metrics::Metrics::default());
-    let store = store::Store::connect(config.valkey_url.clone());
-    let hub = hub::Hub::new(store.clone(), Duration::from_millis(config.push_tick_ms), metrics.clone());
+    metrics.registry().spawn_upkeep();
+    let store = store::Store::connect(config.common.valkey_url.clone());
+    let hub = hub::Hub::new(store.clone(), config.push_tick, metrics.clone());
     let (stop_tx, stop_rx) = watch::channel(false);
     // Promotion announcements wake the matching queue's push streams at once.
-    let mut events = queue_client::events::subscribe_all(config.valkey_url.clone());
+    let mut events = queue_client::events::subscribe_all(config.common.valkey_url.clone());
     let hub_events = hub.clone();
     tokio::spawn(async move {
         while let Some(e) = events.recv().await {
@@ -137,11 +147,31 @@ pub async fn serve(
         registered: Default::default(),
         shutdown: stop_rx,
     });
-    let app = app(state).into_make_service_with_connect_info::<SocketAddr>();
-    axum::serve(listener, app)
-        .with_graceful_shutdown(async move {
-            shutdown.await;
-            let _ = stop_tx.send(true);
-        })
-        .await
+    service_kit::serve(listener, app(state), async move {
+        shutdown.await;
+        let _ = stop_tx.send(true);
+    })
+    .await
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use service_kit::flags::try_parse_args as parse;
+
+    #[test]
+    fn flags_and_their_defaults() {
+        let c = parse::<Config>(&[]).unwrap();
+        assert_eq!((c.common.listen.to_string(), c.push_tick), ("127.0.0.1:8080".to_string(), Duration::from_secs(1)));
+        assert_eq!((c.rate_limit, c.rate_burst, c.trust_proxy), (20.0, 40.0, false));
+        assert_eq!(parse::<Config>(&["--push-tick", "250ms"]).unwrap().push_tick, Duration::from_millis(250));
+        assert_eq!(
+            parse::<Config>(&["--push-tick-ms", "250"]).unwrap().push_tick,
+            Duration::from_millis(250),
+            "the old spelling"
+        );
+        for bad in ["99ms", "61s", "1000"] {
+            assert!(parse::<Config>(&["--push-tick", bad]).is_err(), "{bad}");
+        }
+    }
 }

@@ -1,13 +1,12 @@
 //! The handlers.
 
 use crate::error::ApiError;
-use crate::metrics::Metrics;
+use crate::extract::{EntryRequest, Field, JsonBody, SettingsRequest};
 use crate::AppState;
-use axum::body::Bytes;
-use axum::extract::{ConnectInfo, Path, Query, State};
+use axum::extract::{ConnectInfo, FromRequestParts, Path, Query, State};
 use axum::http::{header, HeaderMap};
 use axum::response::sse::{Event, KeepAlive, Sse};
-use axum::response::{Html, IntoResponse, Response};
+use axum::response::{Html, Response};
 use axum::Json;
 use futures_util::Stream;
 use queue_client::{Standing, Status};
@@ -15,7 +14,6 @@ use serde::Deserialize;
 use serde_json::{json, Value};
 use std::net::{IpAddr, SocketAddr};
 use std::sync::Arc;
-use std::time::Instant;
 
 type St = State<Arc<AppState>>;
 
@@ -33,8 +31,8 @@ fn client_ip(state: &AppState, peer: SocketAddr, headers: &HeaderMap) -> IpAddr 
 }
 
 fn rate_limit(state: &AppState, peer: SocketAddr, headers: &HeaderMap) -> Result<(), ApiError> {
-    state.limiter.check(client_ip(state, peer, headers), Instant::now()).map_err(|secs| {
-        Metrics::inc(&state.metrics.rate_limited);
+    state.limiter.check(client_ip(state, peer, headers)).map_err(|secs| {
+        state.metrics.rate_limited.increment(1);
         ApiError::TooManyRequests(secs)
     })
 }
@@ -60,44 +58,33 @@ fn standing_json(s: &Standing, queue: &str) -> Value {
     v
 }
 
-fn new_user_id() -> String {
-    let mut b = [0u8; 16];
-    getrandom::fill(&mut b).expect("the OS random source works");
-    b[6] = (b[6] & 0x0f) | 0x40;
-    b[8] = (b[8] & 0x3f) | 0x80;
-    let hex: String = b.iter().map(|x| format!("{x:02x}")).collect();
-    format!("{}-{}-{}-{}-{}", &hex[0..8], &hex[8..12], &hex[12..16], &hex[16..20], &hex[20..32])
-}
-
 /// `POST /api/queue/entry {nickname, queue?}` -> `{status, rank, userId, ...}`.
 pub async fn entry(
     State(state): St,
     ConnectInfo(peer): ConnectInfo<SocketAddr>,
     headers: HeaderMap,
-    body: Bytes,
+    body: Result<JsonBody<EntryRequest>, ApiError>,
 ) -> Result<Json<Value>, ApiError> {
     rate_limit(&state, peer, &headers)?;
-    Metrics::inc(&state.metrics.entry_requests);
-    let body: Value = serde_json::from_slice(&body)
-        .map_err(|e| ApiError::BadRequest(format!("the body must be a JSON object: {e}")))?;
-    let obj = body.as_object().ok_or_else(|| ApiError::BadRequest("the body must be a JSON object".into()))?;
-    let nickname = match obj.get("nickname") {
-        Some(Value::String(n)) => n.trim(),
-        Some(_) => return Err(ApiError::Invalid("nickname must be a string".into())),
-        None => return Err(ApiError::Invalid("nickname is required".into())),
+    state.metrics.entry_requests.increment(1);
+    let JsonBody(body) = body?;
+    let nickname = match &body.nickname {
+        Field::Given(n) => n.trim(),
+        Field::Absent => return Err(ApiError::Invalid("nickname is required".into())),
+        Field::Null | Field::WrongType => return Err(ApiError::Invalid("nickname must be a string".into())),
     };
     queue_core::keys::check_nickname(nickname.as_bytes()).map_err(|e| ApiError::Invalid(strip(e)))?;
-    let queue = match obj.get("queue") {
-        None | Some(Value::Null) => queue_name(None)?,
-        Some(Value::String(q)) => queue_name(Some(q))?,
-        Some(_) => return Err(ApiError::BadRequest("queue must be a string".into())),
+    let queue = match &body.queue {
+        Field::Absent | Field::Null => queue_name(None)?,
+        Field::Given(q) => queue_name(Some(q))?,
+        Field::WrongType => return Err(ApiError::BadRequest("queue must be a string".into())),
     };
     let client = state.store.client().await?;
     register(&state, &client, &queue).await;
-    let user = new_user_id();
+    let user = uuid::Uuid::new_v4().to_string();
     let standing = client.enter(&queue, &user, nickname).await?;
     if standing.status == Status::Promoted {
-        Metrics::inc(&state.metrics.promoted_users);
+        state.metrics.promoted_users.increment(1);
     }
     Ok(Json(standing_json(&standing, &queue)))
 }
@@ -114,7 +101,9 @@ async fn register(state: &AppState, client: &queue_client::QueueClient, queue: &
     }
 }
 
-#[derive(Deserialize)]
+/// `?userId=&queue=`; an unreadable query string is a 400 like any other.
+#[derive(Deserialize, FromRequestParts)]
+#[from_request(via(Query), rejection(ApiError))]
 pub struct WhoQuery {
     #[serde(rename = "userId")]
     user_id: Option<String>,
@@ -142,13 +131,13 @@ pub async fn status(
     State(state): St,
     ConnectInfo(peer): ConnectInfo<SocketAddr>,
     headers: HeaderMap,
-    Query(q): Query<WhoQuery>,
+    q: WhoQuery,
 ) -> Result<Json<Value>, ApiError> {
     rate_limit(&state, peer, &headers)?;
-    Metrics::inc(&state.metrics.status_requests);
+    state.metrics.status_requests.increment(1);
     let (queue, standing) = lookup(&state, &q).await?;
     if standing.status == Status::Promoted {
-        Metrics::inc(&state.metrics.promoted_users);
+        state.metrics.promoted_users.increment(1);
     }
     Ok(Json(standing_json(&standing, &queue)))
 }
@@ -161,10 +150,10 @@ pub async fn leave(
     State(state): St,
     ConnectInfo(peer): ConnectInfo<SocketAddr>,
     headers: HeaderMap,
-    Query(q): Query<WhoQuery>,
+    q: WhoQuery,
 ) -> Result<Json<Value>, ApiError> {
     rate_limit(&state, peer, &headers)?;
-    Metrics::inc(&state.metrics.leave_requests);
+    state.metrics.leave_requests.increment(1);
     let (user, queue) = q.parse()?;
     if !state.store.client().await?.leave(&queue, &user).await? {
         return Err(ApiError::NotFound("not waiting and holding no ticket: nothing to leave".into()));
@@ -191,7 +180,7 @@ pub async fn stream(
     State(state): St,
     ConnectInfo(peer): ConnectInfo<SocketAddr>,
     headers: HeaderMap,
-    Query(q): Query<WhoQuery>,
+    q: WhoQuery,
 ) -> Result<Sse<impl Stream<Item = Result<Event, std::convert::Infallible>>>, ApiError> {
     rate_limit(&state, peer, &headers)?;
     let (queue, first) = lookup(&state, &q).await?;
@@ -264,18 +253,16 @@ pub async fn admin_put(
     State(state): St,
     headers: HeaderMap,
     Path(queue): Path<String>,
-    body: Bytes,
+    body: Result<JsonBody<SettingsRequest>, ApiError>,
 ) -> Result<Json<Value>, ApiError> {
     authorize(&state, &headers)?;
     let queue = queue_name(Some(&queue))?;
-    let body: Value = serde_json::from_slice(&body)
-        .map_err(|e| ApiError::BadRequest(format!("the body must be a JSON object: {e}")))?;
-    let obj = body.as_object().ok_or_else(|| ApiError::BadRequest("the body must be a JSON object".into()))?;
-    if obj.is_empty() {
+    let JsonBody(SettingsRequest(settings)) = body?;
+    if settings.is_empty() {
         return Err(ApiError::Invalid("name at least one setting".into()));
     }
     let mut pairs = Vec::new();
-    for (field, v) in obj {
+    for (field, v) in &settings {
         let n = v.as_i64().ok_or_else(|| ApiError::Invalid(format!("{field} must be an integer")))?;
         pairs.push((field.as_str(), n));
     }
@@ -290,7 +277,7 @@ pub async fn openapi() -> Json<Value> {
 }
 
 pub async fn metrics(State(state): St) -> Response {
-    ([(header::CONTENT_TYPE, "text/plain; version=0.0.4")], state.metrics.render()).into_response()
+    state.metrics.registry().response()
 }
 
 /// Liveness with the store's state; 200 even while Valkey is down (the service

@@ -113,7 +113,7 @@ async fn sse_delivers_position_and_ticket(b: Backend) {
     let qc = client_for(&s).await;
     qc.config_set("default", &[("soft_cap", 0)]).await.unwrap();
     let mut config = queue_api::Config::local(&s.url());
-    config.push_tick_ms = 60_000; // only announcements refresh, proving the wake-up path
+    config.push_tick = Duration::from_secs(60); // only announcements refresh, proving the wake-up path
     let api = Api::start(config).await;
     let (_, a) = post_entry(&api, json!({ "nickname": "a" })).await;
     let (_, b2) = post_entry(&api, json!({ "nickname": "b" })).await;
@@ -168,7 +168,7 @@ async fn leaving_gives_the_place_away(b: Backend) {
     let qc = client_for(&s).await;
     qc.config_set("default", &[("soft_cap", 0)]).await.unwrap();
     let mut config = queue_api::Config::local(&s.url());
-    config.push_tick_ms = 60_000; // only the leave's own wake-up can end the stream in time
+    config.push_tick = Duration::from_secs(60); // only the leave's own wake-up can end the stream in time
     let api = Api::start(config).await;
     let mut users = Vec::new();
     for nick in ["ann", "ben", "cat"] {

@@ -2,32 +2,35 @@
 
 use crate::policy::{PolicyConfig, PROMOTE_MAX_LIMIT};
 use clap::Parser;
+use service_kit::{duration, Common, Renamed};
 use std::net::SocketAddr;
 use std::time::Duration;
 
 /// The admission loop of the waiting room: calls QUEUE.PROMOTE on every queue, with
 /// one active leader among its replicas.
 #[derive(Debug, Clone, Parser)]
-#[command(name = "queue-manager", version, about)]
+#[command(
+    name = "queue-manager",
+    version,
+    about,
+    mut_arg("listen", service_kit::default_listen("127.0.0.1:9091")),
+    mut_arg("valkey_url", |a| a.help("Valkey URL; several, comma-separated, with --cluster"))
+)]
 pub struct Flags {
-    /// Valkey URL; several, comma-separated, with --cluster.
-    #[arg(long, env = "VALKEY_URL", default_value = "redis://127.0.0.1:6379/", value_delimiter = ',')]
-    pub valkey_url: Vec<String>,
+    #[command(flatten)]
+    pub common: Common,
     /// Valkey is a cluster (the URLs are seed nodes).
     #[arg(long, env = "VALKEY_CLUSTER")]
     pub cluster: bool,
-    /// Address of the HTTP server (/metrics, /healthz).
-    #[arg(long, env = "LISTEN", default_value = "127.0.0.1:9091")]
-    pub listen: SocketAddr,
-    /// Milliseconds between two promotion rounds.
-    #[arg(long, env = "TICK_MS", default_value_t = 1000, value_parser = clap::value_parser!(u64).range(100..=60_000))]
-    pub tick_ms: u64,
-    /// Milliseconds of the leader lease; a standby takes over within two of them.
-    #[arg(long, env = "LEASE_MS", default_value_t = 3000, value_parser = clap::value_parser!(u64).range(300..=600_000))]
-    pub lease_ms: u64,
-    /// Milliseconds between two discoveries of the queues in the store.
-    #[arg(long, env = "DISCOVER_MS", default_value_t = 5000, value_parser = clap::value_parser!(u64).range(100..=600_000))]
-    pub discover_ms: u64,
+    /// Time between two promotion rounds (100ms to 60s).
+    #[arg(long, env = "TICK", default_value = "1s", value_parser = duration(ms(100)..=secs(60)))]
+    pub tick: Duration,
+    /// The leader lease (300ms to 10m); a standby takes over within two of them.
+    #[arg(long, env = "LEASE", default_value = "3s", value_parser = duration(ms(300)..=secs(600)))]
+    pub lease: Duration,
+    /// Time between two discoveries of the queues in the store (100ms to 10m).
+    #[arg(long, env = "DISCOVER_EVERY", default_value = "5s", value_parser = duration(ms(100)..=secs(600)))]
+    pub discover_every: Duration,
     /// Queues always served, comma-separated, on top of those discovered.
     #[arg(long, env = "QUEUES", default_value = "default", value_delimiter = ',')]
     pub queues: Vec<String>,
@@ -44,12 +47,12 @@ pub struct Flags {
     /// With --adaptive: load at or below which the allowance grows.
     #[arg(long, env = "LOW_LOAD", default_value_t = 0.6)]
     pub low_load: f64,
-    /// With --adaptive: latency (ms) at or above which the allowance is halved (0: ignore latency).
-    #[arg(long, env = "HIGH_LATENCY_MS", default_value_t = 0)]
-    pub high_latency_ms: u64,
-    /// With --adaptive: latency (ms) at or below which the allowance may grow (0: any).
-    #[arg(long, env = "LOW_LATENCY_MS", default_value_t = 0)]
-    pub low_latency_ms: u64,
+    /// With --adaptive: latency at or above which the allowance is halved (0: ignore latency).
+    #[arg(long, env = "HIGH_LATENCY", default_value = "0", value_parser = duration(Duration::ZERO..=Duration::MAX))]
+    pub high_latency: Duration,
+    /// With --adaptive: latency at or below which the allowance may grow (0: any).
+    #[arg(long, env = "LOW_LATENCY", default_value = "0", value_parser = duration(Duration::ZERO..=Duration::MAX))]
+    pub low_latency: Duration,
     /// With --adaptive: the smallest increase of the per-tick allowance, and the
     /// first allowance after a closed period.
     #[arg(long, env = "ADAPTIVE_STEP", default_value_t = 10, value_parser = clap::value_parser!(u32).range(1..=100_000))]
@@ -57,9 +60,17 @@ pub struct Flags {
     /// With --adaptive: the per-tick allowance above which admission is unrestricted.
     #[arg(long, env = "ADAPTIVE_MAX", default_value_t = 1000, value_parser = clap::value_parser!(u32).range(1..=100_000))]
     pub adaptive_max: u32,
-    /// With --adaptive: least milliseconds between two changes of the allowance.
-    #[arg(long, env = "ADJUST_MS", default_value_t = 1000)]
-    pub adjust_ms: u64,
+    /// With --adaptive: least time between two changes of the allowance.
+    #[arg(long, env = "ADJUST_EVERY", default_value = "1s", value_parser = duration(Duration::ZERO..=Duration::MAX))]
+    pub adjust_every: Duration,
+}
+
+const fn ms(n: u64) -> Duration {
+    Duration::from_millis(n)
+}
+
+const fn secs(n: u64) -> Duration {
+    Duration::from_secs(n)
 }
 
 /// Everything [`crate::run`] needs.
@@ -104,11 +115,25 @@ impl Config {
     }
 }
 
-impl Flags {
+impl service_kit::Flags for Flags {
+    type Config = Config;
+    const RENAMED: &'static [Renamed] = &[
+        Renamed::millis("tick-ms", "TICK_MS", "tick", "TICK"),
+        Renamed::millis("lease-ms", "LEASE_MS", "lease", "LEASE"),
+        Renamed::millis("discover-ms", "DISCOVER_MS", "discover-every", "DISCOVER_EVERY"),
+        Renamed::millis("high-latency-ms", "HIGH_LATENCY_MS", "high-latency", "HIGH_LATENCY"),
+        Renamed::millis("low-latency-ms", "LOW_LATENCY_MS", "low-latency", "LOW_LATENCY"),
+        Renamed::millis("adjust-ms", "ADJUST_MS", "adjust-every", "ADJUST_EVERY"),
+    ];
+
+    fn common(&self) -> &Common {
+        &self.common
+    }
+
     /// Checks the flags together and makes the configuration.
-    pub fn into_config(self) -> Result<Config, String> {
+    fn into_config(self) -> Result<Config, String> {
         let urls: Vec<String> =
-            self.valkey_url.iter().map(|u| u.trim().to_string()).filter(|u| !u.is_empty()).collect();
+            self.common.valkey_url.split(',').map(|u| u.trim().to_string()).filter(|u| !u.is_empty()).collect();
         if urls.is_empty() {
             return Err("--valkey-url: no URL given".into());
         }
@@ -126,26 +151,27 @@ impl Flags {
         if !load_ok(self.high_load) || !load_ok(self.low_load) || self.low_load > self.high_load {
             return Err("--low-load and --high-load must be numbers with 0 <= low <= high".into());
         }
-        if self.high_latency_ms > 0 && self.low_latency_ms > self.high_latency_ms {
-            return Err("--low-latency-ms must not exceed --high-latency-ms".into());
+        if !self.high_latency.is_zero() && self.low_latency > self.high_latency {
+            return Err("--low-latency must not exceed --high-latency".into());
         }
+        let millis = |d: Duration| u64::try_from(d.as_millis()).unwrap_or(u64::MAX);
         let adaptive = self.adaptive.then(|| PolicyConfig {
             fail_open: self.fail_open,
             high_load: self.high_load,
             low_load: self.low_load,
-            high_latency_ms: self.high_latency_ms,
-            low_latency_ms: self.low_latency_ms,
+            high_latency_ms: millis(self.high_latency),
+            low_latency_ms: millis(self.low_latency),
             step: self.adaptive_step,
             ceiling: self.adaptive_max.min(PROMOTE_MAX_LIMIT),
-            adjust_every: Duration::from_millis(self.adjust_ms),
+            adjust_every: self.adjust_every,
         });
         Ok(Config {
             valkey_urls: urls,
             cluster: self.cluster,
-            listen: self.listen,
-            tick: Duration::from_millis(self.tick_ms),
-            lease: Duration::from_millis(self.lease_ms),
-            discover_every: Duration::from_millis(self.discover_ms),
+            listen: self.common.listen,
+            tick: self.tick,
+            lease: self.lease,
+            discover_every: self.discover_every,
             queues,
             adaptive,
             freeze: None,
@@ -156,11 +182,10 @@ impl Flags {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use service_kit::Flags as _;
 
     fn parse(args: &[&str]) -> Result<Config, String> {
-        let mut all = vec!["queue-manager"];
-        all.extend_from_slice(args);
-        Flags::try_parse_from(all).map_err(|e| e.to_string())?.into_config()
+        service_kit::flags::try_parse_args::<Flags>(args).map_err(|e| e.to_string())?.into_config()
     }
 
     #[test]
@@ -182,6 +207,18 @@ mod tests {
         assert!(!p.fail_open);
         assert_eq!((p.high_load, p.low_load), (0.9, 0.5));
         assert!(parse(&["--adaptive", "--fail-open"]).unwrap().adaptive.unwrap().fail_open);
+    }
+
+    #[test]
+    fn durations_take_units() {
+        let c = parse(&["--tick", "250ms", "--lease", "2s", "--discover-every", "1m"]).unwrap();
+        assert_eq!((c.tick, c.lease, c.discover_every), (ms(250), secs(2), secs(60)));
+        let c = parse(&["--adaptive", "--high-latency", "500ms", "--low-latency", "100ms", "--adjust-every", "2s"])
+            .unwrap();
+        let p = c.adaptive.unwrap();
+        assert_eq!((p.high_latency_ms, p.low_latency_ms, p.adjust_every), (500, 100, secs(2)));
+        assert!(parse(&["--tick", "100"]).is_err(), "a unit is needed");
+        assert!(parse(&["--low-latency", "1s", "--high-latency", "500ms"]).is_err());
     }
 
     #[test]

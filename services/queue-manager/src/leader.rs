@@ -58,9 +58,7 @@ pub struct Lease {
 impl Lease {
     /// A lease of `period` on `key`, with a fresh random token.
     pub fn new(key: impl Into<String>, period: Duration) -> Lease {
-        let mut bytes = [0u8; 16];
-        getrandom::fill(&mut bytes).expect("random token");
-        let token = bytes.iter().map(|b| format!("{b:02x}")).collect();
+        let token = uuid::Uuid::new_v4().simple().to_string();
         Lease { key: key.into(), token, period, margin: period / 3, valid_until: Mutex::new(None) }
     }
 

@@ -25,7 +25,7 @@ pub use config::{Config, Flags};
 use policy::Admission;
 use queue_client::{ConnectOptions, QueueClient, QueueError};
 use std::collections::{BTreeMap, BTreeSet};
-use std::future::{Future, IntoFuture};
+use std::future::Future;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, OnceLock, RwLock};
 use std::time::Duration;
@@ -161,9 +161,7 @@ pub async fn run_on(
     if let Ok(addr) = listener.local_addr() {
         info!(%addr, instance = state.lease.token(), "queue-manager listening");
     }
-    let http = tokio::spawn(
-        axum::serve(listener, http::app(state.clone())).with_graceful_shutdown(stopped(stop.clone())).into_future(),
-    );
+    let http = tokio::spawn(service_kit::serve(listener, http::app(state.clone()), stopped(stop.clone())));
     let result = match connect(&state, &stop).await {
         Ok(Some(client)) => {
             let _ = state.client.set(client.clone());

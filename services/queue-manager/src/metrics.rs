@@ -4,10 +4,14 @@
 //! store's own: the `_total` counters are the queue's cumulative counters, exact
 //! across manager restarts and failovers, and every replica (leader or not) reports
 //! the same values. Aggregate across replicas with `max by (queue)`, not `sum`.
+//! Each scrape fills a fresh registry, so a queue's series show only while its
+//! figures could be read.
 
 use crate::policy::Admission;
 use queue_client::QueueInfo;
-use std::fmt::Write;
+use service_kit::metrics::Registry;
+
+pub use service_kit::metrics::CONTENT_TYPE;
 
 /// What one scrape shows.
 #[derive(Debug, Default)]
@@ -22,53 +26,46 @@ pub struct Snapshot {
     pub admissions: Vec<(String, Admission)>,
 }
 
-/// The content type of the text exposition format.
-pub const CONTENT_TYPE: &str = "text/plain; version=0.0.4; charset=utf-8";
-
 type Field = fn(&QueueInfo) -> u64;
 
-/// Per-queue series: name, type, help, value.
-const QUEUE_SERIES: [(&str, &str, &str, Field); 8] = [
-    ("queue_waiting_users", "gauge", "Users waiting in line.", |i| i.waiting),
-    ("queue_joining_users", "gauge", "Users holding a ticket they have not used yet.", |i| i.joining),
-    ("queue_current_users", "gauge", "Users inside the downstream server (live session leases).", |i| i.active),
-    ("queue_soft_cap", "gauge", "Sessions plus unclaimed tickets that admission fills up to.", |i| i.config.soft_cap),
-    ("queue_available_slots", "gauge", "Slots left under the soft cap.", |i| i.available_slots),
-    ("queue_tickets_issued_total", "counter", "Tickets issued.", |i| i.promoted),
-    ("queue_tickets_expired_total", "counter", "Tickets that expired unclaimed.", |i| i.expired),
-    ("queue_dropped_users_total", "counter", "Waiting users dropped for going silent.", |i| i.dropped),
+/// Per-queue series: name, whether a counter (else a gauge), help, value.
+const QUEUE_SERIES: [(&str, bool, &str, Field); 8] = [
+    ("queue_waiting_users", false, "Users waiting in line.", |i| i.waiting),
+    ("queue_joining_users", false, "Users holding a ticket they have not used yet.", |i| i.joining),
+    ("queue_current_users", false, "Users inside the downstream server (live session leases).", |i| i.active),
+    ("queue_soft_cap", false, "Sessions plus unclaimed tickets that admission fills up to.", |i| i.config.soft_cap),
+    ("queue_available_slots", false, "Slots left under the soft cap.", |i| i.available_slots),
+    ("queue_tickets_issued_total", true, "Tickets issued.", |i| i.promoted),
+    ("queue_tickets_expired_total", true, "Tickets that expired unclaimed.", |i| i.expired),
+    ("queue_dropped_users_total", true, "Waiting users dropped for going silent.", |i| i.dropped),
 ];
 
 /// Renders a scrape.
 pub fn render(s: &Snapshot) -> String {
-    let mut out = String::new();
-    header(&mut out, "queue_manager_is_leader", "gauge", "1 if this replica holds the leader lease and promotes.");
-    let _ = writeln!(out, "queue_manager_is_leader {}", u8::from(s.leader));
-    header(&mut out, "queue_manager_valkey_up", "gauge", "1 if Valkey answered the last call.");
-    let _ = writeln!(out, "queue_manager_valkey_up {}", u8::from(s.valkey_up));
-    header(&mut out, "queue_manager_known_queues", "gauge", "Queues this replica serves.");
-    let _ = writeln!(out, "queue_manager_known_queues {}", s.queues.len());
-    for (name, kind, help, value) in QUEUE_SERIES {
-        if s.queues.is_empty() {
-            break;
-        }
-        header(&mut out, name, kind, help);
+    let r = Registry::default();
+    let flag = |b: bool| f64::from(u8::from(b));
+    r.gauge("queue_manager_is_leader", "1 if this replica holds the leader lease and promotes.").set(flag(s.leader));
+    r.gauge("queue_manager_valkey_up", "1 if Valkey answered the last call.").set(flag(s.valkey_up));
+    r.gauge("queue_manager_known_queues", "Queues this replica serves.").set(s.queues.len() as f64);
+    for (name, counter, help, value) in QUEUE_SERIES {
         for (queue, info) in &s.queues {
-            let _ = writeln!(out, "{name}{{queue=\"{}\"}} {}", escape(queue), value(info));
+            let labels = [("queue", queue.as_str())];
+            if counter {
+                r.counter_with(name, help, &labels).absolute(value(info));
+            } else {
+                r.gauge_with(name, help, &labels).set(value(info) as f64);
+            }
         }
     }
-    if !s.admissions.is_empty() {
-        header(&mut out, "queue_admission_limit", "gauge", "Adaptive admission: users per tick, -1 unrestricted.");
-        for (queue, a) in &s.admissions {
-            let _ = writeln!(out, "queue_admission_limit{{queue=\"{}\"}} {}", escape(queue), a.as_gauge());
-        }
+    for (queue, a) in &s.admissions {
+        r.gauge_with(
+            "queue_admission_limit",
+            "Adaptive admission: users per tick, -1 unrestricted.",
+            &[("queue", queue)],
+        )
+        .set(a.as_gauge() as f64);
     }
-    out
-}
-
-fn header(out: &mut String, name: &str, kind: &str, help: &str) {
-    let _ = writeln!(out, "# HELP {name} {help}");
-    let _ = writeln!(out, "# TYPE {name} {kind}");
+    r.render()
 }
 
 /// A label value: backslash, double quote and newline escaped.

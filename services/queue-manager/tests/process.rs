@@ -126,12 +126,21 @@ fn bad_flags_exit_with_a_usage_error() {
         let out = Command::new(bin).args(args).output().unwrap();
         assert_eq!(out.status.code(), Some(2), "{args:?}: {}", String::from_utf8_lossy(&out.stderr));
     }
-    // The environment is the fallback of every flag.
-    let out = Command::new(bin).env("TICK_MS", "50").output().unwrap();
-    assert_eq!(out.status.code(), Some(2), "TICK_MS=50: {}", String::from_utf8_lossy(&out.stderr));
+    // Durations take units; the old spellings in milliseconds (above) still count.
+    for args in [&["--tick", "50ms"][..], &["--tick", "100"], &["--lease", "100ms"]] {
+        let out = Command::new(bin).args(args).output().unwrap();
+        assert_eq!(out.status.code(), Some(2), "{args:?}: {}", String::from_utf8_lossy(&out.stderr));
+    }
+    // The environment is the fallback of every flag, under its old name too.
+    for (var, value) in [("TICK_MS", "50"), ("TICK", "50ms")] {
+        let out = Command::new(bin).env(var, value).output().unwrap();
+        assert_eq!(out.status.code(), Some(2), "{var}={value}: {}", String::from_utf8_lossy(&out.stderr));
+    }
     let help = Command::new(bin).arg("--help").output().unwrap();
     let text = String::from_utf8_lossy(&help.stdout);
-    for flag in ["--valkey-url", "VALKEY_URL", "--tick-ms", "--lease-ms", "--adaptive", "--fail-open", "--listen"] {
+    for flag in
+        ["--valkey-url", "VALKEY_URL", "--tick", "--lease", "--adaptive", "--fail-open", "--listen", "--log-format"]
+    {
         assert!(text.contains(flag), "--help lacks {flag}");
     }
 }

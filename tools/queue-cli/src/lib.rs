@@ -1,6 +1,6 @@
 //! The slim client of the waiting room, over HTTP and WebSocket only, as people reach it:
 //! [`join`] is one person's journey, [`swarm`] a crowd of virtual users with an audit of
-//! what they saw (FIFO order, capacity, one claim per ticket). The `queue-client` binary
+//! what they saw (FIFO order, capacity, one claim per ticket). The `queue-cli` binary
 //! is its command line.
 
 pub mod api;

@@ -4,7 +4,7 @@ use queue_cli::{join, swarm};
 use std::process::ExitCode;
 use std::time::Duration;
 
-/// queue-client: walk through the waiting room as one person, or as a crowd.
+/// queue-cli: walk through the waiting room as one person, or as a crowd.
 #[derive(Parser)]
 #[command(version, about)]
 struct Cli {

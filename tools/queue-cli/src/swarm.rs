@@ -27,7 +27,7 @@ use std::collections::VecDeque;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-/// What the swarm does; see `queue-client swarm --help` for each field.
+/// What the swarm does; see `queue-cli swarm --help` for each field.
 #[derive(Debug, Clone)]
 pub struct SwarmConfig {
     pub api: String,

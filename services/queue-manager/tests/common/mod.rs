@@ -101,8 +101,8 @@ impl Process {
         let addr: SocketAddr = format!("127.0.0.1:{port}").parse().unwrap();
         let log = std::fs::File::create(server.dir().join(format!("manager-{port}.log"))).unwrap();
         let child = Command::new(env!("CARGO_BIN_EXE_queue-manager"))
-            .args(["--valkey-url", &server.url(), "--listen", &addr.to_string(), "--tick-ms", "100"])
-            .args(["--lease-ms", &lease_ms.to_string(), "--discover-ms", "200", "--queues", ""])
+            .args(["--valkey-url", &server.url(), "--listen", &addr.to_string(), "--tick", "100ms"])
+            .args(["--lease", &format!("{lease_ms}ms"), "--discover-every", "200ms", "--queues", ""])
             .args(extra)
             .env("RUST_LOG", "queue_manager=debug,info")
             .stdin(Stdio::null())

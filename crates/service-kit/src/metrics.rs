@@ -1,0 +1,202 @@
+//! Prometheus metrics through the `metrics` crate and `metrics-exporter-prometheus`,
+//! in the text exposition format.
+//!
+//! Each [`Registry`] is a recorder of its own rather than the process-wide one, so that
+//! several service instances in one process (as the tests run them) count apart. Names
+//! are exposed exactly as registered: a counter called `x_total` is `x_total`.
+
+use axum::extract::{MatchedPath, Request, State};
+use axum::http::header::CONTENT_TYPE as CONTENT_TYPE_HEADER;
+use axum::middleware::Next;
+use axum::response::{IntoResponse, Response};
+use axum::Router;
+use metrics::{Key, Label, Level, Metadata, Recorder};
+use metrics_exporter_prometheus::{Matcher, PrometheusBuilder, PrometheusRecorder};
+use std::sync::{Arc, Weak};
+use std::time::{Duration, Instant};
+
+pub use metrics::{Counter, Gauge, Histogram};
+
+/// The content type of the text exposition format.
+pub const CONTENT_TYPE: &str = "text/plain; version=0.0.4; charset=utf-8";
+
+/// The HTTP request histogram: seconds per request by `method`, `uri` (the route
+/// pattern, never the raw path, so ids never become label values) and `status`.
+pub const HTTP_REQUESTS: &str = "http_server_requests_seconds";
+
+/// Its buckets' upper bounds, in seconds.
+pub const HTTP_BUCKETS: [f64; 10] = [0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 5.0];
+
+static METADATA: Metadata<'static> = Metadata::new(module_path!(), Level::INFO, Some(module_path!()));
+
+/// The metrics of one service instance. Clones share it.
+#[derive(Clone)]
+pub struct Registry {
+    recorder: Arc<PrometheusRecorder>,
+}
+
+impl Default for Registry {
+    fn default() -> Self {
+        Registry::new(&[])
+    }
+}
+
+impl Registry {
+    /// A registry whose histograms named in `buckets` (and [`HTTP_REQUESTS`]) have
+    /// those buckets' upper bounds.
+    pub fn new(buckets: &[(&str, &[f64])]) -> Registry {
+        let http = [(HTTP_REQUESTS, &HTTP_BUCKETS[..])];
+        let builder = http.iter().chain(buckets).fold(PrometheusBuilder::new(), |b, (name, bounds)| {
+            b.set_buckets_for_metric(Matcher::Full(name.to_string()), bounds).expect("histogram buckets")
+        });
+        Registry { recorder: Arc::new(builder.build_recorder()) }
+    }
+
+    /// Histogram samples are folded into their buckets at each render; this folds them
+    /// every few seconds as well, so that a registry nobody scrapes stays small. Stops
+    /// when the last clone of the registry is dropped. Needs a tokio runtime.
+    pub fn spawn_upkeep(&self) {
+        let recorder: Weak<PrometheusRecorder> = Arc::downgrade(&self.recorder);
+        tokio::spawn(async move {
+            let mut every = tokio::time::interval(Duration::from_secs(5));
+            loop {
+                every.tick().await;
+                match recorder.upgrade() {
+                    Some(r) => r.handle().run_upkeep(),
+                    None => return,
+                }
+            }
+        });
+    }
+
+    pub fn counter(&self, name: &'static str, help: &'static str) -> Counter {
+        self.counter_with(name, help, &[])
+    }
+
+    pub fn counter_with(&self, name: &'static str, help: &'static str, labels: &[(&'static str, &str)]) -> Counter {
+        self.recorder.describe_counter(name.into(), None, help.into());
+        self.recorder.register_counter(&key(name, labels), &METADATA)
+    }
+
+    pub fn gauge(&self, name: &'static str, help: &'static str) -> Gauge {
+        self.gauge_with(name, help, &[])
+    }
+
+    pub fn gauge_with(&self, name: &'static str, help: &'static str, labels: &[(&'static str, &str)]) -> Gauge {
+        self.recorder.describe_gauge(name.into(), None, help.into());
+        self.recorder.register_gauge(&key(name, labels), &METADATA)
+    }
+
+    pub fn histogram(&self, name: &'static str, help: &'static str) -> Histogram {
+        self.recorder.describe_histogram(name.into(), None, help.into());
+        self.recorder.register_histogram(&key(name, &[]), &METADATA)
+    }
+
+    /// The text exposition.
+    pub fn render(&self) -> String {
+        self.recorder.handle().render()
+    }
+
+    /// The text exposition as a `/metrics` response.
+    pub fn response(&self) -> Response {
+        ([(CONTENT_TYPE_HEADER, CONTENT_TYPE)], self.render()).into_response()
+    }
+
+    /// `router` with every request timed into [`HTTP_REQUESTS`].
+    pub fn track_http<S: Clone + Send + Sync + 'static>(&self, router: Router<S>) -> Router<S> {
+        self.recorder.describe_histogram(
+            HTTP_REQUESTS.into(),
+            None,
+            "HTTP request duration by route (a WebSocket handshake until its upgrade).".into(),
+        );
+        router.layer(axum::middleware::from_fn_with_state(self.clone(), track))
+    }
+}
+
+fn key(name: &'static str, labels: &[(&'static str, &str)]) -> Key {
+    Key::from_parts(name, labels.iter().map(|(k, v)| Label::new(*k, v.to_string())).collect::<Vec<_>>())
+}
+
+async fn track(State(registry): State<Registry>, req: Request, next: Next) -> Response {
+    let route = req.extensions().get::<MatchedPath>().map_or("unmatched".to_string(), |p| p.as_str().to_string());
+    let method = req.method().to_string();
+    let start = Instant::now();
+    let resp = next.run(req).await;
+    let labels = vec![
+        Label::new("method", method),
+        Label::new("uri", route),
+        Label::new("status", resp.status().as_u16().to_string()),
+    ];
+    registry.recorder.register_histogram(&Key::from_parts(HTTP_REQUESTS, labels), &METADATA).record(start.elapsed());
+    resp
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use axum::body::Body;
+    use axum::routing::get;
+    use tower::ServiceExt;
+
+    #[test]
+    fn names_and_labels_as_registered() {
+        let r = Registry::new(&[("size_bytes", &[32.0, 64.0])]);
+        let c = r.counter("things_total", "Things.");
+        c.increment(2);
+        let _untouched = r.counter("untouched_total", "Never counted.");
+        r.gauge("open_now", "Open.").set(3.0);
+        r.gauge_with("per_queue", "By queue.", &[("queue", "a\"b")]).set(-1.0);
+        r.counter_with("by_reason_total", "By reason.", &[("reason", "full")]).absolute(7);
+        let h = r.histogram("size_bytes", "Sizes.");
+        for v in [10.0, 40.0, 1000.0] {
+            h.record(v);
+        }
+        let text = r.render();
+        for line in [
+            "# HELP things_total Things.",
+            "# TYPE things_total counter",
+            "things_total 2\n",
+            "untouched_total 0\n",
+            "# TYPE open_now gauge",
+            "open_now 3\n",
+            "per_queue{queue=\"a\\\"b\"} -1\n",
+            "by_reason_total{reason=\"full\"} 7\n",
+            "# TYPE size_bytes histogram",
+            "size_bytes_bucket{le=\"32\"} 1\n",
+            "size_bytes_bucket{le=\"64\"} 2\n",
+            "size_bytes_bucket{le=\"+Inf\"} 3\n",
+            "size_bytes_sum 1050\n",
+            "size_bytes_count 3\n",
+        ] {
+            assert!(text.contains(line), "{line:?} missing from:\n{text}");
+        }
+    }
+
+    #[test]
+    fn registries_count_apart() {
+        let (a, b) = (Registry::default(), Registry::default());
+        a.counter("n_total", "N.").increment(1);
+        assert!(a.render().contains("n_total 1\n"));
+        assert!(b.render().is_empty());
+    }
+
+    #[tokio::test]
+    async fn http_requests_by_route_pattern() {
+        let r = Registry::default();
+        let app = r.track_http(Router::new().route("/users/{id}", get(|| async { "ok" })));
+        for path in ["/users/1", "/users/2", "/nowhere"] {
+            app.clone().oneshot(axum::http::Request::get(path).body(Body::empty()).unwrap()).await.unwrap();
+        }
+        let text = r.render();
+        for line in [
+            "# TYPE http_server_requests_seconds histogram",
+            "http_server_requests_seconds_count{method=\"GET\",uri=\"/users/{id}\",status=\"200\"} 2\n",
+            "http_server_requests_seconds_bucket{method=\"GET\",uri=\"/users/{id}\",status=\"200\",le=\"5\"} 2\n",
+            "http_server_requests_seconds_count{method=\"GET\",uri=\"unmatched\",status=\"404\"} 1\n",
+        ] {
+            assert!(text.contains(line), "{line:?} missing from:\n{text}");
+        }
+        let resp = r.response();
+        assert_eq!(resp.headers()[CONTENT_TYPE_HEADER], CONTENT_TYPE);
+    }
+}
