@@ -6,18 +6,20 @@
 //! sharded pub/sub works), payload [`QueueEvent`] as JSON. Published with PUBLISH on a
 //! single server and SPUBLISH on a cluster.
 
+use crate::announce::Subscription;
 use crate::{QueueClient, QueueError};
+use queue_core::keys;
 use serde::{Deserialize, Serialize};
 use std::time::Duration;
 use tokio::sync::mpsc;
 
+/// The pattern matching every queue's channel (single server only).
+pub use keys::PROMOTED_PATTERN;
+
 /// The channel a queue's events go to.
 pub fn promoted_channel(queue: &str) -> String {
-    format!("queue:{{{queue}}}:promoted")
+    keys::key(queue, keys::PROMOTED)
 }
-
-/// The pattern matching every queue's channel (single server only).
-pub const PROMOTED_PATTERN: &str = "queue:{*}:promoted";
 
 /// What changed on a queue.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -37,13 +39,7 @@ impl QueueClient {
     /// Announces `event` on its queue's channel; returns how many subscribers got it.
     pub async fn publish_event(&self, event: &QueueEvent) -> Result<u64, QueueError> {
         let payload = serde_json::to_string(event).map_err(|e| QueueError::Protocol(e.to_string()))?;
-        let mut cmd = redis::cmd(if self.is_cluster() { "SPUBLISH" } else { "PUBLISH" });
-        cmd.arg(promoted_channel(&event.queue)).arg(payload);
-        let v = self.raw(&cmd).await?;
-        Ok(match v {
-            redis::Value::Int(n) => n.max(0) as u64,
-            _ => 0,
-        })
+        self.publish(&promoted_channel(&event.queue), &payload).await
     }
 }
 
@@ -58,19 +54,12 @@ pub fn subscribe_all(url: String) -> mpsc::Receiver<QueueEvent> {
             if tx.is_closed() {
                 return;
             }
-            if let Ok(client) = redis::Client::open(url.as_str()) {
-                if let Ok(mut pubsub) = client.get_async_pubsub().await {
-                    if pubsub.psubscribe(PROMOTED_PATTERN).await.is_ok() {
-                        delay = Duration::from_millis(100);
-                        let mut messages = pubsub.on_message();
-                        use futures_util::StreamExt;
-                        while let Some(msg) = messages.next().await {
-                            let Ok(payload) = msg.get_payload::<String>() else { continue };
-                            if let Ok(event) = serde_json::from_str::<QueueEvent>(&payload) {
-                                if tx.send(event).await.is_err() {
-                                    return;
-                                }
-                            }
+            if let Ok(mut events) = Subscription::pattern(&url, PROMOTED_PATTERN, None).await {
+                delay = Duration::from_millis(100);
+                while let Some(heard) = events.next().await {
+                    if let Ok(event) = serde_json::from_slice::<QueueEvent>(&heard.payload) {
+                        if tx.send(event).await.is_err() {
+                            return;
                         }
                     }
                 }

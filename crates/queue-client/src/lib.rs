@@ -24,12 +24,17 @@
 
 #![warn(missing_docs)]
 
+pub mod announce;
 mod backend;
 mod conn;
 mod error;
 pub mod events;
+mod health;
 mod lazy;
+mod lease;
 mod library;
+mod presence;
+mod registry;
 mod reply;
 mod types;
 
@@ -153,9 +158,10 @@ impl QueueClient {
         self.conn.is_cluster()
     }
 
-    /// Sends a command that is not a queue command (leader lease, pub/sub, health
-    /// signal: the services' coordination keys), routed by its key on a cluster.
-    pub async fn raw(&self, cmd: &Cmd) -> Result<Value, QueueError> {
+    /// Sends a command that is not a queue command (registry, leader lease, pub/sub,
+    /// health signal, presence: the services' coordination keys, each behind a typed
+    /// method), routed by its key on a cluster.
+    pub(crate) async fn raw(&self, cmd: &Cmd) -> Result<Value, QueueError> {
         Ok(self.conn.send(cmd).await?)
     }
 

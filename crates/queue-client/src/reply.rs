@@ -69,6 +69,11 @@ pub(crate) fn array(v: Value, what: &str) -> Result<Vec<Value>, QueueError> {
     }
 }
 
+/// The strings of an array (or set) reply; elements that are not strings are skipped.
+pub(crate) fn strings(v: Value, what: &str) -> Result<Vec<String>, QueueError> {
+    Ok(array(v, what)?.iter().filter_map(text).collect())
+}
+
 /// A map reply, by field name.
 pub(crate) struct Fields {
     what: &'static str,
@@ -96,6 +101,11 @@ impl Fields {
             map.insert(k, v);
         }
         Ok(Fields { what, map })
+    }
+
+    /// The fields whose values are strings, with those values (an HGETALL reply).
+    pub(crate) fn into_strings(self) -> HashMap<String, String> {
+        self.map.into_iter().filter_map(|(k, v)| Some((k, text(&v)?))).collect()
     }
 
     fn get(&self, name: &str) -> Result<&Value, QueueError> {
@@ -154,6 +164,24 @@ mod tests {
             assert_eq!(f.opt_string("a").unwrap(), None);
             assert!(matches!(f.u64("c"), Err(QueueError::Protocol(_))));
         }
+    }
+
+    #[test]
+    fn hgetall_of_both_protocols() {
+        let resp2 = Value::Array(vec![bulk("u-1"), bulk("alice"), bulk("u-2"), bulk("bob")]);
+        let resp3 = Value::Map(vec![(bulk("u-1"), bulk("alice")), (bulk("u-2"), bulk("bob"))]);
+        for v in [resp2, resp3] {
+            let want = HashMap::from([("u-1".into(), "alice".into()), ("u-2".into(), "bob".into())]);
+            assert_eq!(Fields::new(v, "t").unwrap().into_strings(), want);
+        }
+        assert!(Fields::new(Value::Array(vec![]), "t").unwrap().into_strings().is_empty());
+    }
+
+    #[test]
+    fn reply_strings() {
+        assert_eq!(strings(Value::Array(vec![bulk("a"), Value::Nil, bulk("c")]), "t").unwrap(), vec!["a", "c"]);
+        assert_eq!(strings(Value::Set(vec![bulk("a"), bulk("b")]), "t").unwrap(), vec!["a", "b"]);
+        assert!(strings(Value::Nil, "t").is_err());
     }
 
     #[test]

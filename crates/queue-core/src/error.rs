@@ -57,6 +57,22 @@ impl fmt::Display for QueueError {
 
 impl std::error::Error for QueueError {}
 
+impl QueueError {
+    /// The refusal a server error reply's first word names, for the errors that carry
+    /// no argument: `NOTICKET`, `EXPIRED`, `INSIDE`, `FULL` and `WRONGTYPE`. (`ERR`
+    /// replies carry the text of one of the others and are kept as text by clients.)
+    pub fn from_code(code: &str) -> Option<QueueError> {
+        Some(match code {
+            "NOTICKET" => QueueError::NoTicket,
+            "EXPIRED" => QueueError::TicketExpired,
+            "INSIDE" => QueueError::AlreadyInside,
+            "FULL" => QueueError::HardCap,
+            "WRONGTYPE" => QueueError::WrongType,
+            _ => return None,
+        })
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -75,5 +91,16 @@ mod tests {
         for (e, text) in cases {
             assert_eq!(e.to_string(), *text);
         }
+        for e in [
+            QueueError::NoTicket,
+            QueueError::TicketExpired,
+            QueueError::AlreadyInside,
+            QueueError::HardCap,
+            QueueError::WrongType,
+        ] {
+            let code = e.to_string().split(' ').next().unwrap().to_string();
+            assert_eq!(QueueError::from_code(&code), Some(e));
+        }
+        assert_eq!(QueueError::from_code("ERR"), None);
     }
 }

@@ -88,6 +88,48 @@ pub const CHUNK_PREFIX: &str = "w:";
 /// string: a queue's test clock in ms, read only by servers loaded for tests.
 pub const CLOCK: &str = "clock";
 
+/// hash: server instance id -> its latest health reading (JSON with its own expiry),
+/// written by chat-server, read by queue-manager.
+pub const HEALTH: &str = "health";
+/// Pub/sub channel suffix: a queue's promotion announcements, `queue:{Q}:promoted`.
+pub const PROMOTED: &str = "promoted";
+/// The pattern matching every queue's promotion channel.
+pub const PROMOTED_PATTERN: &str = "queue:{*}:promoted";
+/// The pattern matching every key of every queue (discovery's SCAN).
+pub const ANY_KEY_PATTERN: &str = "queue:{*}:*";
+
+/// set: the queues queue-api serves, read by queue-manager's discovery. No hash tag.
+pub const REGISTRY: &str = "queue-registry";
+/// string: the queue-manager leader's lease (its token, with a PX expiry). No hash tag.
+pub const LEADER: &str = "queue-manager:leader";
+
+/// The queue whose `waiting` or `sessions` zset `key` is, if its name is valid:
+/// `queue:{launch}:waiting` -> `launch` (what discovery looks for).
+pub fn queue_of(key: &str) -> Option<&str> {
+    let (name, suffix) = key.strip_prefix(KEY_OPEN)?.rsplit_once(KEY_CLOSE)?;
+    if suffix != WAITING && suffix != SESSIONS {
+        return None;
+    }
+    check_queue(name.as_bytes()).ok()
+}
+
+/// Every chat room channel is `ROOM_OPEN Q ROOM_CLOSE`: `chat:{Q}:room`, in the
+/// queue's slot (sharded pub/sub on a cluster).
+pub const ROOM_OPEN: &str = "chat:{";
+pub const ROOM_CLOSE: &str = "}:room";
+/// The pattern matching every room's channel.
+pub const ROOM_PATTERN: &str = "chat:{*}:room";
+
+/// The channel of `queue`'s chat room.
+pub fn room_channel(queue: &str) -> String {
+    format!("{ROOM_OPEN}{queue}{ROOM_CLOSE}")
+}
+
+/// The queue of a room channel.
+pub fn room_of(channel: &str) -> Option<&str> {
+    channel.strip_prefix(ROOM_OPEN)?.strip_suffix(ROOM_CLOSE)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -114,5 +156,37 @@ mod tests {
     fn keys_share_the_tag() {
         assert_eq!(key("default", WAITING), "queue:{default}:waiting");
         assert_eq!(key("default", CHUNK_PREFIX), "queue:{default}:w:");
+        assert_eq!(key("default", PROMOTED), "queue:{default}:promoted");
+        assert_eq!(key("*", PROMOTED), PROMOTED_PATTERN);
+        assert_eq!(key("*", "*"), ANY_KEY_PATTERN);
+        assert_eq!(room_channel("*"), ROOM_PATTERN);
+    }
+
+    #[test]
+    fn queue_names_from_keys() {
+        let cases: [(&str, Option<&str>); 10] = [
+            ("queue:{launch}:waiting", Some("launch")),
+            ("queue:{launch}:sessions", Some("launch")),
+            ("queue:{a.b_c:d-1}:waiting", Some("a.b_c:d-1")),
+            ("queue:{launch}:w:3", None),
+            ("queue:{launch}:stats", None),
+            ("queue:{}:waiting", None),
+            ("queue:{bad name}:waiting", None),
+            ("queue:{a}:b}:waiting", None),
+            ("other:{launch}:waiting", None),
+            ("queue:launch:waiting", None),
+        ];
+        for (key, want) in cases {
+            assert_eq!(queue_of(key), want, "{key}");
+        }
+        let long = format!("queue:{{{}}}:waiting", "q".repeat(65));
+        assert_eq!(queue_of(&long), None);
+    }
+
+    #[test]
+    fn channels_carry_the_queue_hash_tag() {
+        assert_eq!(room_channel("launch-1"), "chat:{launch-1}:room");
+        assert_eq!(room_of("chat:{launch-1}:room"), Some("launch-1"));
+        assert_eq!(room_of("queue:{launch-1}:promoted"), None);
     }
 }

@@ -6,33 +6,21 @@
 //!
 //! The channel carries the queue's hash tag, so on a cluster it lives in the queue's
 //! slot (SPUBLISH). The subscriber is one dedicated pub/sub connection per instance
-//! (PSUBSCRIBE `chat:{*}:room`), reconnected with backoff; after a reconnection the
-//! local sockets of each room get a fresh `PRESENCE_SNAPSHOT`, since deltas sent
-//! meanwhile were lost.
+//! (PSUBSCRIBE `chat:{*}:room`, [`keys::ROOM_PATTERN`]), reconnected with backoff;
+//! after a reconnection the local sockets of each room get a fresh
+//! `PRESENCE_SNAPSHOT`, since deltas sent meanwhile were lost.
 
 use crate::frames;
 use crate::AppState;
-use futures_util::StreamExt;
+use queue_client::announce::Subscription;
 use queue_client::QueueError;
+use queue_core::keys;
 use serde::Deserialize;
 use serde_json::value::RawValue;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::Duration;
 use tokio_tungstenite::tungstenite::Utf8Bytes;
-
-/// The pattern matching every room's channel.
-pub const PATTERN: &str = "chat:{*}:room";
-
-/// The channel of `queue`'s room.
-pub fn channel(queue: &str) -> String {
-    format!("chat:{{{queue}}}:room")
-}
-
-/// The queue of a room channel.
-pub fn queue_of(channel: &str) -> Option<&str> {
-    channel.strip_prefix("chat:{")?.strip_suffix("}:room")
-}
 
 /// What goes on the channel: the frame as is, with who sent it and when.
 pub fn envelope(origin: &str, sent_at_ms: u64, frame: &str) -> String {
@@ -58,9 +46,7 @@ pub fn open(payload: &[u8]) -> Option<(String, u64, String)> {
 /// Publishes a frame to the room on every instance.
 pub async fn publish(state: &AppState, queue: &str, frame: &str) -> Result<(), QueueError> {
     let client = state.store.client().await.ok_or_else(|| QueueError::Unavailable("not connected yet".into()))?;
-    let mut cmd = redis::cmd(if client.is_cluster() { "SPUBLISH" } else { "PUBLISH" });
-    cmd.arg(channel(queue)).arg(envelope(&state.instance_id, frames::now_ms(), frame));
-    client.raw(&cmd).await?;
+    client.publish_room(queue, &envelope(&state.instance_id, frames::now_ms(), frame)).await?;
     state.metrics.messages_broadcast.increment(1);
     Ok(())
 }
@@ -85,22 +71,16 @@ pub async fn subscribe(state: Arc<AppState>) {
 }
 
 /// One subscription, until its connection drops.
-async fn listen(state: &Arc<AppState>, first: bool) -> redis::RedisResult<()> {
-    let client = redis::Client::open(state.config.common.valkey_url.as_str())?;
-    let timeout = |e| redis::RedisError::from(std::io::Error::new(std::io::ErrorKind::TimedOut, e));
-    let mut pubsub = tokio::time::timeout(Duration::from_secs(2), client.get_async_pubsub())
-        .await
-        .map_err(|_| timeout("connecting for pub/sub"))??;
-    pubsub.psubscribe(PATTERN).await?;
+async fn listen(state: &Arc<AppState>, first: bool) -> Result<(), QueueError> {
+    let mut rooms = Subscription::rooms(&state.config.common.valkey_url, Some(Duration::from_secs(2))).await?;
     state.room_feed_up.store(true, Ordering::SeqCst);
     if !first {
         tokio::spawn(resync(state.clone()));
     }
-    let mut messages = pubsub.on_message();
-    while let Some(msg) = messages.next().await {
-        let Some(queue) = queue_of(msg.get_channel_name()) else { continue };
-        let Some((origin, sent_at_ms, frame)) = open(msg.get_payload_bytes()) else {
-            tracing::debug!(channel = msg.get_channel_name(), "unreadable room message ignored");
+    while let Some(heard) = rooms.next().await {
+        let Some(queue) = keys::room_of(&heard.channel) else { continue };
+        let Some((origin, sent_at_ms, frame)) = open(&heard.payload) else {
+            tracing::debug!(channel = heard.channel, "unreadable room message ignored");
             continue;
         };
         if origin == state.instance_id && sent_at_ms > 0 {
@@ -127,13 +107,6 @@ async fn resync(state: Arc<AppState>) {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn channels_carry_the_queue_hash_tag() {
-        assert_eq!(channel("launch-1"), "chat:{launch-1}:room");
-        assert_eq!(queue_of("chat:{launch-1}:room"), Some("launch-1"));
-        assert_eq!(queue_of("queue:{launch-1}:promoted"), None);
-    }
 
     #[test]
     fn envelopes_round_trip_the_frame_verbatim() {

@@ -11,9 +11,6 @@ use std::collections::BTreeSet;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
-/// The suffix of a queue's health hash.
-pub const HEALTH: &str = "health";
-
 /// Recent latency: the slowest round trip (own broadcast back through Valkey, or a
 /// heartbeat call) since the last reading; the previous reading when there was none.
 #[derive(Default)]
@@ -55,10 +52,6 @@ fn served(state: &AppState) -> BTreeSet<String> {
     queues
 }
 
-fn health_key(queue: &str) -> String {
-    queue_core::keys::key(queue, HEALTH)
-}
-
 /// Publishes a reading every `health_interval` until shutdown.
 pub async fn signal_loop(state: Arc<AppState>) {
     let mut shutdown = state.shutdown.clone();
@@ -77,9 +70,7 @@ pub async fn signal_loop(state: Arc<AppState>) {
         };
         let value = serde_json::to_string(&reading).expect("a reading serializes");
         for queue in served(&state) {
-            let mut cmd = redis::cmd("HSET");
-            cmd.arg(health_key(&queue)).arg(&state.instance_id).arg(&value);
-            if let Err(e) = client.raw(&cmd).await {
+            if let Err(e) = client.set_health(&queue, &state.instance_id, &value).await {
                 tracing::debug!(queue, error = %e, "health signal not written");
             }
         }
@@ -90,9 +81,7 @@ pub async fn signal_loop(state: Arc<AppState>) {
 pub async fn withdraw(state: &AppState) {
     let Some(client) = state.store.client().await else { return };
     for queue in served(state) {
-        let mut cmd = redis::cmd("HDEL");
-        cmd.arg(health_key(&queue)).arg(&state.instance_id);
-        if let Err(e) = client.raw(&cmd).await {
+        if let Err(e) = client.remove_health(&queue, &state.instance_id).await {
             tracing::warn!(queue, error = %e, "health signal not withdrawn; it expires by itself");
         }
     }

@@ -94,9 +94,7 @@ async fn register(state: &AppState, client: &queue_client::QueueClient, queue: &
     if state.registered.lock().unwrap().contains(queue) {
         return;
     }
-    let mut cmd = redis::Cmd::new();
-    cmd.arg("SADD").arg("queue-registry").arg(queue);
-    if client.raw(&cmd).await.is_ok() {
+    if client.register_queue(queue).await.is_ok() {
         state.registered.lock().unwrap().insert(queue.to_string());
     }
 }

@@ -8,9 +8,6 @@
 use queue_client::{QueueClient, QueueError};
 use serde::Deserialize;
 
-/// The suffix of a queue's health hash.
-pub const HEALTH: &str = "health";
-
 /// One server's reading, or the worst of several.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct Health {
@@ -43,25 +40,8 @@ pub fn worst<'a>(values: impl IntoIterator<Item = &'a [u8]>, now_ms: u64) -> Opt
 
 /// Reads the queue's health hash and returns the worst live reading.
 pub async fn read(client: &QueueClient, queue: &str, now_ms: u64) -> Result<Option<Health>, QueueError> {
-    let mut cmd = redis::cmd("HGETALL");
-    cmd.arg(queue_core::keys::key(queue, HEALTH));
-    let values = hash_values(client.raw(&cmd).await?);
-    Ok(worst(values.iter().map(Vec::as_slice), now_ms))
-}
-
-/// The values of an HGETALL reply (RESP3 map or RESP2 flat array).
-fn hash_values(v: redis::Value) -> Vec<Vec<u8>> {
-    use redis::Value;
-    let value = |v: Value| match v {
-        Value::BulkString(b) => Some(b),
-        Value::SimpleString(s) => Some(s.into_bytes()),
-        _ => None,
-    };
-    match v {
-        Value::Map(pairs) => pairs.into_iter().filter_map(|(_, v)| value(v)).collect(),
-        Value::Array(items) => items.into_iter().skip(1).step_by(2).filter_map(value).collect(),
-        _ => Vec::new(),
-    }
+    let readings = client.health_readings(queue).await?;
+    Ok(worst(readings.values().map(String::as_bytes), now_ms))
 }
 
 #[cfg(test)]
@@ -90,17 +70,5 @@ mod tests {
     fn missing_fields_default_to_zero() {
         let v = br#"{"expiresAtMs":5}"#.to_vec();
         assert_eq!(worst([v.as_slice()], 4), Some(Health { load: 0.0, latency_ms: 0 }));
-    }
-
-    #[test]
-    fn hgetall_replies_of_both_protocols() {
-        use redis::Value;
-        let b = |s: &str| Value::BulkString(s.as_bytes().to_vec());
-        let resp2 = Value::Array(vec![b("a"), b("1"), b("b"), b("2")]);
-        let resp3 = Value::Map(vec![(b("a"), b("1")), (b("b"), b("2"))]);
-        for v in [resp2, resp3] {
-            assert_eq!(hash_values(v), vec![b"1".to_vec(), b"2".to_vec()]);
-        }
-        assert!(hash_values(Value::Nil).is_empty());
     }
 }

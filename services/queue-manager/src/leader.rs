@@ -17,18 +17,12 @@
 //! covers the time between that check and the server running the PROMOTE.
 
 use queue_client::{QueueClient, QueueError};
-use redis::Value;
 use std::sync::Mutex;
 use std::time::Duration;
 use tokio::time::Instant;
 
 /// The lease key. No hash tag: on a cluster it lives wherever its slot is.
-pub const LEADER_KEY: &str = "queue-manager:leader";
-
-const RENEW: &str = "if redis.call('GET', KEYS[1]) == ARGV[1] then \
-                     return redis.call('PEXPIRE', KEYS[1], ARGV[2]) else return 0 end";
-const RELEASE: &str = "if redis.call('GET', KEYS[1]) == ARGV[1] then \
-                       return redis.call('DEL', KEYS[1]) else return 0 end";
+pub const LEADER_KEY: &str = queue_core::keys::LEADER;
 
 /// What a call to [`Lease::refresh`] found.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -90,22 +84,16 @@ impl Lease {
     /// deadline is left as it was: it runs out by itself if the store stays away.
     pub async fn refresh(&self, client: &QueueClient) -> Result<Change, QueueError> {
         let believed = self.valid_until.lock().unwrap().is_some();
-        let ms = self.period.as_millis().to_string();
         if believed {
             let sent_at = Instant::now();
-            let mut renew = redis::cmd("EVAL");
-            renew.arg(RENEW).arg(1).arg(&self.key).arg(&self.token).arg(&ms);
-            if int(&client.raw(&renew).await?) == 1 {
+            if client.renew_lease(&self.key, &self.token, self.period).await? {
                 self.held_until(sent_at);
                 return Ok(Change::Kept);
             }
             self.forget();
         }
         let sent_at = Instant::now();
-        let mut acquire = redis::cmd("SET");
-        acquire.arg(&self.key).arg(&self.token).arg("NX").arg("PX").arg(&ms);
-        let acquired = matches!(client.raw(&acquire).await?, Value::Okay | Value::SimpleString(_));
-        if acquired {
+        if client.acquire_lease(&self.key, &self.token, self.period).await? {
             self.held_until(sent_at);
             // The key expired under us and nobody else took it: ours again.
             return Ok(if believed { Change::Kept } else { Change::Acquired });
@@ -117,16 +105,7 @@ impl Lease {
     /// Promoting stops before the call is sent.
     pub async fn release(&self, client: &QueueClient) -> Result<bool, QueueError> {
         self.forget();
-        let mut release = redis::cmd("EVAL");
-        release.arg(RELEASE).arg(1).arg(&self.key).arg(&self.token);
-        Ok(int(&client.raw(&release).await?) == 1)
-    }
-}
-
-fn int(v: &Value) -> i64 {
-    match v {
-        Value::Int(n) => *n,
-        _ => 0,
+        client.release_lease(&self.key, &self.token).await
     }
 }
 
