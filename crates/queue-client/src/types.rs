@@ -4,6 +4,7 @@
 
 use crate::error::QueueError;
 use crate::reply::{array, flag, Fields};
+use queue_core::config::{Config, FIELDS};
 use redis::Value;
 use serde::{Deserialize, Serialize};
 
@@ -144,43 +145,71 @@ impl Claim {
 }
 
 /// A queue's effective settings (`QUEUE.CONFIG Q GET *`): what an operator set, else
-/// the module-wide defaults.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-pub struct QueueConfig {
-    /// Sessions plus unclaimed tickets that PROMOTE fills up to (0 pauses admission).
-    pub soft_cap: u64,
-    /// Sessions TICKET.CLAIM never exceeds (0: none).
-    pub hard_cap: u64,
-    /// Token bucket refill, users per second (0: no rate limit).
-    pub rate: u64,
-    /// Token bucket size (0: same as `rate`).
-    pub burst: u64,
-    /// Most tickets one PROMOTE issues.
-    pub batch_max: u64,
-    /// Milliseconds a ticket stays claimable.
-    pub ticket_ttl: u64,
-    /// Milliseconds a session lives without a heartbeat.
-    pub session_lease: u64,
-    /// Milliseconds a waiting user may go unheard before being dropped (0: never).
-    pub abandon_after: u64,
+/// the module-wide defaults. One value per field of the settings schema
+/// (`queue_core::config::FIELDS`, whose help says what each means), read through
+/// `Config`'s accessors (`soft_cap()`, `rate()`, ...); as JSON, an object with the
+/// schema's field names, in its order.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct QueueConfig(pub Config);
+
+impl std::ops::Deref for QueueConfig {
+    type Target = Config;
+    fn deref(&self) -> &Config {
+        &self.0
+    }
 }
 
 impl QueueConfig {
     fn from_fields(f: &Fields) -> Result<QueueConfig, QueueError> {
-        Ok(QueueConfig {
-            soft_cap: f.u64("soft_cap")?,
-            hard_cap: f.u64("hard_cap")?,
-            rate: f.u64("rate")?,
-            burst: f.u64("burst")?,
-            batch_max: f.u64("batch_max")?,
-            ticket_ttl: f.u64("ticket_ttl")?,
-            session_lease: f.u64("session_lease")?,
-            abandon_after: f.u64("abandon_after")?,
-        })
+        let mut c = Config::default();
+        for (v, field) in c.values.iter_mut().zip(FIELDS) {
+            *v = f.u64(field.name)? as i64;
+        }
+        Ok(QueueConfig(c))
     }
 
     pub(crate) fn from_value(v: Value) -> Result<QueueConfig, QueueError> {
         QueueConfig::from_fields(&Fields::new(v, "config")?)
+    }
+}
+
+impl Serialize for QueueConfig {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        use serde::ser::SerializeMap;
+        let mut m = s.serialize_map(Some(FIELDS.len()))?;
+        for (field, v) in FIELDS.iter().zip(self.0.values) {
+            m.serialize_entry(field.name, &v)?;
+        }
+        m.end()
+    }
+}
+
+impl<'de> Deserialize<'de> for QueueConfig {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct Visit;
+        impl<'de> serde::de::Visitor<'de> for Visit {
+            type Value = QueueConfig;
+            fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+                f.write_str("the queue's settings by name")
+            }
+            fn visit_map<A: serde::de::MapAccess<'de>>(self, mut map: A) -> Result<QueueConfig, A::Error> {
+                let mut values: [Option<i64>; FIELDS.len()] = [None; FIELDS.len()];
+                while let Some(key) = map.next_key::<String>()? {
+                    match FIELDS.iter().position(|f| f.name == key) {
+                        Some(i) => values[i] = Some(map.next_value()?),
+                        None => {
+                            map.next_value::<serde::de::IgnoredAny>()?;
+                        }
+                    }
+                }
+                let mut c = Config::default();
+                for ((v, got), field) in c.values.iter_mut().zip(values).zip(FIELDS) {
+                    *v = got.ok_or_else(|| serde::de::Error::missing_field(field.name))?;
+                }
+                Ok(QueueConfig(c))
+            }
+        }
+        d.deserialize_map(Visit)
     }
 }
 
@@ -253,6 +282,44 @@ pub(crate) fn flags(v: Value, expected: usize, what: &str) -> Result<Vec<bool>, 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The back office's JSON: the schema's field names, flattened into QUEUE.INFO's
+    /// object in the schema's order, and read back the same.
+    #[test]
+    fn settings_serialize_by_the_schema() {
+        let mut config = QueueConfig::default();
+        config.0.values[queue_core::config::SOFT_CAP] = 7;
+        let json = serde_json::to_string(&config).unwrap();
+        assert_eq!(
+            json,
+            r#"{"soft_cap":7,"hard_cap":0,"rate":0,"burst":0,"batch_max":1000,"ticket_ttl":60000,"session_lease":30000,"abandon_after":60000}"#
+        );
+        let back: QueueConfig = serde_json::from_str(&json).unwrap();
+        assert_eq!(back, config);
+        assert!(serde_json::from_str::<QueueConfig>(r#"{"soft_cap":7}"#).is_err(), "every setting is required");
+        let info = QueueInfo {
+            waiting: 1,
+            joining: 2,
+            active: 3,
+            available_slots: 4,
+            tokens: None,
+            admission_rate_per_min: 5,
+            config,
+            promoted: 6,
+            claimed: 7,
+            expired: 8,
+            dropped: 9,
+            left: 10,
+            ended: 11,
+            lapsed: 12,
+        };
+        let json = serde_json::to_value(info).unwrap();
+        assert_eq!(
+            (json["soft_cap"].as_u64(), json["waiting"].as_u64(), json["lapsed"].as_u64()),
+            (Some(7), Some(1), Some(12))
+        );
+        assert_eq!(serde_json::from_value::<QueueInfo>(json).unwrap(), info);
+    }
 
     fn bulk(s: &str) -> Value {
         Value::BulkString(s.as_bytes().to_vec())

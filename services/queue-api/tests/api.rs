@@ -290,7 +290,7 @@ async fn admin_needs_the_token() {
         assert_eq!(r.status().as_u16(), want, "{body}");
     }
     assert_eq!(
-        client_for(&s).await.config_get("default").await.unwrap().soft_cap,
+        client_for(&s).await.config_get("default").await.unwrap().soft_cap(),
         7,
         "refused changes changed nothing"
     );

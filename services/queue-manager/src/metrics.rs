@@ -33,7 +33,9 @@ const QUEUE_SERIES: [(&str, bool, &str, Field); 8] = [
     ("queue_waiting_users", false, "Users waiting in line.", |i| i.waiting),
     ("queue_joining_users", false, "Users holding a ticket they have not used yet.", |i| i.joining),
     ("queue_current_users", false, "Users inside the downstream server (live session leases).", |i| i.active),
-    ("queue_soft_cap", false, "Sessions plus unclaimed tickets that admission fills up to.", |i| i.config.soft_cap),
+    ("queue_soft_cap", false, "Sessions plus unclaimed tickets that admission fills up to.", |i| {
+        i.config.soft_cap() as u64
+    }),
     ("queue_available_slots", false, "Slots left under the soft cap.", |i| i.available_slots),
     ("queue_tickets_issued_total", true, "Tickets issued.", |i| i.promoted),
     ("queue_tickets_expired_total", true, "Tickets that expired unclaimed.", |i| i.expired),
@@ -95,15 +97,10 @@ mod tests {
             available_slots: 5,
             tokens: None,
             admission_rate_per_min: 0,
-            config: QueueConfig {
-                soft_cap: 10,
-                hard_cap: 0,
-                rate: 0,
-                burst: 0,
-                batch_max: 1000,
-                ticket_ttl: 60000,
-                session_lease: 30000,
-                abandon_after: 60000,
+            config: {
+                let mut c = QueueConfig::default();
+                c.0.values[queue_core::config::SOFT_CAP] = 10;
+                c
             },
             promoted: 7,
             claimed: 4,
