@@ -6,7 +6,7 @@
 //! `queue:{Q}:promoted`) and the chat rooms (`chat:{Q}:room`, [`keys::room_channel`]).
 
 use crate::reply::int;
-use crate::{QueueClient, QueueError};
+use crate::{ClientError, QueueClient};
 use queue_core::keys;
 use std::time::Duration;
 
@@ -33,12 +33,12 @@ impl std::fmt::Debug for Subscription {
 impl Subscription {
     /// Opens a connection to the server at `url` (giving up after `connect_timeout`,
     /// if any) and subscribes to the channels matching `pattern`.
-    pub async fn pattern(url: &str, pattern: &str, connect_timeout: Option<Duration>) -> Result<Self, QueueError> {
+    pub async fn pattern(url: &str, pattern: &str, connect_timeout: Option<Duration>) -> Result<Self, ClientError> {
         let client = redis::Client::open(url)?;
         let mut pubsub = match connect_timeout {
             Some(limit) => tokio::time::timeout(limit, client.get_async_pubsub())
                 .await
-                .map_err(|_| QueueError::Unavailable("connecting for pub/sub timed out".into()))??,
+                .map_err(|_| ClientError::Unavailable("connecting for pub/sub timed out".into()))??,
             None => client.get_async_pubsub().await?,
         };
         pubsub.psubscribe(pattern).await?;
@@ -46,7 +46,7 @@ impl Subscription {
     }
 
     /// Every chat room's channel ([`keys::ROOM_PATTERN`]).
-    pub async fn rooms(url: &str, connect_timeout: Option<Duration>) -> Result<Self, QueueError> {
+    pub async fn rooms(url: &str, connect_timeout: Option<Duration>) -> Result<Self, ClientError> {
         Subscription::pattern(url, keys::ROOM_PATTERN, connect_timeout).await
     }
 
@@ -61,7 +61,7 @@ impl Subscription {
 impl QueueClient {
     /// Publishes `payload` on `channel` (SPUBLISH on a cluster, routed by the
     /// channel's slot; PUBLISH otherwise); returns how many subscribers got it.
-    pub(crate) async fn publish(&self, channel: &str, payload: &str) -> Result<u64, QueueError> {
+    pub(crate) async fn publish(&self, channel: &str, payload: &str) -> Result<u64, ClientError> {
         let mut cmd = redis::cmd(if self.is_cluster() { "SPUBLISH" } else { "PUBLISH" });
         cmd.arg(channel).arg(payload);
         Ok(int(&self.raw(&cmd).await?).unwrap_or(0).max(0) as u64)
@@ -69,7 +69,7 @@ impl QueueClient {
 
     /// Publishes `payload` to `queue`'s chat room ([`keys::room_channel`]); returns
     /// how many subscribers got it.
-    pub async fn publish_room(&self, queue: &str, payload: &str) -> Result<u64, QueueError> {
+    pub async fn publish_room(&self, queue: &str, payload: &str) -> Result<u64, ClientError> {
         self.publish(&keys::room_channel(queue), payload).await
     }
 }

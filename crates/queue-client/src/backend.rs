@@ -2,7 +2,7 @@
 //! installation of the Lua library where the module is missing.
 
 use crate::conn::{Conn, Node};
-use crate::error::{is_missing_command, server_text, QueueError};
+use crate::error::{is_missing_command, server_text, ClientError};
 use crate::library::{is_outdated, source_with_entropy, LIBRARY_VERSION};
 use crate::reply::{array, text, Fields};
 use redis::{cmd, RedisError, Value};
@@ -21,9 +21,9 @@ const PROBE_QUEUE: &str = "queue-client:probe";
 
 /// Connection-level failures end detection at once; anything else a server says
 /// (no permission for MODULE, a renamed command) only rules one way out.
-fn fatal(e: RedisError) -> Result<(), QueueError> {
+fn fatal(e: RedisError) -> Result<(), ClientError> {
     if is_connection_failure(&e) {
-        Err(QueueError::from(e))
+        Err(ClientError::from(e))
     } else {
         Ok(())
     }
@@ -45,7 +45,7 @@ fn is_connection_failure(e: &RedisError) -> bool {
 
 /// Module if every primary lists a module named `queue`, else the Lua library
 /// (installed or upgraded here when needed).
-pub(crate) async fn detect(conn: &Conn) -> Result<Backend, QueueError> {
+pub(crate) async fn detect(conn: &Conn) -> Result<Backend, ClientError> {
     if has_module(conn).await? {
         return Ok(Backend::Module);
     }
@@ -58,7 +58,7 @@ fn lists_queue_module(reply: &Value) -> bool {
     modules.into_iter().any(|m| Fields::new(m, "module").and_then(|f| f.string("name")).is_ok_and(|n| n == "queue"))
 }
 
-async fn has_module(conn: &Conn) -> Result<bool, QueueError> {
+async fn has_module(conn: &Conn) -> Result<bool, ClientError> {
     match conn.send_to_primaries(cmd("MODULE").arg("LIST")).await {
         Ok(replies) => Ok(!replies.is_empty() && replies.iter().all(|(_, v)| lists_queue_module(v))),
         Err(e) => {
@@ -81,7 +81,7 @@ fn lists_queue_library(reply: &Value) -> bool {
 }
 
 /// The version the `queue` library on `node` reports, or None when it cannot say.
-async fn installed_version(conn: &Conn, node: &Node) -> Result<Option<String>, QueueError> {
+async fn installed_version(conn: &Conn, node: &Node) -> Result<Option<String>, ClientError> {
     match conn.send_to(node, cmd("FCALL_RO").arg("queue_version").arg(0)).await {
         Ok(v) => Ok(text(&v)),
         Err(e) if is_missing_command(&e) => Ok(None),
@@ -90,7 +90,7 @@ async fn installed_version(conn: &Conn, node: &Node) -> Result<Option<String>, Q
 }
 
 /// The primaries and the library version each holds (None: no usable library).
-async fn installed(conn: &Conn) -> Result<Vec<(Node, Option<String>)>, QueueError> {
+async fn installed(conn: &Conn) -> Result<Vec<(Node, Option<String>)>, ClientError> {
     let listing = conn.send_to_primaries(cmd("FUNCTION").arg("LIST").arg("LIBRARYNAME").arg("queue")).await;
     let nodes = match listing {
         Ok(per_node) => per_node,
@@ -111,18 +111,18 @@ async fn installed(conn: &Conn) -> Result<Vec<(Node, Option<String>)>, QueueErro
 }
 
 /// Loads the embedded library (fresh entropy) on `node`, replacing what is there.
-async fn load(conn: &Conn, node: &Node) -> Result<(), QueueError> {
+async fn load(conn: &Conn, node: &Node) -> Result<(), ClientError> {
     let source = source_with_entropy()?;
     let loaded = conn.send_to(node, cmd("FUNCTION").arg("LOAD").arg("REPLACE").arg(source)).await;
     if let Err(e) = loaded {
         if is_connection_failure(&e) {
-            return Err(QueueError::from(e));
+            return Err(ClientError::from(e));
         }
-        return Err(QueueError::Unavailable(format!("cannot load the queue library: {}", server_text(&e))));
+        return Err(ClientError::Unavailable(format!("cannot load the queue library: {}", server_text(&e))));
     }
     match installed_version(conn, node).await? {
         Some(v) if v == LIBRARY_VERSION => Ok(()),
-        other => Err(QueueError::protocol(format!(
+        other => Err(ClientError::protocol(format!(
             "loaded library version {LIBRARY_VERSION} but queue_version says {other:?}"
         ))),
     }
@@ -130,7 +130,7 @@ async fn load(conn: &Conn, node: &Node) -> Result<(), QueueError> {
 
 /// Makes sure every primary holds the embedded library or a newer one, loading it
 /// where it is missing or outdated.
-pub(crate) async fn ensure_library(conn: &Conn) -> Result<(), QueueError> {
+pub(crate) async fn ensure_library(conn: &Conn) -> Result<(), ClientError> {
     for (node, version) in installed(conn).await? {
         let current = version.as_deref().is_some_and(|v| !is_outdated(v, LIBRARY_VERSION));
         if !current {

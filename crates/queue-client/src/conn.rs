@@ -14,7 +14,7 @@ use std::time::Duration;
 #[derive(Debug, Clone)]
 pub struct ConnectOptions {
     /// How long one call may take, waiting for a reconnection included, before it
-    /// fails with [`QueueError::Unavailable`](crate::QueueError::Unavailable).
+    /// fails with [`ClientError::Unavailable`](crate::ClientError::Unavailable).
     /// Default 5 s.
     pub response_timeout: Duration,
     /// How long one attempt to open a connection may take. Default 2 s.

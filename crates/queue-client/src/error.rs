@@ -4,22 +4,21 @@
 use redis::{ErrorKind, RedisError};
 use std::fmt;
 
-/// Why a queue call failed.
+pub use queue_core::QueueError;
+
+/// Why a queue call failed: the queue's own refusal (queue-core's vocabulary, the
+/// same the module and the Lua library answer with), arguments the server refused,
+/// or a store that cannot serve the call.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum QueueError {
-    /// `NOTICKET`: the ticket was never issued, is already used, or was withdrawn.
-    NoTicket,
-    /// `EXPIRED`: the ticket outlived the queue's `ticket_ttl`.
-    TicketExpired,
-    /// `INSIDE`: the ticket's user already holds a live session (the ticket stays valid).
-    AlreadyInside,
-    /// `FULL`: the queue's `hard_cap` of live sessions is reached (the ticket stays valid).
-    HardCap,
+pub enum ClientError {
+    /// The queue refused: `NOTICKET` (never issued, already used or withdrawn),
+    /// `EXPIRED` (past `ticket_ttl`), `INSIDE` (the user holds a live session; the
+    /// ticket stays valid), `FULL` (the hard cap; the ticket stays valid) or
+    /// `WRONGTYPE` (a key of the queue holds another type).
+    Refused(QueueError),
     /// An `ERR` reply: a name, number, option or setting the server refused. Carries the
     /// server's full text, e.g. `ERR invalid userId: ...`.
     InvalidArgument(String),
-    /// `WRONGTYPE`: a key of the queue holds another type of value.
-    WrongType,
     /// The store could not be reached or could not serve the call: connection refused
     /// or lost, no reply in time, loading, cluster down, no permission, or the queue
     /// commands missing on the server. Usually transient; services answer 503.
@@ -28,34 +27,36 @@ pub enum QueueError {
     Protocol(String),
 }
 
-impl QueueError {
-    /// True for [`QueueError::Unavailable`]: the call may succeed later, the caller
+impl ClientError {
+    /// True for [`ClientError::Unavailable`]: the call may succeed later, the caller
     /// did nothing wrong.
     pub fn is_unavailable(&self) -> bool {
-        matches!(self, QueueError::Unavailable(_))
+        matches!(self, ClientError::Unavailable(_))
     }
 
     pub(crate) fn protocol(what: impl Into<String>) -> Self {
-        QueueError::Protocol(what.into())
+        ClientError::Protocol(what.into())
     }
 }
 
-impl fmt::Display for QueueError {
+impl fmt::Display for ClientError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
-            QueueError::NoTicket => f.write_str("NOTICKET unknown or already used ticket"),
-            QueueError::TicketExpired => f.write_str("EXPIRED ticket has expired"),
-            QueueError::AlreadyInside => f.write_str("INSIDE user is already inside"),
-            QueueError::HardCap => f.write_str("FULL hard cap reached"),
-            QueueError::InvalidArgument(text) => f.write_str(text),
-            QueueError::WrongType => f.write_str("WRONGTYPE Operation against a key holding the wrong kind of value"),
-            QueueError::Unavailable(why) => write!(f, "queue store unavailable: {why}"),
-            QueueError::Protocol(what) => write!(f, "unexpected reply from the queue store: {what}"),
+            ClientError::Refused(e) => e.fmt(f),
+            ClientError::InvalidArgument(text) => f.write_str(text),
+            ClientError::Unavailable(why) => write!(f, "queue store unavailable: {why}"),
+            ClientError::Protocol(what) => write!(f, "unexpected reply from the queue store: {what}"),
         }
     }
 }
 
-impl std::error::Error for QueueError {}
+impl std::error::Error for ClientError {}
+
+impl From<QueueError> for ClientError {
+    fn from(e: QueueError) -> Self {
+        ClientError::Refused(e)
+    }
+}
 
 /// The server's text of an error reply, e.g. `NOTICKET unknown or already used ticket`.
 pub(crate) fn server_text(e: &RedisError) -> String {
@@ -98,7 +99,7 @@ const UNAVAILABLE_CODES: &[&str] = &[
     "NOSCRIPT",
 ];
 
-impl From<RedisError> for QueueError {
+impl From<RedisError> for ClientError {
     fn from(e: RedisError) -> Self {
         match e.kind() {
             ErrorKind::IoError
@@ -108,25 +109,23 @@ impl From<RedisError> for QueueError {
             | ErrorKind::TryAgain
             | ErrorKind::ClusterDown
             | ErrorKind::MasterDown
-            | ErrorKind::ReadOnly => return QueueError::Unavailable(server_text(&e)),
-            ErrorKind::ParseError => return QueueError::Protocol(e.to_string()),
+            | ErrorKind::ReadOnly => return ClientError::Unavailable(server_text(&e)),
+            ErrorKind::ParseError => return ClientError::Protocol(e.to_string()),
             _ => {}
         }
         if is_missing_command(&e) {
-            return QueueError::Unavailable(format!("the queue commands are not installed: {}", server_text(&e)));
+            return ClientError::Unavailable(format!("the queue commands are not installed: {}", server_text(&e)));
         }
         if is_deployment_error(&e) {
-            return QueueError::Unavailable(server_text(&e));
+            return ClientError::Unavailable(server_text(&e));
+        }
+        if let Some(refused) = e.code().and_then(QueueError::from_code) {
+            return ClientError::Refused(refused);
         }
         match e.code() {
-            Some("NOTICKET") => QueueError::NoTicket,
-            Some("EXPIRED") => QueueError::TicketExpired,
-            Some("INSIDE") => QueueError::AlreadyInside,
-            Some("FULL") => QueueError::HardCap,
-            Some("WRONGTYPE") => QueueError::WrongType,
-            Some("ERR") => QueueError::InvalidArgument(server_text(&e)),
-            Some(code) if UNAVAILABLE_CODES.contains(&code) => QueueError::Unavailable(server_text(&e)),
-            _ => QueueError::Protocol(server_text(&e)),
+            Some("ERR") => ClientError::InvalidArgument(server_text(&e)),
+            Some(code) if UNAVAILABLE_CODES.contains(&code) => ClientError::Unavailable(server_text(&e)),
+            _ => ClientError::Protocol(server_text(&e)),
         }
     }
 }
@@ -142,25 +141,28 @@ mod tests {
     #[test]
     fn first_word_picks_the_variant() {
         let cases = [
-            (server("NOTICKET", "unknown or already used ticket"), QueueError::NoTicket),
-            (server("EXPIRED", "ticket has expired"), QueueError::TicketExpired),
-            (server("INSIDE", "user is already inside"), QueueError::AlreadyInside),
-            (server("FULL", "hard cap reached"), QueueError::HardCap),
-            (server("WRONGTYPE", "Operation against a key holding the wrong kind of value"), QueueError::WrongType),
+            (server("NOTICKET", "unknown or already used ticket"), ClientError::Refused(QueueError::NoTicket)),
+            (server("EXPIRED", "ticket has expired"), ClientError::Refused(QueueError::TicketExpired)),
+            (server("INSIDE", "user is already inside"), ClientError::Refused(QueueError::AlreadyInside)),
+            (server("FULL", "hard cap reached"), ClientError::Refused(QueueError::HardCap)),
+            (
+                server("WRONGTYPE", "Operation against a key holding the wrong kind of value"),
+                ClientError::Refused(QueueError::WrongType),
+            ),
         ];
         for (e, want) in cases {
-            assert_eq!(QueueError::from(e), want);
+            assert_eq!(ClientError::from(e), want);
         }
     }
 
     #[test]
     fn texts_match_the_server() {
-        assert_eq!(QueueError::NoTicket.to_string(), "NOTICKET unknown or already used ticket");
-        assert_eq!(QueueError::TicketExpired.to_string(), "EXPIRED ticket has expired");
-        assert_eq!(QueueError::AlreadyInside.to_string(), "INSIDE user is already inside");
-        assert_eq!(QueueError::HardCap.to_string(), "FULL hard cap reached");
+        assert_eq!(ClientError::Refused(QueueError::NoTicket).to_string(), "NOTICKET unknown or already used ticket");
+        assert_eq!(ClientError::Refused(QueueError::TicketExpired).to_string(), "EXPIRED ticket has expired");
+        assert_eq!(ClientError::Refused(QueueError::AlreadyInside).to_string(), "INSIDE user is already inside");
+        assert_eq!(ClientError::Refused(QueueError::HardCap).to_string(), "FULL hard cap reached");
         assert_eq!(
-            QueueError::WrongType.to_string(),
+            ClientError::Refused(QueueError::WrongType).to_string(),
             "WRONGTYPE Operation against a key holding the wrong kind of value"
         );
     }
@@ -168,12 +170,12 @@ mod tests {
     #[test]
     fn io_errors_are_unavailable() {
         let e = RedisError::from(std::io::Error::new(std::io::ErrorKind::ConnectionRefused, "refused"));
-        let q = QueueError::from(e);
+        let q = ClientError::from(e);
         assert!(q.is_unavailable(), "{q:?}");
         let e = RedisError::from(std::io::Error::new(std::io::ErrorKind::TimedOut, "slow"));
-        assert!(QueueError::from(e).is_unavailable());
-        assert!(QueueError::from(server("NOPERM", "no permissions")).is_unavailable());
-        assert!(!QueueError::NoTicket.is_unavailable());
+        assert!(ClientError::from(e).is_unavailable());
+        assert!(ClientError::from(server("NOPERM", "no permissions")).is_unavailable());
+        assert!(!ClientError::Refused(QueueError::NoTicket).is_unavailable());
     }
 
     #[test]
@@ -182,17 +184,17 @@ mod tests {
             RedisError::from((ErrorKind::ResponseError, "An error was signalled by the server", detail.to_string()))
         };
         assert_eq!(
-            QueueError::from(err("unknown config field 'x'")),
-            QueueError::InvalidArgument("ERR unknown config field 'x'".into())
+            ClientError::from(err("unknown config field 'x'")),
+            ClientError::InvalidArgument("ERR unknown config field 'x'".into())
         );
-        let missing = QueueError::from(err("unknown command 'QUEUE.ENTER', with args beginning with: "));
+        let missing = ClientError::from(err("unknown command 'QUEUE.ENTER', with args beginning with: "));
         assert!(missing.is_unavailable(), "{missing:?}");
-        assert!(QueueError::from(err("Function not found")).is_unavailable());
-        assert!(QueueError::from(err("ACL failure in script: User svc has no permissions")).is_unavailable());
+        assert!(ClientError::from(err("Function not found")).is_unavailable());
+        assert!(ClientError::from(err("ACL failure in script: User svc has no permissions")).is_unavailable());
     }
 
     #[test]
     fn unknown_codes_are_protocol_errors() {
-        assert_eq!(QueueError::from(server("WHAT", "is this")), QueueError::Protocol("WHAT is this".into()));
+        assert_eq!(ClientError::from(server("WHAT", "is this")), ClientError::Protocol("WHAT is this".into()));
     }
 }

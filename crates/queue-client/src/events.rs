@@ -7,7 +7,7 @@
 //! single server and SPUBLISH on a cluster.
 
 use crate::announce::Subscription;
-use crate::{QueueClient, QueueError};
+use crate::{ClientError, QueueClient};
 use queue_core::keys;
 use serde::{Deserialize, Serialize};
 use std::time::Duration;
@@ -37,8 +37,8 @@ pub struct QueueEvent {
 
 impl QueueClient {
     /// Announces `event` on its queue's channel; returns how many subscribers got it.
-    pub async fn publish_event(&self, event: &QueueEvent) -> Result<u64, QueueError> {
-        let payload = serde_json::to_string(event).map_err(|e| QueueError::Protocol(e.to_string()))?;
+    pub async fn publish_event(&self, event: &QueueEvent) -> Result<u64, ClientError> {
+        let payload = serde_json::to_string(event).map_err(|e| ClientError::Protocol(e.to_string()))?;
         self.publish(&promoted_channel(&event.queue), &payload).await
     }
 }

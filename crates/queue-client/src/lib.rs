@@ -1,7 +1,7 @@
 //! Typed async client for the waiting room's commands, the one every service uses.
 //!
 //! ```no_run
-//! # async fn demo() -> Result<(), queue_client::QueueError> {
+//! # async fn demo() -> Result<(), queue_client::ClientError> {
 //! use queue_client::{QueueClient, Status};
 //! let queue = QueueClient::connect("redis://127.0.0.1:6379/").await?;
 //! let me = queue.enter("launch", "u-1", "alice").await?;
@@ -20,7 +20,7 @@
 //!
 //! The connection reconnects by itself with exponential backoff; while the store is
 //! unreachable every call fails within the response timeout with
-//! [`QueueError::Unavailable`], and succeeds again once the store is back.
+//! [`ClientError::Unavailable`], and succeeds again once the store is back.
 
 #![warn(missing_docs)]
 
@@ -40,7 +40,7 @@ mod types;
 
 pub use backend::Backend;
 pub use conn::ConnectOptions;
-pub use error::QueueError;
+pub use error::{ClientError, QueueError};
 pub use lazy::LazyClient;
 pub use library::LIBRARY_VERSION;
 pub use types::{Claim, PromoteReport, QueueConfig, QueueInfo, Standing, Status};
@@ -121,29 +121,29 @@ impl std::fmt::Debug for QueueClient {
 impl QueueClient {
     /// Connects to one server (`redis://host:port/`, `?protocol=resp3` for RESP3) with
     /// the default [`ConnectOptions`], and detects the backend.
-    pub async fn connect(url: &str) -> Result<QueueClient, QueueError> {
+    pub async fn connect(url: &str) -> Result<QueueClient, ClientError> {
         QueueClient::connect_with(url, ConnectOptions::default()).await
     }
 
     /// [`QueueClient::connect`] with explicit timeouts and reconnection settings.
-    pub async fn connect_with(url: &str, options: ConnectOptions) -> Result<QueueClient, QueueError> {
+    pub async fn connect_with(url: &str, options: ConnectOptions) -> Result<QueueClient, ClientError> {
         let conn = Conn::single(url, &options).await.map_err(connect_error)?;
         QueueClient::start(conn).await
     }
 
     /// Connects to a cluster through any of its nodes' URLs and detects the backend
     /// (which every primary must share; the library is installed on each primary).
-    pub async fn connect_cluster(urls: &[String]) -> Result<QueueClient, QueueError> {
+    pub async fn connect_cluster(urls: &[String]) -> Result<QueueClient, ClientError> {
         QueueClient::connect_cluster_with(urls, ConnectOptions::default()).await
     }
 
     /// [`QueueClient::connect_cluster`] with explicit timeouts and retry settings.
-    pub async fn connect_cluster_with(urls: &[String], options: ConnectOptions) -> Result<QueueClient, QueueError> {
+    pub async fn connect_cluster_with(urls: &[String], options: ConnectOptions) -> Result<QueueClient, ClientError> {
         let conn = Conn::cluster(urls, &options).await.map_err(connect_error)?;
         QueueClient::start(conn).await
     }
 
-    async fn start(conn: Conn) -> Result<QueueClient, QueueError> {
+    async fn start(conn: Conn) -> Result<QueueClient, ClientError> {
         let backend = backend::detect(&conn).await?;
         Ok(QueueClient { conn, backend, reinstall: Arc::new(tokio::sync::Mutex::new(())) })
     }
@@ -161,12 +161,12 @@ impl QueueClient {
     /// Sends a command that is not a queue command (registry, leader lease, pub/sub,
     /// health signal, presence: the services' coordination keys, each behind a typed
     /// method), routed by its key on a cluster.
-    pub(crate) async fn raw(&self, cmd: &Cmd) -> Result<Value, QueueError> {
+    pub(crate) async fn raw(&self, cmd: &Cmd) -> Result<Value, ClientError> {
         Ok(self.conn.send(cmd).await?)
     }
 
     /// Checks that the store answers (`PING`), for readiness probes.
-    pub async fn ping(&self) -> Result<(), QueueError> {
+    pub async fn ping(&self) -> Result<(), ClientError> {
         self.conn.send(&redis::cmd("PING")).await?;
         Ok(())
     }
@@ -190,7 +190,7 @@ impl QueueClient {
     /// Runs a queue command. Under the Lua backend a server that lost its functions
     /// (restarted without persistence, flushed, a new cluster primary) gets the
     /// library again and the call is retried once: it never ran.
-    async fn run(&self, op: Op, queue: &str, args: &[&str]) -> Result<Value, QueueError> {
+    async fn run(&self, op: Op, queue: &str, args: &[&str]) -> Result<Value, ClientError> {
         let cmd = self.build(op, queue, args);
         match self.conn.send(&cmd).await {
             Err(e) if self.backend == Backend::Lua && is_missing_command(&e) => {
@@ -207,19 +207,19 @@ impl QueueClient {
     /// `QUEUE.ENTER`: joins the line at the back (re-entry moves to the back and
     /// withdraws an unclaimed ticket); promoted at once when nobody waits and there
     /// is room.
-    pub async fn enter(&self, queue: &str, user_id: &str, nickname: &str) -> Result<Standing, QueueError> {
+    pub async fn enter(&self, queue: &str, user_id: &str, nickname: &str) -> Result<Standing, ClientError> {
         Standing::from_value(self.run(Op::Enter, queue, &[user_id, nickname]).await?)
     }
 
     /// `QUEUE.STATUS`: where the user stands; also notes that a waiting user is still
     /// there.
-    pub async fn status(&self, queue: &str, user_id: &str) -> Result<Standing, QueueError> {
+    pub async fn status(&self, queue: &str, user_id: &str) -> Result<Standing, ClientError> {
         Standing::from_value(self.run(Op::Status, queue, &[user_id]).await?)
     }
 
     /// `QUEUE.RANKS`: the standings of many users in one call, in the order asked.
     /// An empty list asks nothing and returns an empty list.
-    pub async fn ranks<S: AsRef<str>>(&self, queue: &str, user_ids: &[S]) -> Result<Vec<Standing>, QueueError> {
+    pub async fn ranks<S: AsRef<str>>(&self, queue: &str, user_ids: &[S]) -> Result<Vec<Standing>, ClientError> {
         if user_ids.is_empty() {
             return Ok(Vec::new());
         }
@@ -228,12 +228,12 @@ impl QueueClient {
     }
 
     /// `QUEUE.LEAVE`: true if the user was waiting or held a ticket.
-    pub async fn leave(&self, queue: &str, user_id: &str) -> Result<bool, QueueError> {
+    pub async fn leave(&self, queue: &str, user_id: &str) -> Result<bool, ClientError> {
         reply::flag(&self.run(Op::Leave, queue, &[user_id]).await?)
     }
 
     /// `QUEUE.PROMOTE [MAX n]`: one step of the admission loop.
-    pub async fn promote(&self, queue: &str, max: Option<u32>) -> Result<PromoteReport, QueueError> {
+    pub async fn promote(&self, queue: &str, max: Option<u32>) -> Result<PromoteReport, ClientError> {
         let max = max.map(|m| m.to_string());
         let args: Vec<&str> = match &max {
             Some(m) => vec!["MAX", m],
@@ -243,15 +243,15 @@ impl QueueClient {
     }
 
     /// `TICKET.CLAIM`: uses a ticket (once) and opens its user's session lease.
-    /// Fails with [`QueueError::NoTicket`], [`QueueError::TicketExpired`],
-    /// [`QueueError::AlreadyInside`] or [`QueueError::HardCap`].
-    pub async fn claim(&self, queue: &str, ticket_id: &str) -> Result<Claim, QueueError> {
+    /// Fails with [`ClientError::Refused(QueueError::NoTicket)`], [`ClientError::Refused(QueueError::TicketExpired)`],
+    /// [`ClientError::Refused(QueueError::AlreadyInside)`] or [`ClientError::Refused(QueueError::HardCap)`].
+    pub async fn claim(&self, queue: &str, ticket_id: &str) -> Result<Claim, ClientError> {
         Claim::from_value(self.run(Op::Claim, queue, &[ticket_id]).await?)
     }
 
     /// `SESSION.HEARTBEAT`: extends the users' leases; false where no lease is live
     /// (disconnect that user). An empty list asks nothing and returns an empty list.
-    pub async fn heartbeat<S: AsRef<str>>(&self, queue: &str, user_ids: &[S]) -> Result<Vec<bool>, QueueError> {
+    pub async fn heartbeat<S: AsRef<str>>(&self, queue: &str, user_ids: &[S]) -> Result<Vec<bool>, ClientError> {
         if user_ids.is_empty() {
             return Ok(Vec::new());
         }
@@ -260,24 +260,24 @@ impl QueueClient {
     }
 
     /// `SESSION.END`: ends the user's session, freeing its slot; true if it had one.
-    pub async fn end_session(&self, queue: &str, user_id: &str) -> Result<bool, QueueError> {
+    pub async fn end_session(&self, queue: &str, user_id: &str) -> Result<bool, ClientError> {
         reply::flag(&self.run(Op::End, queue, &[user_id]).await?)
     }
 
     /// `QUEUE.INFO`: counts, settings and counters of the queue.
-    pub async fn info(&self, queue: &str) -> Result<QueueInfo, QueueError> {
+    pub async fn info(&self, queue: &str) -> Result<QueueInfo, ClientError> {
         QueueInfo::from_value(self.run(Op::Info, queue, &[]).await?)
     }
 
     /// `QUEUE.CONFIG Q GET *`: the queue's effective settings.
-    pub async fn config_get(&self, queue: &str) -> Result<QueueConfig, QueueError> {
+    pub async fn config_get(&self, queue: &str) -> Result<QueueConfig, ClientError> {
         QueueConfig::from_value(self.run(Op::Config, queue, &["GET", "*"]).await?)
     }
 
     /// `QUEUE.CONFIG Q SET field value ...`: changes settings; all pairs are checked
     /// before any is applied (an unknown field or a value out of range fails with
-    /// [`QueueError::InvalidArgument`] and changes nothing).
-    pub async fn config_set<F: AsRef<str>>(&self, queue: &str, pairs: &[(F, i64)]) -> Result<(), QueueError> {
+    /// [`ClientError::InvalidArgument`] and changes nothing).
+    pub async fn config_set<F: AsRef<str>>(&self, queue: &str, pairs: &[(F, i64)]) -> Result<(), ClientError> {
         let values: Vec<String> = pairs.iter().map(|(_, v)| v.to_string()).collect();
         let mut args = vec!["SET"];
         for ((field, _), value) in pairs.iter().zip(&values) {
@@ -287,18 +287,18 @@ impl QueueClient {
         match self.run(Op::Config, queue, &args).await? {
             Value::Okay => Ok(()),
             v if reply::text(&v).as_deref() == Some("OK") => Ok(()),
-            other => Err(QueueError::protocol(format!("config set: expected OK, got {other:?}"))),
+            other => Err(ClientError::protocol(format!("config set: expected OK, got {other:?}"))),
         }
     }
 }
 
 /// A URL the client cannot use is the caller's mistake; anything else at connect
 /// means the store cannot be reached.
-fn connect_error(e: redis::RedisError) -> QueueError {
+fn connect_error(e: redis::RedisError) -> ClientError {
     if e.kind() == redis::ErrorKind::InvalidClientConfig {
-        QueueError::InvalidArgument(format!("invalid Valkey URL: {e}"))
+        ClientError::InvalidArgument(format!("invalid Valkey URL: {e}"))
     } else {
-        QueueError::from(e)
+        ClientError::from(e)
     }
 }
 
@@ -310,7 +310,7 @@ mod tests {
     fn client_is_shareable() {
         fn shareable<T: Clone + Send + Sync + 'static>() {}
         shareable::<QueueClient>();
-        shareable::<QueueError>();
+        shareable::<ClientError>();
     }
 
     #[test]

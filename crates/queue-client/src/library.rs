@@ -1,7 +1,7 @@
 //! The Lua functions library (`lua-fallback/queue.lua`), embedded at compile time, and
 //! what a loader must do with it: inject fresh entropy, know its version.
 
-use crate::error::QueueError;
+use crate::error::ClientError;
 
 /// The library source as shipped, with its entropy placeholder.
 pub(crate) const SOURCE: &str = include_str!("../../../lua-fallback/queue.lua");
@@ -75,10 +75,10 @@ const _: () = assert!(
 
 /// The library ready for `FUNCTION LOAD`: the placeholder replaced by 128 fresh
 /// random bits as 32 lowercase hex characters.
-pub(crate) fn source_with_entropy() -> Result<String, QueueError> {
+pub(crate) fn source_with_entropy() -> Result<String, ClientError> {
     let mut bytes = [0u8; 16];
     getrandom::fill(&mut bytes)
-        .map_err(|e| QueueError::Unavailable(format!("no randomness for the library's entropy: {e}")))?;
+        .map_err(|e| ClientError::Unavailable(format!("no randomness for the library's entropy: {e}")))?;
     Ok(with_entropy(&bytes))
 }
 

@@ -2,7 +2,7 @@
 //! ([`keys::REGISTRY`]), and the queues found by their keys on a single server.
 
 use crate::reply::{self, array, int};
-use crate::{QueueClient, QueueError};
+use crate::{ClientError, QueueClient};
 use queue_core::keys;
 use std::collections::BTreeSet;
 
@@ -12,15 +12,15 @@ const SCAN_COUNT: u32 = 1000;
 impl QueueClient {
     /// `SADD queue-registry <queue>`: registers a queue for discovery; true if it
     /// was not registered yet.
-    pub async fn register_queue(&self, queue: &str) -> Result<bool, QueueError> {
+    pub async fn register_queue(&self, queue: &str) -> Result<bool, ClientError> {
         let mut cmd = redis::cmd("SADD");
         cmd.arg(keys::REGISTRY).arg(queue);
         Ok(int(&self.raw(&cmd).await?).is_some_and(|n| n > 0))
     }
 
     /// `SMEMBERS queue-registry`: the registered names, unchecked. A registry key of
-    /// another type fails with [`QueueError::WrongType`].
-    pub async fn registered_queues(&self) -> Result<Vec<String>, QueueError> {
+    /// another type fails with `ClientError::Refused(QueueError::WrongType)`.
+    pub async fn registered_queues(&self) -> Result<Vec<String>, ClientError> {
         let mut cmd = redis::cmd("SMEMBERS");
         cmd.arg(keys::REGISTRY);
         reply::strings(self.raw(&cmd).await?, "SMEMBERS")
@@ -29,7 +29,7 @@ impl QueueClient {
     /// The queues with someone in line or inside: a `SCAN ... TYPE zset` for the
     /// `waiting` and `sessions` keys of validly named queues ([`keys::queue_of`]).
     /// A keyless SCAN sees one node only, so on a cluster the answer is partial.
-    pub async fn scan_queues(&self) -> Result<BTreeSet<String>, QueueError> {
+    pub async fn scan_queues(&self) -> Result<BTreeSet<String>, ClientError> {
         let mut found = BTreeSet::new();
         let mut cursor = "0".to_string();
         loop {
@@ -43,7 +43,7 @@ impl QueueClient {
                 .arg("zset");
             let mut reply = array(self.raw(&cmd).await?, "SCAN")?;
             if reply.len() != 2 {
-                return Err(QueueError::protocol("SCAN: expected [cursor, keys]"));
+                return Err(ClientError::protocol("SCAN: expected [cursor, keys]"));
             }
             let batch = reply::strings(reply.pop().unwrap(), "SCAN keys")?;
             found.extend(batch.iter().filter_map(|k| keys::queue_of(k)).map(str::to_string));

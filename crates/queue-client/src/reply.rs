@@ -2,7 +2,7 @@
 //! maps or RESP2 flat field/value arrays, in any order; nil as RESP nil (or `false`,
 //! which a Lua function's nil could become); integers as integers (or digit strings).
 
-use crate::error::QueueError;
+use crate::error::ClientError;
 use redis::Value;
 use std::collections::HashMap;
 
@@ -50,27 +50,27 @@ fn plain_ref(v: &Value) -> &Value {
 }
 
 /// A 0/1 (or boolean) reply.
-pub(crate) fn flag(v: &Value) -> Result<bool, QueueError> {
+pub(crate) fn flag(v: &Value) -> Result<bool, ClientError> {
     match plain_ref(v) {
         Value::Boolean(b) => Ok(*b),
         other => match int(other) {
             Some(0) => Ok(false),
             Some(1) => Ok(true),
-            _ => Err(QueueError::protocol(format!("expected 0 or 1, got {v:?}"))),
+            _ => Err(ClientError::protocol(format!("expected 0 or 1, got {v:?}"))),
         },
     }
 }
 
 /// The elements of an array reply.
-pub(crate) fn array(v: Value, what: &str) -> Result<Vec<Value>, QueueError> {
+pub(crate) fn array(v: Value, what: &str) -> Result<Vec<Value>, ClientError> {
     match plain(v) {
         Value::Array(a) | Value::Set(a) => Ok(a),
-        other => Err(QueueError::protocol(format!("{what}: expected an array, got {other:?}"))),
+        other => Err(ClientError::protocol(format!("{what}: expected an array, got {other:?}"))),
     }
 }
 
 /// The strings of an array (or set) reply; elements that are not strings are skipped.
-pub(crate) fn strings(v: Value, what: &str) -> Result<Vec<String>, QueueError> {
+pub(crate) fn strings(v: Value, what: &str) -> Result<Vec<String>, ClientError> {
     Ok(array(v, what)?.iter().filter_map(text).collect())
 }
 
@@ -82,7 +82,7 @@ pub(crate) struct Fields {
 
 impl Fields {
     /// Reads a RESP3 map or a RESP2 flat field/value array.
-    pub(crate) fn new(v: Value, what: &'static str) -> Result<Fields, QueueError> {
+    pub(crate) fn new(v: Value, what: &'static str) -> Result<Fields, ClientError> {
         let pairs: Vec<(Value, Value)> = match plain(v) {
             Value::Map(pairs) => pairs,
             Value::Array(flat) if flat.len() % 2 == 0 => {
@@ -93,11 +93,11 @@ impl Fields {
                 }
                 pairs
             }
-            other => return Err(QueueError::protocol(format!("{what}: expected a map, got {other:?}"))),
+            other => return Err(ClientError::protocol(format!("{what}: expected a map, got {other:?}"))),
         };
         let mut map = HashMap::with_capacity(pairs.len());
         for (k, v) in pairs {
-            let k = text(&k).ok_or_else(|| QueueError::protocol(format!("{what}: field name {k:?}")))?;
+            let k = text(&k).ok_or_else(|| ClientError::protocol(format!("{what}: field name {k:?}")))?;
             map.insert(k, v);
         }
         Ok(Fields { what, map })
@@ -108,24 +108,24 @@ impl Fields {
         self.map.into_iter().filter_map(|(k, v)| Some((k, text(&v)?))).collect()
     }
 
-    fn get(&self, name: &str) -> Result<&Value, QueueError> {
-        self.map.get(name).ok_or_else(|| QueueError::protocol(format!("{}: no field {name}", self.what)))
+    fn get(&self, name: &str) -> Result<&Value, ClientError> {
+        self.map.get(name).ok_or_else(|| ClientError::protocol(format!("{}: no field {name}", self.what)))
     }
 
-    fn bad(&self, name: &str, want: &str) -> QueueError {
-        QueueError::protocol(format!("{}: field {name} is not {want}: {:?}", self.what, self.map.get(name)))
+    fn bad(&self, name: &str, want: &str) -> ClientError {
+        ClientError::protocol(format!("{}: field {name} is not {want}: {:?}", self.what, self.map.get(name)))
     }
 
-    pub(crate) fn i64(&self, name: &str) -> Result<i64, QueueError> {
+    pub(crate) fn i64(&self, name: &str) -> Result<i64, ClientError> {
         int(self.get(name)?).ok_or_else(|| self.bad(name, "an integer"))
     }
 
-    pub(crate) fn u64(&self, name: &str) -> Result<u64, QueueError> {
+    pub(crate) fn u64(&self, name: &str) -> Result<u64, ClientError> {
         let v = self.i64(name)?;
         u64::try_from(v).map_err(|_| self.bad(name, "a count"))
     }
 
-    pub(crate) fn opt_u64(&self, name: &str) -> Result<Option<u64>, QueueError> {
+    pub(crate) fn opt_u64(&self, name: &str) -> Result<Option<u64>, ClientError> {
         let v = self.get(name)?;
         if is_nil(v) {
             return Ok(None);
@@ -133,11 +133,11 @@ impl Fields {
         self.u64(name).map(Some)
     }
 
-    pub(crate) fn string(&self, name: &str) -> Result<String, QueueError> {
+    pub(crate) fn string(&self, name: &str) -> Result<String, ClientError> {
         text(self.get(name)?).ok_or_else(|| self.bad(name, "a string"))
     }
 
-    pub(crate) fn opt_string(&self, name: &str) -> Result<Option<String>, QueueError> {
+    pub(crate) fn opt_string(&self, name: &str) -> Result<Option<String>, ClientError> {
         let v = self.get(name)?;
         if is_nil(v) {
             return Ok(None);
@@ -162,7 +162,7 @@ mod tests {
             let f = Fields::new(v, "test").unwrap();
             assert_eq!(f.u64("b").unwrap(), 2);
             assert_eq!(f.opt_string("a").unwrap(), None);
-            assert!(matches!(f.u64("c"), Err(QueueError::Protocol(_))));
+            assert!(matches!(f.u64("c"), Err(ClientError::Protocol(_))));
         }
     }
 

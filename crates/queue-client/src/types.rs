@@ -2,7 +2,7 @@
 //! (`{"status":"WAITING","rank":3,"userId":...}`); the operator types keep the
 //! commands' snake_case field names.
 
-use crate::error::QueueError;
+use crate::error::ClientError;
 use crate::reply::{array, flag, Fields};
 use queue_core::config::{Config, FIELDS};
 use redis::Value;
@@ -58,12 +58,12 @@ pub struct Standing {
 }
 
 impl Standing {
-    pub(crate) fn from_value(v: Value) -> Result<Standing, QueueError> {
+    pub(crate) fn from_value(v: Value) -> Result<Standing, ClientError> {
         let f = Fields::new(v, "standing")?;
         let status = f.string("status")?;
         Ok(Standing {
             status: Status::parse(&status)
-                .ok_or_else(|| QueueError::protocol(format!("standing: unknown status {status:?}")))?,
+                .ok_or_else(|| ClientError::protocol(format!("standing: unknown status {status:?}")))?,
             rank: f.u64("rank")?,
             user_id: f.string("userId")?,
             nickname: f.opt_string("nickname")?,
@@ -72,10 +72,10 @@ impl Standing {
         })
     }
 
-    pub(crate) fn list_from_value(v: Value, expected: usize) -> Result<Vec<Standing>, QueueError> {
+    pub(crate) fn list_from_value(v: Value, expected: usize) -> Result<Vec<Standing>, ClientError> {
         let items = array(v, "ranks")?;
         if items.len() != expected {
-            return Err(QueueError::protocol(format!("ranks: {} standings for {expected} users", items.len())));
+            return Err(ClientError::protocol(format!("ranks: {} standings for {expected} users", items.len())));
         }
         items.into_iter().map(Standing::from_value).collect()
     }
@@ -103,7 +103,7 @@ pub struct PromoteReport {
 }
 
 impl PromoteReport {
-    pub(crate) fn from_value(v: Value) -> Result<PromoteReport, QueueError> {
+    pub(crate) fn from_value(v: Value) -> Result<PromoteReport, ClientError> {
         let f = Fields::new(v, "promote")?;
         Ok(PromoteReport {
             promoted: f.u64("promoted")?,
@@ -133,7 +133,7 @@ pub struct Claim {
 }
 
 impl Claim {
-    pub(crate) fn from_value(v: Value) -> Result<Claim, QueueError> {
+    pub(crate) fn from_value(v: Value) -> Result<Claim, ClientError> {
         let f = Fields::new(v, "claim")?;
         Ok(Claim {
             user_id: f.string("userId")?,
@@ -160,7 +160,7 @@ impl std::ops::Deref for QueueConfig {
 }
 
 impl QueueConfig {
-    fn from_fields(f: &Fields) -> Result<QueueConfig, QueueError> {
+    fn from_fields(f: &Fields) -> Result<QueueConfig, ClientError> {
         let mut c = Config::default();
         for (v, field) in c.values.iter_mut().zip(FIELDS) {
             *v = f.u64(field.name)? as i64;
@@ -168,7 +168,7 @@ impl QueueConfig {
         Ok(QueueConfig(c))
     }
 
-    pub(crate) fn from_value(v: Value) -> Result<QueueConfig, QueueError> {
+    pub(crate) fn from_value(v: Value) -> Result<QueueConfig, ClientError> {
         QueueConfig::from_fields(&Fields::new(v, "config")?)
     }
 }
@@ -248,7 +248,7 @@ pub struct QueueInfo {
 }
 
 impl QueueInfo {
-    pub(crate) fn from_value(v: Value) -> Result<QueueInfo, QueueError> {
+    pub(crate) fn from_value(v: Value) -> Result<QueueInfo, ClientError> {
         let f = Fields::new(v, "info")?;
         let tokens = f.i64("tokens")?;
         Ok(QueueInfo {
@@ -271,10 +271,10 @@ impl QueueInfo {
 }
 
 /// An array of 0/1 replies, one per user asked about.
-pub(crate) fn flags(v: Value, expected: usize, what: &str) -> Result<Vec<bool>, QueueError> {
+pub(crate) fn flags(v: Value, expected: usize, what: &str) -> Result<Vec<bool>, ClientError> {
     let items = array(v, what)?;
     if items.len() != expected {
-        return Err(QueueError::protocol(format!("{what}: {} replies for {expected} users", items.len())));
+        return Err(ClientError::protocol(format!("{what}: {} replies for {expected} users", items.len())));
     }
     items.iter().map(flag).collect()
 }
@@ -375,6 +375,6 @@ mod tests {
             bulk("estimatedWaitSeconds"),
             Value::Nil,
         ]);
-        assert!(matches!(Standing::from_value(v), Err(QueueError::Protocol(_))));
+        assert!(matches!(Standing::from_value(v), Err(ClientError::Protocol(_))));
     }
 }

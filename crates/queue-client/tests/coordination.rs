@@ -6,6 +6,7 @@ mod common;
 use common::resp3;
 use queue_client::announce::Subscription;
 use queue_client::QueueClient;
+use queue_client::QueueError;
 use queue_core::keys;
 use std::collections::{BTreeSet, HashMap, HashSet};
 use std::time::Duration;
@@ -44,7 +45,7 @@ async fn registry_and_scan_find_the_queues() {
 
         flush(&server);
         let _: () = redis::cmd("SET").arg(keys::REGISTRY).arg("x").query(&mut con).unwrap();
-        assert_eq!(client.registered_queues().await, Err(queue_client::QueueError::WrongType));
+        assert_eq!(client.registered_queues().await, Err(queue_client::ClientError::Refused(QueueError::WrongType)));
     }
 }
 

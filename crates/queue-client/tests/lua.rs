@@ -7,7 +7,8 @@ use common::{
     bare_server, error_mapping, eventually, fast_options, installed_version, library_at_version, library_code, resp3,
     round_trip,
 };
-use queue_client::{Backend, QueueClient, QueueError, Status, LIBRARY_VERSION};
+use queue_client::QueueError;
+use queue_client::{Backend, ClientError, QueueClient, Status, LIBRARY_VERSION};
 use std::time::{Duration, Instant};
 use testkit::ValkeyServer;
 
@@ -93,7 +94,7 @@ async fn errors_map_to_variants() {
     error_mapping(&client, "errs").await;
 
     redis::cmd("SET").arg("queue:{wt}:waiting").arg("x").query::<()>(&mut server.conn()).unwrap();
-    assert_eq!(client.enter("wt", "u", "n").await.unwrap_err(), QueueError::WrongType);
+    assert_eq!(client.enter("wt", "u", "n").await.unwrap_err(), ClientError::Refused(QueueError::WrongType));
 }
 
 #[tokio::test]
@@ -153,7 +154,7 @@ async fn a_user_who_may_not_load_functions_gets_a_clear_error() {
         .unwrap();
     let url = format!("redis://svc:pw@127.0.0.1:{}/", server.port);
     match QueueClient::connect(&url).await.unwrap_err() {
-        QueueError::Unavailable(why) => assert!(why.contains("cannot load the queue library"), "{why}"),
+        ClientError::Unavailable(why) => assert!(why.contains("cannot load the queue library"), "{why}"),
         other => panic!("{other:?}"),
     }
 }

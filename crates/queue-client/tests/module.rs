@@ -3,7 +3,8 @@
 mod common;
 
 use common::{error_mapping, eventually, fast_options, resp3, round_trip};
-use queue_client::{Backend, QueueClient, QueueError, Status};
+use queue_client::QueueError;
+use queue_client::{Backend, ClientError, QueueClient, Status};
 use std::time::{Duration, Instant};
 use testkit::ValkeyServer;
 
@@ -39,7 +40,7 @@ async fn errors_map_to_variants() {
     error_mapping(&client, "errs").await;
 
     redis::cmd("SET").arg("queue:{wt}:waiting").arg("x").query::<()>(&mut server.conn()).unwrap();
-    assert_eq!(client.enter("wt", "u", "n").await.unwrap_err(), QueueError::WrongType);
+    assert_eq!(client.enter("wt", "u", "n").await.unwrap_err(), ClientError::Refused(QueueError::WrongType));
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -90,7 +91,7 @@ async fn connect_to_nothing_is_unavailable() {
     assert!(err.is_unavailable(), "{err:?}");
     assert!(started.elapsed() < Duration::from_secs(10));
     let bad = QueueClient::connect("nonsense://x").await.unwrap_err();
-    assert!(matches!(bad, QueueError::InvalidArgument(_)), "{bad:?}");
+    assert!(matches!(bad, ClientError::InvalidArgument(_)), "{bad:?}");
 }
 
 #[tokio::test]

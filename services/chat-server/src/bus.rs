@@ -13,7 +13,7 @@
 use crate::frames;
 use crate::AppState;
 use queue_client::announce::Subscription;
-use queue_client::QueueError;
+use queue_client::ClientError;
 use queue_core::keys;
 use serde::Deserialize;
 use serde_json::value::RawValue;
@@ -44,8 +44,8 @@ pub fn open(payload: &[u8]) -> Option<(String, u64, String)> {
 }
 
 /// Publishes a frame to the room on every instance.
-pub async fn publish(state: &AppState, queue: &str, frame: &str) -> Result<(), QueueError> {
-    let client = state.store.client().await.ok_or_else(|| QueueError::Unavailable("not connected yet".into()))?;
+pub async fn publish(state: &AppState, queue: &str, frame: &str) -> Result<(), ClientError> {
+    let client = state.store.client().await.ok_or_else(|| ClientError::Unavailable("not connected yet".into()))?;
     client.publish_room(queue, &envelope(&state.instance_id, frames::now_ms(), frame)).await?;
     state.metrics.messages_broadcast.increment(1);
     Ok(())
@@ -71,7 +71,7 @@ pub async fn subscribe(state: Arc<AppState>) {
 }
 
 /// One subscription, until its connection drops.
-async fn listen(state: &Arc<AppState>, first: bool) -> Result<(), QueueError> {
+async fn listen(state: &Arc<AppState>, first: bool) -> Result<(), ClientError> {
     let mut rooms = Subscription::rooms(&state.config.common.valkey_url, Some(Duration::from_secs(2))).await?;
     state.room_feed_up.store(true, Ordering::SeqCst);
     if !first {

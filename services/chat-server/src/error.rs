@@ -5,6 +5,7 @@
 use axum::http::{header, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::Json;
+use queue_client::ClientError;
 use queue_client::QueueError;
 use serde_json::json;
 
@@ -110,16 +111,16 @@ impl IntoResponse for HandshakeError {
     }
 }
 
-impl From<QueueError> for HandshakeError {
-    fn from(e: QueueError) -> Self {
+impl From<ClientError> for HandshakeError {
+    fn from(e: ClientError) -> Self {
         match e {
-            QueueError::NoTicket => HandshakeError::UnknownTicket,
-            QueueError::TicketExpired => HandshakeError::ExpiredTicket,
-            QueueError::AlreadyInside => HandshakeError::AlreadyConnected,
-            QueueError::HardCap => HandshakeError::Full,
+            ClientError::Refused(QueueError::NoTicket) => HandshakeError::UnknownTicket,
+            ClientError::Refused(QueueError::TicketExpired) => HandshakeError::ExpiredTicket,
+            ClientError::Refused(QueueError::AlreadyInside) => HandshakeError::AlreadyConnected,
+            ClientError::Refused(QueueError::HardCap) => HandshakeError::Full,
             // Names are checked before the claim; what the server still refuses is a
             // ticket id it does not know.
-            QueueError::InvalidArgument(_) => HandshakeError::UnknownTicket,
+            ClientError::InvalidArgument(_) => HandshakeError::UnknownTicket,
             e if e.is_unavailable() => HandshakeError::Unavailable,
             e => {
                 tracing::error!(error = %e, "unexpected reply to TICKET.CLAIM");
@@ -136,12 +137,12 @@ mod tests {
     #[test]
     fn claim_errors_map_to_seed_statuses() {
         let cases = [
-            (QueueError::NoTicket, 401),
-            (QueueError::TicketExpired, 401),
-            (QueueError::AlreadyInside, 409),
-            (QueueError::HardCap, 503),
-            (QueueError::Unavailable("down".into()), 503),
-            (QueueError::InvalidArgument("ERR invalid ticketId: x".into()), 401),
+            (ClientError::Refused(QueueError::NoTicket), 401),
+            (ClientError::Refused(QueueError::TicketExpired), 401),
+            (ClientError::Refused(QueueError::AlreadyInside), 409),
+            (ClientError::Refused(QueueError::HardCap), 503),
+            (ClientError::Unavailable("down".into()), 503),
+            (ClientError::InvalidArgument("ERR invalid ticketId: x".into()), 401),
         ];
         for (e, status) in cases {
             assert_eq!(HandshakeError::from(e.clone()).status().as_u16(), status, "{e:?}");

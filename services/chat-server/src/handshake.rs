@@ -18,7 +18,7 @@ use axum::http::{header, HeaderMap, HeaderName, StatusCode, Version};
 use axum::response::{IntoResponse, Response};
 use hyper::upgrade::OnUpgrade;
 use hyper_util::rt::TokioIo;
-use queue_client::{Claim, QueueClient, QueueError};
+use queue_client::{Claim, ClientError, QueueClient};
 use serde::Deserialize;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
@@ -114,7 +114,7 @@ async fn accept(state: &Arc<AppState>, params: Params, mut req: Request) -> Resu
 /// TICKET.CLAIM in a task of its own: if the client hangs up while the claim is on
 /// its way, the claim still completes and its session is ended at once instead of
 /// holding a slot until the lease runs out.
-async fn claim_detached(client: QueueClient, queue: String, ticket: String) -> Result<Claim, QueueError> {
+async fn claim_detached(client: QueueClient, queue: String, ticket: String) -> Result<Claim, ClientError> {
     let (tx, rx) = oneshot::channel();
     tokio::spawn(async move {
         let claimed = client.claim(&queue, &ticket).await;
@@ -123,7 +123,7 @@ async fn claim_detached(client: QueueClient, queue: String, ticket: String) -> R
             let _ = client.end_session(&queue, &claim.user_id).await;
         }
     });
-    rx.await.unwrap_or_else(|_| Err(QueueError::Unavailable("the claim did not complete".into())))
+    rx.await.unwrap_or_else(|_| Err(ClientError::Unavailable("the claim did not complete".into())))
 }
 
 /// A lease shorter than two heartbeats would lapse between them: say so, once.

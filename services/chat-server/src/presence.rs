@@ -7,10 +7,10 @@
 //! sweeps it, so the snapshot keeps only users whose lease is still live.
 
 use crate::frames::Person;
-use queue_client::{QueueClient, QueueError};
+use queue_client::{ClientError, QueueClient};
 
 /// Everyone with a live session in `queue` at `now_ms`, by nickname.
-pub async fn snapshot(client: &QueueClient, queue: &str, now_ms: u64) -> Result<Vec<Person>, QueueError> {
+pub async fn snapshot(client: &QueueClient, queue: &str, now_ms: u64) -> Result<Vec<Person>, ClientError> {
     let mut people: Vec<Person> = client
         .present_users(queue, now_ms)
         .await?

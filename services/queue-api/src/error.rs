@@ -4,7 +4,7 @@ use axum::extract::rejection::{BytesRejection, QueryRejection};
 use axum::http::{header, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::Json;
-use queue_client::QueueError;
+use queue_client::ClientError;
 use serde_json::json;
 
 #[derive(Debug)]
@@ -73,10 +73,10 @@ impl IntoResponse for ApiError {
     }
 }
 
-impl From<QueueError> for ApiError {
-    fn from(e: QueueError) -> Self {
+impl From<ClientError> for ApiError {
+    fn from(e: ClientError) -> Self {
         match e {
-            QueueError::InvalidArgument(m) => ApiError::BadRequest(m.trim_start_matches("ERR ").to_string()),
+            ClientError::InvalidArgument(m) => ApiError::BadRequest(m.trim_start_matches("ERR ").to_string()),
             e if e.is_unavailable() => ApiError::Unavailable,
             e => {
                 tracing::error!(error = %e, "unexpected reply from the queue store");

@@ -5,7 +5,7 @@
 use crate::policy::{Admission, Governor};
 use crate::{health, stopped, thawed, unix_ms, ManagerState};
 use queue_client::events::QueueEvent;
-use queue_client::{QueueClient, QueueError};
+use queue_client::{ClientError, QueueClient};
 use std::collections::HashMap;
 use std::sync::Arc;
 use tokio::sync::watch;
@@ -61,7 +61,7 @@ async fn round(
     client: &QueueClient,
     queue: &str,
     governors: &mut HashMap<String, Governor>,
-) -> Result<(), QueueError> {
+) -> Result<(), ClientError> {
     let allowance = match &state.config.adaptive {
         None => Admission::Unrestricted,
         Some(cfg) => {

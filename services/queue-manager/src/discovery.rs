@@ -11,7 +11,8 @@
 //!
 //! Names are checked like the commands check them; anything else found is ignored.
 
-use queue_client::{QueueClient, QueueError};
+use queue_client::QueueError;
+use queue_client::{ClientError, QueueClient};
 use queue_core::keys;
 use std::collections::BTreeSet;
 
@@ -24,12 +25,12 @@ pub fn valid(name: &str) -> Option<String> {
 }
 
 /// Every queue the store knows of, plus `fixed`.
-pub async fn discover(client: &QueueClient, fixed: &[String]) -> Result<BTreeSet<String>, QueueError> {
+pub async fn discover(client: &QueueClient, fixed: &[String]) -> Result<BTreeSet<String>, ClientError> {
     let mut found: BTreeSet<String> = fixed.iter().filter_map(|q| valid(q)).collect();
     match client.registered_queues().await {
         Ok(names) => found.extend(names.iter().filter_map(|m| valid(m))),
         // A registry key of another type is someone else's business, not a reason to stop.
-        Err(QueueError::WrongType) => {}
+        Err(ClientError::Refused(QueueError::WrongType)) => {}
         Err(e) => return Err(e),
     }
     if !client.is_cluster() {

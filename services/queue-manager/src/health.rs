@@ -5,7 +5,7 @@
 //! Expiry is per field (a hash has no per-field TTL on Valkey 8.0), so a server that
 //! died stops counting once its reading expires, while the others still count.
 
-use queue_client::{QueueClient, QueueError};
+use queue_client::{ClientError, QueueClient};
 use serde::Deserialize;
 
 /// One server's reading, or the worst of several.
@@ -39,7 +39,7 @@ pub fn worst<'a>(values: impl IntoIterator<Item = &'a [u8]>, now_ms: u64) -> Opt
 }
 
 /// Reads the queue's health hash and returns the worst live reading.
-pub async fn read(client: &QueueClient, queue: &str, now_ms: u64) -> Result<Option<Health>, QueueError> {
+pub async fn read(client: &QueueClient, queue: &str, now_ms: u64) -> Result<Option<Health>, ClientError> {
     let readings = client.health_readings(queue).await?;
     Ok(worst(readings.values().map(String::as_bytes), now_ms))
 }

@@ -16,7 +16,7 @@
 //! the renewal fails if another replica took the key meanwhile. The margin (lease/3)
 //! covers the time between that check and the server running the PROMOTE.
 
-use queue_client::{QueueClient, QueueError};
+use queue_client::{ClientError, QueueClient};
 use std::sync::Mutex;
 use std::time::Duration;
 use tokio::time::Instant;
@@ -82,7 +82,7 @@ impl Lease {
 
     /// Renews the lease if we hold it, else tries to acquire it. On an error the
     /// deadline is left as it was: it runs out by itself if the store stays away.
-    pub async fn refresh(&self, client: &QueueClient) -> Result<Change, QueueError> {
+    pub async fn refresh(&self, client: &QueueClient) -> Result<Change, ClientError> {
         let believed = self.valid_until.lock().unwrap().is_some();
         if believed {
             let sent_at = Instant::now();
@@ -103,7 +103,7 @@ impl Lease {
 
     /// Gives the lease up (if we hold it), so that a standby takes over at once.
     /// Promoting stops before the call is sent.
-    pub async fn release(&self, client: &QueueClient) -> Result<bool, QueueError> {
+    pub async fn release(&self, client: &QueueClient) -> Result<bool, ClientError> {
         self.forget();
         client.release_lease(&self.key, &self.token).await
     }

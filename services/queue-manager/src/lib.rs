@@ -23,7 +23,7 @@ mod admit;
 pub use config::{Config, Flags};
 
 use policy::Admission;
-use queue_client::{ConnectOptions, QueueClient, QueueError};
+use queue_client::{ClientError, ConnectOptions, QueueClient};
 use std::collections::{BTreeMap, BTreeSet};
 use std::future::Future;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -99,7 +99,7 @@ impl ManagerState {
     }
 
     /// Notes a failed call: an unreachable store is logged once per outage.
-    fn failed(&self, what: &str, e: &QueueError) {
+    fn failed(&self, what: &str, e: &ClientError) {
         if !e.is_unavailable() {
             warn!("{what}: {e}");
         } else if self.valkey_up.swap(false, Ordering::Relaxed) {
@@ -222,7 +222,7 @@ async fn connect(state: &ManagerState, stop: &watch::Receiver<bool>) -> Result<O
                 state.up();
                 return Ok(Some(client));
             }
-            Err(QueueError::InvalidArgument(e)) => return Err(RunError::InvalidUrl(e)),
+            Err(ClientError::InvalidArgument(e)) => return Err(RunError::InvalidUrl(e)),
             Err(e) => {
                 let delay = backoff.next();
                 warn!("cannot connect to Valkey, retrying in {delay:?}: {e}");

@@ -2,7 +2,8 @@
 //! and looks at the server's functions.
 #![allow(dead_code)]
 
-use queue_client::{ConnectOptions, QueueClient, QueueError, Status};
+use queue_client::QueueError;
+use queue_client::{ClientError, ConnectOptions, QueueClient, Status};
 use redis::Value;
 use std::time::{Duration, Instant};
 use testkit::{Backend, ValkeyServer};
@@ -102,7 +103,11 @@ pub async fn round_trip(client: &QueueClient, q: &str) {
         (claim.user_id.as_str(), claim.nickname.as_str(), claim.ticket_id.as_str(), claim.lease_ms),
         ("u-1", "alice", ticket.as_str(), 30_000)
     );
-    assert_eq!(client.claim(q, &ticket).await.unwrap_err(), QueueError::NoTicket, "a ticket works once");
+    assert_eq!(
+        client.claim(q, &ticket).await.unwrap_err(),
+        ClientError::Refused(QueueError::NoTicket),
+        "a ticket works once"
+    );
     let inside = client.status(q, "u-1").await.unwrap();
     assert_eq!((inside.status, inside.nickname.as_deref()), (Status::Active, Some("alice")));
 
@@ -139,55 +144,59 @@ pub async fn round_trip(client: &QueueClient, q: &str) {
 
 /// Every refusal maps to its variant.
 pub async fn error_mapping(client: &QueueClient, q: &str) {
-    assert_eq!(client.claim(q, "1.AAAAAAAAAAAAAAAA").await.unwrap_err(), QueueError::NoTicket);
-    assert_eq!(client.claim(q, "nope").await.unwrap_err(), QueueError::NoTicket);
+    assert_eq!(client.claim(q, "1.AAAAAAAAAAAAAAAA").await.unwrap_err(), ClientError::Refused(QueueError::NoTicket));
+    assert_eq!(client.claim(q, "nope").await.unwrap_err(), ClientError::Refused(QueueError::NoTicket));
 
     // INSIDE: a second ticket for a user who is inside.
     let t1 = client.enter(q, "in-1", "ann").await.unwrap().ticket_id.unwrap();
     client.claim(q, &t1).await.unwrap();
     let t2 = client.enter(q, "in-1", "ann").await.unwrap().ticket_id.expect("promoted again");
-    assert_eq!(client.claim(q, &t2).await.unwrap_err(), QueueError::AlreadyInside);
+    assert_eq!(client.claim(q, &t2).await.unwrap_err(), ClientError::Refused(QueueError::AlreadyInside));
 
     // FULL: the hard cap of one live session is taken.
     client.config_set(q, &[("hard_cap", 1)]).await.unwrap();
     let t3 = client.enter(q, "in-2", "ben").await.unwrap().ticket_id.expect("promoted");
-    assert_eq!(client.claim(q, &t3).await.unwrap_err(), QueueError::HardCap);
-    assert_eq!(client.claim(q, &t3).await.unwrap_err(), QueueError::HardCap, "the ticket stays valid");
+    assert_eq!(client.claim(q, &t3).await.unwrap_err(), ClientError::Refused(QueueError::HardCap));
+    assert_eq!(
+        client.claim(q, &t3).await.unwrap_err(),
+        ClientError::Refused(QueueError::HardCap),
+        "the ticket stays valid"
+    );
 
     // EXPIRED: a ticket past its ticket_ttl.
     client.config_set(q, &[("hard_cap", 0), ("ticket_ttl", 100)]).await.unwrap();
     let t4 = client.enter(q, "in-3", "cat").await.unwrap().ticket_id.expect("promoted");
     tokio::time::sleep(Duration::from_millis(250)).await;
-    assert_eq!(client.claim(q, &t4).await.unwrap_err(), QueueError::TicketExpired);
+    assert_eq!(client.claim(q, &t4).await.unwrap_err(), ClientError::Refused(QueueError::TicketExpired));
 
     // ERR replies carry the server's text.
     match client.enter(q, "bad user!", "x").await.unwrap_err() {
-        QueueError::InvalidArgument(t) => assert!(t.starts_with("ERR invalid userId"), "{t}"),
+        ClientError::InvalidArgument(t) => assert!(t.starts_with("ERR invalid userId"), "{t}"),
         other => panic!("{other:?}"),
     }
     assert_eq!(
         client.config_set(q, &[("colour", 1)]).await.unwrap_err(),
-        QueueError::InvalidArgument("ERR unknown config field 'colour'".into())
+        ClientError::InvalidArgument("ERR unknown config field 'colour'".into())
     );
     assert_eq!(
         client.config_set(q, &[("soft_cap", -1)]).await.unwrap_err(),
-        QueueError::InvalidArgument("ERR soft_cap must be an integer from 0 to 10000000".into())
+        ClientError::InvalidArgument("ERR soft_cap must be an integer from 0 to 10000000".into())
     );
     assert_eq!(
         client.promote(q, Some(100_001)).await.unwrap_err(),
-        QueueError::InvalidArgument("ERR MAX must be an integer from 0 to 100000".into())
+        ClientError::InvalidArgument("ERR MAX must be an integer from 0 to 100000".into())
     );
     match client.enter("bad queue!", "u", "x").await.unwrap_err() {
-        QueueError::InvalidArgument(t) => assert!(t.starts_with("ERR invalid queue name"), "{t}"),
+        ClientError::InvalidArgument(t) => assert!(t.starts_with("ERR invalid queue name"), "{t}"),
         other => panic!("{other:?}"),
     }
 }
 
 /// Polls `f` until it succeeds or `limit` passes; the last error otherwise.
-pub async fn eventually<T, F, Fut>(limit: Duration, mut f: F) -> Result<T, QueueError>
+pub async fn eventually<T, F, Fut>(limit: Duration, mut f: F) -> Result<T, ClientError>
 where
     F: FnMut() -> Fut,
-    Fut: std::future::Future<Output = Result<T, QueueError>>,
+    Fut: std::future::Future<Output = Result<T, ClientError>>,
 {
     let end = Instant::now() + limit;
     loop {
