@@ -395,15 +395,15 @@ function Q:add_waiter(user, seq, now, nickname)
 end
 
 -- The number for a newcomer: after everyone in line and after every number that
--- holds a ticket (see the module's Queue::next_seq).
+-- holds a ticket (see queue_core::engine::next_seq).
 function Q:next_seq()
   local last = redis.call("ZRANGE", self.waiting, -1, -1, "WITHSCORES")
   return math.max(last[2] and tonumber(last[2]) or 0, self:p_max()) + 1
 end
 
 -- Repairs, once, data written by releases that numbered newcomers after the last one
--- in line, which could put a waiting user among the ticket holders (see the module's
--- Queue::ensure_layout). Returns false on a key of the wrong type.
+-- in line, which could put a waiting user among the ticket holders (see
+-- queue_core::engine::ensure_layout). Returns false on a key of the wrong type.
 function Q:ensure_layout()
   if self:stat(LAYOUT_FIELD) == LAYOUT then
     return true

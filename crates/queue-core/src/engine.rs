@@ -342,7 +342,8 @@ pub fn next_seq<S: Store>(s: &S) -> i64 {
 /// Repairs, once, data written by releases that numbered newcomers after the last
 /// one in line (see [`next_seq`]): such a waiting user, numbered at or below `p_max`,
 /// was taken for a ticket holder. Every command that reads or changes the line calls
-/// this first; with the layout marker set it costs one read of a stats field.
+/// this first; with the layout marker set it costs one read of a stats field, or
+/// nothing once the store remembers the queue as marked ([`Store::layout_known`]).
 /// Writes nothing for a queue nobody is in. Returns whether it repaired.
 pub fn ensure_layout<S: Store>(s: &mut S) -> Result<bool, QueueError> {
     if s.layout_known() {
@@ -424,8 +425,9 @@ fn repair<S: Store>(s: &mut S) {
     }
     // Only numbers nobody moves to are deleted: a store may replicate one write per
     // field and command.
+    let taken: std::collections::HashSet<i64> = moves.iter().map(|m| m.3).collect();
     for (_, seq, value, _) in &moves {
-        if value.is_some() && !moves.iter().any(|m| m.3 == *seq) {
+        if value.is_some() && !taken.contains(seq) {
             s.delete_record(*seq);
         }
     }
@@ -821,14 +823,7 @@ pub fn info<S: Store>(s: &S) -> Result<Info, QueueError> {
         tokens: if cfg.rate() > 0 { bucket(s, now).whole() } else { -1 },
         admission_rate_per_min: stat(s, stat::RATE_PER_MIN),
         config: cfg,
-        counters: crate::replies::COUNTERS.map(|c| s.stat_opt(counter_field(c)).unwrap_or(0)),
+        // Each counter is the stats field of the same name.
+        counters: crate::replies::COUNTERS.map(|c| stat(s, c)),
     })
-}
-
-/// The stats field of a counter QUEUE.INFO shows (the same name).
-fn counter_field(name: &str) -> &'static str {
-    [stat::PROMOTED, stat::CLAIMED, stat::TICKETS_EXPIRED, stat::DROPPED, stat::LEFT, stat::ENDED, stat::LEASES_EXPIRED]
-        .into_iter()
-        .find(|f| *f == name)
-        .expect("every counter is a stats field")
 }
