@@ -15,7 +15,7 @@ replace the entropy placeholder below with random bytes, which ticket secrets ar
 derived from.
 ]]
 
-local VERSION = "2"
+local VERSION = "3"
 local ENTROPY = "__QUEUE_ENTROPY__"
 -- Tests load the library with this set to true: a queue's commands then read the
 -- time from the string key queue:{Q}:clock when it exists (as the module's
@@ -36,7 +36,7 @@ local ALPHABET = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789
 
 -- Keys of queue Q: KEY_OPEN .. Q .. KEY_CLOSE .. suffix.
 local KEY_OPEN, KEY_CLOSE = "queue:{", "}:"
-local K_WAITING, K_SESSIONS, K_ACTIVE, K_STATS, K_CONFIG, K_CHUNK, K_CLOCK = "waiting", "sessions", "active", "stats", "config", "w:", "clock"
+local K_WAITING, K_SESSIONS, K_ACTIVE, K_STATS, K_CONFIG, K_CHUNK, K_CLOCK, K_PROMOTED = "waiting", "sessions", "active", "stats", "config", "w:", "clock", "promoted"
 
 -- Settings, in the order QUEUE.CONFIG GET * and QUEUE.INFO list them.
 local FIELDS = {
@@ -581,6 +581,87 @@ function Q:scan_waiting(min, max, limit, visit)
   end
 end
 
+-- Tickets for up to n of the head of the waiting users, in line order; waiters not
+-- heard from within abandon_after are dropped on the way. Returns promoted, dropped
+-- and the number of the last ticket holder.
+function Q:admit_head(n, abandon_after, now)
+  local promoted, dropped = 0, 0
+  local p_max = self:p_max()
+  if n <= 0 then
+    return 0, 0, p_max
+  end
+  local head = {}
+  self:scan_waiting(fmt(p_max + 1), "+inf", n + SWEEP_BUDGET, function(user, seq)
+    head[#head + 1] = { user, seq }
+    return true
+  end)
+  for _, h in ipairs(head) do
+    if promoted == n then
+      break
+    end
+    local user, seq = h[1], h[2]
+    local rec = self:record(seq)
+    if rec and not rec.promoted and not is_abandoned(rec.seen, now, abandon_after) then
+      self:promote_user(seq, rec.nickname, now)
+      promoted = promoted + 1
+      p_max = seq
+    else
+      self:remove(user, seq, false)
+      dropped = dropped + 1
+    end
+  end
+  self:note_promoted(promoted, p_max)
+  return promoted, dropped, p_max
+end
+
+-- A slot was just freed inside a command: the head of the line gets the free tickets
+-- now (soft cap, token bucket, batch_max), announced at once (engine::fill_freed).
+function Q:fill_freed(now)
+  if not self:check(ALL_PARTS) or not self:ensure_layout() or self:waiting_count() <= 0 then
+    return 0
+  end
+  local free = free_slots(self:setting(SOFT_CAP), redis.call("ZCARD", self.sessions), self:joining())
+  if free <= 0 then
+    return 0
+  end
+  local bucket = self:setting(RATE) > 0 and self:bucket(now) or nil
+  local n = math.min(free, self:setting(BATCH_MAX))
+  if bucket then
+    n = math.min(n, whole(bucket))
+  end
+  local promoted, dropped = self:admit_head(math.max(n, 0), self:setting(ABANDON_AFTER), now)
+  if bucket and promoted > 0 then
+    self:save_bucket({ milli = bucket.milli - promoted * 1000, at = bucket.at })
+  end
+  if promoted > 0 then
+    local w = self:rate_window()
+    self:save_rate_window(w, record_window(w, now, promoted))
+  end
+  self:add_stat("promoted", promoted)
+  self:add_stat("dropped", dropped)
+  if promoted + dropped > 0 then
+    local payload = string.format('{"queue":"%s","promoted":%s,"waiting":%s,"atMs":%s}', self.name, fmt(promoted),
+      fmt(self:waiting_count()), fmt(now))
+    redis.call("PUBLISH", self.prefix .. K_PROMOTED, payload)
+  end
+  return promoted
+end
+
+-- A claim found ticket seq expired: expired tickets (this one too) and leases go now,
+-- and the slots they held go to the head of the line.
+function Q:expire_claimed(seq, now)
+  self:reap(now)
+  local rec = self:record(seq)
+  if rec and rec.promoted then
+    local user = self:user_at(seq)
+    if user then
+      self:remove(user, seq, true)
+      self:add_stat("expired", 1)
+    end
+  end
+  self:fill_freed(now)
+end
+
 -- Drops expired tickets (in issue order, up to the first still good) and leases.
 function Q:reap(now)
   local gone = {}
@@ -718,14 +799,21 @@ local function queue_enter(keys, args)
   local now = q:now()
 
   local old = tonumber(redis.call("ZSCORE", q.waiting, user) or nil)
-  local old_waits = (old ~= nil and not q:is_promoted(old)) and 1 or 0
-  local may_admit_now = q:waiting_count() == old_waits and q:setting(SOFT_CAP) > 0
-  if may_admit_now and not q:check(ALL_PARTS) then
+  local old_holds = old ~= nil and q:is_promoted(old)
+  local old_waits = (old ~= nil and not old_holds) and 1 or 0
+  local soft_cap = q:setting(SOFT_CAP)
+  local may_admit_now = q:waiting_count() == old_waits and soft_cap > 0
+  if (may_admit_now or old_holds) and not q:check(ALL_PARTS) then
     return fail(E_WRONGTYPE)
   end
   if old ~= nil then
-    q:remove(user, old, q:is_promoted(old))
+    q:remove(user, old, old_holds)
   end
+  -- A ticket given back by re-entering goes to the head of the line at once.
+  if old_holds then
+    q:fill_freed(now)
+  end
+  may_admit_now = q:waiting_count() == 0 and soft_cap > 0
   -- After everyone in line and every ticket holder.
   local seq = q:next_seq()
 
@@ -793,8 +881,12 @@ local function queue_leave(keys, args)
   end
   local seq = tonumber(redis.call("ZSCORE", q.waiting, user) or nil)
   if seq ~= nil then
-    q:remove(user, seq, q:is_promoted(seq))
+    local was_promoted = q:is_promoted(seq)
+    q:remove(user, seq, was_promoted)
     q:add_stat("left", 1)
+    if was_promoted then
+      q:fill_freed(q:now())
+    end
     return 1
   end
   return 0
@@ -870,31 +962,7 @@ local function queue_promote(keys, args)
   end
   n = math.max(n, 0)
 
-  local promoted, dropped = 0, 0
-  local p_max = q:p_max()
-  if n > 0 then
-    local head = {}
-    q:scan_waiting(fmt(p_max + 1), "+inf", n + SWEEP_BUDGET, function(user, seq)
-      head[#head + 1] = { user, seq }
-      return true
-    end)
-    for _, h in ipairs(head) do
-      if promoted == n then
-        break
-      end
-      local user, seq = h[1], h[2]
-      local rec = q:record(seq)
-      if rec and not rec.promoted and not is_abandoned(rec.seen, now, abandon_after) then
-        q:promote_user(seq, rec.nickname, now)
-        promoted = promoted + 1
-        p_max = seq
-      else
-        q:remove(user, seq, false)
-        dropped = dropped + 1
-      end
-    end
-  end
-  q:note_promoted(promoted, p_max)
+  local promoted, dropped, p_max = q:admit_head(n, abandon_after, now)
   dropped = dropped + q:sweep(abandon_after, now, p_max)
 
   if bucket then
@@ -940,6 +1008,7 @@ local function ticket_claim(keys, args)
     return fail(E_NOTICKET)
   end
   if rec.expiry <= now then
+    q:expire_claimed(seq, now)
     return fail(E_EXPIRED)
   end
   local user = q:user_at(seq)
@@ -991,6 +1060,7 @@ local function session_end(keys, args)
   if redis.call("ZSCORE", q.sessions, user) then
     q:close_session(user)
     q:add_stat("ended", 1)
+    q:fill_freed(q:now())
     return 1
   end
   return 0

@@ -171,6 +171,13 @@ impl Server {
         }
     }
 
+    /// PUBLISH `message` on `channel` (to this server's subscribers; in a cluster,
+    /// to every node's).
+    pub fn publish(&self, channel: Str, message: Str) {
+        // SAFETY: valid ctx and strings.
+        unsafe { raw::RedisModule_PublishMessage.unwrap()(self.ctx, channel.0, message.0) };
+    }
+
     pub fn notify(&self, event: &CStr, key: Str) {
         // SAFETY: valid ctx, event and key.
         unsafe {

@@ -214,6 +214,13 @@ impl Store for Queue<'_> {
         counters::add(c, n);
     }
 
+    fn announce(&mut self, promoted: i64, waiting: i64, at_ms: i64) {
+        let queue = &self.prefix[keys::KEY_OPEN.len()..self.prefix.len() - keys::KEY_CLOSE.len()];
+        let queue = std::str::from_utf8(queue).unwrap_or_default();
+        let payload = queue_core::engine::announcement(queue, promoted, waiting, at_ms);
+        self.srv.publish(self.key_name(keys::PROMOTED.as_bytes()), self.srv.str(payload.as_bytes()));
+    }
+
     fn layout_known(&self) -> bool {
         crate::layout::is_checked(self.name.bytes())
     }

@@ -18,6 +18,7 @@ testkit::backend_tests!(
     status_shapes_and_estimated_wait,
     ranks_answers_for_many,
     resp3_maps,
+    freed_slots_are_filled_and_announced_at_once,
 );
 
 /// The test clock's start.
@@ -134,8 +135,10 @@ fn promote_respects_soft_cap_max_and_batch_max(b: Backend) {
     let t = field_str(&c.status("q", "u0"), "ticketId").unwrap();
     c.claim("q", &t).unwrap();
     assert_eq!(field_int(&c.promote("q", None), "promoted"), 0);
+    // Ending the session gives its slot to the head inside SESSION.END.
     c.end("q", "u0");
-    assert_eq!(field_int(&c.promote("q", None), "promoted"), 1);
+    assert_eq!(field_str(&c.status("q", "u20"), "status").as_deref(), Some("PROMOTED"));
+    assert_eq!(field_int(&c.promote("q", None), "promoted"), 0);
     let info = c.info("q");
     assert_eq!((field_int(&info, "joining"), field_int(&info, "active"), field_int(&info, "waiting")), (20, 0, 29));
 }
@@ -349,4 +352,59 @@ fn resp3_maps(b: Backend) {
     let m = testkit::fields(&v);
     assert!(matches!(m["estimatedWaitSeconds"], redis::Value::Nil), "{m:?}");
     assert_eq!(as_int(&c.call("QUEUE.LEAVE", &["q", "a"]).unwrap()), Some(1));
+}
+
+/// A slot freed inside SESSION.END, QUEUE.LEAVE of a ticket holder, a claim of an
+/// expired ticket or a holder's re-entry goes to the head of the line in that same
+/// command, announced on `queue:{Q}:promoted` with the queue-manager's JSON.
+fn freed_slots_are_filled_and_announced_at_once(b: Backend) {
+    let (s, mut c) = server(b);
+    let mut sub = redis::Client::open(s.url()).unwrap().get_connection().unwrap();
+    sub.set_read_timeout(Some(std::time::Duration::from_secs(5))).unwrap();
+    let mut sub = sub.as_pubsub();
+    sub.subscribe("queue:{q}:promoted").unwrap();
+    let mut heard = |(promoted, waiting, at): (i64, i64, i64)| {
+        let msg = sub.get_message().expect("an announcement");
+        let want = format!(r#"{{"queue":"q","promoted":{promoted},"waiting":{waiting},"atMs":{at}}}"#);
+        assert_eq!(String::from_utf8_lossy(msg.get_payload_bytes()), want);
+    };
+    c.config_set("q", &[("soft_cap", 2), ("ticket_ttl", 1_000)]);
+    for u in ["a", "b", "c", "d", "e", "f"] {
+        c.enter("q", u, u);
+    }
+    // a and b hold tickets; c..f wait.
+    let ta = field_str(&c.status("q", "a"), "ticketId").unwrap();
+    let tb = field_str(&c.status("q", "b"), "ticketId").unwrap();
+    c.claim("q", &ta).unwrap();
+    assert_eq!(c.end("q", "a"), 1);
+    heard((1, 3, T0));
+    assert_eq!(field_str(&c.status("q", "c"), "status").as_deref(), Some("PROMOTED"));
+    // A ticket holder leaves: d gets the slot.
+    assert_eq!(c.leave("q", "c"), 1);
+    heard((1, 2, T0));
+    assert_eq!(field_str(&c.status("q", "d"), "status").as_deref(), Some("PROMOTED"));
+    // A holder re-enters: its ticket goes to e, it goes to the back.
+    let r = c.enter("q", "d", "d");
+    assert_eq!((field_str(&r, "status").as_deref(), field_int(&r, "rank")), (Some("WAITING"), 2));
+    heard((1, 1, T0));
+    // b's ticket expires and is claimed: the claim is refused, b's slot and e's go to
+    // f and d.
+    c.set_clock("q", T0 + 1_000);
+    let i = c.info("q");
+    assert_eq!((field_int(&i, "waiting"), field_int(&i, "joining")), (2, 2), "b and e hold expired tickets");
+    let err = c.claim("q", &tb).unwrap_err();
+    assert!(err.starts_with("EXPIRED"), "{err}");
+    heard((2, 0, T0 + 1_000));
+    for u in ["f", "d"] {
+        assert_eq!(field_str(&c.status("q", u), "status").as_deref(), Some("PROMOTED"), "{u}");
+    }
+    let i = c.info("q");
+    assert_eq!((field_int(&i, "joining"), field_int(&i, "expired")), (2, 2));
+    // Nobody waits: ending a session announces nothing; the next announcement is the
+    // next promotion.
+    c.enter("q", "g", "g");
+    let tf = field_str(&c.status("q", "f"), "ticketId").unwrap();
+    c.claim("q", &tf).unwrap();
+    assert_eq!(c.end("q", "f"), 1);
+    heard((1, 0, T0 + 1_000));
 }

@@ -344,7 +344,7 @@ impl Run {
                     check_standing(u, v, &want, &mut self.model)?;
                 }
             }
-            Op::Leave(u) => expect_int("LEAVE", reply, self.model.leave(u))?,
+            Op::Leave(u) => expect_int("LEAVE", reply, self.model.leave(u, now))?,
             Op::Promote(max) => {
                 let want = self.model.promote(*max, now);
                 let m = fields(reply);
@@ -412,7 +412,7 @@ impl Run {
                     return Err(format!("HEARTBEAT: got {reply:?}, model {want:?}"));
                 }
             }
-            Op::End(u) => expect_int("END", reply, self.model.end(u))?,
+            Op::End(u) => expect_int("END", reply, self.model.end(u, now))?,
             Op::Advance(_) => {}
         }
         Ok(())

@@ -70,3 +70,18 @@ pub fn subscribe_all(url: String) -> mpsc::Receiver<QueueEvent> {
     });
     rx
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The module and the Lua library announce freed-slot promotions themselves, with
+    /// the engine's payload: it must read as the manager's event.
+    #[test]
+    fn the_engines_announcement_reads_as_an_event() {
+        let payload = queue_core::engine::announcement("q-1", 2, 40, 1_700_000_000_000);
+        let e: QueueEvent = serde_json::from_str(&payload).unwrap();
+        assert_eq!(e, QueueEvent { queue: "q-1".into(), promoted: 2, waiting: 40, at_ms: 1_700_000_000_000 });
+        assert_eq!(serde_json::to_string(&e).unwrap(), payload);
+    }
+}

@@ -96,6 +96,10 @@ pub trait Store {
     }
     /// Notes that this queue's layout marker is set.
     fn note_layout(&self) {}
+    /// Announces on the queue's promotion channel (see [`announcement`]) that a
+    /// command promoted `promoted` users or dropped some, leaving `waiting`; by
+    /// default nothing.
+    fn announce(&mut self, _promoted: i64, _waiting: i64, _at_ms: i64) {}
 
     fn waiting_len(&self) -> i64;
     fn waiting_score(&self, user: &Self::User) -> Option<i64>;
@@ -497,6 +501,84 @@ fn user_at<S: Store>(s: &S, seq: i64) -> Option<S::User> {
     found
 }
 
+/// Tickets for up to `n` of the head of the waiting users (right after the holders),
+/// in line order; waiters not heard from within `abandon_after` are dropped on the
+/// way. Counts them in `joining`/`p_max`; returns (promoted, dropped, the number of
+/// the last ticket holder).
+fn admit_head<S: Store>(s: &mut S, n: i64, abandon_after: i64, now: i64) -> (i64, i64, i64) {
+    let (mut promoted, mut dropped, mut top) = (0i64, 0i64, p_max(s));
+    if n <= 0 {
+        return (0, 0, top);
+    }
+    let mut head = Vec::new();
+    let limit = n as usize + SWEEP_BUDGET;
+    s.waiting_scan(top + 1, i64::MAX, |u, seq| {
+        head.push((u, seq));
+        head.len() < limit
+    });
+    for (user, seq) in head {
+        if promoted == n {
+            break;
+        }
+        match record(s, seq) {
+            Some(Rec::Waiting { seen, nickname }) if !admission::is_abandoned(seen, now, abandon_after) => {
+                promote_user(s, seq, &nickname, now);
+                promoted += 1;
+                top = seq;
+            }
+            _ => {
+                remove(s, &user, seq, false);
+                dropped += 1;
+            }
+        }
+    }
+    note_promoted(s, promoted, top);
+    (promoted, dropped, top)
+}
+
+/// A slot was just freed inside a command (a session ended, a ticket holder left or
+/// re-entered, a claim found its ticket expired): the head of the line gets the
+/// free tickets now, within the soft cap, the token bucket and batch_max, exactly as
+/// the next PROMOTE would give them, and the promotion is announced at once. The
+/// time-based work (expiries, the abandonment sweep) stays with PROMOTE. Does
+/// nothing when nobody waits or the line's keys are not of their types. Returns how
+/// many were promoted.
+pub fn fill_freed<S: Store>(s: &mut S, now: i64) -> i64 {
+    if s.check(&ALL_PARTS).is_err() || ensure_layout(s).is_err() || waiting_count(s) <= 0 {
+        return 0;
+    }
+    let cfg = config(s);
+    let free = admission::free_slots(cfg.soft_cap(), s.sessions_len(), joining(s));
+    if free <= 0 {
+        return 0;
+    }
+    let bucket = (cfg.rate() > 0).then(|| bucket(s, now));
+    let n = admission::promote_count(free, bucket.map(|b| b.whole()), None, cfg.batch_max());
+    let (promoted, dropped, _) = admit_head(s, n, cfg.abandon_after(), now);
+    if let Some(b) = bucket.filter(|_| promoted > 0) {
+        save_bucket(s, b.take(promoted));
+    }
+    if promoted > 0 {
+        record_admissions(s, now, promoted);
+    }
+    add_stat(s, stat::PROMOTED, promoted);
+    add_stat(s, stat::DROPPED, dropped);
+    s.count(Event::Promoted, promoted);
+    s.count(Event::Dropped, dropped);
+    if promoted + dropped > 0 {
+        let waiting = waiting_count(s);
+        s.announce(promoted, waiting, now);
+    }
+    promoted
+}
+
+/// The announcement's payload: `{"queue":..,"promoted":..,"waiting":..,"atMs":..}`,
+/// the same JSON the queue-manager publishes after its PROMOTE (queue names need no
+/// escaping: `keys::check_queue` allows none of `"` or `\`).
+pub fn announcement(queue: &str, promoted: i64, waiting: i64, at_ms: i64) -> String {
+    format!(r#"{{"queue":"{queue}","promoted":{promoted},"waiting":{waiting},"atMs":{at_ms}}}"#)
+}
+
 /// Drops expired tickets and leases; returns (tickets, leases) dropped.
 ///
 /// Tickets are examined from the head of the line, in the order they were issued, up
@@ -579,15 +661,21 @@ pub fn enter<S: Store>(s: &mut S, user: &S::User, nickname: &[u8]) -> Result<Sta
     ensure_layout(s)?;
     let now = s.now();
     let old = s.waiting_score(user);
-    let old_waits = old.is_some_and(|seq| !is_promoted(s, seq));
-    let may_admit_now = waiting_count(s) == i64::from(old_waits) && s.setting(crate::config::SOFT_CAP) > 0;
-    if may_admit_now {
+    let old_holds = old.is_some_and(|seq| is_promoted(s, seq));
+    let old_waits = old.is_some() && !old_holds;
+    let soft_cap = s.setting(crate::config::SOFT_CAP);
+    let may_admit_now = waiting_count(s) == i64::from(old_waits) && soft_cap > 0;
+    if may_admit_now || old_holds {
         s.check(&ALL_PARTS)?;
     }
     if let Some(seq) = old {
-        let was_promoted = is_promoted(s, seq);
-        remove(s, user, seq, was_promoted);
+        remove(s, user, seq, old_holds);
     }
+    // A ticket given back by re-entering goes to the head of the line at once.
+    if old_holds {
+        fill_freed(s, now);
+    }
+    let may_admit_now = waiting_count(s) == 0 && soft_cap > 0;
     let seq = next_seq(s);
     s.count(Event::Entered, 1);
 
@@ -646,6 +734,10 @@ pub fn leave<S: Store>(s: &mut S, user: &S::User) -> Result<bool, QueueError> {
     remove(s, user, seq, was_promoted);
     add_stat(s, stat::LEFT, 1);
     s.count(Event::Left, 1);
+    if was_promoted {
+        let now = s.now();
+        fill_freed(s, now);
+    }
     Ok(true)
 }
 
@@ -663,35 +755,7 @@ pub fn promote<S: Store>(s: &mut S, max: Option<i64>) -> Result<Promotion, Queue
     let bucket = (cfg.rate() > 0).then(|| bucket(s, now));
     let n = admission::promote_count(free, bucket.map(|b| b.whole()), max, cfg.batch_max());
 
-    // Tickets go to the head of the waiting users (right after the holders).
-    let mut promoted = 0i64;
-    let mut dropped = 0i64;
-    let mut top = p_max(s);
-    if n > 0 {
-        let mut head = Vec::new();
-        let limit = n as usize + SWEEP_BUDGET;
-        s.waiting_scan(top + 1, i64::MAX, |u, seq| {
-            head.push((u, seq));
-            head.len() < limit
-        });
-        for (user, seq) in head {
-            if promoted == n {
-                break;
-            }
-            match record(s, seq) {
-                Some(Rec::Waiting { seen, nickname }) if !admission::is_abandoned(seen, now, cfg.abandon_after()) => {
-                    promote_user(s, seq, &nickname, now);
-                    promoted += 1;
-                    top = seq;
-                }
-                _ => {
-                    remove(s, &user, seq, false);
-                    dropped += 1;
-                }
-            }
-        }
-    }
-    note_promoted(s, promoted, top);
+    let (promoted, mut dropped, top) = admit_head(s, n, cfg.abandon_after(), now);
     dropped += sweep(s, cfg.abandon_after(), now, top);
 
     if let Some(b) = bucket {
@@ -761,6 +825,7 @@ pub fn claim<S: Store>(s: &mut S, ticket_id: &[u8]) -> Result<Claimed<S::User>, 
         return Err(QueueError::NoTicket);
     }
     if expiry <= now {
+        expire_claimed(s, seq, now);
         return Err(QueueError::TicketExpired);
     }
     let user = user_at(s, seq).ok_or(QueueError::NoTicket)?;
@@ -778,6 +843,22 @@ pub fn claim<S: Store>(s: &mut S, ticket_id: &[u8]) -> Result<Claimed<S::User>, 
     add_stat(s, stat::CLAIMED, 1);
     s.count(Event::Claimed, 1);
     Ok(Claimed { user, nickname, lease_ms: lease })
+}
+
+/// A claim found ticket `seq` expired: expired tickets (this one too) and leases are
+/// dropped now, as PROMOTE would, and the slots they held go to the head of the line.
+fn expire_claimed<S: Store>(s: &mut S, seq: i64, now: i64) {
+    reap(s, now);
+    // After ticket_ttl was lowered a newer ticket may expire before older ones, which
+    // the reaper (in issue order) has not reached: this one goes all the same.
+    if record(s, seq).is_some_and(|r| matches!(r, Rec::Promoted { .. })) {
+        if let Some(user) = user_at(s, seq) {
+            remove(s, &user, seq, true);
+            add_stat(s, stat::TICKETS_EXPIRED, 1);
+            s.count(Event::TicketsExpired, 1);
+        }
+    }
+    fill_freed(s, now);
 }
 
 /// SESSION.HEARTBEAT: extends each live lease (true), false where none is live.
@@ -805,6 +886,8 @@ pub fn end<S: Store>(s: &mut S, user: &S::User) -> Result<bool, QueueError> {
         s.close_session(user);
         add_stat(s, stat::ENDED, 1);
         s.count(Event::Ended, 1);
+        let now = s.now();
+        fill_freed(s, now);
     }
     Ok(ended)
 }

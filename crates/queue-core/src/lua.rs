@@ -53,7 +53,7 @@ pub fn constants_block() -> String {
     line("-- Keys of queue Q: KEY_OPEN .. Q .. KEY_CLOSE .. suffix.".into());
     line(format!("local KEY_OPEN, KEY_CLOSE = {}, {}", lua_str(keys::KEY_OPEN), lua_str(keys::KEY_CLOSE)));
     line(format!(
-        "local K_WAITING, K_SESSIONS, K_ACTIVE, K_STATS, K_CONFIG, K_CHUNK, K_CLOCK = {}, {}, {}, {}, {}, {}, {}",
+        "local K_WAITING, K_SESSIONS, K_ACTIVE, K_STATS, K_CONFIG, K_CHUNK, K_CLOCK, K_PROMOTED = {}, {}, {}, {}, {}, {}, {}, {}",
         lua_str(keys::WAITING),
         lua_str(keys::SESSIONS),
         lua_str(keys::ACTIVE),
@@ -61,6 +61,7 @@ pub fn constants_block() -> String {
         lua_str(keys::CONFIG),
         lua_str(keys::CHUNK_PREFIX),
         lua_str(keys::CLOCK),
+        lua_str(keys::PROMOTED),
     ));
     line(String::new());
     line("-- Settings, in the order QUEUE.CONFIG GET * and QUEUE.INFO list them.".into());

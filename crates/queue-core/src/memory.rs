@@ -28,6 +28,8 @@ pub struct MemoryStore {
     stats: BTreeMap<&'static str, i64>,
     settings: [Option<i64>; FIELDS.len()],
     secrets: Secrets,
+    /// What commands announced, oldest first: (promoted, waiting, at_ms).
+    pub announcements: Vec<(i64, i64, i64)>,
 }
 
 impl MemoryStore {
@@ -43,6 +45,7 @@ impl MemoryStore {
             stats: BTreeMap::new(),
             settings: [None; FIELDS.len()],
             secrets: Secrets::from_seed([seed; 32]),
+            announcements: Vec::new(),
         }
     }
 
@@ -143,6 +146,9 @@ impl Store for MemoryStore {
     }
     fn new_secret(&mut self) -> [u8; SECRET_LEN] {
         self.secrets.next_secret()
+    }
+    fn announce(&mut self, promoted: i64, waiting: i64, at_ms: i64) {
+        self.announcements.push((promoted, waiting, at_ms));
     }
 
     fn waiting_len(&self) -> i64 {

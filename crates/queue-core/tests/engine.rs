@@ -30,6 +30,8 @@ enum Step {
     End(&'static str, bool),
     /// QUEUE.INFO: waiting, joining, active.
     Counts(i64, i64, i64),
+    /// Announcements so far, and the promoted count of the last one.
+    Announced(usize, i64),
 }
 use Step::*;
 
@@ -92,6 +94,10 @@ fn run(case: &Case) {
                 assert_eq!((i.waiting, i.joining, i.active), (waiting, joining, active), "{at}: {i:?}");
                 assert!(i.active + i.joining <= s.setting(0) || s.setting(0) == 0, "{at}: over the soft cap");
             }
+            Announced(n, promoted) => {
+                assert_eq!(s.announcements.len(), n, "{at}: {:?}", s.announcements);
+                assert_eq!(s.announcements.last().map(|a| a.0), Some(promoted), "{at}");
+            }
         }
     }
 }
@@ -140,7 +146,7 @@ const CASES: &[Case] = &[
             Enter("c", 1),
             Enter("d", 2),
             End("b", true),
-            Promote(None, 1, 0),
+            Promote(None, 0, 0),
             Status("c", "PROMOTED", 0),
             Status("d", "WAITING", 1),
             Counts(1, 2, 0),
@@ -168,8 +174,8 @@ const CASES: &[Case] = &[
             Claim("a", Ok(())),
             Promote(None, 0, 0),
             End("a", true),
-            Promote(None, 1, 0),
             Status("d", "PROMOTED", 0),
+            Promote(None, 0, 0),
         ],
     },
     Case {
@@ -220,10 +226,10 @@ const CASES: &[Case] = &[
             At(200),
             Status("a", "UNKNOWN", 0),
             Claim("a", Err("EXPIRED")),
-            Reaped(1, 0),
-            Claim("a", Err("NOTICKET")),
-            Promote(None, 1, 0),
             Status("b", "PROMOTED", 0),
+            Reaped(0, 0),
+            Claim("a", Err("NOTICKET")),
+            Promote(None, 0, 0),
         ],
     },
     Case {
@@ -306,9 +312,97 @@ const CASES: &[Case] = &[
             Enter("b", 1),
             Leave("a", true),
             Claim("a", Err("NOTICKET")),
+            Status("b", "PROMOTED", 0),
+            Promote(None, 0, 0),
+            Claim("b", Ok(())),
+        ],
+    },
+    Case {
+        name: "freed slot: an ended session's slot goes to the head at once, announced",
+        steps: &[
+            Set(&[("soft_cap", 2)]),
+            Enter("a", 0),
+            Enter("b", 0),
+            Claim("a", Ok(())),
+            Enter("c", 1),
+            Enter("d", 2),
+            End("a", true),
+            Status("c", "PROMOTED", 0),
+            Status("d", "WAITING", 1),
+            Announced(1, 1),
+            Counts(1, 2, 0),
+            End("a", false),
+            Announced(1, 1),
+            Leave("b", true),
+            Status("d", "PROMOTED", 0),
+            Announced(2, 1),
+            Leave("d", true),
+            Announced(2, 1),
+        ],
+    },
+    Case {
+        name: "freed slot: a ticket given back by re-entering goes to the head",
+        steps: &[
+            Set(&[("soft_cap", 1)]),
+            Enter("a", 0),
+            Enter("b", 1),
+            Enter("a", 1),
+            Status("b", "PROMOTED", 0),
+            Counts(1, 1, 0),
+        ],
+    },
+    Case {
+        name: "freed slot: the token bucket still bounds promotions",
+        steps: &[
+            Set(&[("soft_cap", 1), ("rate", 1), ("burst", 1)]),
+            Enter("a", 0),
+            Enter("b", 1),
+            Enter("c", 2),
+            Leave("a", true),
+            Status("b", "WAITING", 1),
+            At(1000),
             Promote(None, 1, 0),
             Status("b", "PROMOTED", 0),
             Claim("b", Ok(())),
+            At(1500),
+            End("b", true),
+            Status("c", "WAITING", 1),
+            At(2000),
+            Promote(None, 1, 0),
+            Counts(0, 1, 0),
+        ],
+    },
+    Case {
+        name: "freed slot: silent waiters met on the way are dropped, never promoted",
+        steps: &[
+            Set(&[("soft_cap", 1), ("abandon_after", 1000)]),
+            Enter("a", 0),
+            Claim("a", Ok(())),
+            Enter("quiet", 1),
+            Enter("talker", 2),
+            At(900),
+            Status("talker", "WAITING", 2),
+            At(1500),
+            End("a", true),
+            Status("talker", "PROMOTED", 0),
+            Status("quiet", "UNKNOWN", 0),
+            Announced(1, 1),
+        ],
+    },
+    Case {
+        name: "freed slot: a claimed ticket that expired before older ones (ttl lowered) is dropped",
+        steps: &[
+            Set(&[("soft_cap", 2), ("ticket_ttl", 10_000)]),
+            Enter("a", 0),
+            Set(&[("ticket_ttl", 100)]),
+            Enter("b", 0),
+            Enter("c", 1),
+            At(200),
+            Claim("b", Err("EXPIRED")),
+            Status("c", "PROMOTED", 0),
+            Status("a", "PROMOTED", 0),
+            Counts(0, 2, 0),
+            Claim("b", Err("NOTICKET")),
         ],
     },
 ];

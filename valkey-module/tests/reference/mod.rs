@@ -151,15 +151,43 @@ impl Model {
         (tickets, leases)
     }
 
+    /// A slot freed inside a command (a session ended, a ticket holder left or
+    /// re-entered, a claim found its ticket expired): the first waiting people get the
+    /// free tickets at once, up to batch_max; silent waiters met on the way are
+    /// dropped, never promoted.
+    fn fill(&mut self, now: i64) {
+        if self.waiting() == 0 {
+            return;
+        }
+        let n = self.free_slots(self.sessions.len() as i64).min(self.s.batch_max);
+        let (mut promoted, mut i) = (0, 0);
+        while promoted < n && i < self.line.len() {
+            if let Place::Waiting { seen } = self.line[i].place {
+                if self.abandoned(seen, now) {
+                    self.line.remove(i);
+                    self.counters.dropped += 1;
+                    continue;
+                }
+                self.line[i].place = Place::Ticket { ticket: None, expiry: now + self.s.ticket_ttl };
+                promoted += 1;
+            }
+            i += 1;
+        }
+        self.counters.promoted += promoted;
+    }
+
     fn rank_of(&self, i: usize) -> i64 {
         self.line[..=i].iter().filter(|p| matches!(p.place, Place::Waiting { .. })).count() as i64
     }
 
     /// QUEUE.ENTER: to the back of the line (re-entry gives up the old place and any
-    /// ticket); in at once when nobody else waits and there is room.
+    /// ticket, which goes to the head of the line at once); in at once when nobody
+    /// else waits and there is room.
     pub fn enter(&mut self, user: &str, nickname: &str, now: i64) -> Standing {
         if let Some(i) = self.position(user) {
-            self.line.remove(i);
+            if matches!(self.line.remove(i).place, Place::Ticket { .. }) {
+                self.fill(now);
+            }
         }
         let admit_now = self.waiting() == 0 && self.s.soft_cap > 0;
         if admit_now {
@@ -206,12 +234,16 @@ impl Model {
         }
     }
 
-    /// QUEUE.LEAVE: 1 when the person was in line (waiting or holding a ticket).
-    pub fn leave(&mut self, user: &str) -> i64 {
+    /// QUEUE.LEAVE: 1 when the person was in line (waiting or holding a ticket, which
+    /// then goes to the head of the line at once).
+    pub fn leave(&mut self, user: &str, now: i64) -> i64 {
         match self.position(user) {
             Some(i) => {
-                self.line.remove(i);
+                let gone = self.line.remove(i);
                 self.counters.left += 1;
+                if matches!(gone.place, Place::Ticket { .. }) {
+                    self.fill(now);
+                }
                 1
             }
             None => 0,
@@ -277,6 +309,9 @@ impl Model {
         };
         let Place::Ticket { expiry, .. } = self.line[i].place else { unreachable!() };
         if expiry <= now {
+            // Housekeeping happens now, and the freed places go to the head of the line.
+            self.reap(now);
+            self.fill(now);
             return ClaimOutcome::Error(EXPIRED);
         }
         let user = self.line[i].user.clone();
@@ -307,10 +342,12 @@ impl Model {
             .collect()
     }
 
-    /// SESSION.END: 1 when the user had a session (even one whose lease ran out).
-    pub fn end(&mut self, user: &str) -> i64 {
+    /// SESSION.END: 1 when the user had a session (even one whose lease ran out); its
+    /// slot goes to the head of the line at once.
+    pub fn end(&mut self, user: &str, now: i64) -> i64 {
         if self.sessions.remove(user).is_some() {
             self.counters.ended += 1;
+            self.fill(now);
             1
         } else {
             0
