@@ -20,7 +20,7 @@ LIB="$SCRIPT_DIR/lib/benchlib.py"
 WHAT=${1:-status}
 MODULE=${MODULE:-$REPO_ROOT/target/release/libvalkey_queue.so}
 USERS=${USERS:-100000}
-N=${N:-400000}
+N=${N:-1000000}
 SECONDS_REC=${SECONDS_REC:-8}
 TOP=${TOP:-30}
 PY=${PYTHON:-python3}
@@ -34,7 +34,7 @@ PORT=$("$PY" "$LIB" freeport)
 valkey-server --port "$PORT" --bind 127.0.0.1 --save '' --appendonly no --dir "$TMP" \
   --logfile "$TMP/valkey.log" --loadmodule "$MODULE" &
 PID=$!
-trap 'kill $PID 2>/dev/null; wait $PID 2>/dev/null; rm -rf "$TMP"' EXIT
+trap 'kill $PID 2>/dev/null; wait $PID 2>/dev/null; [ -n "${KEEP_TMP:-}" ] && echo "kept $TMP" >&2 || rm -rf "$TMP"' EXIT
 for _ in $(seq 1 100); do
   [ "$("$PY" "$LIB" call "$PORT" PING 2>/dev/null)" = "reply=True" ] && break
   sleep 0.1

@@ -32,6 +32,7 @@ local MAX_PROMOTE = 100000
 local SWEEP_BUDGET = 256
 local RATE_WINDOW_MS = 10000
 local MAX_REFILL_MS = 1000000000
+local MAX_LINE_PAGE, MAX_CURSOR = 100000, 9007199254740991
 local ALPHABET = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_"
 
 -- Keys of queue Q: KEY_OPEN .. Q .. KEY_CLOSE .. suffix.
@@ -870,6 +871,39 @@ local function queue_ranks(keys, args)
   return out
 end
 
+-- One page of the waiting users in line order after a cursor (engine::line).
+local function queue_line(keys, args)
+  local cursor, count = parse_int(args[1] or ""), parse_int(args[2] or "")
+  local checks = {
+    { cursor ~= nil, E_NOT_INTEGER },
+    { cursor ~= nil and cursor >= 0 and cursor <= MAX_CURSOR, out_of_range("cursor", 0, MAX_CURSOR) },
+    { count ~= nil, E_NOT_INTEGER },
+    { count ~= nil and count >= 1 and count <= MAX_LINE_PAGE, out_of_range("count", 1, MAX_LINE_PAGE) },
+  }
+  local q, e = begin("queue.line", keys, #args == 2, checks, { "waiting" })
+  if not q then
+    return e
+  end
+  if not q:ensure_layout() then
+    return fail(E_WRONGTYPE)
+  end
+  local users, last = {}, 0
+  local r = redis.call("ZRANGE", q.waiting, fmt(math.max(cursor, q:p_max()) + 1), "+inf", "BYSCORE", "LIMIT", 0, count,
+    "WITHSCORES")
+  for i = 1, #r, 2 do
+    users[#users + 1] = r[i]
+    last = tonumber(r[i + 1])
+  end
+  local first_rank = 0
+  if #users > 0 then
+    first_rank = redis.call("ZRANK", q.waiting, users[1]) + 1 - q:joining()
+  end
+  if #users < count then
+    last = 0
+  end
+  return { first_rank, last, q:stat("rate_per_min"), q:setting(RATE), users }
+end
+
 local function queue_leave(keys, args)
   local user = args[1] or ""
   local q, e = begin("queue.leave", keys, #args == 1, user_checks({ user }), { "waiting", "stats_key" })
@@ -1149,6 +1183,7 @@ end
 redis.register_function({ function_name = "queue_enter", callback = queue_enter })
 redis.register_function({ function_name = "queue_status", callback = queue_status, flags = { "allow-oom" } })
 redis.register_function({ function_name = "queue_ranks", callback = queue_ranks, flags = { "allow-oom" } })
+redis.register_function({ function_name = "queue_line", callback = queue_line, flags = { "allow-oom" } })
 redis.register_function({ function_name = "queue_leave", callback = queue_leave, flags = { "allow-oom" } })
 redis.register_function({ function_name = "queue_promote", callback = queue_promote })
 redis.register_function({ function_name = "ticket_claim", callback = ticket_claim })

@@ -29,6 +29,9 @@ pub const fn string(name: &'static str) -> Arg {
 pub const fn strings(name: &'static str) -> Arg {
     Arg { name, kind: ArgType::Str, token: None, optional: false, multiple: true }
 }
+pub const fn integer(name: &'static str) -> Arg {
+    Arg { name, kind: ArgType::Int, token: None, optional: false, multiple: false }
+}
 pub const fn opt_int(name: &'static str, token: &'static str) -> Arg {
     Arg { name, kind: ArgType::Int, token: Some(token), optional: true, multiple: false }
 }

@@ -17,7 +17,7 @@ mod session;
 mod state;
 mod ticket;
 
-use docs::{key, opt_int, string, strings, Arg, ArgType, Doc, KEY_RO, KEY_RW};
+use docs::{integer, key, opt_int, string, strings, Arg, ArgType, Doc, KEY_RO, KEY_RW};
 use redis_module::{raw, redis_module, AclCategory, Context, InfoContext, RedisResult, RedisString, Status};
 use std::ffi::CString;
 use std::os::raw::c_int;
@@ -71,6 +71,11 @@ const COMMANDS: &[Command] = &[
         summary: "QUEUE.STATUS for many users in one call (for push updates)",
         complexity: "O(M log N) with M the users asked about",
         arity: -3, key_flags: KEY_RW, args: &[Q, strings("userId")],
+    }),
+    command!("queue.line", queue::line, "write", Doc {
+        summary: "A page of the waiting users in line order after a cursor, with the first one's rank (whole-line rank refresh for push updates; nobody counts as heard from)",
+        complexity: "O(log N + M) with M the users listed",
+        arity: 4, key_flags: KEY_RW, args: &[Q, integer("cursor"), integer("count")],
     }),
     command!("queue.leave", queue::leave, "write fast", Doc {
         summary: "Takes a user out of the line, or withdraws its unclaimed ticket; replies 1 if it was there",

@@ -90,6 +90,32 @@ pub fn ranks(srv: &Server, args: &[Str]) -> Result<(), QueueError> {
     Ok(())
 }
 
+/// QUEUE.LINE <queue> <cursor> <count>
+pub fn line(srv: &Server, args: &[Str]) -> Result<(), QueueError> {
+    arity(args.len() == 4, "queue.line")?;
+    let cursor = queue_core::args::Args::new(&[args[2].bytes()]).next_in_range("cursor", 0, engine::MAX_CURSOR)?;
+    let count = queue_core::args::Args::new(&[args[3].bytes()]).next_in_range("count", 1, engine::MAX_LINE_PAGE)?;
+    let mut q = Queue::open(srv, args[1], true)?;
+    let result = engine::begin_observing(&mut q).map(|_| engine::line(&q, cursor, count));
+    let page = match result {
+        Ok(page) => page,
+        Err(e) => {
+            q.finish(c"queue.seen");
+            return Err(e);
+        }
+    };
+    srv.reply_array(5);
+    for v in [page.first_rank, page.cursor, page.measured_per_min, page.rate] {
+        srv.reply_int(v);
+    }
+    srv.reply_array(page.users.len());
+    for u in &page.users {
+        srv.reply_bulk(u.bytes());
+    }
+    q.finish(c"queue.seen");
+    Ok(())
+}
+
 /// QUEUE.LEAVE <queue> <userId>
 pub fn leave(srv: &Server, args: &[Str]) -> Result<(), QueueError> {
     arity(args.len() == 3, "queue.leave")?;

@@ -116,7 +116,7 @@ fn random_op(rng: &mut Rng, users: &[String], tickets: &[(String, String)]) -> (
     let q = ["q", "other"][rng.below(4).min(1) as usize].to_string();
     let u = users[rng.below(users.len() as u64) as usize].clone();
     let someone = users[rng.below(users.len() as u64) as usize].clone();
-    match rng.below(15) {
+    match rng.below(16) {
         0..=3 => ("QUEUE.ENTER", vec![q, u, format!("nick {}", rng.below(5))]),
         4 => ("QUEUE.STATUS", vec![q, u]),
         5 => ("QUEUE.RANKS", vec![q, u, someone, "nobody".into()]),
@@ -137,6 +137,7 @@ fn random_op(rng: &mut Rng, users: &[String], tickets: &[(String, String)]) -> (
         }
         11 => ("SESSION.HEARTBEAT", vec![q, u, someone]),
         12 | 13 => ("SESSION.END", vec![q, u]),
+        15 => ("QUEUE.LINE", vec![q, rng.below(30).to_string(), (1 + rng.below(4)).to_string()]),
         _ => match rng.below(4) {
             0 => ("QUEUE.CONFIG", vec![q, "SET".into(), "soft_cap".into(), rng.below(7).to_string()]),
             1 => ("QUEUE.CONFIG", vec![q, "SET".into(), "hard_cap".into(), rng.below(4).to_string()]),
@@ -238,8 +239,21 @@ fn collect_tickets(queue: &str, rm: &Value, rl: &Value, tickets: &mut Vec<(Strin
 /// with the same bytes.
 #[test]
 fn malformed_arguments_get_the_same_answers() {
-    const WORDS: [&[u8]; 12] =
-        [b"q", b"u", b"MAX", b"max", b"SET", b"GET", b"*", b"soft_cap", b"-1", b"0", b"100001", b"1.AAAAAAAAAAAAAAAA"];
+    const WORDS: [&[u8]; 13] = [
+        b"q",
+        b"u",
+        b"MAX",
+        b"max",
+        b"SET",
+        b"GET",
+        b"*",
+        b"soft_cap",
+        b"-1",
+        b"0",
+        b"100001",
+        b"1.AAAAAAAAAAAAAAAA",
+        b"9007199254740992",
+    ];
     let (m, l) = (ValkeyServer::start(Backend::Module), ValkeyServer::start(Backend::Lua));
     let (mut cm, mut cl) = (m.client3(), l.client3());
     let compare = Compare::for_server(&mut cm);
@@ -334,6 +348,15 @@ impl Engines {
                 } else {
                     Value::Array(all)
                 }
+            }
+            "QUEUE.LINE" => {
+                if let Err(e) = engine::begin_observing(s) {
+                    return error(e);
+                }
+                let p = engine::line(s, args[1].parse().unwrap(), args[2].parse().unwrap());
+                let users = p.users.iter().map(|u| bulk(u)).collect();
+                let head = [p.first_rank, p.cursor, p.measured_per_min, p.rate].map(Value::Int);
+                Value::Array(head.into_iter().chain([Value::Array(users)]).collect())
             }
             "QUEUE.LEAVE" => engine::leave(s, &user(1)).map_or_else(error, |b| Value::Int(i64::from(b))),
             "QUEUE.PROMOTE" => {

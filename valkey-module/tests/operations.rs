@@ -5,10 +5,11 @@ use std::collections::HashSet;
 use std::time::Duration;
 use testkit::{field_int, field_str, Backend, ValkeyServer};
 
-const COMMANDS: [&str; 10] = [
+const COMMANDS: [&str; 11] = [
     "queue.enter",
     "queue.status",
     "queue.ranks",
+    "queue.line",
     "queue.leave",
     "queue.promote",
     "ticket.claim",
@@ -23,6 +24,7 @@ fn sample_args(name: &str) -> Vec<&'static str> {
     match name {
         "queue.enter" => vec!["u", "n"],
         "queue.promote" => vec!["MAX", "5"],
+        "queue.line" => vec!["0", "10"],
         "queue.info" => vec![],
         "queue.config" => vec!["GET", "soft_cap"],
         _ => vec!["u"],

@@ -19,6 +19,7 @@ testkit::backend_tests!(
     ranks_answers_for_many,
     resp3_maps,
     freed_slots_are_filled_and_announced_at_once,
+    line_walks_the_waiting_users_in_pages,
 );
 
 /// The test clock's start.
@@ -407,4 +408,61 @@ fn freed_slots_are_filled_and_announced_at_once(b: Backend) {
     c.claim("q", &tf).unwrap();
     assert_eq!(c.end("q", "f"), 1);
     heard((1, 0, T0 + 1_000));
+}
+
+/// QUEUE.LINE pages through the waiting users in line order with exact ranks, skips
+/// ticket holders, tells the ETA inputs, and counts nobody as heard from.
+fn line_walks_the_waiting_users_in_pages(b: Backend) {
+    let (_s, mut c) = server(b);
+    c.config_set("q", &[("soft_cap", 0), ("abandon_after", 10_000), ("rate", 5)]);
+    for i in 0..25 {
+        c.enter("q", &format!("u{i:02}"), "n");
+    }
+    c.config_set("q", &[("soft_cap", 3)]);
+    assert_eq!(field_int(&c.promote("q", None), "promoted"), 3);
+    c.leave("q", "u07");
+    c.leave("q", "u20");
+    let waiting: Vec<String> = (3..25).map(|i| format!("u{i:02}")).filter(|u| u != "u07" && u != "u20").collect();
+    let page = |c: &mut Client, cursor: i64, count: i64| -> (i64, i64, Vec<i64>, Vec<String>) {
+        let v: redis::Value =
+            c.cmd("QUEUE.LINE", &["q".to_string(), cursor.to_string(), count.to_string()]).query(&mut c.con).unwrap();
+        let redis::Value::Array(items) = v else { panic!("{v:?}") };
+        let ints: Vec<i64> = items[..4].iter().map(|v| as_int(v).unwrap()).collect();
+        let users = match &items[4] {
+            redis::Value::Array(us) => us.iter().map(|u| testkit::as_string(u).unwrap()).collect(),
+            other => panic!("{other:?}"),
+        };
+        (ints[0], ints[1], ints[2..].to_vec(), users)
+    };
+    let measured = field_int(&c.info("q"), "admission_rate_per_min");
+    let (mut cursor, mut seen, mut pages) = (0, Vec::new(), 0);
+    loop {
+        let (first, next, eta_inputs, users) = page(&mut c, cursor, 7);
+        assert_eq!(eta_inputs, vec![measured, 5], "the measured admissions per minute and the rate setting");
+        if !users.is_empty() {
+            assert_eq!(first, seen.len() as i64 + 1, "page {pages}");
+            let st = c.status("q", &users[0]);
+            assert_eq!(field_int(&st, "rank"), first, "the first rank is STATUS's");
+        }
+        seen.extend(users);
+        pages += 1;
+        if next == 0 {
+            break;
+        }
+        cursor = next;
+    }
+    assert_eq!(seen, waiting);
+    assert_eq!(pages, 3, "20 users in pages of 7, the last one short");
+    // Bad arguments.
+    for (cur, n) in [("-1", "5"), ("x", "5"), ("0", "0"), ("0", "100001")] {
+        let r: Result<redis::Value, _> = c.cmd("QUEUE.LINE", &["q", cur, n]).query(&mut c.con);
+        assert!(r.is_err(), "{cur} {n}");
+    }
+    // Walking counts nobody as heard from: past abandon_after, all but the users
+    // STATUS asked about above are dropped.
+    c.set_clock("q", T0 + 10_001);
+    let (_, _, _, left) = page(&mut c, 0, 100);
+    assert_eq!(left.len(), 20, "LINE drops nobody itself");
+    let p = c.promote("q", Some(0));
+    assert!(field_int(&p, "dropped") >= 16, "{p:?}");
 }

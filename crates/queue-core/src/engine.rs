@@ -723,6 +723,48 @@ pub fn begin_observing<S: Store>(s: &mut S) -> Result<i64, QueueError> {
     Ok(s.now())
 }
 
+/// Most users one QUEUE.LINE call lists.
+pub const MAX_LINE_PAGE: i64 = 100_000;
+/// The highest QUEUE.LINE cursor (numbers stay far below; 2^53 - 1 is exact in Lua).
+pub const MAX_CURSOR: i64 = (1 << 53) - 1;
+
+/// QUEUE.LINE: one page of the waiting users in line order, for refreshing every
+/// rank of a long line at the cost of a walk (push updates): no per-user lookup, and
+/// nobody counts as heard from.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Line<U> {
+    /// The rank of `users[0]` (0 when the page is empty); the others follow one by one.
+    pub first_rank: i64,
+    /// The number of the last user listed, to continue after; 0 at the end of the line.
+    pub cursor: i64,
+    /// What the estimated wait is computed from: the measured admissions per minute,
+    /// and the `rate` setting used while nothing is measured yet.
+    pub measured_per_min: i64,
+    pub rate: i64,
+    pub users: Vec<U>,
+}
+
+/// Up to `count` waiting users numbered after `cursor` (0: from the head), in line
+/// order. Calls with consecutive cursors walk the whole line; each page's ranks are
+/// exact when it is read.
+pub fn line<S: Store>(s: &S, cursor: i64, count: i64) -> Line<S::User> {
+    let mut users = Vec::with_capacity(count.clamp(0, 10_000) as usize);
+    let mut last = 0;
+    s.waiting_scan(cursor.max(p_max(s)) + 1, i64::MAX, |u, seq| {
+        users.push(u);
+        last = seq;
+        (users.len() as i64) < count
+    });
+    let first_rank = users.first().and_then(|u| s.waiting_rank(u)).map_or(0, |(rank, _)| rank + 1 - joining(s));
+    Line {
+        first_rank,
+        cursor: if users.len() as i64 == count { last } else { 0 },
+        measured_per_min: stat(s, stat::RATE_PER_MIN),
+        rate: s.setting(crate::config::RATE),
+        users,
+    }
+}
+
 /// QUEUE.LEAVE: whether the user was in line (waiting or holding a ticket).
 pub fn leave<S: Store>(s: &mut S, user: &S::User) -> Result<bool, QueueError> {
     s.check(&[Part::Waiting, Part::Stats])?;

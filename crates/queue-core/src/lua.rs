@@ -48,6 +48,7 @@ pub fn constants_block() -> String {
     line(format!("local SWEEP_BUDGET = {SWEEP_BUDGET}"));
     line(format!("local RATE_WINDOW_MS = {RATE_WINDOW_MS}"));
     line(format!("local MAX_REFILL_MS = {MAX_REFILL_MS}"));
+    line(format!("local MAX_LINE_PAGE, MAX_CURSOR = {}, {}", crate::engine::MAX_LINE_PAGE, crate::engine::MAX_CURSOR));
     line(format!("local ALPHABET = {}", lua_str(std::str::from_utf8(ALPHABET).unwrap())));
     line(String::new());
     line("-- Keys of queue Q: KEY_OPEN .. Q .. KEY_CLOSE .. suffix.".into());

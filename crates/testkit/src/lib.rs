@@ -21,10 +21,11 @@ pub enum Backend {
 }
 
 /// Every queue command, as the module names them.
-pub const COMMANDS: [&str; 10] = [
+pub const COMMANDS: [&str; 11] = [
     "QUEUE.ENTER",
     "QUEUE.STATUS",
     "QUEUE.RANKS",
+    "QUEUE.LINE",
     "QUEUE.LEAVE",
     "QUEUE.PROMOTE",
     "TICKET.CLAIM",
