@@ -43,7 +43,7 @@ pub use conn::ConnectOptions;
 pub use error::{ClientError, QueueError};
 pub use lazy::LazyClient;
 pub use library::LIBRARY_VERSION;
-pub use types::{Claim, PromoteReport, QueueConfig, QueueInfo, Standing, Status};
+pub use types::{Claim, LinePage, PromoteReport, QueueConfig, QueueInfo, Standing, Status};
 
 use conn::Conn;
 use error::is_missing_command;
@@ -56,6 +56,7 @@ enum Op {
     Enter,
     Status,
     Ranks,
+    Line,
     Leave,
     Promote,
     Claim,
@@ -71,6 +72,7 @@ impl Op {
             Op::Enter => "QUEUE.ENTER",
             Op::Status => "QUEUE.STATUS",
             Op::Ranks => "QUEUE.RANKS",
+            Op::Line => "QUEUE.LINE",
             Op::Leave => "QUEUE.LEAVE",
             Op::Promote => "QUEUE.PROMOTE",
             Op::Claim => "TICKET.CLAIM",
@@ -86,6 +88,7 @@ impl Op {
             Op::Enter => "queue_enter",
             Op::Status => "queue_status",
             Op::Ranks => "queue_ranks",
+            Op::Line => "queue_line",
             Op::Leave => "queue_leave",
             Op::Promote => "queue_promote",
             Op::Claim => "ticket_claim",
@@ -227,6 +230,14 @@ impl QueueClient {
         Standing::list_from_value(self.run(Op::Ranks, queue, &args).await?, args.len())
     }
 
+    /// `QUEUE.LINE`: up to `count` waiting users after `cursor` (0: from the head) in
+    /// line order, with the first one's rank; walk the whole line by passing each
+    /// page's `cursor` back until it is 0. Nobody counts as heard from.
+    pub async fn line(&self, queue: &str, cursor: u64, count: u32) -> Result<LinePage, ClientError> {
+        let (cursor, count) = (cursor.to_string(), count.to_string());
+        LinePage::from_value(self.run(Op::Line, queue, &[&cursor, &count]).await?)
+    }
+
     /// `QUEUE.LEAVE`: true if the user was waiting or held a ticket.
     pub async fn leave(&self, queue: &str, user_id: &str) -> Result<bool, ClientError> {
         reply::flag(&self.run(Op::Leave, queue, &[user_id]).await?)
@@ -319,6 +330,7 @@ mod tests {
             Op::Enter,
             Op::Status,
             Op::Ranks,
+            Op::Line,
             Op::Leave,
             Op::Promote,
             Op::Claim,

@@ -81,6 +81,44 @@ impl Standing {
     }
 }
 
+/// One page of `QUEUE.LINE`: waiting users in line order, `users[i]` at rank
+/// `first_rank + i`.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct LinePage {
+    /// The rank of `users[0]`.
+    pub first_rank: u64,
+    /// Where the next page starts; 0 when the line ended.
+    pub cursor: u64,
+    /// Measured admissions per minute (0 until measured).
+    pub measured_per_min: i64,
+    /// The `rate` setting, used for the estimate while nothing is measured.
+    pub rate: i64,
+    /// The waiting users listed, in line order.
+    pub users: Vec<String>,
+}
+
+impl LinePage {
+    pub(crate) fn from_value(v: Value) -> Result<LinePage, ClientError> {
+        let mut items = array(v, "line")?;
+        if items.len() != 5 {
+            return Err(ClientError::protocol(format!("line: {} items, want 5", items.len())));
+        }
+        let users = crate::reply::strings(items.pop().unwrap_or(Value::Nil), "line users")?;
+        let int = |i: usize| {
+            crate::reply::int(&items[i]).ok_or_else(|| ClientError::protocol(format!("line: item {i} not an integer")))
+        };
+        let nonneg = |i: usize| int(i).map(|v| v.max(0) as u64);
+        Ok(LinePage { first_rank: nonneg(0)?, cursor: nonneg(1)?, measured_per_min: int(2)?, rate: int(3)?, users })
+    }
+
+    /// The estimated wait of the user at `rank`, as QUEUE.STATUS computes it.
+    pub fn estimated_wait_seconds(&self, rank: u64) -> Option<u64> {
+        let (measured, rate) = (self.measured_per_min, self.rate);
+        queue_core::admission::estimated_wait_seconds(rank as i64, measured, if measured > 0 { 0 } else { rate })
+            .map(|s| s.max(0) as u64)
+    }
+}
+
 /// What one `QUEUE.PROMOTE` did, and the queue's counts after it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
 pub struct PromoteReport {

@@ -1,18 +1,23 @@
 //! Push updates for many streams at the price of one: each queue with open streams
-//! has one refresher that asks `QUEUE.RANKS` for all of its streams' users at once,
-//! on every tick and whenever the queue-manager announces a promotion, and hands
-//! each stream its user's standing only when it changed.
+//! has one refresher that, on every tick and whenever a promotion is announced,
+//! walks the line with `QUEUE.LINE` (ids only, ranks implied by the order) for the
+//! waiting users' ranks, asks `QUEUE.RANKS` only about the users the walk did not
+//! find (new streams, promoted or gone users), and hands each stream its user's
+//! standing only when it changed. Every quarter of `abandon_after` (at most 15 s) it
+//! asks `QUEUE.RANKS` about everyone instead, which counts them as still there.
 
 use crate::metrics::Metrics;
 use crate::store::Store;
 use queue_client::{Standing, Status};
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 use tokio::sync::{watch, Notify};
 
 /// Users asked about per QUEUE.RANKS call (bounds one call's time inside Valkey).
 const RANKS_BATCH: usize = 10_000;
+/// Waiting users listed per QUEUE.LINE call.
+const LINE_PAGE: u32 = 10_000;
 
 #[derive(Default)]
 struct Watched {
@@ -109,6 +114,10 @@ impl Hub {
 }
 
 async fn refresher(hub: Arc<Hub>, queue: String, watch: Arc<QueueWatch>) {
+    // When every stream's user was last asked about with QUEUE.RANKS (which counts a
+    // waiting user as heard from, so that open streams keep their place).
+    let mut touched = tokio::time::Instant::now();
+    let mut touch_every = Duration::ZERO;
     loop {
         let users: Vec<String> = {
             let mut queues = hub.queues.lock().unwrap();
@@ -121,29 +130,13 @@ async fn refresher(hub: Arc<Hub>, queue: String, watch: Arc<QueueWatch>) {
             watched.users.keys().cloned().collect()
         };
         if let Ok(client) = hub.store.client().await {
-            for batch in users.chunks(RANKS_BATCH) {
-                hub.metrics.ranks_calls.increment(1);
-                match client.ranks(&queue, batch).await {
-                    Ok(standings) => {
-                        let watched = watch.watched.lock().unwrap();
-                        for s in standings {
-                            if let Some((tx, _)) = watched.users.get(&s.user_id) {
-                                let promoted_now = s.status == Status::Promoted;
-                                tx.send_if_modified(|cur| {
-                                    if cur.as_ref() == Some(&s) {
-                                        return false;
-                                    }
-                                    if promoted_now && cur.as_ref().is_none_or(|c| c.status != Status::Promoted) {
-                                        hub.metrics.promoted_users.increment(1);
-                                    }
-                                    *cur = Some(s.clone());
-                                    true
-                                });
-                            }
-                        }
-                    }
-                    Err(e) => tracing::warn!(queue, error = %e, "refreshing push streams failed"),
-                }
+            let touch = touched.elapsed() >= touch_every;
+            if touch {
+                touched = tokio::time::Instant::now();
+                touch_every = touch_period(&client, &queue, hub.tick).await;
+            }
+            if let Err(e) = refresh(&hub, &client, &queue, &watch, users, touch).await {
+                tracing::warn!(queue, error = %e, "refreshing push streams failed");
             }
         }
         tokio::select! {
@@ -151,4 +144,85 @@ async fn refresher(hub: Arc<Hub>, queue: String, watch: Arc<QueueWatch>) {
             _ = watch.wake.notified() => {}
         }
     }
+}
+
+/// How often every stream's user is asked about with QUEUE.RANKS: often enough that
+/// nobody with an open stream is dropped as silent (a quarter of abandon_after), at
+/// least every tick and at most every 15 s.
+async fn touch_period(client: &queue_client::QueueClient, queue: &str, tick: Duration) -> Duration {
+    let abandon_after = client.config_get(queue).await.map(|c| c.0.abandon_after()).unwrap_or(0);
+    let quarter = Duration::from_millis((abandon_after.max(0) / 4) as u64);
+    if abandon_after <= 0 {
+        Duration::from_secs(15)
+    } else {
+        quarter.clamp(tick, Duration::from_secs(15).max(tick))
+    }
+}
+
+/// One refresh: the ranks of waiting users from a walk of the line (QUEUE.LINE, a
+/// few integers and ids per page, stopping once every stream's user was found), then
+/// QUEUE.RANKS for the others (new streams, promoted or gone users) or, when `touch`,
+/// for everyone.
+async fn refresh(
+    hub: &Hub,
+    client: &queue_client::QueueClient,
+    queue: &str,
+    watch: &QueueWatch,
+    users: Vec<String>,
+    touch: bool,
+) -> Result<(), queue_client::ClientError> {
+    let mut found: HashSet<String> = HashSet::new();
+    if !touch {
+        let mut cursor = 0;
+        loop {
+            hub.metrics.line_calls.increment(1);
+            let page = client.line(queue, cursor, LINE_PAGE).await?;
+            let watched = watch.watched.lock().unwrap();
+            for (i, user) in page.users.iter().enumerate() {
+                let Some((tx, _)) = watched.users.get(user) else { continue };
+                let rank = page.first_rank + i as u64;
+                let eta = page.estimated_wait_seconds(rank);
+                // Only a user already known to wait keeps its nickname from before.
+                let moved = tx.send_if_modified(|cur| match cur {
+                    Some(st) if st.status == Status::Waiting => {
+                        let changed = st.rank != rank || st.estimated_wait_seconds != eta;
+                        st.rank = rank;
+                        st.estimated_wait_seconds = eta;
+                        changed
+                    }
+                    _ => false,
+                });
+                let known = moved || tx.borrow().as_ref().is_some_and(|st| st.status == Status::Waiting);
+                if known {
+                    found.insert(user.clone());
+                }
+            }
+            if page.cursor == 0 || found.len() == users.len() {
+                break;
+            }
+            cursor = page.cursor;
+        }
+    }
+    let rest: Vec<&String> = users.iter().filter(|u| !found.contains(*u)).collect();
+    for batch in rest.chunks(RANKS_BATCH) {
+        hub.metrics.ranks_calls.increment(1);
+        let standings = client.ranks(queue, batch).await?;
+        let watched = watch.watched.lock().unwrap();
+        for s in standings {
+            if let Some((tx, _)) = watched.users.get(&s.user_id) {
+                let promoted_now = s.status == Status::Promoted;
+                tx.send_if_modified(|cur| {
+                    if cur.as_ref() == Some(&s) {
+                        return false;
+                    }
+                    if promoted_now && cur.as_ref().is_none_or(|c| c.status != Status::Promoted) {
+                        hub.metrics.promoted_users.increment(1);
+                    }
+                    *cur = Some(s.clone());
+                    true
+                });
+            }
+        }
+    }
+    Ok(())
 }

@@ -11,6 +11,7 @@ pub struct Metrics {
     pub promoted_users: Counter,
     pub rate_limited: Counter,
     pub ranks_calls: Counter,
+    pub line_calls: Counter,
     pub sse_streams: Gauge,
 }
 
@@ -26,6 +27,7 @@ impl Default for Metrics {
                 .counter("queue_promoted_users_total", "Users seen promoted (by status polls and push streams)."),
             rate_limited: r.counter("queue_api_rate_limited_total", "Requests refused by the per-address rate limit."),
             ranks_calls: r.counter("queue_api_ranks_calls_total", "QUEUE.RANKS calls made for push streams."),
+            line_calls: r.counter("queue_api_line_calls_total", "QUEUE.LINE pages read for push streams."),
             sse_streams: r.gauge("queue_api_sse_streams", "Open push streams."),
             registry: r,
         }
