@@ -15,6 +15,7 @@
 #   PROMOTE_USERS waiting users for PROMOTE vs ZPOPMIN (kept >= this)  (default 100000)
 #   PROMOTE_REPS  timed PROMOTE / ZPOPMIN calls, median taken          (default 9)
 #   MEM_USERS     users for the memory figure                          (default 1000000)
+#   RANKS_USERS   waiting users for the whole-line rank refresh        (default 1000000)
 #   BACKEND       module (default) | lua  -- lua is a hook, not working yet (see qcmd)
 #                 | none: load nothing (tests the script itself; QUEUE.* sides error)
 #   LUA_LIB       Lua library for BACKEND=lua (default <repo>/lua-fallback/queue.lua)
@@ -41,6 +42,7 @@ PROMOTE_USERS=${PROMOTE_USERS:-100000}
 PROMOTE_REPS=${PROMOTE_REPS:-9}
 PROMOTE_MAX=1000
 MEM_USERS=${MEM_USERS:-1000000}
+RANKS_USERS=${RANKS_USERS:-1000000}
 BACKEND=${BACKEND:-module}
 LUA_LIB=${LUA_LIB:-$REPO_ROOT/lua-fallback/queue.lua}
 VALKEY_SERVER=${VALKEY_SERVER:-valkey-server}
@@ -308,6 +310,23 @@ stop_server
 
 # used_memory only counts what goes through the server allocator (RedisModule_Alloc);
 # if RSS grew much more than used_memory, the module likely allocates elsewhere.
+# Whole-line rank refresh: QUEUE.LINE pages (the push path) vs QUEUE.RANKS of everyone.
+LINE_NS=NA; RANKS_NS=NA; ZRANK_NS=NA; LINE_MS=NA
+start_server
+qconfig br soft_cap 0 abandon_after 0
+out=$(py fill "$PORT" queue br "$RANKS_USERS") || note_error "ranks fill (QUEUE.ENTER): $(kv error "$out")"
+log "queue br: $(kv filled "$out") entered in $(kv seconds "$out")s"
+if out=$(py ranks "$PORT" br "$RANKS_USERS" 10000); then
+  LINE_NS=$(kv line_ns_per_user "$out"); RANKS_NS=$(kv ranks_ns_per_user "$out"); ZRANK_NS=$(kv zrank_ns_per_user "$out")
+  LINE_MS=$(kv line_ms "$out")
+  log "QUEUE.LINE: $(kv line_calls "$out") calls, $(kv line_users "$out") users, $LINE_MS ms server time ($(kv line_wall_ms "$out") ms wall)"
+  log "QUEUE.RANKS: $(kv ranks_ms "$out") ms server time ($(kv ranks_wall_ms "$out") ms wall); ZRANK $ZRANK_NS ns/user"
+else
+  note_error "ranks: $(kv error "$out")"
+fi
+check_server "whole-line ranks"
+stop_server
+
 if awk -v u="$MEM_Q" -v r="$RSS_Q" 'BEGIN { exit !(u != "NA" && r != "NA" && r+0 > 1.5*u + 50) }'; then
   note "module memory: rss grew $RSS_Q B/user but used_memory only $MEM_Q B/user -- the module may allocate outside RedisModule_Alloc, so used_memory undercounts it"
 fi
@@ -317,10 +336,12 @@ R1=$(ratio "$ENTER_MED" "$ZADD_MED");    V1=$(verdict "$R1" '>=' 0.9)
 R2=$(ratio "$STATUS_MED" "$ZRANK_MED");  V2=$(verdict "$R2" '>=' 0.8)
 R3=$(ratio "$PROMOTE_US" "$ZPOPMIN_US"); V3=$(verdict "$R3" '<=' 2.0)
 R4=$(ratio "$MEM_Q" "$MEM_Z");           V4=$(verdict "$MEM_Q" '<=' 200)
+R5=$(ratio "$LINE_NS" "$ZRANK_NS");      V5=$(verdict "$LINE_NS" '<=' 200)
+R6=$(ratio "$RANKS_NS" "$ZRANK_NS")
 
 echo
 echo "valkey-queue module benchmark ($("$VALKEY_SERVER" --version | grep -oE 'v=[^ ]+'), backend=$BACKEND, $(nproc) cores, $(( $(date +%s) - T_START ))s)"
-echo "ROUNDS=$ROUNDS N=$N -c $CLIENTS -P $PIPELINE STATUS_USERS=$STATUS_USERS PROMOTE_USERS=$PROMOTE_USERS PROMOTE_REPS=$PROMOTE_REPS MEM_USERS=$MEM_USERS"
+echo "ROUNDS=$ROUNDS N=$N -c $CLIENTS -P $PIPELINE STATUS_USERS=$STATUS_USERS PROMOTE_USERS=$PROMOTE_USERS PROMOTE_REPS=$PROMOTE_REPS MEM_USERS=$MEM_USERS RANKS_USERS=$RANKS_USERS"
 echo "per-round rps: ENTER ${ENTER_RPS[*]} | ZADD ${ZADD_RPS[*]}"
 echo "per-round rps: STATUS ${STATUS_RPS[*]} | ZRANK ${ZRANK_RPS[*]}"
 echo "rss B/user (informative): module $RSS_Q | zset $RSS_Z"
@@ -332,6 +353,8 @@ printf "$fmt" "QUEUE.ENTER vs ZADD (rps, median)"      "$ENTER_MED"   "$ZADD_MED
 printf "$fmt" "QUEUE.STATUS vs ZRANK (rps, median)"    "$STATUS_MED"  "$ZRANK_MED"   "$R2" "ratio >= 0.8" "$V2"
 printf "$fmt" "PROMOTE MAX 1000 vs ZPOPMIN 1000 (us)"  "$PROMOTE_US"  "$ZPOPMIN_US"  "$R3" "ratio <= 2.0" "$V3"
 printf "$fmt" "memory per waiting user (B, used_mem)"  "$MEM_Q"       "$MEM_Z"       "$R4" "module <= 200" "$V4"
+printf "$fmt" "whole line via QUEUE.LINE (ns/user)"    "$LINE_NS"     "$ZRANK_NS"    "$R5" "module <= 200" "$V5"
+printf "$fmt" "whole line via QUEUE.RANKS (ns/user)"   "$RANKS_NS"    "$ZRANK_NS"    "$R6" "(old path)" "-"
 if [ -s "$NOTEFILE" ]; then
   echo
   echo "notes:"

@@ -236,6 +236,54 @@ def cmd_mem(port, kind, key, users, seed="42"):
         fail("%d of %d %s commands failed, first: %s" % (errors, users, kind, first))
 
 
+def cmd_ranks(port, key, users, page="10000"):
+    """Valkey time of one whole-line rank refresh of `key` (filled with `users`
+    waiting users %012d): QUEUE.LINE pages of `page` walked to the end (what the push
+    path calls), then QUEUE.RANKS of every user in calls of `page` (the old path,
+    a six-field map per user), then ZRANK of every user on a plain zset of the same
+    members for scale. Server time from INFO commandstats; prints ns per user."""
+    import random
+    r = conn(port)
+    users, page = int(users), int(page)
+
+    def usec(stat):
+        st = r.info("commandstats").get(stat)
+        return float(st["usec"]) if st else float("nan")
+
+    r.config_resetstat()
+    cursor, listed, calls = 0, 0, 0
+    t0 = time.time()
+    while True:
+        rep = call(r, "QUEUE.LINE", key, cursor, page)
+        listed += len(rep[4])
+        calls += 1
+        cursor = int(rep[1])
+        if cursor == 0:
+            break
+    wall = time.time() - t0
+    line_us = usec(stat_name("QUEUE.LINE"))
+    print("line_calls=%d\nline_users=%d\nline_ms=%.1f\nline_wall_ms=%.1f" % (calls, listed, line_us / 1000, wall * 1000))
+    print("line_ns_per_user=%.1f" % (line_us * 1000 / max(listed, 1)))
+    ids = ["%012d" % i for i in range(users)]
+    random.Random(7).shuffle(ids)
+    r.config_resetstat()
+    t0 = time.time()
+    for i in range(0, users, page):
+        call(r, "QUEUE.RANKS", key, *ids[i:i + page])
+    wall = time.time() - t0
+    ranks_us = usec(stat_name("QUEUE.RANKS"))
+    print("ranks_ms=%.1f\nranks_wall_ms=%.1f\nranks_ns_per_user=%.1f" % (ranks_us / 1000, wall * 1000, ranks_us * 1000 / users))
+    zkey = key + ":zset"
+    run_pipeline(r, (("ZADD", zkey, i, "%012d" % i) for i in range(users)), users)
+    r.config_resetstat()
+    run_pipeline(r, (("ZRANK", zkey, u) for u in ids), users)
+    z_us = usec("cmdstat_zrank")
+    print("zrank_ns_per_user=%.1f" % (z_us * 1000 / users))
+    r.delete(zkey)
+    if listed != users:
+        fail("QUEUE.LINE listed %d users, the line holds %d" % (listed, users))
+
+
 def cmd_errors(port):
     print(conn(port).info("stats").get("total_error_replies", 0))
 
@@ -247,7 +295,7 @@ def main(argv):
     table = {
         "freeport": cmd_freeport, "call": cmd_call, "config": cmd_config,
         "fill": cmd_fill, "servertime": cmd_servertime, "mem": cmd_mem,
-        "errors": cmd_errors,
+        "errors": cmd_errors, "ranks": cmd_ranks,
     }
     if sub not in table:
         fail("unknown subcommand " + sub, 2)
