@@ -72,7 +72,7 @@ perf record -F 2999 -g -p "$PID" -o "$TMP/perf.data" -- sleep "$SECONDS_REC" >/d
 wait $DRIVER || true
 echo "== $WHAT: self time (top $TOP)"
 perf report -i "$TMP/perf.data" --no-children --stdio --sort symbol -g none 2>/dev/null \
-  | grep -E '^ +[0-9]' | head -n "$TOP"
+  | grep -E '^ +[0-9]' | head -n "$TOP" || true
 echo "== $WHAT: with callees (top $TOP)"
 perf report -i "$TMP/perf.data" --children --stdio --sort symbol -g none 2>/dev/null \
-  | grep -E '^ +[0-9]' | head -n "$TOP"
+  | grep -E '^ +[0-9]' | grep -vE '\[k\]|\] 0x|\] 0+ ' | head -n "$TOP" || true

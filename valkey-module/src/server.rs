@@ -34,6 +34,43 @@ impl Str {
     }
 }
 
+thread_local! {
+    static STATIC_STRS: std::cell::RefCell<Vec<((usize, usize), Str)>> = const { std::cell::RefCell::new(Vec::new()) };
+    static KEY_NAMES: std::cell::RefCell<std::collections::HashMap<Vec<u8>, KeyNames>> =
+        std::cell::RefCell::new(std::collections::HashMap::new());
+}
+
+/// Queues whose key names are kept; past that the cache starts over.
+const MAX_CACHED_QUEUES: usize = 4096;
+
+/// The names of a queue's five fixed keys (`waiting`, `sessions`, `active`, `stats`,
+/// `config`, in `engine::Part` order), as strings no callback owns.
+#[derive(Clone, Copy)]
+pub struct KeyNames(pub [Str; 5]);
+
+impl KeyNames {
+    fn new(prefix: &[u8]) -> KeyNames {
+        use queue_core::keys;
+        let make = |suffix: &str| {
+            let mut name = prefix.to_vec();
+            name.extend_from_slice(suffix.as_bytes());
+            // SAFETY: a NULL context: freed by `free` when the cache starts over.
+            Str(unsafe {
+                raw::RedisModule_CreateString.unwrap()(std::ptr::null_mut(), name.as_ptr().cast::<c_char>(), name.len())
+            })
+        };
+        KeyNames([keys::WAITING, keys::SESSIONS, keys::ACTIVE, keys::STATS, keys::CONFIG].map(make))
+    }
+
+    fn free(self) {
+        for s in self.0 {
+            // SAFETY: created with a NULL context by `new`; a replication or reply that
+            // still uses one holds its own reference.
+            unsafe { raw::RedisModule_FreeString.unwrap()(std::ptr::null_mut(), s.0) };
+        }
+    }
+}
+
 /// A value in a map reply.
 pub enum Val<'a> {
     Int(i64),
@@ -93,6 +130,41 @@ impl Server {
     pub fn str(&self, b: &[u8]) -> Str {
         // SAFETY: see module docs; the server copies the bytes.
         Str(unsafe { raw::RedisModule_CreateString.unwrap()(self.ctx, b.as_ptr().cast::<c_char>(), b.len()) })
+    }
+
+    /// A server string for a fixed name (a stats or settings field), created once and
+    /// kept for the life of the module instead of once per command.
+    pub fn static_str(&self, s: &'static str) -> Str {
+        STATIC_STRS.with(|cache| {
+            let key = (s.as_ptr() as usize, s.len());
+            if let Some(&(_, v)) = cache.borrow().iter().find(|(k, _)| *k == key) {
+                return v;
+            }
+            // SAFETY: a NULL context makes a string no callback owns; it is never freed.
+            let v = Str(unsafe {
+                raw::RedisModule_CreateString.unwrap()(std::ptr::null_mut(), s.as_ptr().cast::<c_char>(), s.len())
+            });
+            cache.borrow_mut().push((key, v));
+            v
+        })
+    }
+
+    /// The key names of a queue (see [`KeyNames`]), kept across commands.
+    pub fn key_names(&self, queue: &[u8], prefix: &[u8]) -> KeyNames {
+        KEY_NAMES.with(|cache| {
+            if let Some(k) = cache.borrow().get(queue) {
+                return *k;
+            }
+            let mut cache = cache.borrow_mut();
+            if cache.len() >= MAX_CACHED_QUEUES {
+                for k in cache.drain().map(|(_, v)| v) {
+                    k.free();
+                }
+            }
+            let names = KeyNames::new(prefix);
+            cache.insert(queue.to_vec(), names);
+            names
+        })
     }
 
     pub fn int_str(&self, v: i64) -> Str {
@@ -283,6 +355,13 @@ impl Key {
     pub fn zadd(&self, member: Str, score: f64) {
         let mut flags: c_int = 0;
         unsafe { raw::RedisModule_ZsetAdd.unwrap()(self.ptr.cast(), score, member.0, &mut flags) };
+    }
+
+    /// Adds `member` unless present (ZADD NX); whether it was added.
+    pub fn zadd_nx(&self, member: Str, score: f64) -> bool {
+        let mut flags: c_int = raw::REDISMODULE_ZADD_NX as c_int;
+        let rc = unsafe { raw::RedisModule_ZsetAdd.unwrap()(self.ptr.cast(), score, member.0, &mut flags) };
+        rc == raw::REDISMODULE_OK as c_int && flags & raw::REDISMODULE_ZADD_ADDED as c_int != 0
     }
 
     pub fn zrem(&self, member: Str) -> bool {

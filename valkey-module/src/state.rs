@@ -28,7 +28,9 @@ pub struct Queue<'s> {
     pub name: Str,
     prefix: Vec<u8>,
     write: bool,
-    names: [Cell<Option<Str>>; 5],
+    names: [Str; 5],
+    /// The last number turned into a string (a record's field and its ZADD score).
+    last_int: Cell<Option<(i64, Str)>>,
     keys: [OnceCell<Key>; 5],
     settings: [Cell<Option<i64>>; 8],
     /// Stats fields read or written by this command, so each is read once.
@@ -57,12 +59,14 @@ impl<'s> Queue<'s> {
         prefix.extend_from_slice(keys::KEY_OPEN.as_bytes());
         prefix.extend_from_slice(q.as_bytes());
         prefix.extend_from_slice(keys::KEY_CLOSE.as_bytes());
+        let names = srv.key_names(q.as_bytes(), &prefix).0;
         Ok(Queue {
             srv,
             name,
             prefix,
             write,
-            names: Default::default(),
+            names,
+            last_int: Cell::new(None),
             keys: Default::default(),
             settings: Default::default(),
             stats_seen: RefCell::default(),
@@ -80,12 +84,18 @@ impl<'s> Queue<'s> {
     }
 
     pub fn name_of(&self, p: Part) -> Str {
-        let cell = &self.names[p as usize];
-        if let Some(s) = cell.get() {
-            return s;
+        self.names[p as usize]
+    }
+
+    /// `v` as a server string, reusing the last one made when it is the same number.
+    fn int(&self, v: i64) -> Str {
+        if let Some((last, s)) = self.last_int.get() {
+            if last == v {
+                return s;
+            }
         }
-        let s = self.key_name(PARTS[p as usize].1.as_bytes());
-        cell.set(Some(s));
+        let s = self.srv.int_str(v);
+        self.last_int.set(Some((v, s)));
         s
     }
 
@@ -165,7 +175,7 @@ impl Store for Queue<'_> {
         let f = &FIELDS[i];
         let key = self.key(Part::Config);
         let stored = if key.kind() == Kind::Hash {
-            key.hget(self.srv.str(f.name.as_bytes())).and_then(|v| queue_core::config::check_value(f, v.bytes()).ok())
+            key.hget(self.srv.static_str(f.name)).and_then(|v| queue_core::config::check_value(f, v.bytes()).ok())
         } else {
             None
         };
@@ -178,7 +188,7 @@ impl Store for Queue<'_> {
         if let Some(&(_, v)) = self.stats_seen.borrow().iter().find(|(f, _)| *f == field) {
             return v;
         }
-        let v = self.stats().hget(self.srv.str(field.as_bytes())).and_then(Str::parse_i64);
+        let v = self.stats().hget(self.srv.static_str(field)).and_then(Str::parse_i64);
         self.stats_seen.borrow_mut().push((field, v));
         v
     }
@@ -191,7 +201,7 @@ impl Store for Queue<'_> {
                 None => seen.push((field, Some(v))),
             }
         }
-        let (f, v) = (self.srv.str(field.as_bytes()), self.srv.int_str(v));
+        let (f, v) = (self.srv.static_str(field), self.srv.int_str(v));
         self.stats().hset(f, v);
         self.fx.hset(self.name_of(Part::Stats), f, v);
     }
@@ -248,7 +258,14 @@ impl Store for Queue<'_> {
     }
     fn waiting_add(&mut self, user: &Str, seq: i64) {
         self.waiting().zadd(*user, seq as f64);
-        self.fx.zadd(self.name_of(Part::Waiting), self.srv.int_str(seq), *user);
+        self.fx.zadd(self.name_of(Part::Waiting), self.int(seq), *user);
+    }
+    fn waiting_add_new(&mut self, user: &Str, seq: i64) -> bool {
+        if !self.waiting().zadd_nx(*user, seq as f64) {
+            return false;
+        }
+        self.fx.zadd(self.name_of(Part::Waiting), self.int(seq), *user);
+        true
     }
     fn waiting_remove(&mut self, user: &Str) {
         self.waiting().zrem(*user);
@@ -256,15 +273,15 @@ impl Store for Queue<'_> {
     }
 
     fn record(&self, seq: i64) -> Option<Str> {
-        self.srv.open(self.chunk_key(seq), false).hget(self.srv.int_str(seq))
+        self.srv.open(self.chunk_key(seq), false).hget(self.int(seq))
     }
     fn put_record(&mut self, seq: i64, value: &[u8]) {
-        let (k, f, v) = (self.chunk_key(seq), self.srv.int_str(seq), self.srv.str(value));
+        let (k, f, v) = (self.chunk_key(seq), self.int(seq), self.srv.str(value));
         self.srv.open(k, true).hset(f, v);
         self.fx.hset(k, f, v);
     }
     fn delete_record(&mut self, seq: i64) {
-        let (k, f) = (self.chunk_key(seq), self.srv.int_str(seq));
+        let (k, f) = (self.chunk_key(seq), self.int(seq));
         self.srv.open(k, true).hdel(f);
         self.fx.hdel(k, f);
     }

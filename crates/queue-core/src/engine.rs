@@ -109,6 +109,15 @@ pub trait Store {
     /// Visits members numbered `min..=max`, lowest first, while `f` returns true.
     fn waiting_scan<F: FnMut(Self::User, i64) -> bool>(&self, min: i64, max: i64, f: F);
     fn waiting_add(&mut self, user: &Self::User, seq: i64);
+    /// Adds `user` with number `seq` unless it is in `waiting` already (then changes
+    /// nothing); whether it was added. One lookup where a check and an add take two.
+    fn waiting_add_new(&mut self, user: &Self::User, seq: i64) -> bool {
+        if self.waiting_score(user).is_some() {
+            return false;
+        }
+        self.waiting_add(user, seq);
+        true
+    }
     fn waiting_remove(&mut self, user: &Self::User);
 
     /// The record of number `seq`, raw.
@@ -450,12 +459,17 @@ fn touch<S: Store>(s: &mut S, seq: i64, now: i64, nickname: &[u8]) {
     s.put_record(seq, &record::encode_waiting(now, nickname));
 }
 
-/// Puts `user` in line with number `seq` (the back of the line).
-fn add_waiter<S: Store>(s: &mut S, user: &S::User, seq: i64, now: i64, nickname: &[u8]) {
+/// Marks the queue's data as numbered by the current rule (before its first entry).
+fn mark_layout<S: Store>(s: &mut S) {
     if !s.layout_known() && s.stat_opt(keys::LAYOUT_FIELD) != Some(keys::LAYOUT) {
         s.set_stat(keys::LAYOUT_FIELD, keys::LAYOUT);
         s.note_layout();
     }
+}
+
+/// Puts `user` in line with number `seq` (the back of the line).
+fn add_waiter<S: Store>(s: &mut S, user: &S::User, seq: i64, now: i64, nickname: &[u8]) {
+    mark_layout(s);
     s.waiting_add(user, seq);
     touch(s, seq, now, nickname);
 }
@@ -660,6 +674,18 @@ pub fn enter<S: Store>(s: &mut S, user: &S::User, nickname: &[u8]) -> Result<Sta
     s.check(&[Part::Waiting, Part::Stats])?;
     ensure_layout(s)?;
     let now = s.now();
+    // The common case first: someone waits (so nobody is let in at once) and the user
+    // is new. The add is the lookup: a user already in line falls through to the
+    // general path, which then numbers exactly as if this had not been tried.
+    if waiting_count(s) > 0 {
+        let seq = next_seq(s);
+        if s.waiting_add_new(user, seq) {
+            mark_layout(s);
+            touch(s, seq, now, nickname);
+            s.count(Event::Entered, 1);
+            return Ok(Standing::Waiting { seq, rank: waiting_count(s), seen: now, nickname: nickname.to_vec() });
+        }
+    }
     let old = s.waiting_score(user);
     let old_holds = old.is_some_and(|seq| is_promoted(s, seq));
     let old_waits = old.is_some() && !old_holds;
