@@ -45,6 +45,7 @@ pub fn config(srv: &Server, args: &[Str]) -> Result<(), QueueError> {
             argv.extend([f, v]);
         }
         srv.replicate(c"HSET", &argv);
+        q.forget_settings();
         srv.notify(c"queue.config", q.name);
         srv.reply_simple(c"OK");
         Ok(())

@@ -48,9 +48,11 @@ fn forget_all() {
 #[flush_event_handler]
 fn on_flush(_ctx: &Context, _event: FlushSubevent) {
     forget_all();
+    crate::cache::forget_all();
 }
 
 #[loading_event_handler]
 fn on_loading(_ctx: &Context, _event: LoadingSubevent) {
     forget_all();
+    crate::cache::forget_all();
 }

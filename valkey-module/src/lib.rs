@@ -4,6 +4,7 @@
 //! category and documentation, the module configs, and the INFO section. The
 //! handlers live in one file per command family; pure logic lives in `queue-core`.
 
+mod cache;
 mod config;
 mod counters;
 mod defaults;
@@ -125,6 +126,10 @@ fn init(ctx: &Context, args: &[RedisString]) -> Status {
     }
     let args: Vec<&[u8]> = args.iter().map(|a| a.as_slice()).collect();
     if let Err(e) = defaults::apply_load_args(&args) {
+        ctx.log_warning(&e);
+        return Status::Err;
+    }
+    if let Err(e) = cache::subscribe(ctx.ctx) {
         ctx.log_warning(&e);
         return Status::Err;
     }

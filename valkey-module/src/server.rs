@@ -36,12 +36,7 @@ impl Str {
 
 thread_local! {
     static STATIC_STRS: std::cell::RefCell<Vec<((usize, usize), Str)>> = const { std::cell::RefCell::new(Vec::new()) };
-    static KEY_NAMES: std::cell::RefCell<std::collections::HashMap<Vec<u8>, KeyNames>> =
-        std::cell::RefCell::new(std::collections::HashMap::new());
 }
-
-/// Queues whose key names are kept; past that the cache starts over.
-const MAX_CACHED_QUEUES: usize = 4096;
 
 /// The names of a queue's five fixed keys (`waiting`, `sessions`, `active`, `stats`,
 /// `config`, in `engine::Part` order), as strings no callback owns.
@@ -49,7 +44,7 @@ const MAX_CACHED_QUEUES: usize = 4096;
 pub struct KeyNames(pub [Str; 5]);
 
 impl KeyNames {
-    fn new(prefix: &[u8]) -> KeyNames {
+    pub fn new(prefix: &[u8]) -> KeyNames {
         use queue_core::keys;
         let make = |suffix: &str| {
             let mut name = prefix.to_vec();
@@ -62,7 +57,7 @@ impl KeyNames {
         KeyNames([keys::WAITING, keys::SESSIONS, keys::ACTIVE, keys::STATS, keys::CONFIG].map(make))
     }
 
-    fn free(self) {
+    pub fn free(self) {
         for s in self.0 {
             // SAFETY: created with a NULL context by `new`; a replication or reply that
             // still uses one holds its own reference.
@@ -149,22 +144,10 @@ impl Server {
         })
     }
 
-    /// The key names of a queue (see [`KeyNames`]), kept across commands.
-    pub fn key_names(&self, queue: &[u8], prefix: &[u8]) -> KeyNames {
-        KEY_NAMES.with(|cache| {
-            if let Some(k) = cache.borrow().get(queue) {
-                return *k;
-            }
-            let mut cache = cache.borrow_mut();
-            if cache.len() >= MAX_CACHED_QUEUES {
-                for k in cache.drain().map(|(_, v)| v) {
-                    k.free();
-                }
-            }
-            let names = KeyNames::new(prefix);
-            cache.insert(queue.to_vec(), names);
-            names
-        })
+    /// The database the command runs in.
+    pub fn db(&self) -> i32 {
+        // SAFETY: valid ctx.
+        unsafe { raw::RedisModule_GetSelectedDb.unwrap()(self.ctx) }
     }
 
     pub fn int_str(&self, v: i64) -> Str {

@@ -3,6 +3,7 @@
 //! and recorded in `fx` for replication. The rules themselves are in
 //! `queue_core::engine`.
 
+use crate::cache::{self, Stats, Stored};
 use crate::counters;
 use crate::defaults;
 use crate::effects::Effects;
@@ -32,9 +33,11 @@ pub struct Queue<'s> {
     /// The last number turned into a string (a record's field and its ZADD score).
     last_int: Cell<Option<(i64, Str)>>,
     keys: [OnceCell<Key>; 5],
-    settings: [Cell<Option<i64>>; 8],
-    /// Stats fields read or written by this command, so each is read once.
-    stats_seen: RefCell<Vec<(&'static str, Option<i64>)>>,
+    db: i32,
+    /// The queue's stored settings, once read (kept across commands: `cache`).
+    stored: Cell<Option<Stored>>,
+    /// Stats fields read or written, so each is read once (kept across commands).
+    stats_seen: RefCell<Stats>,
     pub fx: Effects,
 }
 
@@ -59,17 +62,19 @@ impl<'s> Queue<'s> {
         prefix.extend_from_slice(keys::KEY_OPEN.as_bytes());
         prefix.extend_from_slice(q.as_bytes());
         prefix.extend_from_slice(keys::KEY_CLOSE.as_bytes());
-        let names = srv.key_names(q.as_bytes(), &prefix).0;
+        let db = srv.db();
+        let (names, stored, stats) = cache::load(db, q.as_bytes(), &prefix);
         Ok(Queue {
             srv,
             name,
             prefix,
             write,
-            names,
+            names: names.0,
             last_int: Cell::new(None),
             keys: Default::default(),
-            settings: Default::default(),
-            stats_seen: RefCell::default(),
+            db,
+            stored: Cell::new(stored),
+            stats_seen: RefCell::new(stats),
             fx: Effects::default(),
         })
     }
@@ -81,6 +86,11 @@ impl<'s> Queue<'s> {
         buf[..self.prefix.len()].copy_from_slice(&self.prefix);
         buf[self.prefix.len()..n].copy_from_slice(suffix);
         self.srv.str(&buf[..n])
+    }
+
+    /// Q, from the key prefix `queue:{Q}:`.
+    fn queue_name(&self) -> &[u8] {
+        &self.prefix[keys::KEY_OPEN.len()..self.prefix.len() - keys::KEY_CLOSE.len()]
     }
 
     pub fn name_of(&self, p: Part) -> Str {
@@ -132,12 +142,44 @@ impl<'s> Queue<'s> {
     }
 
     /// Replicates what the command wrote and announces it; nothing when nothing changed.
-    pub fn finish(self, event: &std::ffi::CStr) {
-        if !self.fx.is_empty() {
-            let (srv, name) = (self.srv, self.name);
-            self.fx.replicate(srv);
-            srv.notify(event, name);
+    pub fn finish(mut self, event: &std::ffi::CStr) {
+        let fx = std::mem::take(&mut self.fx);
+        if !fx.is_empty() {
+            fx.replicate(self.srv);
+            self.srv.notify(event, self.name);
         }
+    }
+
+    /// The config hash was just written: its settings are read again next time.
+    pub fn forget_settings(&self) {
+        self.stored.set(None);
+    }
+
+    /// The stored settings, read from the config hash the first time (a field that
+    /// is absent or does not fit is None).
+    fn stored(&self) -> Stored {
+        if let Some(s) = self.stored.get() {
+            return s;
+        }
+        let key = self.key(Part::Config);
+        let mut s: Stored = [None; FIELDS.len()];
+        if key.kind() == Kind::Hash {
+            for (slot, f) in s.iter_mut().zip(FIELDS.iter()) {
+                *slot = key
+                    .hget(self.srv.static_str(f.name))
+                    .and_then(|v| queue_core::config::check_value(f, v.bytes()).ok());
+            }
+        }
+        self.stored.set(Some(s));
+        s
+    }
+}
+
+impl Drop for Queue<'_> {
+    /// Keeps what this command knows of the queue for the next one (`cache`).
+    fn drop(&mut self) {
+        let stats = std::mem::take(self.stats_seen.get_mut());
+        cache::save(self.db, self.queue_name(), self.stored.get(), stats);
     }
 }
 
@@ -169,19 +211,7 @@ impl Store for Queue<'_> {
     /// The queue's config hash, else the module default; stored values that do not
     /// fit are ignored.
     fn setting(&self, i: usize) -> i64 {
-        if let Some(v) = self.settings[i].get() {
-            return v;
-        }
-        let f = &FIELDS[i];
-        let key = self.key(Part::Config);
-        let stored = if key.kind() == Kind::Hash {
-            key.hget(self.srv.static_str(f.name)).and_then(|v| queue_core::config::check_value(f, v.bytes()).ok())
-        } else {
-            None
-        };
-        let v = stored.unwrap_or_else(|| defaults::get(i));
-        self.settings[i].set(Some(v));
-        v
+        self.stored()[i].unwrap_or_else(|| defaults::get(i))
     }
 
     fn stat_opt(&self, field: &'static str) -> Option<i64> {
@@ -225,8 +255,7 @@ impl Store for Queue<'_> {
     }
 
     fn announce(&mut self, promoted: i64, waiting: i64, at_ms: i64) {
-        let queue = &self.prefix[keys::KEY_OPEN.len()..self.prefix.len() - keys::KEY_CLOSE.len()];
-        let queue = std::str::from_utf8(queue).unwrap_or_default();
+        let queue = std::str::from_utf8(self.queue_name()).unwrap_or_default();
         let payload = queue_core::engine::announcement(queue, promoted, waiting, at_ms);
         self.srv.publish(self.key_name(keys::PROMOTED.as_bytes()), self.srv.str(payload.as_bytes()));
     }

@@ -20,6 +20,7 @@ testkit::backend_tests!(
     resp3_maps,
     freed_slots_are_filled_and_announced_at_once,
     line_walks_the_waiting_users_in_pages,
+    changes_made_behind_the_commands_are_seen_at_once,
 );
 
 /// The test clock's start.
@@ -465,4 +466,40 @@ fn line_walks_the_waiting_users_in_pages(b: Backend) {
     assert_eq!(left.len(), 20, "LINE drops nobody itself");
     let p = c.promote("q", Some(0));
     assert!(field_int(&p, "dropped") >= 16, "{p:?}");
+}
+
+/// The module keeps a queue's settings and stats between commands; whatever changes
+/// its keys other than its own commands (an operator's HSET or DEL, SWAPDB, FLUSHALL)
+/// is seen by the very next command.
+fn changes_made_behind_the_commands_are_seen_at_once(b: Backend) {
+    let (_s, mut c) = server(b);
+    let raw = |c: &mut Client, args: &[&str]| -> redis::Value {
+        let mut cmd = redis::cmd(args[0]);
+        cmd.arg(&args[1..]);
+        cmd.query(&mut c.con).unwrap()
+    };
+    c.config_set("q", &[("soft_cap", 1)]);
+    assert_eq!(field_str(&c.enter("q", "a", "n"), "status").as_deref(), Some("PROMOTED"));
+    assert_eq!(field_str(&c.enter("q", "b", "n"), "status").as_deref(), Some("WAITING"));
+    // The soft cap raised by hand: the next PROMOTE uses it.
+    raw(&mut c, &["HSET", "queue:{q}:config", "soft_cap", "3"]);
+    assert_eq!(field_int(&c.promote("q", None), "promoted"), 1);
+    // joining rewritten by hand (as a repair would): INFO and the next ENTER see it.
+    raw(&mut c, &["HSET", "queue:{q}:stats", "joining", "0"]);
+    assert_eq!(field_int(&c.info("q"), "joining"), 0);
+    raw(&mut c, &["HSET", "queue:{q}:stats", "joining", "2"]);
+    assert_eq!(field_int(&c.info("q"), "joining"), 2);
+    // The config deleted: defaults again (soft cap 1000 lets the next one in at once).
+    raw(&mut c, &["DEL", "queue:{q}:config"]);
+    assert_eq!(field_int(&c.info("q"), "soft_cap"), 1000);
+    // SWAPDB: the queue in db 0 is now the empty one that was in db 1.
+    raw(&mut c, &["SWAPDB", "0", "1"]);
+    let i = c.info("q");
+    assert_eq!((field_int(&i, "joining"), field_int(&i, "promoted")), (0, 0), "{i:?}");
+    raw(&mut c, &["SWAPDB", "0", "1"]);
+    assert_eq!(field_int(&c.info("q"), "joining"), 2);
+    raw(&mut c, &["FLUSHALL"]);
+    c.set_clock("q", T0);
+    assert_eq!(field_int(&c.info("q"), "joining"), 0);
+    assert_eq!(field_str(&c.enter("q", "c", "n"), "status").as_deref(), Some("PROMOTED"));
 }

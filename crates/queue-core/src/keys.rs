@@ -113,6 +113,15 @@ pub fn queue_of(key: &str) -> Option<&str> {
     check_queue(name.as_bytes()).ok()
 }
 
+/// The queue any of whose keys `key` is: Q of `queue:{Q}:<anything>` (Q holds no
+/// `}`), without checking Q.
+pub fn owner_queue(key: &[u8]) -> Option<&[u8]> {
+    let rest = key.strip_prefix(KEY_OPEN.as_bytes())?;
+    let close = KEY_CLOSE.as_bytes();
+    let end = rest.windows(close.len()).position(|w| w == close)?;
+    Some(&rest[..end])
+}
+
 /// Every chat room channel is `ROOM_OPEN Q ROOM_CLOSE`: `chat:{Q}:room`, in the
 /// queue's slot (sharded pub/sub on a cluster).
 pub const ROOM_OPEN: &str = "chat:{";
@@ -132,6 +141,16 @@ pub fn room_of(channel: &str) -> Option<&str> {
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn owner_queue_of_any_key() {
+        assert_eq!(owner_queue(b"queue:{a.b}:stats"), Some(&b"a.b"[..]));
+        assert_eq!(owner_queue(b"queue:{q}:w:12"), Some(&b"q"[..]));
+        assert_eq!(owner_queue(key("x", WAITING).as_bytes()), Some(&b"x"[..]));
+        assert_eq!(owner_queue(b"queue-registry"), None);
+        assert_eq!(owner_queue(b"q"), None);
+        assert_eq!(owner_queue(b"queue:{q"), None);
+    }
+
     use super::*;
 
     #[test]

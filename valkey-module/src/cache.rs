@@ -1,0 +1,145 @@
+//! What the module keeps of each queue between commands: its key names, its stored
+//! settings and the stats fields read so far, so that a command reads the config and
+//! stats hashes only after something else changed them.
+//!
+//! Commands of this module update what is kept as they write (their key API writes
+//! raise no keyspace events). Every other change to a queue's keys raises one: the Lua
+//! library's commands, replicated writes on a replica, an operator's HSET or DEL,
+//! expiry, eviction, RESTORE, RENAME, slot migration; any event on a key
+//! `queue:{Q}:...` drops what is kept of queue Q in that database. FLUSHALL/FLUSHDB,
+//! loading an RDB or AOF (and a replica's full sync) and SWAPDB drop everything.
+//! Commands, events and server events all run on the main thread, which owns it.
+
+use crate::server::KeyNames;
+use queue_core::config::FIELDS;
+use queue_core::keys;
+use redis_module::raw;
+use std::cell::RefCell;
+use std::collections::HashMap;
+use std::os::raw::{c_char, c_int};
+
+/// A queue's stored settings (None: the field is not set or does not fit).
+pub type Stored = [Option<i64>; FIELDS.len()];
+/// Stats fields read or written, with their values (None: absent).
+pub type Stats = Vec<(&'static str, Option<i64>)>;
+
+struct Kept {
+    names: KeyNames,
+    config: Option<Stored>,
+    stats: Stats,
+}
+
+/// Queues kept at most; past that the cache starts over.
+const MAX_QUEUES: usize = 4096;
+
+/// Per queue name, per database.
+type Queues = HashMap<Vec<u8>, Vec<(i32, Kept)>>;
+
+thread_local! {
+    static QUEUES: RefCell<Queues> = RefCell::new(HashMap::new());
+}
+
+/// What is kept of queue `queue` in database `db`, taken out until [`save`] puts it
+/// back: its key names (made from `prefix`, `queue:{Q}:`, the first time), its
+/// settings if known, its stats read so far.
+pub fn load(db: i32, queue: &[u8], prefix: &[u8]) -> (KeyNames, Option<Stored>, Stats) {
+    QUEUES.with(|q| {
+        let mut q = q.borrow_mut();
+        if let Some(k) = q.get_mut(queue).and_then(|dbs| dbs.iter_mut().find(|(d, _)| *d == db)) {
+            return (k.1.names, k.1.config, std::mem::take(&mut k.1.stats));
+        }
+        if q.len() >= MAX_QUEUES {
+            for (_, dbs) in q.drain() {
+                for (_, k) in dbs {
+                    k.names.free();
+                }
+            }
+        }
+        let names = KeyNames::new(prefix);
+        q.entry(queue.to_vec()).or_default().push((db, Kept { names, config: None, stats: Vec::new() }));
+        (names, None, Vec::new())
+    })
+}
+
+fn with_kept(db: i32, queue: &[u8], f: impl FnOnce(&mut Kept)) {
+    QUEUES.with(|q| {
+        if let Some(k) = q.borrow_mut().get_mut(queue).and_then(|dbs| dbs.iter_mut().find(|(d, _)| *d == db)) {
+            f(&mut k.1);
+        }
+    });
+}
+
+/// Keeps what a command knows of the queue when it ends.
+pub fn save(db: i32, queue: &[u8], config: Option<Stored>, stats: Stats) {
+    with_kept(db, queue, |k| {
+        k.config = config;
+        k.stats = stats;
+    });
+}
+
+/// Forgets queue `queue`'s settings and stats in database `db` (its key names stay).
+pub fn forget(db: i32, queue: &[u8]) {
+    with_kept(db, queue, |k| {
+        k.config = None;
+        k.stats.clear();
+    });
+}
+
+/// Forgets every queue's settings and stats.
+pub fn forget_all() {
+    QUEUES.with(|q| {
+        for (_, k) in q.borrow_mut().values_mut().flatten() {
+            k.config = None;
+            k.stats.clear();
+        }
+    });
+}
+
+unsafe extern "C" fn on_keyspace_event(
+    ctx: *mut raw::RedisModuleCtx,
+    _type: c_int,
+    _event: *const c_char,
+    key: *mut raw::RedisModuleString,
+) -> c_int {
+    // SAFETY: the server passes a live context and key string for the call.
+    let (key, db) = unsafe {
+        let mut len = 0usize;
+        let p = raw::RedisModule_StringPtrLen.unwrap()(key, &mut len);
+        (std::slice::from_raw_parts(p.cast::<u8>(), len), raw::RedisModule_GetSelectedDb.unwrap()(ctx))
+    };
+    if let Some(queue) = keys::owner_queue(key) {
+        forget(db, queue);
+    }
+    0
+}
+
+unsafe extern "C" fn on_swapdb(
+    _ctx: *mut raw::RedisModuleCtx,
+    _eid: raw::RedisModuleEvent,
+    _subevent: u64,
+    _data: *mut std::ffi::c_void,
+) {
+    forget_all();
+}
+
+/// Subscribes to the events that make what is kept stale (module load).
+pub fn subscribe(ctx: *mut raw::RedisModuleCtx) -> Result<(), String> {
+    // SAFETY: module load, live context; the callbacks live as long as the module.
+    let ok = unsafe {
+        raw::RedisModule_SubscribeToKeyspaceEvents.unwrap()(
+            ctx,
+            raw::REDISMODULE_NOTIFY_ALL as c_int,
+            Some(on_keyspace_event),
+        ) == raw::REDISMODULE_OK as c_int
+            && raw::RedisModule_SubscribeToServerEvent.unwrap()(
+                ctx,
+                raw::RedisModuleEvent { id: raw::REDISMODULE_EVENT_SWAPDB, dataver: 1 },
+                Some(on_swapdb),
+            ) == raw::REDISMODULE_OK as c_int
+    };
+    if ok {
+        Ok(())
+    } else {
+        Err("cannot subscribe to keyspace and SWAPDB events".into())
+    }
+}
