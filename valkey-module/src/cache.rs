@@ -1,6 +1,7 @@
 //! What the module keeps of each queue between commands: its key names, its stored
-//! settings and the stats fields read so far, so that a command reads the config and
-//! stats hashes only after something else changed them.
+//! settings, the stats fields read so far, which keys were found of their types, and
+//! whether the layout marker was seen (`queue_core::engine::ensure_layout`), so that a
+//! command reads the config and stats hashes only after something else changed them.
 //!
 //! Commands of this module update what is kept as they write (their key API writes
 //! raise no keyspace events). Every other change to a queue's keys raises one: the Lua
@@ -14,6 +15,9 @@ use crate::server::KeyNames;
 use queue_core::config::FIELDS;
 use queue_core::keys;
 use redis_module::raw;
+use redis_module::server_events::{FlushSubevent, LoadingSubevent};
+use redis_module::Context;
+use redis_module_macros::{flush_event_handler, loading_event_handler};
 use std::cell::RefCell;
 use std::collections::HashMap;
 use std::os::raw::{c_char, c_int};
@@ -23,10 +27,22 @@ pub type Stored = [Option<i64>; FIELDS.len()];
 /// Stats fields read or written, with their values (None: absent).
 pub type Stats = Vec<(&'static str, Option<i64>)>;
 
+/// What a command starts from and leaves behind.
+#[derive(Default)]
+pub struct Known {
+    /// The stored settings, once read.
+    pub config: Option<Stored>,
+    /// Stats fields read or written.
+    pub stats: Stats,
+    /// Parts (bit `1 << engine::Part`) found empty or of their type.
+    pub checked: u8,
+    /// The layout marker was seen (see `queue_core::engine::ensure_layout`).
+    pub layout: bool,
+}
+
 struct Kept {
     names: KeyNames,
-    config: Option<Stored>,
-    stats: Stats,
+    known: Known,
 }
 
 /// Queues kept at most; past that the cache starts over.
@@ -40,13 +56,13 @@ thread_local! {
 }
 
 /// What is kept of queue `queue` in database `db`, taken out until [`save`] puts it
-/// back: its key names (made from `prefix`, `queue:{Q}:`, the first time), its
-/// settings if known, its stats read so far.
-pub fn load(db: i32, queue: &[u8], prefix: &[u8]) -> (KeyNames, Option<Stored>, Stats) {
+/// back: its key names (made from `prefix`, `queue:{Q}:`, the first time) and what
+/// earlier commands learnt.
+pub fn load(db: i32, queue: &[u8], prefix: &[u8]) -> (KeyNames, Known) {
     QUEUES.with(|q| {
         let mut q = q.borrow_mut();
         if let Some(k) = q.get_mut(queue).and_then(|dbs| dbs.iter_mut().find(|(d, _)| *d == db)) {
-            return (k.1.names, k.1.config, std::mem::take(&mut k.1.stats));
+            return (k.1.names, std::mem::take(&mut k.1.known));
         }
         if q.len() >= MAX_QUEUES {
             for (_, dbs) in q.drain() {
@@ -56,8 +72,8 @@ pub fn load(db: i32, queue: &[u8], prefix: &[u8]) -> (KeyNames, Option<Stored>, 
             }
         }
         let names = KeyNames::new(prefix);
-        q.entry(queue.to_vec()).or_default().push((db, Kept { names, config: None, stats: Vec::new() }));
-        (names, None, Vec::new())
+        q.entry(queue.to_vec()).or_default().push((db, Kept { names, known: Known::default() }));
+        (names, Known::default())
     })
 }
 
@@ -70,29 +86,32 @@ fn with_kept(db: i32, queue: &[u8], f: impl FnOnce(&mut Kept)) {
 }
 
 /// Keeps what a command knows of the queue when it ends.
-pub fn save(db: i32, queue: &[u8], config: Option<Stored>, stats: Stats) {
-    with_kept(db, queue, |k| {
-        k.config = config;
-        k.stats = stats;
-    });
+pub fn save(db: i32, queue: &[u8], known: Known) {
+    with_kept(db, queue, |k| k.known = known);
 }
 
-/// Forgets queue `queue`'s settings and stats in database `db` (its key names stay).
+/// Forgets what is known of queue `queue` in database `db` (its key names stay).
 pub fn forget(db: i32, queue: &[u8]) {
-    with_kept(db, queue, |k| {
-        k.config = None;
-        k.stats.clear();
-    });
+    with_kept(db, queue, |k| k.known = Known::default());
 }
 
-/// Forgets every queue's settings and stats.
+/// Forgets what is known of every queue.
 pub fn forget_all() {
     QUEUES.with(|q| {
         for (_, k) in q.borrow_mut().values_mut().flatten() {
-            k.config = None;
-            k.stats.clear();
+            k.known = Known::default();
         }
     });
+}
+
+#[flush_event_handler]
+fn on_flush(_ctx: &Context, _event: FlushSubevent) {
+    forget_all();
+}
+
+#[loading_event_handler]
+fn on_loading(_ctx: &Context, _event: LoadingSubevent) {
+    forget_all();
 }
 
 unsafe extern "C" fn on_keyspace_event(

@@ -11,7 +11,6 @@ mod defaults;
 mod docs;
 mod effects;
 mod ids;
-mod layout;
 mod queue;
 mod server;
 mod session;

@@ -21,13 +21,14 @@ pub fn arity(ok: bool, cmd: &'static str) -> Result<(), QueueError> {
 pub fn reply_standing(srv: &Server, user: Str, standing: &Standing, eta: Option<i64>) {
     srv.reply_fields(
         &replies::STANDING,
+        // In the order of `replies::STANDING`.
         &[
-            ("status", Val::Bulk(standing.status().as_bytes())),
-            ("rank", Val::Int(standing.rank())),
-            ("userId", Val::Bulk(user.bytes())),
             ("nickname", Val::opt_bulk(standing.nickname())),
             ("ticketId", Val::opt_bulk(standing.ticket())),
+            ("status", Val::Bulk(standing.status().as_bytes())),
             ("estimatedWaitSeconds", Val::opt_int(eta)),
+            ("userId", Val::Bulk(user.bytes())),
+            ("rank", Val::Int(standing.rank())),
         ],
     );
 }

@@ -280,8 +280,12 @@ impl Server {
     pub fn reply_fields(&self, order: &[&str], fields: &[(&str, Val)]) {
         debug_assert_eq!(order.len(), fields.len());
         self.reply_map(order.len());
-        for name in order {
-            let (_, v) = fields.iter().find(|(f, _)| f == name).expect("every ordered field is given");
+        for (i, name) in order.iter().enumerate() {
+            // Callers mostly give the fields in order already.
+            let v = match fields.get(i) {
+                Some((f, v)) if f == name => v,
+                _ => &fields.iter().find(|(f, _)| f == name).expect("every ordered field is given").1,
+            };
             self.reply_bulk(name.as_bytes());
             self.reply_val(v);
         }

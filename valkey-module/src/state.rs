@@ -38,6 +38,10 @@ pub struct Queue<'s> {
     stored: Cell<Option<Stored>>,
     /// Stats fields read or written, so each is read once (kept across commands).
     stats_seen: RefCell<Stats>,
+    /// Parts found empty or of their type (bit `1 << Part`), kept across commands.
+    checked: Cell<u8>,
+    /// The layout marker was seen.
+    layout: Cell<bool>,
     pub fx: Effects,
 }
 
@@ -63,7 +67,7 @@ impl<'s> Queue<'s> {
         prefix.extend_from_slice(q.as_bytes());
         prefix.extend_from_slice(keys::KEY_CLOSE.as_bytes());
         let db = srv.db();
-        let (names, stored, stats) = cache::load(db, q.as_bytes(), &prefix);
+        let (names, known) = cache::load(db, q.as_bytes(), &prefix);
         Ok(Queue {
             srv,
             name,
@@ -73,8 +77,10 @@ impl<'s> Queue<'s> {
             last_int: Cell::new(None),
             keys: Default::default(),
             db,
-            stored: Cell::new(stored),
-            stats_seen: RefCell::new(stats),
+            stored: Cell::new(known.config),
+            stats_seen: RefCell::new(known.stats),
+            checked: Cell::new(known.checked),
+            layout: Cell::new(known.layout),
             fx: Effects::default(),
         })
     }
@@ -178,8 +184,13 @@ impl<'s> Queue<'s> {
 impl Drop for Queue<'_> {
     /// Keeps what this command knows of the queue for the next one (`cache`).
     fn drop(&mut self) {
-        let stats = std::mem::take(self.stats_seen.get_mut());
-        cache::save(self.db, self.queue_name(), self.stored.get(), stats);
+        let known = cache::Known {
+            config: self.stored.get(),
+            stats: std::mem::take(self.stats_seen.get_mut()),
+            checked: self.checked.get(),
+            layout: self.layout.get(),
+        };
+        cache::save(self.db, self.queue_name(), known);
     }
 }
 
@@ -187,12 +198,19 @@ impl Store for Queue<'_> {
     type User = Str;
     type Text = Str;
 
+    /// Keys found of their type stay so until something else writes them (which
+    /// drops what is kept, `cache`): this module never gives a key another type.
     fn check(&self, parts: &[Part]) -> Result<(), QueueError> {
         for &p in parts {
+            let bit = 1u8 << p as u8;
+            if self.checked.get() & bit != 0 {
+                continue;
+            }
             let k = self.key(p).kind();
             if k != Kind::Empty && k != PARTS[p as usize].2 {
                 return Err(QueueError::WrongType);
             }
+            self.checked.set(self.checked.get() | bit);
         }
         Ok(())
     }
@@ -261,10 +279,10 @@ impl Store for Queue<'_> {
     }
 
     fn layout_known(&self) -> bool {
-        crate::layout::is_checked(self.name.bytes())
+        self.layout.get()
     }
     fn note_layout(&self) {
-        crate::layout::mark_checked(self.name.bytes());
+        self.layout.set(true);
     }
 
     fn waiting_len(&self) -> i64 {
