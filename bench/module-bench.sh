@@ -205,7 +205,8 @@ fi
 for b in "$VALKEY_SERVER" "$VALKEY_BENCHMARK"; do
   command -v "$b" >/dev/null || { echo "$b not found" >&2; exit 2; }
 done
-"$PY" -c 'import valkey' 2>/dev/null || "$PY" -m pip install -q valkey >/dev/null 2>&1 || true
+"$PY" -c 'import valkey' 2>/dev/null || "$PY" -m pip install -q valkey >/dev/null 2>&1 \
+  || "$PY" -m pip install -q --break-system-packages valkey >/dev/null 2>&1 || true
 "$PY" -c 'import valkey' 2>/dev/null || { echo "python package 'valkey' missing and could not be installed (pip install valkey)" >&2; exit 2; }
 
 if [ "$BACKEND" = lua ] && [ ! -f "$LUA_LIB" ]; then

@@ -9,7 +9,8 @@
 # Starts its own valkey-server (child process, loopback, temp dir) with the module,
 # fills what the command needs, records the server with `perf record` while
 # valkey-benchmark (or the Python driver) runs the command, and prints the hottest
-# functions (self time, then with callees). Needs `perf` (Debian: linux-perf).
+# functions (self time, then with callees). Installs `perf` (Debian: linux-perf) when
+# it is missing.
 #
 # Environment: MODULE (default target/release/libvalkey_queue.so), USERS (100000),
 # N (requests, 400000), SECONDS_REC (perf record window, 8), TOP (lines, 30).
@@ -25,9 +26,12 @@ SECONDS_REC=${SECONDS_REC:-8}
 TOP=${TOP:-30}
 PY=${PYTHON:-python3}
 
+command -v perf >/dev/null || apt-get install -y -qq linux-perf >/dev/null 2>&1 \
+  || sudo apt-get install -y -qq linux-perf >/dev/null 2>&1 || true
 command -v perf >/dev/null || { echo "perf not found (apt-get install linux-perf)" >&2; exit 2; }
 [ -f "$MODULE" ] || { echo "module not found: $MODULE (cargo build --release)" >&2; exit 2; }
-"$PY" -c 'import valkey' 2>/dev/null || "$PY" -m pip install -q valkey >/dev/null 2>&1 || true
+"$PY" -c 'import valkey' 2>/dev/null || "$PY" -m pip install -q valkey >/dev/null 2>&1 \
+  || "$PY" -m pip install -q --break-system-packages valkey >/dev/null 2>&1 || true
 
 TMP=$(mktemp -d "${TMPDIR:-/tmp}/profile.XXXXXX")
 PORT=$("$PY" "$LIB" freeport)

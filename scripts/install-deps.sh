@@ -2,7 +2,7 @@
 # Installs what a fresh Debian 12 machine lacks to build and test the project:
 # valkey-server 8.0 (bookworm-backports), libclang for the module's bindgen step,
 # Chromium, Node.js and the browser test's npm packages (tests/browser, playwright-core
-# driving Debian's chromium). (scripts/test-valkey9.sh fetches a second server version.)
+# driving Debian's chromium), and the benchmarks' Python package (valkey). (scripts/test-valkey9.sh fetches a second server version.)
 # Idempotent: does nothing when everything is already present.
 set -euo pipefail
 
@@ -17,6 +17,7 @@ done
 command -v chromium >/dev/null 2>&1 || need_apt+=(chromium)
 command -v node >/dev/null 2>&1 || need_apt+=(nodejs)
 command -v npm >/dev/null 2>&1 || need_apt+=(npm)
+python3 -m pip --version >/dev/null 2>&1 || need_apt+=(python3-pip)
 
 if [ ${#need_apt[@]} -gt 0 ]; then
   src=/etc/apt/sources.list.d/debian.sources
@@ -50,6 +51,12 @@ browser_dir="$(cd "$(dirname "$0")/.." && pwd)/tests/browser"
 if [ ! -d "$browser_dir/node_modules/playwright-core" ]; then
   (cd "$browser_dir" && npm ci --no-audit --no-fund --loglevel=error 2>&1 | grep -v 'Unknown user config' || true)
   [ -d "$browser_dir/node_modules/playwright-core" ] || { echo "npm ci failed in tests/browser" >&2; exit 1; }
+fi
+
+# The benchmarks' one Python package (bench/lib), past Debian's externally-managed
+# marker when python3 is Debian's own.
+if ! python3 -c 'import valkey' 2>/dev/null; then
+  python3 -m pip install -q valkey 2>/dev/null || python3 -m pip install -q --break-system-packages valkey
 fi
 
 valkey-server --version
