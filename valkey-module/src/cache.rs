@@ -4,11 +4,13 @@
 //! command reads the config and stats hashes only after something else changed them.
 //!
 //! Commands of this module update what is kept as they write (their key API writes
-//! raise no keyspace events). Every other change to a queue's keys raises one: the Lua
-//! library's commands, replicated writes on a replica, an operator's HSET or DEL,
-//! expiry, eviction, RESTORE, RENAME, slot migration; any event on a key
-//! `queue:{Q}:...` drops what is kept of queue Q in that database. FLUSHALL/FLUSHDB,
-//! loading an RDB or AOF (and a replica's full sync) and SWAPDB drop everything.
+//! raise no keyspace events). Changes made by commands raise one: the Lua library's,
+//! replicated writes on a replica, an operator's HSET or DEL, expiry, eviction,
+//! RESTORE, RENAME, slot migration; any event on a key `queue:{Q}:...` drops what is
+//! kept of queue Q in that database, also when it fires in the middle of one of this
+//! module's commands (a key found expired when opened). FLUSHALL/FLUSHDB, loading an
+//! RDB or AOF (and a replica's full sync) and SWAPDB drop everything. Not covered:
+//! another module writing these keys through its own key API, which raises no event.
 //! Commands, events and server events all run on the main thread, which owns it.
 
 use crate::server::KeyNames;
@@ -43,6 +45,8 @@ pub struct Known {
 struct Kept {
     names: KeyNames,
     known: Known,
+    /// Bumped by every [`forget`]: what a command took out before is stale.
+    generation: u64,
 }
 
 /// Queues kept at most; past that the cache starts over.
@@ -56,13 +60,13 @@ thread_local! {
 }
 
 /// What is kept of queue `queue` in database `db`, taken out until [`save`] puts it
-/// back: its key names (made from `prefix`, `queue:{Q}:`, the first time) and what
-/// earlier commands learnt.
-pub fn load(db: i32, queue: &[u8], prefix: &[u8]) -> (KeyNames, Known) {
+/// back: its key names (made from `prefix`, `queue:{Q}:`, the first time), what
+/// earlier commands learnt, and the generation to give [`save`].
+pub fn load(db: i32, queue: &[u8], prefix: &[u8]) -> (KeyNames, Known, u64) {
     QUEUES.with(|q| {
         let mut q = q.borrow_mut();
         if let Some(k) = q.get_mut(queue).and_then(|dbs| dbs.iter_mut().find(|(d, _)| *d == db)) {
-            return (k.1.names, std::mem::take(&mut k.1.known));
+            return (k.1.names, std::mem::take(&mut k.1.known), k.1.generation);
         }
         if q.len() >= MAX_QUEUES {
             for (_, dbs) in q.drain() {
@@ -72,8 +76,8 @@ pub fn load(db: i32, queue: &[u8], prefix: &[u8]) -> (KeyNames, Known) {
             }
         }
         let names = KeyNames::new(prefix);
-        q.entry(queue.to_vec()).or_default().push((db, Kept { names, known: Known::default() }));
-        (names, Known::default())
+        q.entry(queue.to_vec()).or_default().push((db, Kept { names, known: Known::default(), generation: 0 }));
+        (names, Known::default(), 0)
     })
 }
 
@@ -85,14 +89,23 @@ fn with_kept(db: i32, queue: &[u8], f: impl FnOnce(&mut Kept)) {
     });
 }
 
-/// Keeps what a command knows of the queue when it ends.
-pub fn save(db: i32, queue: &[u8], known: Known) {
-    with_kept(db, queue, |k| k.known = known);
+/// Keeps what a command knows of the queue when it ends, unless the queue's keys
+/// changed behind it meanwhile (an event during the command, say a key found expired
+/// when opened): then nothing is kept and the next command reads again.
+pub fn save(db: i32, queue: &[u8], known: Known, generation: u64) {
+    with_kept(db, queue, |k| {
+        if k.generation == generation {
+            k.known = known;
+        }
+    });
 }
 
 /// Forgets what is known of queue `queue` in database `db` (its key names stay).
 pub fn forget(db: i32, queue: &[u8]) {
-    with_kept(db, queue, |k| k.known = Known::default());
+    with_kept(db, queue, |k| {
+        k.known = Known::default();
+        k.generation += 1;
+    });
 }
 
 /// Forgets what is known of every queue.
@@ -100,6 +113,7 @@ pub fn forget_all() {
     QUEUES.with(|q| {
         for (_, k) in q.borrow_mut().values_mut().flatten() {
             k.known = Known::default();
+            k.generation += 1;
         }
     });
 }

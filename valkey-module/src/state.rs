@@ -42,6 +42,8 @@ pub struct Queue<'s> {
     checked: Cell<u8>,
     /// The layout marker was seen.
     layout: Cell<bool>,
+    /// What was kept was this generation of the cache's entry (see `cache::save`).
+    generation: u64,
     pub fx: Effects,
 }
 
@@ -67,7 +69,7 @@ impl<'s> Queue<'s> {
         prefix.extend_from_slice(q.as_bytes());
         prefix.extend_from_slice(keys::KEY_CLOSE.as_bytes());
         let db = srv.db();
-        let (names, known) = cache::load(db, q.as_bytes(), &prefix);
+        let (names, known, generation) = cache::load(db, q.as_bytes(), &prefix);
         Ok(Queue {
             srv,
             name,
@@ -81,6 +83,7 @@ impl<'s> Queue<'s> {
             stats_seen: RefCell::new(known.stats),
             checked: Cell::new(known.checked),
             layout: Cell::new(known.layout),
+            generation,
             fx: Effects::default(),
         })
     }
@@ -190,7 +193,7 @@ impl Drop for Queue<'_> {
             checked: self.checked.get(),
             layout: self.layout.get(),
         };
-        cache::save(self.db, self.queue_name(), known);
+        cache::save(self.db, self.queue_name(), known, self.generation);
     }
 }
 

@@ -21,6 +21,7 @@ testkit::backend_tests!(
     freed_slots_are_filled_and_announced_at_once,
     line_walks_the_waiting_users_in_pages,
     changes_made_behind_the_commands_are_seen_at_once,
+    an_expired_key_is_seen_gone,
 );
 
 /// The test clock's start.
@@ -502,4 +503,28 @@ fn changes_made_behind_the_commands_are_seen_at_once(b: Backend) {
     c.set_clock("q", T0);
     assert_eq!(field_int(&c.info("q"), "joining"), 0);
     assert_eq!(field_str(&c.enter("q", "c", "n"), "status").as_deref(), Some("PROMOTED"));
+}
+
+/// A queue key given a TTL (an operator's doing) is seen gone once it expires, with
+/// active expiry off too (the key is then deleted when first opened): nothing the
+/// module kept of it outlives it.
+fn an_expired_key_is_seen_gone(b: Backend) {
+    let s = ValkeyServer::builder(b).test_clock().arg("--enable-debug-command").arg("yes").start();
+    let mut c = s.client();
+    let raw = |c: &mut Client, args: &[&str]| {
+        let mut cmd = redis::cmd(args[0]);
+        cmd.arg(&args[1..]);
+        cmd.query::<redis::Value>(&mut c.con).unwrap();
+    };
+    c.set_clock("q", T0);
+    raw(&mut c, &["DEBUG", "SET-ACTIVE-EXPIRE", "0"]);
+    c.config_set("q", &[("soft_cap", 1)]);
+    c.enter("q", "a", "n");
+    assert_eq!(field_int(&c.info("q"), "joining"), 1);
+    raw(&mut c, &["PEXPIRE", "queue:{q}:stats", "1"]);
+    std::thread::sleep(std::time::Duration::from_millis(10));
+    // Opens the stats hash for the counters: it expires right there.
+    c.info("q");
+    let i = c.info("q");
+    assert_eq!((field_int(&i, "joining"), field_int(&i, "promoted")), (0, 0), "{i:?}");
 }
