@@ -98,6 +98,16 @@ pub async fn round_trip(client: &QueueClient, q: &str) {
     assert_eq!(ranks[0].ticket_id.as_deref(), Some(ticket.as_str()));
     assert!(client.ranks(q, &[] as &[&str]).await.unwrap().is_empty());
 
+    // The line, walked: bob alone waits (alice holds a ticket and is not listed).
+    let page = client.line(q, 0, 10).await.unwrap();
+    assert_eq!((page.first_rank, page.cursor, page.users.as_slice()), (1, 0, &["u-2".to_string()][..]), "{page:?}");
+    assert_eq!(page.rate, 0);
+    let full = client.line(q, 0, 1).await.unwrap();
+    assert!(full.cursor > 0, "a full page gives a cursor: {full:?}");
+    let after = client.line(q, full.cursor, 1).await.unwrap();
+    assert_eq!((after.first_rank, after.cursor, after.users.len()), (0, 0, 0), "{after:?}");
+    assert!(matches!(client.line(q, 0, 0).await, Err(ClientError::InvalidArgument(_))));
+
     let claim = client.claim(q, &ticket).await.unwrap();
     assert_eq!(
         (claim.user_id.as_str(), claim.nickname.as_str(), claim.ticket_id.as_str(), claim.lease_ms),
