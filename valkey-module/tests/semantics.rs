@@ -19,6 +19,7 @@ testkit::backend_tests!(
     ranks_answers_for_many,
     resp3_maps,
     freed_slots_are_filled_and_announced_at_once,
+    freed_slots_wait_for_a_token,
     line_walks_the_waiting_users_in_pages,
     changes_made_behind_the_commands_are_seen_at_once,
     an_expired_key_is_seen_gone,
@@ -527,4 +528,37 @@ fn an_expired_key_is_seen_gone(b: Backend) {
     c.info("q");
     let i = c.info("q");
     assert_eq!((field_int(&i, "joining"), field_int(&i, "promoted")), (0, 0), "{i:?}");
+}
+
+/// A slot freed inside SESSION.END is filled only when the token bucket has a whole
+/// token: the rate limit holds on this path too.
+fn freed_slots_wait_for_a_token(b: Backend) {
+    let (_s, mut c) = server(b);
+    c.config_set("q", &[("soft_cap", 1), ("rate", 1), ("burst", 1)]);
+    let ta = field_str(&c.enter("q", "a", "n"), "ticketId").expect("a is let in with the one token");
+    c.claim("q", &ta).unwrap();
+    c.enter("q", "b", "n");
+    assert_eq!(c.end("q", "a"), 1);
+    let st = c.status("q", "b");
+    assert_eq!(field_str(&st, "status").as_deref(), Some("WAITING"), "no token yet: {st:?}");
+    assert_eq!(field_int(&c.info("q"), "tokens"), 0);
+    c.set_clock("q", T0 + 1_000);
+    c.enter("q", "c", "n");
+    assert_eq!(field_int(&c.promote("q", None), "promoted"), 1, "the refilled token lets b in");
+    let tb = field_str(&c.status("q", "b"), "ticketId").unwrap();
+    c.claim("q", &tb).unwrap();
+    c.set_clock("q", T0 + 1_500);
+    assert_eq!(c.end("q", "b"), 1);
+    assert_eq!(field_str(&c.status("q", "c"), "status").as_deref(), Some("WAITING"), "half a token");
+    c.set_clock("q", T0 + 2_000);
+    c.enter("q", "d", "n");
+    c.enter("q", "e", "n");
+    // A holder leaving with a token in the bucket: the slot goes to the head at once.
+    assert_eq!(field_int(&c.promote("q", None), "promoted"), 1);
+    assert_eq!(field_str(&c.status("q", "c"), "status").as_deref(), Some("PROMOTED"));
+    c.set_clock("q", T0 + 3_000);
+    assert_eq!(c.leave("q", "c"), 1);
+    assert_eq!(field_str(&c.status("q", "d"), "status").as_deref(), Some("PROMOTED"));
+    assert_eq!(field_str(&c.status("q", "e"), "status").as_deref(), Some("WAITING"));
+    assert_eq!(field_int(&c.info("q"), "tokens"), 0);
 }
