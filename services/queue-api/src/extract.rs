@@ -55,6 +55,9 @@ pub struct EntryRequest {
     pub nickname: Field<String>,
     #[serde(default)]
     pub queue: Field<String>,
+    /// The userId this person was given before (a re-entry moves them to the back).
+    #[serde(default, rename = "userId")]
+    pub user_id: Field<String>,
 }
 
 /// `PUT /api/admin/queues/{queue}`'s body: settings by name, in name order.

@@ -19,12 +19,13 @@ pub fn document() -> Value {
         "info": { "title": "valkey-queue waiting room", "version": env!("CARGO_PKG_VERSION") },
         "paths": {
             "/api/queue/entry": { "post": {
-                "summary": "Join the line (a new userId is issued); promoted at once when nobody waits and there is room",
+                "summary": "Join the line (a new userId is issued, or the one given again: a re-entry moves that person to the back); promoted at once when nobody waits and there is room",
                 "requestBody": { "required": true, "content": { "application/json": { "schema": {
                     "type": "object", "required": ["nickname"],
                     "properties": { "nickname": { "type": "string", "minLength": 1, "maxLength": 32 },
-                                    "queue": { "type": "string", "default": "default" } } } } } },
-                "responses": { "200": ok_standing, "400": err("malformed JSON or bad queue name"),
+                                    "queue": { "type": "string", "default": "default" },
+                                    "userId": { "type": "string", "format": "uuid" } } } } } },
+                "responses": { "200": ok_standing, "400": err("malformed JSON, bad queue name or a userId this service did not give"),
                                "422": err("missing, empty or too long nickname"), "429": err("rate limited"),
                                "503": err("queue store unreachable") } },
                 "delete": {

@@ -79,9 +79,19 @@ pub async fn entry(
         Field::Given(q) => queue_name(Some(q))?,
         Field::WrongType => return Err(ApiError::BadRequest("queue must be a string".into())),
     };
+    // A re-entry names the userId issued before (the page keeps it): that person
+    // moves to the back of the line, as QUEUE.ENTER does, instead of entering twice.
+    // Only ids this service issues (UUIDs) are taken; the id is the person's secret.
+    let user = match &body.user_id {
+        Field::Absent | Field::Null => uuid::Uuid::new_v4().to_string(),
+        Field::Given(u) => match uuid::Uuid::parse_str(u) {
+            Ok(id) => id.hyphenated().to_string(),
+            Err(_) => return Err(ApiError::BadRequest("userId must be the id this service gave".into())),
+        },
+        Field::WrongType => return Err(ApiError::BadRequest("userId must be a string".into())),
+    };
     let client = state.store.client().await?;
     register(&state, &client, &queue).await;
-    let user = uuid::Uuid::new_v4().to_string();
     let standing = client.enter(&queue, &user, nickname).await?;
     if standing.status == Status::Promoted {
         state.metrics.promoted_users.increment(1);

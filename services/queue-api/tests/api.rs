@@ -72,8 +72,38 @@ both_backends!(
     seed_contract,
     sse_delivers_position_and_ticket,
     bad_input_is_refused_cleanly,
-    leaving_gives_the_place_away
+    leaving_gives_the_place_away,
+    reentry_with_the_kept_user_id_moves_to_the_back
 );
+
+/// Seed 002: entering again with the userId given before moves that person to the
+/// back of the line (one entry, not two); an id this service did not give is refused.
+async fn reentry_with_the_kept_user_id_moves_to_the_back(b: Backend) {
+    let s = ValkeyServer::start(b);
+    let qc = client_for(&s).await;
+    qc.config_set("default", &[("soft_cap", 0)]).await.unwrap();
+    let api = Api::start(queue_api::Config::local(&s.url())).await;
+    let mut ids = Vec::new();
+    for n in ["ann", "ben", "cat"] {
+        let (code, e) = post_entry(&api, json!({ "nickname": n })).await;
+        assert_eq!((code, e["rank"].clone()), (200, json!(ids.len() + 1)), "{e}");
+        ids.push(e["userId"].as_str().unwrap().to_string());
+    }
+    let (code, again) = post_entry(&api, json!({ "nickname": "ann2", "userId": ids[0] })).await;
+    assert_eq!(code, 200, "{again}");
+    assert_eq!(
+        (again["userId"].as_str(), again["rank"].clone(), again["nickname"].clone()),
+        (Some(ids[0].as_str()), json!(3), json!("ann2"))
+    );
+    let (_, ben) = get_json(&api.url(&format!("/api/queue/status?userId={}", ids[1]))).await;
+    assert_eq!(ben["rank"], 1, "ben moved up");
+    assert_eq!(qc.info("default").await.unwrap().waiting, 3, "still three people");
+    for bad in [json!("not-a-uuid"), json!(42)] {
+        let (code, e) = post_entry(&api, json!({ "nickname": "x", "userId": bad })).await;
+        assert_eq!(code, 400, "{e}");
+    }
+    api.stop().await;
+}
 
 async fn seed_contract(b: Backend) {
     let s = ValkeyServer::start(b);
