@@ -12,6 +12,7 @@ use crate::metrics::Metrics;
 use crate::store::Store;
 use queue_client::{Standing, Status};
 use std::collections::{HashMap, HashSet};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 use tokio::sync::{watch, Notify};
@@ -30,7 +31,11 @@ struct Watched {
 struct QueueWatch {
     watched: Mutex<Watched>,
     wake: Notify,
+    /// Users waiting in the queue as of the last refresh (`UNKNOWN` before the first).
+    waiting: AtomicU64,
 }
+
+const UNKNOWN: u64 = u64::MAX;
 
 pub struct Hub {
     queues: Mutex<HashMap<String, Arc<QueueWatch>>>,
@@ -44,7 +49,15 @@ pub struct Subscription {
     hub: Arc<Hub>,
     queue: String,
     user: String,
+    watch: Arc<QueueWatch>,
     pub updates: watch::Receiver<Option<Standing>>,
+}
+
+impl Subscription {
+    /// How many wait in the queue, as of the last refresh (seed 001's total), if known.
+    pub fn total_waiting(&self) -> Option<u64> {
+        Some(self.watch.waiting.load(Ordering::Relaxed)).filter(|&w| w != UNKNOWN)
+    }
 }
 
 impl Drop for Subscription {
@@ -68,7 +81,11 @@ impl Hub {
             let (w, new_queue) = match queues.get(queue) {
                 Some(w) => (w.clone(), false),
                 None => {
-                    let w = Arc::new(QueueWatch { watched: Mutex::default(), wake: Notify::new() });
+                    let w = Arc::new(QueueWatch {
+                        watched: Mutex::default(),
+                        wake: Notify::new(),
+                        waiting: AtomicU64::new(UNKNOWN),
+                    });
                     queues.insert(queue.to_string(), w.clone());
                     (w, true)
                 }
@@ -86,7 +103,7 @@ impl Hub {
         }
         watch.wake.notify_one();
         self.metrics.sse_streams.increment(1.0);
-        Subscription { hub: self.clone(), queue: queue.to_string(), user: user.to_string(), updates }
+        Subscription { hub: self.clone(), queue: queue.to_string(), user: user.to_string(), watch, updates }
     }
 
     fn unsubscribe(&self, queue: &str, user: &str) {
@@ -133,6 +150,9 @@ async fn refresher(hub: Arc<Hub>, queue: String, watch: Arc<QueueWatch>) {
         if let Ok(client) = hub.store.client().await {
             // abandon_after and the line's length, read every time (one small call).
             let info = client.info(&queue).await.ok();
+            if let Some(i) = &info {
+                watch.waiting.store(i.waiting, Ordering::Relaxed);
+            }
             let period = touch_period(info.as_ref().map(|i| i.config.0.abandon_after()), hub.tick);
             let touch = touched.is_none_or(|t| t.elapsed() >= period);
             if touch {

@@ -40,7 +40,7 @@ pub fn document() -> Value {
                 "responses": { "200": ok_standing, "400": err("missing or bad userId"), "404": err("unknown user"),
                                "429": err("rate limited"), "503": err("queue store unreachable") } } },
             "/api/queue/stream": { "get": {
-                "summary": "Server-sent events: `position` on every change, then `promoted` (with ticketId), `active` or `unknown`, then the stream ends",
+                "summary": "Server-sent events: `position` on every change (with `totalWaiting`, how many wait in all), then `promoted` (with ticketId), `active` or `unknown`, then the stream ends",
                 "parameters": who,
                 "responses": { "200": { "description": "text/event-stream; each event's data is a Standing" },
                                "404": err("unknown user"), "429": err("rate limited"), "503": err("queue store unreachable") } } },

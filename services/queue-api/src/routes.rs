@@ -171,19 +171,26 @@ pub async fn leave(
     Ok(Json(json!({ "userId": user, "queue": queue, "left": true })))
 }
 
-fn event_for(s: &Standing, queue: &str) -> Event {
+/// A stream's event; `position` events also carry how many wait in all (seed 001's
+/// total), when known, as `totalWaiting`.
+fn event_for(s: &Standing, queue: &str, total_waiting: Option<u64>) -> Event {
     let name = match s.status {
         Status::Waiting => "position",
         Status::Promoted => "promoted",
         Status::Active => "active",
         Status::Unknown => "unknown",
     };
-    Event::default().event(name).data(standing_json(s, queue).to_string())
+    let mut v = standing_json(s, queue);
+    if let (Status::Waiting, Some(total)) = (s.status, total_waiting) {
+        // Never fewer than the rank shown beside it (the total is read apart).
+        v["totalWaiting"] = json!(total.max(s.rank));
+    }
+    Event::default().event(name).data(v.to_string())
 }
 
 /// `GET /api/queue/stream?userId=&queue=`: server-sent events. `position` whenever
-/// rank or estimated wait change, then `promoted` with the ticket (or `active` /
-/// `unknown`), after which the stream ends.
+/// rank or estimated wait change (with `totalWaiting`, how many wait in all), then
+/// `promoted` with the ticket (or `active` / `unknown`), after which the stream ends.
 pub async fn stream(
     State(state): St,
     ConnectInfo(peer): ConnectInfo<SocketAddr>,
@@ -204,7 +211,7 @@ pub async fn stream(
                 if let Some(s) = pending.take() {
                     if last.as_ref() != Some(&s) {
                         let terminal = s.status != Status::Waiting;
-                        let ev = event_for(&s, &queue);
+                        let ev = event_for(&s, &queue, sub.total_waiting());
                         last = Some(s);
                         return Some((Ok(ev), (None, sub, shutdown, queue, last, terminal)));
                     }
