@@ -778,6 +778,16 @@ local function begin(cmd, keys, arity_ok, checks, parts)
   return q
 end
 
+-- `begin` for the commands that read or change the line: then repairs data numbered
+-- by older releases (Q:ensure_layout), as the module's commands do first.
+local function begin_line(cmd, keys, arity_ok, checks, parts)
+  local q, e = begin(cmd, keys, arity_ok, checks, parts)
+  if q and not q:ensure_layout() then
+    return nil, fail(E_WRONGTYPE)
+  end
+  return q, e
+end
+
 -- One {ok, error} check per userId.
 local function user_checks(users)
   local checks = {}
@@ -790,12 +800,9 @@ end
 local function queue_enter(keys, args)
   local user, nickname = args[1] or "", args[2] or ""
   local checks = { { valid_name(user, true), E_USER }, { valid_nickname(nickname), E_NICK } }
-  local q, e = begin("queue.enter", keys, #args == 2, checks, { "waiting", "stats_key" })
+  local q, e = begin_line("queue.enter", keys, #args == 2, checks, { "waiting", "stats_key" })
   if not q then
     return e
-  end
-  if not q:ensure_layout() then
-    return fail(E_WRONGTYPE)
   end
   local now = q:now()
 
@@ -842,12 +849,9 @@ end
 
 local function queue_status(keys, args)
   local user = args[1] or ""
-  local q, e = begin("queue.status", keys, #args == 1, user_checks({ user }), { "waiting" })
+  local q, e = begin_line("queue.status", keys, #args == 1, user_checks({ user }), { "waiting" })
   if not q then
     return e
-  end
-  if not q:ensure_layout() then
-    return fail(E_WRONGTYPE)
   end
   local now = q:now()
   local st = q:observe(user, now)
@@ -855,12 +859,9 @@ local function queue_status(keys, args)
 end
 
 local function queue_ranks(keys, args)
-  local q, e = begin("queue.ranks", keys, #args >= 1, user_checks(args), { "waiting" })
+  local q, e = begin_line("queue.ranks", keys, #args >= 1, user_checks(args), { "waiting" })
   if not q then
     return e
-  end
-  if not q:ensure_layout() then
-    return fail(E_WRONGTYPE)
   end
   local now = q:now()
   local out = {}
@@ -880,12 +881,9 @@ local function queue_line(keys, args)
     { count ~= nil, E_NOT_INTEGER },
     { count ~= nil and count >= 1 and count <= MAX_LINE_PAGE, out_of_range("count", 1, MAX_LINE_PAGE) },
   }
-  local q, e = begin("queue.line", keys, #args == 2, checks, { "waiting" })
+  local q, e = begin_line("queue.line", keys, #args == 2, checks, { "waiting" })
   if not q then
     return e
-  end
-  if not q:ensure_layout() then
-    return fail(E_WRONGTYPE)
   end
   local users, last = {}, 0
   local r = redis.call("ZRANGE", q.waiting, fmt(math.max(cursor, q:p_max()) + 1), "+inf", "BYSCORE", "LIMIT", 0, count,
@@ -906,12 +904,9 @@ end
 
 local function queue_leave(keys, args)
   local user = args[1] or ""
-  local q, e = begin("queue.leave", keys, #args == 1, user_checks({ user }), { "waiting", "stats_key" })
+  local q, e = begin_line("queue.leave", keys, #args == 1, user_checks({ user }), { "waiting", "stats_key" })
   if not q then
     return e
-  end
-  if not q:ensure_layout() then
-    return fail(E_WRONGTYPE)
   end
   local seq = tonumber(redis.call("ZSCORE", q.waiting, user) or nil)
   if seq ~= nil then
@@ -974,12 +969,9 @@ local function queue_promote(keys, args)
       { max ~= nil and max >= 0 and max <= MAX_PROMOTE, out_of_range("MAX", 0, MAX_PROMOTE) },
     }
   end
-  local q, e = begin("queue.promote", keys, #args == 0 or #args == 2, checks, ALL_PARTS)
+  local q, e = begin_line("queue.promote", keys, #args == 0 or #args == 2, checks, ALL_PARTS)
   if not q then
     return e
-  end
-  if not q:ensure_layout() then
-    return fail(E_WRONGTYPE)
   end
   local soft_cap, abandon_after = q:setting(SOFT_CAP), q:setting(ABANDON_AFTER)
   local now = q:now()
@@ -1024,12 +1016,9 @@ end
 
 local function ticket_claim(keys, args)
   local ticket = args[1] or ""
-  local q, e = begin("ticket.claim", keys, #args == 1, { { valid_name(ticket, true), E_TICKET } }, ALL_PARTS)
+  local q, e = begin_line("ticket.claim", keys, #args == 1, { { valid_name(ticket, true), E_TICKET } }, ALL_PARTS)
   if not q then
     return e
-  end
-  if not q:ensure_layout() then
-    return fail(E_WRONGTYPE)
   end
   local now = q:now()
 

@@ -43,17 +43,18 @@ thread_local! {
 #[derive(Clone, Copy)]
 pub struct KeyNames(pub [Str; 5]);
 
+/// A server string no callback owns (created with a NULL context): it lives until
+/// freed with a NULL context, or for the life of the module.
+fn unowned_str(b: &[u8]) -> Str {
+    // SAFETY: a NULL context is allowed; the server copies the bytes.
+    Str(unsafe { raw::RedisModule_CreateString.unwrap()(std::ptr::null_mut(), b.as_ptr().cast::<c_char>(), b.len()) })
+}
+
 impl KeyNames {
+    /// Freed by `free` when the cache starts over.
     pub fn new(prefix: &[u8]) -> KeyNames {
         use queue_core::keys;
-        let make = |suffix: &str| {
-            let mut name = prefix.to_vec();
-            name.extend_from_slice(suffix.as_bytes());
-            // SAFETY: a NULL context: freed by `free` when the cache starts over.
-            Str(unsafe {
-                raw::RedisModule_CreateString.unwrap()(std::ptr::null_mut(), name.as_ptr().cast::<c_char>(), name.len())
-            })
-        };
+        let make = |suffix: &str| unowned_str(&[prefix, suffix.as_bytes()].concat());
         KeyNames([keys::WAITING, keys::SESSIONS, keys::ACTIVE, keys::STATS, keys::CONFIG].map(make))
     }
 
@@ -135,10 +136,8 @@ impl Server {
             if let Some(&(_, v)) = cache.borrow().iter().find(|(k, _)| *k == key) {
                 return v;
             }
-            // SAFETY: a NULL context makes a string no callback owns; it is never freed.
-            let v = Str(unsafe {
-                raw::RedisModule_CreateString.unwrap()(std::ptr::null_mut(), s.as_ptr().cast::<c_char>(), s.len())
-            });
+            // Never freed.
+            let v = unowned_str(s.as_bytes());
             cache.borrow_mut().push((key, v));
             v
         })
