@@ -10,10 +10,14 @@
 //! | `SERVERSTATUS_REQUEST` | client → server | `{}` |
 //! | `SERVERSTATUS_RESPONSE` | server → client | `{clientCount}` (everyone in the room, every instance) |
 //!
-//! Additions, which older clients can ignore: `PRESENCE_SNAPSHOT {users: [{userId,
-//! nickname}]}` right after connecting, then `PRESENCE_JOINED {userId, nickname}` and
-//! `PRESENCE_LEFT {userId, nickname}`; `ERROR {message}` for a frame the server could
-//! not take (malformed, unknown type, too fast), after which the connection stays open.
+//! Additions, sent only to a client that asks with `&presence=1` on the URL (the chat
+//! page does): `PRESENCE_SNAPSHOT {users: [{userId, nickname}]}` right after
+//! connecting, then `PRESENCE_JOINED {userId, nickname}` and `PRESENCE_LEFT {userId,
+//! nickname}`; `ERROR {message}` for a frame the server could not take (malformed,
+//! unknown type, too fast), after which the connection stays open. A client written
+//! to seed 000 alone gets only seed 000's frames: the same notices arrive as
+//! `SYSTEM_MESSAGE_RECEIVE`, and `SERVERSTATUS_REQUEST` is always answered with
+//! `SERVERSTATUS_RESPONSE` (the last count known when Valkey cannot be asked).
 
 use serde::Serialize;
 use serde_json::Value;
@@ -111,6 +115,12 @@ pub fn presence_joined(user_id: &str, nickname: &str) -> String {
 /// `PRESENCE_LEFT`.
 pub fn presence_left(user_id: &str, nickname: &str) -> String {
     frame(PRESENCE_LEFT, Who { user_id, nickname })
+}
+
+/// Whether a room frame is one of the presence additions (the frames are made
+/// here, so the type is always the first member).
+pub fn is_presence(frame: &str) -> bool {
+    frame.as_bytes().starts_with(br#"{"type":"PRESENCE_"#)
 }
 
 /// `ERROR`.

@@ -1,4 +1,4 @@
-//! `GET /gameserver?ticketId=&queue=`: the ticket is claimed before the upgrade, so
+//! `GET /gameserver?ticketId=&queue=&presence=1`: the ticket is claimed before the upgrade, so
 //! a refusal is an ordinary HTTP response the client can see (seed 000: 401 for a
 //! missing, unknown, expired or used ticket, 409 for a user already connected, 503
 //! when the room is full or Valkey is unreachable).
@@ -32,6 +32,8 @@ pub struct Params {
     #[serde(rename = "ticketId")]
     ticket_id: Option<String>,
     queue: Option<String>,
+    /// `presence=1` (or `true`): also send the presence frames and ERROR notices.
+    presence: Option<String>,
 }
 
 pub async fn gameserver(
@@ -81,6 +83,7 @@ async fn accept(state: &Arc<AppState>, params: Params, mut req: Request) -> Resu
     if state.shutting_down() {
         return Err(HandshakeError::ShuttingDown);
     }
+    let extended = matches!(params.presence.as_deref(), Some("1" | "true"));
     let ticket = params.ticket_id.filter(|t| !t.is_empty()).ok_or(HandshakeError::MissingTicket)?;
     queue_core::keys::check_ticket(ticket.as_bytes()).map_err(|_| HandshakeError::UnknownTicket)?;
     let client = state.store.client().await.ok_or(HandshakeError::Unavailable)?;
@@ -94,7 +97,7 @@ async fn accept(state: &Arc<AppState>, params: Params, mut req: Request) -> Resu
         match on_upgrade.await {
             Ok(upgraded) => {
                 let ws = WebSocketStream::from_raw_socket(TokioIo::new(upgraded), Role::Server, Some(config)).await;
-                session::run(ws, state, queue, claim, lease).await;
+                session::run(ws, state, queue, claim, lease, extended).await;
             }
             Err(e) => {
                 tracing::debug!(error = %e, "upgrade failed after the claim; ending the session");

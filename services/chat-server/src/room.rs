@@ -29,6 +29,8 @@ struct Member {
 pub struct Room {
     feed: broadcast::Sender<Utf8Bytes>,
     members: Mutex<HashMap<u64, Member>>,
+    /// The last room-wide count read from Valkey, plus one (0: none yet).
+    last_count: AtomicU64,
 }
 
 /// Every room this instance has served.
@@ -64,7 +66,11 @@ impl Rooms {
         rooms
             .entry(queue.to_string())
             .or_insert_with(|| {
-                Arc::new(Room { feed: broadcast::channel(FEED_CAPACITY).0, members: Mutex::new(HashMap::new()) })
+                Arc::new(Room {
+                    feed: broadcast::channel(FEED_CAPACITY).0,
+                    members: Mutex::new(HashMap::new()),
+                    last_count: AtomicU64::new(0),
+                })
             })
             .clone()
     }
@@ -84,6 +90,23 @@ impl Rooms {
     pub fn deliver(&self, queue: &str, frame: Utf8Bytes) -> usize {
         let room = self.rooms.lock().unwrap().get(queue).cloned();
         room.map_or(0, |r| r.feed.send(frame).unwrap_or(0))
+    }
+
+    /// The count a `SERVERSTATUS_RESPONSE` gives: `fresh` (read from Valkey just
+    /// now) when there is one, else the last one read, else this instance's own
+    /// sessions in the room.
+    pub fn client_count(&self, queue: &str, fresh: Option<u64>) -> u64 {
+        let room = self.room(queue);
+        match fresh {
+            Some(n) => {
+                room.last_count.store(n.saturating_add(1), Ordering::Relaxed);
+                n
+            }
+            None => match room.last_count.load(Ordering::Relaxed) {
+                0 => room.members.lock().unwrap().len() as u64,
+                n => n - 1,
+            },
+        }
     }
 
     /// Sessions open on this instance, every room together.
@@ -142,5 +165,17 @@ mod tests {
         let mut queues = rooms.queues();
         queues.sort();
         assert_eq!(queues, vec!["q1".to_string(), "q2".to_string()]);
+    }
+
+    #[test]
+    fn the_status_count_falls_back_to_the_last_known_then_the_local_one() {
+        let rooms = Arc::new(Rooms::default());
+        let _a = rooms.join("q", "u-1");
+        let _b = rooms.join("q", "u-2");
+        assert_eq!(rooms.client_count("q", None), 2);
+        assert_eq!(rooms.client_count("q", Some(0)), 0);
+        assert_eq!(rooms.client_count("q", None), 0);
+        assert_eq!(rooms.client_count("q", Some(42)), 42);
+        assert_eq!(rooms.client_count("q", None), 42);
     }
 }

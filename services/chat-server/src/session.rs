@@ -77,6 +77,8 @@ impl Exit {
 struct Conn<S> {
     ws: WebSocketStream<S>,
     state: Arc<AppState>,
+    /// The client asked for the additions to seed 000 (`presence=1`).
+    extended: bool,
 }
 
 impl<S: AsyncRead + AsyncWrite + Unpin> Conn<S> {
@@ -106,22 +108,35 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Conn<S> {
     /// reading.
     async fn send(&mut self, first: Utf8Bytes, feed: Option<&mut broadcast::Receiver<Utf8Bytes>>) -> Result<(), ()> {
         let metrics = self.state.metrics.clone();
+        let extended = self.extended;
         let work = async {
-            self.queue(first).await?;
-            let mut sent = 1;
+            let mut sent = 0;
+            if extended || !frames::is_presence(&first) {
+                self.queue(first).await?;
+                sent += 1;
+            }
             if let Some(feed) = feed {
-                while sent < BATCH {
+                let mut looked = 1;
+                while looked < BATCH {
                     let next = match feed.try_recv() {
+                        Ok(frame) if !extended && frames::is_presence(&frame) => {
+                            looked += 1;
+                            continue;
+                        }
                         Ok(frame) => frame,
                         Err(TryRecvError::Lagged(n)) => {
                             metrics.lagged.increment(n);
-                            Utf8Bytes::from(lagged(n))
+                            Utf8Bytes::from(lagged(extended, n))
                         }
                         Err(_) => break,
                     };
                     self.queue(next).await?;
                     sent += 1;
+                    looked += 1;
                 }
+            }
+            if sent == 0 {
+                return Ok(0);
             }
             self.ws.flush().await?;
             Ok::<u64, WsError>(sent)
@@ -140,9 +155,19 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Conn<S> {
     }
 }
 
-/// The ERROR frame telling a slow client what it missed.
-fn lagged(n: u64) -> String {
-    frames::error(&format!("{n} room messages were skipped: this connection is too slow"))
+/// A notice for this client alone: `ERROR` for a client that asked for the
+/// additions, seed 000's `SYSTEM_MESSAGE_RECEIVE` for the others.
+fn notice(extended: bool, message: &str) -> String {
+    if extended {
+        frames::error(message)
+    } else {
+        frames::system(frames::now_ms(), message)
+    }
+}
+
+/// The notice telling a slow client what it missed.
+fn lagged(extended: bool, n: u64) -> String {
+    notice(extended, &format!("{n} room messages were skipped: this connection is too slow"))
 }
 
 /// The tungstenite settings of a session: small buffers, and a protocol limit well
@@ -157,8 +182,14 @@ pub fn ws_config(config: &Config) -> WebSocketConfig {
         .max_frame_size(Some(limit))
 }
 
-pub async fn run<S>(ws: WebSocketStream<S>, state: Arc<AppState>, queue: String, claim: Claim, lease: LeaseGuard)
-where
+pub async fn run<S>(
+    ws: WebSocketStream<S>,
+    state: Arc<AppState>,
+    queue: String,
+    claim: Claim,
+    lease: LeaseGuard,
+    extended: bool,
+) where
     S: AsyncRead + AsyncWrite + Unpin,
 {
     // The Valkey calls of the rare steps (announce, greet, answer, end) are boxed:
@@ -170,8 +201,9 @@ where
     let mut member = state.rooms.join(&queue, &claim.user_id);
     tracing::info!(queue, user = claim.user_id, nickname = claim.nickname, "joined");
     Box::pin(announce(&state, &queue, &claim, true)).await;
-    let mut conn = Conn { ws, state: state.clone() };
-    let exit = match Box::pin(greet(&mut conn, &queue)).await {
+    let mut conn = Conn { ws, state: state.clone(), extended };
+    let greeted = if extended { Box::pin(greet(&mut conn, &queue)).await } else { Ok(()) };
+    let exit = match greeted {
         Ok(()) => serve(&mut conn, &mut member, &queue, &claim).await,
         Err(()) => Exit::Gone,
     };
@@ -213,7 +245,7 @@ async fn announce(state: &AppState, queue: &str, claim: &Claim, joined: bool) {
     }
 }
 
-/// The first frame: who is in the room.
+/// The first frame for a client that asked for presence: who is in the room.
 async fn greet<S: AsyncRead + AsyncWrite + Unpin>(conn: &mut Conn<S>, queue: &str) -> Result<(), ()> {
     let people = match conn.state.store.client().await {
         Some(client) => presence::snapshot(&client, queue, frames::now_ms()).await.map_err(|e| e.to_string()),
@@ -254,7 +286,7 @@ async fn serve<S: AsyncRead + AsyncWrite + Unpin>(
                     Ok(frame) => conn.send(frame, Some(&mut member.feed)).await,
                     Err(RecvError::Lagged(n)) => {
                         metrics.lagged.increment(n);
-                        conn.send_str(lagged(n)).await
+                        conn.send_str(lagged(conn.extended, n)).await
                     }
                     Err(RecvError::Closed) => return Exit::Shutdown,
                 };
@@ -294,7 +326,7 @@ async fn serve<S: AsyncRead + AsyncWrite + Unpin>(
                             "too many messages: at most {} per second (bursts of {}); this one was dropped",
                             config.messages_per_second, config.message_burst
                         );
-                        if conn.send_str(frames::error(&why)).await.is_err() {
+                        if conn.send_str(notice(conn.extended, &why)).await.is_err() {
                             return Exit::Stalled;
                         }
                         continue;
@@ -304,11 +336,12 @@ async fn serve<S: AsyncRead + AsyncWrite + Unpin>(
                         return Exit::Flood;
                     }
                 }
+                let extended = conn.extended;
                 let reply = match text {
-                    Some(text) => Box::pin(answer(&state, queue, claim, &text)).await,
+                    Some(text) => Box::pin(answer(&state, queue, claim, &text, extended)).await,
                     None => {
                         metrics.malformed.increment(1);
-                        Some(frames::error("binary frames are not supported: send JSON text frames"))
+                        Some(notice(extended, "binary frames are not supported: send JSON text frames"))
                     }
                 };
                 if let Some(reply) = reply {
@@ -323,7 +356,7 @@ async fn serve<S: AsyncRead + AsyncWrite + Unpin>(
 
 /// Acts on one client frame; the reply for this client alone, if any (broadcasts
 /// come back through the room's feed like everyone else's).
-async fn answer(state: &AppState, queue: &str, claim: &Claim, text: &str) -> Option<String> {
+async fn answer(state: &AppState, queue: &str, claim: &Claim, text: &str, extended: bool) -> Option<String> {
     match frames::parse(text) {
         Ok(Request::Send(message)) => {
             let frame = frames::chat(frames::now_ms(), &claim.nickname, &message);
@@ -331,7 +364,7 @@ async fn answer(state: &AppState, queue: &str, claim: &Claim, text: &str) -> Opt
                 Ok(()) => None,
                 Err(e) => {
                     tracing::warn!(queue, error = %e, "message not delivered");
-                    Some(frames::error("the message could not be delivered: the room is unavailable; try again"))
+                    Some(notice(extended, "the message could not be delivered: the room is unavailable; try again"))
                 }
             }
         }
@@ -340,14 +373,12 @@ async fn answer(state: &AppState, queue: &str, claim: &Claim, text: &str) -> Opt
                 Some(client) => client.info(queue).await.ok(),
                 None => None,
             };
-            Some(match info {
-                Some(info) => frames::server_status(info.active),
-                None => frames::error("the server status is unavailable right now; try again"),
-            })
+            // Without Valkey, the last count known (or who is connected here).
+            Some(frames::server_status(state.rooms.client_count(queue, info.map(|i| i.active))))
         }
         Err(why) => {
             state.metrics.malformed.increment(1);
-            Some(frames::error(&why))
+            Some(notice(extended, &why))
         }
     }
 }

@@ -387,6 +387,58 @@ async fn graceful_shutdown_ends_every_lease_and_withdraws_health() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_seed_client_sees_only_seed_frames() {
+    const SEED: [&str; 3] = ["MESSAGE_RECEIVE", "SYSTEM_MESSAGE_RECEIVE", "SERVERSTATUS_RESPONSE"];
+    const SYSTEM: &str = "SYSTEM_MESSAGE_RECEIVE";
+    let mut s = ValkeyServer::builder(Backend::Module).arg("--appendonly").arg("yes").start();
+    let qc = queue_client(&s).await;
+    let chat = Chat::start(chat_server::Config::local(&s.url())).await;
+    let url = seed_url(&chat.ws, &ticket(&qc, "default", "u-a", "alice").await, None);
+    let mut a = Client { ws: try_connect(&url).await.ok().expect("alice is let in") };
+    // Everything alice hears is a seed frame, in the order things happened.
+    let first = a.next().await;
+    assert_eq!((first["type"].as_str(), first["payload"]["message"].as_str()), (Some(SYSTEM), Some("alice joined")));
+    let (mut b, _) = Client::join(&chat.url(&ticket(&qc, "default", "u-b", "bob").await, None)).await;
+    let joined = a.next().await;
+    assert_eq!(joined["payload"]["message"], "bob joined", "{joined}");
+    a.send_raw("not json".into()).await;
+    let notice = a.next().await;
+    assert_eq!(notice["type"], SYSTEM, "a refused frame is told as a system message: {notice}");
+    assert!(notice["payload"]["message"].as_str().unwrap().contains("JSON"), "{notice}");
+    a.send_raw(r#"{"type":"SERVERSTATUS_REQUEST","payload":{}}"#.into()).await;
+    assert_eq!(a.next().await, json!({"type": "SERVERSTATUS_RESPONSE", "payload": {"clientCount": 2}}));
+    // bob asked for presence and gets it; alice does not see it.
+    b.say("hi").await;
+    b.wait_for("MESSAGE_RECEIVE", |p| p["message"] == "hi").await;
+    let said = a.next().await;
+    assert_eq!((said["type"].as_str(), said["payload"]["message"].as_str()), (Some("MESSAGE_RECEIVE"), Some("hi")));
+    // With Valkey gone the status is still answered: the last count known.
+    s.kill();
+    a.send_raw(r#"{"type":"SERVERSTATUS_REQUEST"}"#.into()).await;
+    let mut heard = Vec::new();
+    let status = loop {
+        let f = a.next().await;
+        assert!(SEED.contains(&f["type"].as_str().unwrap_or("")), "not a seed frame: {f}");
+        if f["type"] == "SERVERSTATUS_RESPONSE" {
+            break f;
+        }
+        heard.push(f);
+    };
+    assert_eq!(status["payload"]["clientCount"], 2, "after {heard:?}");
+    s.restart();
+    wait_ready(&chat.base).await;
+    b.say("back").await;
+    loop {
+        let f = a.next().await;
+        assert!(SEED.contains(&f["type"].as_str().unwrap_or("")), "not a seed frame after the restart: {f}");
+        if f["payload"]["message"] == "back" {
+            break;
+        }
+    }
+    chat.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sessions_survive_a_valkey_restart() {
     // With an AOF the queue (and alice's lease) survives the restart.
     let mut s = ValkeyServer::builder(Backend::Module).arg("--appendonly").arg("yes").start();
@@ -421,7 +473,7 @@ async fn page_metrics_and_health() {
     let page = reqwest::get(format!("{}/?ticketId=abc", chat.base)).await.unwrap();
     assert_eq!(page.status(), 200);
     let html = page.text().await.unwrap();
-    assert!(html.contains("/gameserver?ticketId=") && html.contains("PRESENCE_SNAPSHOT"));
+    assert!(html.contains("/gameserver?presence=1&ticketId=") && html.contains("PRESENCE_SNAPSHOT"));
     let h: Value = reqwest::get(format!("{}/healthz", chat.base)).await.unwrap().json().await.unwrap();
     assert_eq!((h["status"].as_str(), h["valkey"].as_str(), h["room"].as_str()), (Some("ok"), Some("up"), Some("up")));
     let m = chat.metrics().await;

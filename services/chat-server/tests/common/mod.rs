@@ -82,7 +82,13 @@ impl Chat {
     }
 }
 
+/// The URL of a client that asks for the presence frames (as the chat page does).
 pub fn game_url(ws_base: &str, ticket: &str, queue: Option<&str>) -> String {
+    format!("{}&presence=1", seed_url(ws_base, ticket, queue))
+}
+
+/// The URL of a client written to seed 000 alone.
+pub fn seed_url(ws_base: &str, ticket: &str, queue: Option<&str>) -> String {
     match queue {
         Some(q) => format!("{ws_base}/gameserver?ticketId={ticket}&queue={q}"),
         None => format!("{ws_base}/gameserver?ticketId={ticket}"),
