@@ -394,7 +394,7 @@ async fn a_seed_client_sees_only_seed_frames() {
     let qc = queue_client(&s).await;
     let chat = Chat::start(chat_server::Config::local(&s.url())).await;
     let url = seed_url(&chat.ws, &ticket(&qc, "default", "u-a", "alice").await, None);
-    let mut a = Client { ws: try_connect(&url).await.ok().expect("alice is let in") };
+    let mut a = Client { ws: try_connect(&url).await.expect("alice is let in") };
     // Everything alice hears is a seed frame, in the order things happened.
     let first = a.next().await;
     assert_eq!((first["type"].as_str(), first["payload"]["message"].as_str()), (Some(SYSTEM), Some("alice joined")));
