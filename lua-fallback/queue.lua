@@ -15,7 +15,7 @@ replace the entropy placeholder below with random bytes, which ticket secrets ar
 derived from.
 ]]
 
-local VERSION = "3"
+local VERSION = "4"
 local ENTROPY = "__QUEUE_ENTROPY__"
 -- Tests load the library with this set to true: a queue's commands then read the
 -- time from the string key queue:{Q}:clock when it exists (as the module's
@@ -31,6 +31,7 @@ local SECRET_LEN = 16
 local MAX_PROMOTE = 100000
 local SWEEP_BUDGET = 256
 local RATE_WINDOW_MS = 10000
+local MIN_RATE_SPAN_MS = 2000
 local MAX_REFILL_MS = 1000000000
 local MAX_LINE_PAGE, MAX_CURSOR = 100000, 9007199254740991
 local ALPHABET = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_"
@@ -296,12 +297,20 @@ end
 local function record_window(w, now, admitted)
   local n = { at = w.at, count = w.count, per_minute = w.per_minute }
   if n.at == 0 then
+    if admitted <= 0 then
+      return n
+    end
     n.at = now
   end
   n.count = n.count + admitted
   local span = now - n.at
   if span >= RATE_WINDOW_MS then
-    n.per_minute = math.floor(n.count * 60000 / span)
+    local this = math.floor(n.count * 60000 / span)
+    if this > 0 and n.per_minute > 0 then
+      n.per_minute = math.floor((this + n.per_minute) / 2)
+    else
+      n.per_minute = this
+    end
     n.at = now
     n.count = 0
   end
@@ -324,12 +333,33 @@ local function free_slots(soft_cap, active, joining)
   return math.max(soft_cap - active - joining, 0)
 end
 
-local function estimated_wait_seconds(rank, measured_per_minute, rate_per_second)
-  local per_minute = measured_per_minute > 0 and measured_per_minute or rate_per_second * 60
+-- The admissions per minute a wait estimate uses (admission::admissions_per_minute).
+local function admissions_per_minute(w, now, rate_per_second)
+  local limit = math.max(rate_per_second, 0) * 60
+  if w.at == 0 then
+    return limit
+  end
+  local measured = w.per_minute
+  local span = now - w.at
+  if span >= RATE_WINDOW_MS or (w.per_minute == 0 and span >= MIN_RATE_SPAN_MS) then
+    measured = math.floor(w.count * 60000 / span)
+  end
+  if limit > 0 then
+    return math.min(measured, limit)
+  end
+  return measured
+end
+
+function Q:admissions_per_minute(now)
+  return admissions_per_minute(self:rate_window(), now, self:setting(RATE))
+end
+
+-- Rounded, at least 1; nil when nobody is being let in (admission::estimated_wait_seconds).
+local function estimated_wait_seconds(rank, per_minute)
   if per_minute <= 0 or rank <= 0 then
     return nil
   end
-  return math.floor((rank * 60 + per_minute - 1) / per_minute)
+  return math.max(math.floor((rank * 120 + per_minute) / (2 * per_minute)), 1)
 end
 
 local function seen_refresh_ms(abandon_after)
@@ -718,8 +748,7 @@ function Q:eta(st)
   if st.status ~= "WAITING" then
     return nil
   end
-  local measured = self:stat("rate_per_min")
-  return estimated_wait_seconds(st.rank, measured, measured > 0 and 0 or self:setting(RATE))
+  return estimated_wait_seconds(st.rank, self:admissions_per_minute(self:now()))
 end
 
 local function or_false(v)
@@ -836,8 +865,6 @@ local function queue_enter(keys, args)
       if bucket then
         q:save_bucket({ milli = bucket.milli - 1000, at = bucket.at })
       end
-      local w = q:rate_window()
-      q:save_rate_window(w, record_window(w, now, 1))
       q:add_stat("promoted", 1)
       return standing_reply(user, { status = "PROMOTED", ticket = ticket, nickname = nickname }, nil)
     end
@@ -899,7 +926,7 @@ local function queue_line(keys, args)
   if #users < count then
     last = 0
   end
-  return { first_rank, last, q:stat("rate_per_min"), q:setting(RATE), users }
+  return { first_rank, last, q:admissions_per_minute(q:now()), q:setting(RATE), users }
 end
 
 local function queue_leave(keys, args)
@@ -1105,7 +1132,7 @@ local function queue_info(keys, args)
     active = active,
     available_slots = free_slots(soft_cap, active, joining),
     tokens = tokens,
-    admission_rate_per_min = q:stat("rate_per_min"),
+    admission_rate_per_min = q:admissions_per_minute(now),
   }
   for i, f in ipairs(FIELDS) do
     m[f.name] = q:setting(i)

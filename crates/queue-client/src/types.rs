@@ -89,9 +89,10 @@ pub struct LinePage {
     pub first_rank: u64,
     /// Where the next page starts; 0 when the line ended.
     pub cursor: u64,
-    /// Measured admissions per minute (0 until measured).
+    /// The admissions per minute estimates use now (0: unknown): measured from the
+    /// line, the `rate` setting while nothing is measured, never above that setting.
     pub measured_per_min: i64,
-    /// The `rate` setting, used for the estimate while nothing is measured.
+    /// The `rate` setting.
     pub rate: i64,
     /// The waiting users listed, in line order.
     pub users: Vec<String>,
@@ -113,8 +114,7 @@ impl LinePage {
 
     /// The estimated wait of the user at `rank`, as QUEUE.STATUS computes it.
     pub fn estimated_wait_seconds(&self, rank: u64) -> Option<u64> {
-        let (measured, rate) = (self.measured_per_min, self.rate);
-        queue_core::admission::estimated_wait_seconds(rank as i64, measured, if measured > 0 { 0 } else { rate })
+        queue_core::admission::estimated_wait_seconds(rank as i64, self.measured_per_min)
             .map(|s| s.max(0) as u64)
     }
 }

@@ -62,8 +62,10 @@ pub fn promote_count(free: i64, tokens: Option<i64>, max: Option<i64>, batch_max
 /// Window over which the admission rate is measured.
 pub const RATE_WINDOW_MS: i64 = 10_000;
 
-/// Measured admissions: a window start, the count in it, and the last full
-/// window's rate in users per minute.
+/// Measured admissions: a window start, the count in it, and the rate in users per
+/// minute of the full windows so far: each new one weighs half, the older ones the
+/// other half (smoother than one window, still following a change within a few
+/// windows); a window that admitted nobody sets it to 0 at once.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub struct RateWindow {
     pub at_ms: i64,
@@ -73,15 +75,20 @@ pub struct RateWindow {
 
 impl RateWindow {
     /// Records `admitted` users at `now`; closes the window once it is long enough.
+    /// Measuring starts with the first admission.
     pub fn record(self, now: i64, admitted: i64) -> Self {
         let mut w = self;
         if w.at_ms == 0 {
+            if admitted <= 0 {
+                return w;
+            }
             w.at_ms = now;
         }
         w.count += admitted;
         let span = now - w.at_ms;
         if span >= RATE_WINDOW_MS {
-            w.per_minute = w.count * 60_000 / span;
+            let this = w.count * 60_000 / span;
+            w.per_minute = if this > 0 && w.per_minute > 0 { (this + w.per_minute) / 2 } else { this };
             w.at_ms = now;
             w.count = 0;
         }
@@ -89,14 +96,56 @@ impl RateWindow {
     }
 }
 
-/// Estimated wait in whole seconds for the user at `rank` (1 = next): from the
-/// measured rate, else the configured rate; unknown (None) when neither is known.
-pub fn estimated_wait_seconds(rank: i64, measured_per_minute: i64, rate_per_second: i64) -> Option<i64> {
-    let per_minute = if measured_per_minute > 0 { measured_per_minute } else { rate_per_second * 60 };
+/// The shortest stretch of an open window read as a rate (before a first full one).
+pub const MIN_RATE_SPAN_MS: i64 = 2_000;
+
+/// The admissions per minute a wait estimate uses at `now`. Only admissions from the
+/// line are measured (someone let in at once says nothing about how fast the line
+/// moves). The last full window's count, except that a window running past its length
+/// without closing (nobody admitted since) reads as what it has counted so far, so a
+/// stall shows at once; before a full window with admissions, the open window once it
+/// spans [`MIN_RATE_SPAN_MS`]; with nothing measured yet, the `rate` setting (0:
+/// unknown). Never above the `rate` setting when one is set: the bucket caps admissions.
+pub fn admissions_per_minute(w: RateWindow, now: i64, rate_per_second: i64) -> i64 {
+    let limit = rate_per_second.max(0) * 60;
+    let span = now - w.at_ms;
+    let measured = if w.at_ms == 0 {
+        return limit;
+    } else if span >= RATE_WINDOW_MS || (w.per_minute == 0 && span >= MIN_RATE_SPAN_MS) {
+        w.count * 60_000 / span
+    } else {
+        w.per_minute
+    };
+    if limit > 0 {
+        measured.min(limit)
+    } else {
+        measured
+    }
+}
+
+/// Estimated wait in whole seconds (rounded, at least 1) for the user at `rank`
+/// (1 = next) at `per_minute` admissions (see [`admissions_per_minute`]); unknown
+/// (None) when nobody is being let in.
+pub fn estimated_wait_seconds(rank: i64, per_minute: i64) -> Option<i64> {
     if per_minute <= 0 || rank <= 0 {
         return None;
     }
-    Some((rank * 60 + per_minute - 1) / per_minute)
+    Some(((rank * 120 + per_minute) / (2 * per_minute)).max(1))
+}
+
+/// How sure an estimate is: admissions come one by one at uneven moments, so the
+/// time for `rank` of them spreads around the estimate by about 1/sqrt(rank). The
+/// range covers roughly four people in five (1.28 standard deviations of the time
+/// for `rank` admissions at a steady rate): wide near the head, narrow far back.
+/// Whole seconds, `low <= estimate <= high`, `low >= 1` unless the estimate is 0.
+pub fn wait_range(estimate: i64, rank: i64) -> (i64, i64) {
+    if estimate <= 0 || rank <= 0 {
+        return (estimate.max(0), estimate.max(0));
+    }
+    let spread = 1.28 / (rank as f64).sqrt();
+    let low = (estimate as f64 * (1.0 - spread)).floor().max(1.0) as i64;
+    let high = (estimate as f64 * (1.0 + spread)).ceil() as i64;
+    (low.min(estimate), high.max(estimate))
 }
 
 /// A waiting user's last-seen time is rewritten only when it is this old, so that
@@ -154,22 +203,64 @@ mod tests {
 
     #[test]
     fn rate_window_measures_per_minute() {
+        assert_eq!(RateWindow::default().record(1_000, 0), RateWindow::default(), "starts with an admission");
         let w = RateWindow::default().record(1_000, 5);
         assert_eq!(w, RateWindow { at_ms: 1_000, count: 5, per_minute: 0 });
         let w = w.record(6_000, 5).record(11_000, 10);
         assert_eq!(w.per_minute, 20 * 60_000 / 10_000);
         assert_eq!(w.count, 0);
         assert_eq!(w.at_ms, 11_000);
+        // The next window counts half.
+        let w = w.record(21_000, 40);
+        assert_eq!(w.per_minute, (240 + 120) / 2);
+        // An empty one stops the line at once.
+        assert_eq!(w.record(31_000, 0).per_minute, 0);
     }
 
     #[test]
     fn wait_estimates() {
-        assert_eq!(estimated_wait_seconds(1, 120, 0), Some(1));
-        assert_eq!(estimated_wait_seconds(120, 120, 0), Some(60));
-        assert_eq!(estimated_wait_seconds(121, 120, 0), Some(61));
-        assert_eq!(estimated_wait_seconds(10, 0, 2), Some(5));
-        assert_eq!(estimated_wait_seconds(10, 0, 0), None);
-        assert_eq!(estimated_wait_seconds(0, 60, 0), None);
+        assert_eq!(estimated_wait_seconds(1, 120), Some(1));
+        assert_eq!(estimated_wait_seconds(120, 120), Some(60));
+        assert_eq!(estimated_wait_seconds(121, 120), Some(61));
+        assert_eq!(estimated_wait_seconds(3, 120), Some(2), "1.5 s rounds up");
+        assert_eq!(estimated_wait_seconds(10, 120), Some(5));
+        assert_eq!(estimated_wait_seconds(10, 0), None);
+        assert_eq!(estimated_wait_seconds(0, 60), None);
+        assert_eq!(estimated_wait_seconds(1, 6000), Some(1), "never 0 while waiting");
+    }
+
+    #[test]
+    fn the_rate_an_estimate_uses() {
+        let none = RateWindow::default();
+        // Nothing measured: the setting, or unknown.
+        assert_eq!(admissions_per_minute(none, 5_000, 2), 120);
+        assert_eq!(admissions_per_minute(none, 5_000, 0), 0);
+        // A full window measured 600/min; its successor has counted 30 in 4 s so far.
+        let w = RateWindow { at_ms: 10_000, count: 30, per_minute: 600 };
+        assert_eq!(admissions_per_minute(w, 14_000, 0), 600);
+        // The setting caps what was measured (the bucket lets no more through).
+        assert_eq!(admissions_per_minute(w, 14_000, 5), 300);
+        // Nobody let in for 20 s: the open window reads 30 in 20 s, then less and less.
+        assert_eq!(admissions_per_minute(w, 30_000, 0), 90);
+        assert_eq!(admissions_per_minute(w, 70_000, 0), 30);
+        // A window that closed empty (PROMOTE found no room for 10 s): nobody moves.
+        let stalled = RateWindow { at_ms: 10_000, count: 0, per_minute: 0 };
+        assert_eq!(admissions_per_minute(stalled, 12_000, 2), 0);
+        assert_eq!(estimated_wait_seconds(5, admissions_per_minute(stalled, 12_000, 2)), None);
+        // The first window: unknown for its first 2 s, then read as it goes.
+        let first = RateWindow { at_ms: 10_000, count: 6, per_minute: 0 };
+        assert_eq!(admissions_per_minute(first, 11_999, 0), 0);
+        assert_eq!(admissions_per_minute(first, 13_000, 0), 120);
+    }
+
+    #[test]
+    fn ranges_narrow_with_the_rank() {
+        assert_eq!(wait_range(10, 1), (1, 23));
+        assert_eq!(wait_range(100, 100), (87, 113));
+        assert_eq!(wait_range(1000, 10_000), (987, 1013));
+        assert_eq!(wait_range(0, 5), (0, 0));
+        let (low, high) = wait_range(7, 3);
+        assert!(low >= 1 && low <= 7 && high >= 7);
     }
 
     #[test]

@@ -326,12 +326,23 @@ fn save_bucket<S: Store>(s: &mut S, b: Bucket) {
     s.set_stat(stat::TOKENS_AT, b.at_ms);
 }
 
-fn record_admissions<S: Store>(s: &mut S, now: i64, admitted: i64) {
-    let old = RateWindow {
+fn rate_window<S: Store>(s: &S) -> RateWindow {
+    RateWindow {
         at_ms: stat(s, stat::RATE_AT),
         count: stat(s, stat::RATE_COUNT),
         per_minute: stat(s, stat::RATE_PER_MIN),
-    };
+    }
+}
+
+/// The admissions per minute wait estimates use now.
+fn admissions_per_minute<S: Store>(s: &S, now: i64) -> i64 {
+    admission::admissions_per_minute(rate_window(s), now, s.setting(crate::config::RATE))
+}
+
+/// Counts admissions from the line (PROMOTE and slots filled as they free; not
+/// someone let in at once on entry) in the measured window.
+fn record_admissions<S: Store>(s: &mut S, now: i64, admitted: i64) {
+    let old = rate_window(s);
     let new = old.record(now, admitted);
     if new.at_ms != old.at_ms {
         s.set_stat(stat::RATE_AT, new.at_ms);
@@ -654,14 +665,7 @@ pub fn standing<S: Store>(s: &S, user: &S::User, now: i64) -> Standing {
 /// The estimated wait of a waiting user, in whole seconds.
 pub fn eta<S: Store>(s: &S, standing: &Standing) -> Option<i64> {
     match standing {
-        Standing::Waiting { rank, .. } => {
-            let measured = stat(s, stat::RATE_PER_MIN);
-            admission::estimated_wait_seconds(
-                *rank,
-                measured,
-                if measured > 0 { 0 } else { s.setting(crate::config::RATE) },
-            )
-        }
+        Standing::Waiting { rank, .. } => admission::estimated_wait_seconds(*rank, admissions_per_minute(s, s.now())),
         _ => None,
     }
 }
@@ -717,7 +721,6 @@ pub fn enter<S: Store>(s: &mut S, user: &S::User, nickname: &[u8]) -> Result<Sta
             if let Some(b) = bucket {
                 save_bucket(s, b.take(1));
             }
-            record_admissions(s, now, 1);
             add_stat(s, stat::PROMOTED, 1);
             s.count(Event::Promoted, 1);
             return Ok(Standing::Promoted { ticket, nickname: nickname.to_vec() });
@@ -763,8 +766,9 @@ pub struct Line<U> {
     pub first_rank: i64,
     /// The number of the last user listed, to continue after; 0 at the end of the line.
     pub cursor: i64,
-    /// What the estimated wait is computed from: the measured admissions per minute,
-    /// and the `rate` setting used while nothing is measured yet.
+    /// What the estimated wait is computed from: the admissions per minute as
+    /// `admission::admissions_per_minute` reads them now (0: unknown), and the `rate`
+    /// setting (already taken into account there).
     pub measured_per_min: i64,
     pub rate: i64,
     pub users: Vec<U>,
@@ -785,7 +789,7 @@ pub fn line<S: Store>(s: &S, cursor: i64, count: i64) -> Line<S::User> {
     Line {
         first_rank,
         cursor: if users.len() as i64 == count { last } else { 0 },
-        measured_per_min: stat(s, stat::RATE_PER_MIN),
+        measured_per_min: admissions_per_minute(s, s.now()),
         rate: s.setting(crate::config::RATE),
         users,
     }
@@ -972,7 +976,7 @@ pub fn info<S: Store>(s: &S) -> Result<Info, QueueError> {
         active,
         available_slots: admission::free_slots(cfg.soft_cap(), active, joining),
         tokens: if cfg.rate() > 0 { bucket(s, now).whole() } else { -1 },
-        admission_rate_per_min: stat(s, stat::RATE_PER_MIN),
+        admission_rate_per_min: admissions_per_minute(s, now),
         config: cfg,
         // Each counter is the stats field of the same name.
         counters: crate::replies::COUNTERS.map(|c| stat(s, c)),

@@ -5,7 +5,7 @@
 //! `cargo xtask gen-lua` rewrites the block between [`BEGIN`] and [`END`]; the test
 //! below fails when the checked-in library differs from what would be generated.
 
-use crate::admission::{MAX_PROMOTE, MAX_REFILL_MS, RATE_WINDOW_MS, SWEEP_BUDGET};
+use crate::admission::{MAX_PROMOTE, MAX_REFILL_MS, MIN_RATE_SPAN_MS, RATE_WINDOW_MS, SWEEP_BUDGET};
 use crate::config::FIELDS;
 use crate::error::{QueueError, MAX_NAME_LEN, MAX_NICKNAME_LEN};
 use crate::keys;
@@ -47,6 +47,7 @@ pub fn constants_block() -> String {
     line(format!("local MAX_PROMOTE = {MAX_PROMOTE}"));
     line(format!("local SWEEP_BUDGET = {SWEEP_BUDGET}"));
     line(format!("local RATE_WINDOW_MS = {RATE_WINDOW_MS}"));
+    line(format!("local MIN_RATE_SPAN_MS = {MIN_RATE_SPAN_MS}"));
     line(format!("local MAX_REFILL_MS = {MAX_REFILL_MS}"));
     line(format!("local MAX_LINE_PAGE, MAX_CURSOR = {}, {}", crate::engine::MAX_LINE_PAGE, crate::engine::MAX_CURSOR));
     line(format!("local ALPHABET = {}", lua_str(std::str::from_utf8(ALPHABET).unwrap())));

@@ -65,7 +65,9 @@ pub fn document() -> Value {
                     "userId": { "type": "string" },
                     "nickname": { "type": ["string", "null"] },
                     "ticketId": { "type": ["string", "null"], "description": "null until promoted" },
-                    "estimatedWaitSeconds": { "type": ["integer", "null"] },
+                    "estimatedWaitSeconds": { "type": ["integer", "null"], "description": "from the admissions measured from the line (capped by the rate setting); null while nobody is being let in" },
+                    "estimatedWaitRange": { "type": "object", "description": "while waiting with an estimate: where about four in five waits end",
+                        "properties": { "low": { "type": "integer" }, "high": { "type": "integer" } } },
                     "queue": { "type": "string" } } },
                 "Error": { "type": "object", "properties": { "error": { "type": "string" }, "message": { "type": "string" } } }
             }

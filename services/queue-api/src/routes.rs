@@ -55,6 +55,11 @@ fn strip(e: queue_core::QueueError) -> String {
 fn standing_json(s: &Standing, queue: &str) -> Value {
     let mut v = serde_json::to_value(s).expect("serializable");
     v["queue"] = json!(queue);
+    // How sure the estimate is (wide near the head of the line, narrow far back).
+    if let (Status::Waiting, Some(eta)) = (s.status, s.estimated_wait_seconds) {
+        let (low, high) = queue_core::admission::wait_range(eta as i64, s.rank as i64);
+        v["estimatedWaitRange"] = json!({ "low": low, "high": high });
+    }
     v
 }
 

@@ -16,6 +16,11 @@
 //!   (`active + joining` against `soft_cap`).
 //! - **Double claims.** Some users open two handshakes with one ticket at once, and
 //!   everyone tries the used ticket again after leaving: every extra admission counts.
+//!
+//! It also grades the estimated wait: for every user who waited and was promoted,
+//! |predicted - actual| / actual of the estimate given at entry and of the first one
+//! given at rank 10 or better (waits under a second count as one second, the
+//! estimate's own unit); estimates that were missing (null) are counted apart.
 
 use crate::api::{Api, ApiError, Via};
 use crate::chat::{self, Handshake, Incoming};
@@ -86,6 +91,12 @@ pub struct Report {
     pub claim_refused: u64,
     pub wait_seconds: Percentiles,
     pub slot_to_promotion_seconds: Percentiles,
+    /// |predicted - actual| / actual of the estimate given at entry.
+    pub eta_error_at_entry: Percentiles,
+    /// The same for the first estimate given at rank 10 or better.
+    pub eta_error_at_rank10: Percentiles,
+    /// Estimates graded as missing: null while the user waited.
+    pub eta_missing: u64,
     pub duration_seconds: f64,
     pub first_errors: Vec<String>,
 }
@@ -167,6 +178,11 @@ impl std::fmt::Display for Report {
         )?;
         writeln!(f, "  wait (s)              {}", self.wait_seconds)?;
         writeln!(f, "  free slot -> promoted (s) {}", self.slot_to_promotion_seconds)?;
+        writeln!(f, "  ETA error at entry    {}", self.eta_error_at_entry)?;
+        writeln!(f, "  ETA error at rank 10  {}", self.eta_error_at_rank10)?;
+        if self.eta_missing > 0 {
+            writeln!(f, "  ETA missing           {} (no estimate while waiting)", self.eta_missing)?;
+        }
         for e in &self.first_errors {
             writeln!(f, "  error: {e}")?;
         }
@@ -204,6 +220,9 @@ struct Person {
     steadfast: bool,
     user_id: String,
     forwarded_for: Option<String>,
+    /// The estimate given at entry and the first at rank 10 or better (when, what).
+    eta_at_entry: Option<(Instant, Option<u64>)>,
+    eta_at_rank10: Option<(Instant, Option<u64>)>,
 }
 
 #[derive(Default)]
@@ -215,7 +234,15 @@ struct Ledger {
     frees: VecDeque<Instant>,
     waits: Vec<f64>,
     slot_to_promotion: Vec<f64>,
+    eta_entry_errors: Vec<f64>,
+    eta_rank10_errors: Vec<f64>,
     report: Report,
+}
+
+/// |predicted - actual| / actual, waits under a second counting as one second.
+fn eta_error(predicted: u64, actual: f64) -> f64 {
+    let actual = actual.max(1.0);
+    (predicted as f64 - actual).abs() / actual
 }
 
 impl Ledger {
@@ -248,6 +275,14 @@ impl Ledger {
         let me = &self.people[who];
         let entered = me.entry_recv.unwrap_or(now);
         let sent = me.entry_sent;
+        for (given, errors) in [(me.eta_at_entry, &mut self.eta_entry_errors), (me.eta_at_rank10, &mut self.eta_rank10_errors)]
+        {
+            match given {
+                Some((at, Some(eta))) => errors.push(eta_error(eta, now.duration_since(at).as_secs_f64())),
+                Some((_, None)) => self.report.eta_missing += 1,
+                None => {}
+            }
+        }
         self.waits.push(now.duration_since(entered).as_secs_f64());
         if let Some(freed) = self.frees.pop_front() {
             self.slot_to_promotion.push(now.duration_since(freed).as_secs_f64());
@@ -373,6 +408,8 @@ pub async fn run(cfg: SwarmConfig, progress: impl Fn(Progress) + Send + Sync + '
                     steadfast: plan.abandon_after.is_none(),
                     user_id: String::new(),
                     forwarded_for: forwarded_for.clone(),
+                    eta_at_entry: None,
+                    eta_at_rank10: None,
                 });
                 if plan.polling {
                     l.report.polling_users += 1;
@@ -407,6 +444,8 @@ pub async fn run(cfg: SwarmConfig, progress: impl Fn(Progress) + Send + Sync + '
     report.soft_cap = cfg.soft_cap;
     report.wait_seconds = Percentiles::of(std::mem::take(&mut l.waits));
     report.slot_to_promotion_seconds = Percentiles::of(std::mem::take(&mut l.slot_to_promotion));
+    report.eta_error_at_entry = Percentiles::of(std::mem::take(&mut l.eta_entry_errors));
+    report.eta_error_at_rank10 = Percentiles::of(std::mem::take(&mut l.eta_rank10_errors));
     report.duration_seconds = started_at.elapsed().as_secs_f64();
     report
 }
@@ -478,6 +517,12 @@ async fn walk(shared: &Arc<Shared>, who: usize, plan: &Plan, forwarded_for: Opti
         p.entry_recv = Some(now);
         p.user_id = entered.user_id.clone();
         p.phase = Phase::Waiting;
+        if entered.status == Status::Waiting {
+            p.eta_at_entry = Some((now, entered.estimated_wait_seconds));
+            if entered.rank <= 10 {
+                p.eta_at_rank10 = p.eta_at_entry;
+            }
+        }
         l.report.entered += 1;
     });
 
@@ -517,6 +562,13 @@ async fn wait(
 ) -> Result<Option<Standing>, String> {
     let mut last_rank = entered.rank;
     let on_update = |s: &Standing, _via: Via| {
+        if s.status == Status::Waiting && s.rank <= 10 {
+            let at = Instant::now();
+            shared.with(|l| {
+                let p = &mut l.people[who];
+                p.eta_at_rank10.get_or_insert((at, s.estimated_wait_seconds));
+            });
+        }
         if s.rank > last_rank {
             let (was, now) = (last_rank, s.rank);
             shared.with(|l| {
@@ -683,7 +735,26 @@ mod tests {
             steadfast,
             user_id: user.into(),
             forwarded_for: None,
+            eta_at_entry: None,
+            eta_at_rank10: None,
         });
+    }
+
+    #[test]
+    fn estimates_are_graded_against_the_wait_that_followed() {
+        let mut l = Ledger::default();
+        let t0 = Instant::now();
+        person(&mut l, "a", t0, t0, true);
+        person(&mut l, "b", t0, t0, true);
+        l.people[0].eta_at_entry = Some((t0, Some(10)));
+        l.people[0].eta_at_rank10 = Some((t0 + Duration::from_secs(4), Some(2)));
+        l.people[1].eta_at_entry = Some((t0, None));
+        l.promoted(0, None, t0 + Duration::from_secs(8));
+        l.promoted(1, None, t0 + Duration::from_millis(500));
+        assert_eq!(l.eta_entry_errors, vec![0.25]);
+        assert_eq!(l.eta_rank10_errors, vec![0.5]);
+        assert_eq!(l.report.eta_missing, 1);
+        assert_eq!(eta_error(1, 0.2), 0.0, "a wait under a second counts as one");
     }
 
     #[test]

@@ -1,0 +1,58 @@
+#!/usr/bin/env bash
+# eta.sh -- how honest the estimated wait is: ROUNDS swarms, each on a fresh local
+# stack (scripts/run-local.sh), with a crowd arriving faster than places free, so a
+# line builds and drains. The swarm grades every estimate against the wait that
+# followed: |predicted - actual| / actual at entry and at rank 10 (waits under a
+# second count as one second). Prints each round's p50/p90 and the median of the
+# rounds' p50s with their spread; exits 1 if an audit failed.
+#
+#   bash bench/eta.sh      # ROUNDS=3 USERS=2000 RATE=40 SOFT_CAP=200 STAY=10
+#   BACKEND=--lua bash bench/eta.sh
+#
+# The crowd is the swarm's default mix (10% abandon, half of them by leaving, 10%
+# poll): people who give up ahead of someone make that person's wait shorter than
+# predicted, as in a real launch.
+set -euo pipefail
+root="$(cd "$(dirname "$0")/.." && pwd)"
+ROUNDS=${ROUNDS:-3}; USERS=${USERS:-2000}; RATE=${RATE:-40}; SOFT_CAP=${SOFT_CAP:-200}; STAY=${STAY:-10}
+BACKEND=${BACKEND:-}
+port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'; }
+out=$(mktemp -d)
+trap 'rm -rf "$out"' EXIT
+status=0
+for round in $(seq "$ROUNDS"); do
+  export VALKEY_PORT=$(port) API_PORT=$(port) CHAT_PORT=$(port) MANAGER_PORT=$(port)
+  # shellcheck disable=SC2086
+  bash "$root/scripts/run-local.sh" --soft-cap "$SOFT_CAP" $BACKEND >"$out/stack.log" 2>&1 & stack=$!
+  for _ in $(seq 600); do
+    curl -sf "http://127.0.0.1:$API_PORT/healthz" 2>/dev/null | grep -q '"up"' && break
+    kill -0 $stack 2>/dev/null || { cat "$out/stack.log"; exit 2; }
+    sleep 0.5
+  done
+  set +e
+  "$root/target/release/queue-cli" swarm --api "http://127.0.0.1:$API_PORT" --chat "http://127.0.0.1:$CHAT_PORT" \
+    --users "$USERS" --rate "$RATE" --stay-secs "$STAY" --admin-token "${ADMIN_TOKEN:-local-admin}" \
+    --seed "$round" --timeout-secs 900 --quiet --json >"$out/round$round.json"
+  rc=$?
+  set -e
+  kill $stack 2>/dev/null; wait $stack 2>/dev/null || true
+  [ $rc -eq 1 ] && status=1
+  python3 - "$out/round$round.json" "$round" <<'PY'
+import json, sys
+r = json.load(open(sys.argv[1]))
+e, t = r["eta_error_at_entry"], r["eta_error_at_rank10"]
+print(f"round {sys.argv[2]}: entry p50 {e['p50']:.3f} p90 {e['p90']:.3f} (n={e['count']}); "
+      f"rank 10 p50 {t['p50']:.3f} p90 {t['p90']:.3f} (n={t['count']}); missing {r['eta_missing']}; "
+      f"wait p50 {r['wait_seconds']['p50']:.1f} s max {r['wait_seconds']['max']:.1f} s; "
+      f"audits fifo {r['fifo_inversions']} cap {r['over_capacity']}+{r['server_over_capacity']} claims {r['double_claims']}")
+PY
+done
+python3 - "$out" "$ROUNDS" <<'PY'
+import json, statistics, sys
+rounds = [json.load(open(f"{sys.argv[1]}/round{i}.json")) for i in range(1, int(sys.argv[2]) + 1)]
+for key, name in [("eta_error_at_entry", "at entry"), ("eta_error_at_rank10", "at rank 10")]:
+    p50s = [r[key]["p50"] for r in rounds]
+    print(f"ETA error {name}: median of round p50s {statistics.median(p50s):.3f} "
+          f"(spread {min(p50s):.3f}-{max(p50s):.3f}; goal <= 0.25)")
+PY
+exit $status
