@@ -49,9 +49,10 @@ local FIELDS = {
   { name = "batch_max", default = 1000, min = 1, max = 100000 },
   { name = "ticket_ttl", default = 60000, min = 100, max = 86400000 },
   { name = "session_lease", default = 30000, min = 100, max = 86400000 },
-  { name = "abandon_after", default = 60000, min = 0, max = 86400000 },
+  { name = "abandon_after", default = 180000, min = 0, max = 86400000 },
+  { name = "pow_difficulty", default = 0, min = 0, max = 32 },
 }
-local SOFT_CAP, HARD_CAP, RATE, BURST, BATCH_MAX, TICKET_TTL, SESSION_LEASE, ABANDON_AFTER = 1, 2, 3, 4, 5, 6, 7, 8
+local SOFT_CAP, HARD_CAP, RATE, BURST, BATCH_MAX, TICKET_TTL, SESSION_LEASE, ABANDON_AFTER, POW_DIFFICULTY = 1, 2, 3, 4, 5, 6, 7, 8, 9
 local COUNTERS = { "promoted", "claimed", "expired", "dropped", "left", "ended", "lapsed" }
 
 -- Error texts (queue-core's QueueError); E_ARITY, E_RANGE and E_FIELD are formats.

@@ -1,18 +1,34 @@
-// A person in a real browser: opens the waiting-room page, enters a nickname, sees a
-// position, reloads the page and keeps it, is taken to the chat page when admitted,
-// and says something there. Meanwhile a friend in another browser joins behind and
-// clicks "Leave the line".
+// A person in a real browser: opens the waiting-room page, enters a nickname (solving
+// the queue's proof of work in a Web Worker when it asks one), sees a position,
+// reloads the page and keeps it, is taken to the chat page when admitted, and says
+// something there. Meanwhile a friend in another browser joins behind and clicks
+// "Leave the line". Between the two, the person's tab goes to the background until
+// told to come back: the document says it is hidden and every timer the page sets
+// waits at least a minute, as Chrome throttles a background tab's timers (headless
+// Chromium keeps every page visible, so the page is told so by a script the test
+// adds; its push stream is the real one).
 //   node waiting-room.mjs <queue-api URL> <chat-server URL> <nickname>
-// Prints WAITING <rank>, RELOADED <rank>, FRIEND <rank>, LEFT, ADMITTED, CHATTED as it
-// goes; after CHATTED it waits for a line on stdin before closing the browser. Exits 1
-// on any failure (90 s at most).
+// Prints WAITING <rank>, PROOF <ms> (when one was asked), RELOADED <rank>, FRIEND
+// <rank>, LEFT, then waits for "hide" on stdin, prints HIDDEN, waits for "show",
+// prints SHOWN <rank>, then ADMITTED, CHATTED; after CHATTED it waits for a line on stdin
+// before closing the browser. Exits 1 on any failure (150 s at most).
 import { chromium } from "playwright-core";
 import { createInterface } from "node:readline";
 
 const [api, chat, nickname] = process.argv.slice(2);
 const STEP = 30_000;
 const fail = (e) => { console.error("FAILED:", e?.message ?? e); process.exit(1); };
-setTimeout(() => fail("took longer than 90 s"), 90_000).unref();
+setTimeout(() => fail("took longer than 150 s"), 150_000).unref();
+
+// Lines from stdin, in order, whenever they come.
+const input = createInterface({ input: process.stdin });
+const queued = [], waiting = [];
+input.on("line", (l) => (waiting.length ? waiting.shift()(l) : queued.push(l)));
+const nextLine = () => (queued.length ? Promise.resolve(queued.shift()) : new Promise((r) => waiting.push(r)));
+async function expectLine(want) {
+  const got = await nextLine();
+  if (got !== want) throw new Error(`expected "${want}" on stdin, got "${got}"`);
+}
 
 const browser = await chromium.launch({
   executablePath: process.env.CHROMIUM || "/usr/bin/chromium",
@@ -23,6 +39,16 @@ const browser = await chromium.launch({
 }).catch(fail);
 try {
   const page = await (await browser.newContext()).newPage();
+  await page.addInitScript(() => {
+    let hidden = false;
+    const [timeout, interval] = [window.setTimeout, window.setInterval];
+    const held = (ms) => (hidden ? Math.max(ms || 0, 60_000) : ms);
+    window.setTimeout = (f, ms, ...a) => timeout(f, held(ms), ...a);
+    window.setInterval = (f, ms, ...a) => interval(f, held(ms), ...a);
+    Object.defineProperty(document, "visibilityState", { get: () => (hidden ? "hidden" : "visible") });
+    Object.defineProperty(document, "hidden", { get: () => hidden });
+    window.toBackground = (on) => { hidden = on; document.dispatchEvent(new Event("visibilitychange")); };
+  });
   page.on("pageerror", (e) => console.error("page error:", e.message));
   await page.goto(api + "/", { timeout: STEP });
   await page.fill("#nickname", nickname);
@@ -31,6 +57,8 @@ try {
     p.waitForFunction(() => /^\d+$/.test(document.getElementById("rank")?.textContent ?? ""), null, { timeout: STEP });
   await ranked(page);
   console.log("WAITING " + (await page.textContent("#rank")));
+  const proofMs = await page.evaluate(() => window.lastProofMs);
+  if (proofMs !== null) console.log("PROOF " + proofMs);
   await page.reload({ timeout: STEP });
   await ranked(page);
   console.log("RELOADED " + (await page.textContent("#rank")));
@@ -45,13 +73,24 @@ try {
   await friend.click("#leave", { timeout: STEP });
   await friend.waitForSelector("#state >> text=You left the line.", { timeout: STEP });
   if (!(await friend.isVisible("#enter"))) throw new Error("the form to join again is not shown");
+  console.log("LEFT");
+
+  // The tab in the background, then back in front.
+  await expectLine("hide");
+  await page.evaluate(() => window.toBackground(true));
+  console.log("HIDDEN");
+  await expectLine("show");
+  if ((await page.evaluate(() => document.visibilityState)) !== "hidden") throw new Error("the tab was not hidden");
+  await page.evaluate(() => window.toBackground(false));
+  await ranked(page);
+  console.log("SHOWN " + (await page.textContent("#rank")));
+
   // Admission is a navigation to the chat page with the ticket; the URL is taken from
   // the request, since the chat page removes the ticket from the address bar.
   const admitted = page.waitForRequest(
     (r) => r.isNavigationRequest() && new URL(r.url()).origin === new URL(chat).origin,
     { timeout: STEP },
   );
-  console.log("LEFT");
 
   const url = new URL((await admitted).url());
   if (!url.searchParams.get("ticketId")) throw new Error("no ticket in " + url);
@@ -65,8 +104,9 @@ try {
   await page.waitForSelector("#log >> text=hello from a real browser", { timeout: STEP });
   console.log("CHATTED");
 
-  await new Promise((done) => createInterface({ input: process.stdin }).once("line", done));
+  await nextLine();
   await browser.close();
+  input.close();
   console.log("CLOSED");
 } catch (e) {
   await browser.close().catch(() => {});

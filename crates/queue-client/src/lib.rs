@@ -26,6 +26,7 @@
 
 pub mod announce;
 mod backend;
+mod challenge;
 mod conn;
 mod error;
 pub mod events;

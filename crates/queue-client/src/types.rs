@@ -114,8 +114,7 @@ impl LinePage {
 
     /// The estimated wait of the user at `rank`, as QUEUE.STATUS computes it.
     pub fn estimated_wait_seconds(&self, rank: u64) -> Option<u64> {
-        queue_core::admission::estimated_wait_seconds(rank as i64, self.measured_per_min)
-            .map(|s| s.max(0) as u64)
+        queue_core::admission::estimated_wait_seconds(rank as i64, self.measured_per_min).map(|s| s.max(0) as u64)
     }
 }
 
@@ -330,7 +329,7 @@ mod tests {
         let json = serde_json::to_string(&config).unwrap();
         assert_eq!(
             json,
-            r#"{"soft_cap":7,"hard_cap":0,"rate":0,"burst":0,"batch_max":1000,"ticket_ttl":60000,"session_lease":30000,"abandon_after":60000}"#
+            r#"{"soft_cap":7,"hard_cap":0,"rate":0,"burst":0,"batch_max":1000,"ticket_ttl":60000,"session_lease":30000,"abandon_after":180000,"pow_difficulty":0}"#
         );
         let back: QueueConfig = serde_json::from_str(&json).unwrap();
         assert_eq!(back, config);

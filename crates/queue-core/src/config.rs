@@ -25,9 +25,10 @@ pub const BATCH_MAX: usize = 4;
 pub const TICKET_TTL: usize = 5;
 pub const SESSION_LEASE: usize = 6;
 pub const ABANDON_AFTER: usize = 7;
+pub const POW_DIFFICULTY: usize = 8;
 
 /// The schema, in the order `QUEUE.CONFIG Q GET *` and `QUEUE.INFO` list it.
-pub const FIELDS: [Field; 8] = [
+pub const FIELDS: [Field; 9] = [
     Field {
         name: "soft_cap",
         default: 1000,
@@ -61,10 +62,19 @@ pub const FIELDS: [Field; 8] = [
     },
     Field {
         name: "abandon_after",
-        default: 60_000,
+        // Three minutes: a page in a background tab, whose timers the browser may
+        // throttle to one a minute, misses two keep-alives and still keeps its place.
+        default: 180_000,
         min: 0,
         max: DAY_MS,
         help: "ms a waiting user may go unheard before being dropped (0: never)",
+    },
+    Field {
+        name: "pow_difficulty",
+        default: 0,
+        min: 0,
+        max: crate::pow::MAX_DIFFICULTY,
+        help: "leading zero bits of the proof of work queue-api asks at entry (0: none; 16 recommended)",
     },
 ];
 
@@ -134,6 +144,9 @@ impl Config {
     }
     pub fn abandon_after(&self) -> i64 {
         self.values[ABANDON_AFTER]
+    }
+    pub fn pow_difficulty(&self) -> i64 {
+        self.values[POW_DIFFICULTY]
     }
 }
 

@@ -88,6 +88,10 @@ pub const CHUNK_PREFIX: &str = "w:";
 /// string: a queue's test clock in ms, read only by servers loaded for tests.
 pub const CLOCK: &str = "clock";
 
+/// string: `queue:{Q}:pow:<id>`, a solved proof-of-work challenge's id, set (NX, with
+/// the challenge's expiry) when it is used, so that it works once.
+pub const POW_USED_PREFIX: &str = "pow:";
+
 /// hash: server instance id -> its latest health reading (JSON with its own expiry),
 /// written by chat-server, read by queue-manager.
 pub const HEALTH: &str = "health";

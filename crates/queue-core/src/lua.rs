@@ -140,7 +140,7 @@ mod tests {
         assert!(b.contains(r#"local E_ARITY = "ERR wrong number of arguments for '%s' command""#), "{b}");
         assert!(b.contains(r#"local E_RANGE = "ERR %s must be an integer from %d to %d""#), "{b}");
         assert!(b.contains(r#"local E_FIELD = "ERR unknown config field '%s'""#), "{b}");
-        assert!(b.contains("local SOFT_CAP, HARD_CAP, RATE, BURST, BATCH_MAX, TICKET_TTL, SESSION_LEASE, ABANDON_AFTER = 1, 2, 3, 4, 5, 6, 7, 8"));
+        assert!(b.contains("local SOFT_CAP, HARD_CAP, RATE, BURST, BATCH_MAX, TICKET_TTL, SESSION_LEASE, ABANDON_AFTER, POW_DIFFICULTY = 1, 2, 3, 4, 5, 6, 7, 8, 9"), "{b}");
     }
 
     #[test]

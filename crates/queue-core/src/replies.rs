@@ -12,16 +12,26 @@ pub const PROMOTE: [&str; 8] =
 
 pub const CLAIM: [&str; 4] = ["nickname", "ticketId", "userId", "leaseMs"];
 
-pub const CONFIG: [&str; 8] =
-    ["batch_max", "soft_cap", "burst", "session_lease", "ticket_ttl", "hard_cap", "rate", "abandon_after"];
+pub const CONFIG: [&str; 9] = [
+    "batch_max",
+    "ticket_ttl",
+    "hard_cap",
+    "rate",
+    "abandon_after",
+    "pow_difficulty",
+    "soft_cap",
+    "burst",
+    "session_lease",
+];
 
-pub const INFO: [&str; 21] = [
+pub const INFO: [&str; 22] = [
     "batch_max",
     "ticket_ttl",
     "active",
     "left",
     "tokens",
     "lapsed",
+    "ended",
     "dropped",
     "burst",
     "waiting",
@@ -31,9 +41,9 @@ pub const INFO: [&str; 21] = [
     "abandon_after",
     "promoted",
     "available_slots",
-    "claimed",
+    "pow_difficulty",
     "joining",
-    "ended",
+    "claimed",
     "session_lease",
     "admission_rate_per_min",
     "hard_cap",

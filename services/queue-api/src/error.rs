@@ -25,6 +25,10 @@ pub enum ApiError {
     TooManyRequests(u64),
     /// 503: Valkey is unreachable (recovers by itself).
     Unavailable,
+    /// 428: the queue asks a proof of work (why none was taken, a fresh challenge).
+    ProofRequired(&'static str, serde_json::Value),
+    /// 409: this solved challenge was used already.
+    ProofUsed,
 }
 
 impl ApiError {
@@ -52,6 +56,14 @@ impl ApiError {
             ApiError::Unavailable => {
                 (StatusCode::SERVICE_UNAVAILABLE, "unavailable", "the queue store is unreachable; retry shortly".into())
             }
+            ApiError::ProofRequired(why, _) => (
+                StatusCode::PRECONDITION_REQUIRED,
+                "proof_required",
+                format!("this queue asks a proof of work ({why}): solve the challenge given and send it as pow"),
+            ),
+            ApiError::ProofUsed => {
+                (StatusCode::CONFLICT, "proof_used", "this proof of work was used already; ask a new challenge".into())
+            }
         }
     }
 }
@@ -59,7 +71,11 @@ impl ApiError {
 impl IntoResponse for ApiError {
     fn into_response(self) -> Response {
         let (status, code, message) = self.parts();
-        let mut resp = (status, Json(json!({ "error": code, "message": message }))).into_response();
+        let mut body = json!({ "error": code, "message": message });
+        if let ApiError::ProofRequired(_, challenge) = &self {
+            body["challenge"] = challenge.clone();
+        }
+        let mut resp = (status, Json(body)).into_response();
         match self {
             ApiError::TooManyRequests(s) => {
                 resp.headers_mut().insert(header::RETRY_AFTER, HeaderValue::from(s));

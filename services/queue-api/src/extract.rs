@@ -58,6 +58,9 @@ pub struct EntryRequest {
     /// The userId this person was given before (a re-entry moves them to the back).
     #[serde(default, rename = "userId")]
     pub user_id: Field<String>,
+    /// A solved proof-of-work challenge, when the queue asks one.
+    #[serde(default)]
+    pub pow: Field<crate::pow::Proof>,
 }
 
 /// `PUT /api/admin/queues/{queue}`'s body: settings by name, in name order.

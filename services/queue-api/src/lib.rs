@@ -13,6 +13,7 @@ pub mod hub;
 pub mod limit;
 pub mod metrics;
 mod openapi;
+pub mod pow;
 mod routes;
 pub mod store;
 
@@ -50,6 +51,10 @@ pub struct Config {
     #[arg(long, env = "PUSH_TICK", default_value = "1s",
           value_parser = service_kit::duration(Duration::from_millis(100)..=Duration::from_secs(60)))]
     pub push_tick: Duration,
+    /// Secret proof-of-work challenges are signed with; every instance behind one
+    /// load balancer needs the same (default: random bytes at start).
+    #[arg(long, env = "POW_SECRET", hide_env_values = true)]
+    pub pow_secret: Option<String>,
     /// Serve /bench/noop, a no-op handler benchmarks compare against.
     #[arg(long, env = "BENCH_ROUTES", default_value_t = false, hide = true)]
     pub bench_routes: bool,
@@ -80,6 +85,7 @@ impl Config {
             rate_burst: 40.0,
             trust_proxy: false,
             push_tick: Duration::from_secs(1),
+            pow_secret: None,
             bench_routes: false,
         }
     }
@@ -92,6 +98,8 @@ pub struct AppState {
     pub hub: Arc<hub::Hub>,
     pub limiter: limit::RateLimiter,
     pub metrics: Arc<metrics::Metrics>,
+    /// Proof-of-work challenges and what each queue asks.
+    pub pow: pow::Gate,
     /// Queues this instance has registered in the discovery set.
     pub registered: std::sync::Mutex<std::collections::HashSet<String>>,
     /// Flips to true on shutdown, ending push streams.
@@ -107,6 +115,7 @@ pub fn app(state: Arc<AppState>) -> Router {
         .route("/api/queue/entry", post(routes::entry).delete(routes::leave))
         .route("/api/queue/status", get(routes::status))
         .route("/api/queue/stream", get(routes::stream))
+        .route("/api/queue/challenge", get(routes::challenge))
         .route("/api/admin/queues/{queue}", get(routes::admin_get).put(routes::admin_put))
         .route("/api/openapi.json", get(routes::openapi))
         .route("/metrics", get(routes::metrics))
@@ -140,6 +149,7 @@ pub async fn serve(
     });
     let state = Arc::new(AppState {
         limiter: limit::RateLimiter::new(config.rate_limit, config.rate_burst),
+        pow: pow::Gate::new(config.pow_secret.as_deref()),
         config,
         store,
         hub,

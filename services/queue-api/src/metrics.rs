@@ -13,6 +13,7 @@ pub struct Metrics {
     pub ranks_calls: Counter,
     pub line_calls: Counter,
     pub sse_streams: Gauge,
+    pub pow_challenges: Counter,
 }
 
 impl Default for Metrics {
@@ -29,6 +30,7 @@ impl Default for Metrics {
             ranks_calls: r.counter("queue_api_ranks_calls_total", "QUEUE.RANKS calls made for push streams."),
             line_calls: r.counter("queue_api_line_calls_total", "QUEUE.LINE pages read for push streams."),
             sse_streams: r.gauge("queue_api_sse_streams", "Open push streams."),
+            pow_challenges: r.counter("queue_api_pow_challenges_total", "Proof-of-work challenges handed out."),
             registry: r,
         }
     }
@@ -38,5 +40,15 @@ impl Metrics {
     /// Where the series live (rendered at /metrics).
     pub fn registry(&self) -> &Registry {
         &self.registry
+    }
+
+    /// Entries refused for their proof of work, by reason (missing, expired,
+    /// too_easy, malformed, forged, unsolved, used).
+    pub fn pow_refused(&self, reason: &'static str) -> Counter {
+        self.registry.counter_with(
+            "queue_api_pow_refused_total",
+            "Entries refused for their proof of work, by reason.",
+            &[("reason", reason)],
+        )
     }
 }

@@ -12,6 +12,7 @@ pub fn document() -> Value {
         { "name": "userId", "in": "query", "required": true, "schema": { "type": "string" } },
         { "name": "queue", "in": "query", "required": false, "schema": { "type": "string", "default": "default" } }
     ]);
+    let challenge = json!({ "$ref": "#/components/schemas/Challenge" });
     let queue_param = json!([{ "name": "queue", "in": "path", "required": true, "schema": { "type": "string" } }]);
     let info = json!({ "description": "the queue's counts, settings and counters", "content": { "application/json": { "schema": { "type": "object" } } } });
     json!({
@@ -24,10 +25,16 @@ pub fn document() -> Value {
                     "type": "object", "required": ["nickname"],
                     "properties": { "nickname": { "type": "string", "minLength": 1, "maxLength": 32 },
                                     "queue": { "type": "string", "default": "default" },
-                                    "userId": { "type": "string", "format": "uuid" } } } } } },
-                "responses": { "200": ok_standing, "400": err("malformed JSON, bad queue name or a userId this service did not give"),
-                               "422": err("missing, empty or too long nickname"), "429": err("rate limited"),
-                               "503": err("queue store unreachable") } },
+                                    "userId": { "type": "string", "format": "uuid" },
+                                    "pow": { "type": "object", "description": "a solved proof-of-work challenge, when the queue asks one (see /api/queue/challenge)",
+                                             "required": ["challenge", "nonce"],
+                                             "properties": { "challenge": { "type": "string" }, "nonce": { "type": "string", "pattern": "^[0-9]{1,20}$" } } } } } } } },
+                "responses": { "200": ok_standing, "400": err("malformed JSON, bad queue name, a userId this service did not give, or a proof of work that does not check out"),
+                               "409": err("this proof of work was used already"),
+                               "422": err("missing, empty or too long nickname"),
+                               "428": { "description": "the queue asks a proof of work: solve the challenge given and send the entry again with `pow`",
+                                        "content": { "application/json": { "schema": { "allOf": [error, { "type": "object", "properties": { "challenge": challenge } }] } } } },
+                               "429": err("rate limited"), "503": err("queue store unreachable") } },
                 "delete": {
                 "summary": "Leave the line, or give back a ticket not yet used: the place goes to the next person at once",
                 "parameters": who,
@@ -35,6 +42,12 @@ pub fn document() -> Value {
                                "400": err("missing or bad userId"),
                                "404": err("neither waiting nor holding a ticket (inside users leave by closing the chat)"),
                                "429": err("rate limited"), "503": err("queue store unreachable") } } },
+            "/api/queue/challenge": { "get": {
+                "summary": "A proof-of-work challenge for this client address and queue: find a decimal nonce such that SHA-256(challenge \":\" nonce) starts with `difficulty` zero bits; valid until expiresAt, once",
+                "parameters": [{ "name": "queue", "in": "query", "required": false, "schema": { "type": "string", "default": "default" } }],
+                "responses": { "200": { "description": "the challenge (difficulty 0 and challenge null when the queue asks none)",
+                                        "content": { "application/json": { "schema": challenge } } },
+                               "400": err("bad queue name"), "429": err("rate limited"), "503": err("queue store unreachable") } } },
             "/api/queue/status": { "get": {
                 "summary": "Where a user stands", "parameters": who,
                 "responses": { "200": ok_standing, "400": err("missing or bad userId"), "404": err("unknown user"),
@@ -47,7 +60,7 @@ pub fn document() -> Value {
             "/api/admin/queues/{queue}": {
                 "get": { "summary": "QUEUE.INFO", "parameters": queue_param, "security": [{ "bearer": [] }],
                          "responses": { "200": info, "401": err("bad or missing token"), "403": err("admin disabled") } },
-                "put": { "summary": "Change settings at runtime (soft_cap, hard_cap, rate, burst, batch_max, ticket_ttl, session_lease, abandon_after)",
+                "put": { "summary": "Change settings at runtime (soft_cap, hard_cap, rate, burst, batch_max, ticket_ttl, session_lease, abandon_after, pow_difficulty)",
                          "parameters": queue_param, "security": [{ "bearer": [] }],
                          "requestBody": { "required": true, "content": { "application/json": { "schema": {
                              "type": "object", "additionalProperties": { "type": "integer" } } } } },
@@ -69,6 +82,11 @@ pub fn document() -> Value {
                     "estimatedWaitRange": { "type": "object", "description": "while waiting with an estimate: where about four in five waits end",
                         "properties": { "low": { "type": "integer" }, "high": { "type": "integer" } } },
                     "queue": { "type": "string" } } },
+                "Challenge": { "type": "object", "properties": {
+                    "queue": { "type": "string" },
+                    "difficulty": { "type": "integer", "minimum": 0, "maximum": 32 },
+                    "challenge": { "type": ["string", "null"] },
+                    "expiresAt": { "type": ["integer", "null"], "description": "ms since the epoch" } } },
                 "Error": { "type": "object", "properties": { "error": { "type": "string" }, "message": { "type": "string" } } }
             }
         }

@@ -96,12 +96,42 @@ pub async fn entry(
         Field::WrongType => return Err(ApiError::BadRequest("userId must be a string".into())),
     };
     let client = state.store.client().await?;
+    let addr = client_ip(&state, peer, &headers).to_string();
+    crate::pow::admit(&state, &client, &queue, &addr, &body.pow).await?;
     register(&state, &client, &queue).await;
     let standing = client.enter(&queue, &user, nickname).await?;
     if standing.status == Status::Promoted {
         state.metrics.promoted_users.increment(1);
     }
     Ok(Json(standing_json(&standing, &queue)))
+}
+
+/// `?queue=`.
+#[derive(Deserialize, FromRequestParts)]
+#[from_request(via(Query), rejection(ApiError))]
+pub struct QueueQuery {
+    queue: Option<String>,
+}
+
+/// `GET /api/queue/challenge?queue=`: a proof-of-work challenge for this client
+/// address (`{difficulty, challenge, expiresAt}`; difficulty 0 and no challenge when
+/// the queue asks none).
+pub async fn challenge(
+    State(state): St,
+    ConnectInfo(peer): ConnectInfo<SocketAddr>,
+    headers: HeaderMap,
+    q: QueueQuery,
+) -> Result<Json<Value>, ApiError> {
+    rate_limit(&state, peer, &headers)?;
+    let queue = queue_name(q.queue.as_deref())?;
+    let client = state.store.client().await?;
+    let difficulty = state.pow.difficulty(&client, &queue).await?;
+    if difficulty == 0 {
+        return Ok(Json(crate::pow::challenge_json(&queue, None)));
+    }
+    state.metrics.pow_challenges.increment(1);
+    let addr = client_ip(&state, peer, &headers).to_string();
+    Ok(Json(crate::pow::challenge_json(&queue, Some(&state.pow.issue(&queue, &addr, difficulty)))))
 }
 
 /// Adds the queue to the discovery set the queue-manager reads (once per instance).

@@ -73,7 +73,8 @@ both_backends!(
     sse_delivers_position_and_ticket,
     bad_input_is_refused_cleanly,
     leaving_gives_the_place_away,
-    reentry_with_the_kept_user_id_moves_to_the_back
+    reentry_with_the_kept_user_id_moves_to_the_back,
+    proof_of_work_at_entry,
 );
 
 /// Seed 002: entering again with the userId given before moves that person to the
@@ -427,4 +428,66 @@ async fn instances_side_by_side_share_everything() {
     }
     a.stop().await;
     b.stop().await;
+}
+
+/// A queue asking a proof of work: an entry without one gets 428 and a challenge;
+/// the solution lets it in once; a reused, forged, unsolved, another address's or
+/// expired-difficulty solution is refused; switching it off lets everyone in.
+async fn proof_of_work_at_entry(b: Backend) {
+    let s = ValkeyServer::start(b);
+    let qc = client_for(&s).await;
+    qc.config_set("default", &[("soft_cap", 0), ("pow_difficulty", 10)]).await.unwrap();
+    let mut config = queue_api::Config::local(&s.url());
+    config.trust_proxy = true;
+    let api = Api::start(config).await;
+    let http = reqwest::Client::new();
+    let enter = |from: &'static str, body: Value| {
+        let r = http.post(api.url("/api/queue/entry")).header("x-forwarded-for", from).json(&body);
+        async move {
+            let r = r.send().await.unwrap();
+            (r.status().as_u16(), r.json::<Value>().await.unwrap())
+        }
+    };
+    let (code, refused) = enter("10.1.0.1", json!({ "nickname": "ann" })).await;
+    assert_eq!((code, refused["error"].clone()), (428, json!("proof_required")), "{refused}");
+    let given = &refused["challenge"];
+    assert_eq!(given["difficulty"], 10);
+    let challenge = given["challenge"].as_str().unwrap().to_string();
+    let nonce = queue_core::pow::solve(&challenge, 10);
+    let proof = json!({ "challenge": challenge, "nonce": nonce });
+    // Another address cannot use it; an unsolved nonce is refused.
+    let (code, e) = enter("10.1.0.2", json!({ "nickname": "eve", "pow": proof })).await;
+    assert_eq!((code, e["error"].clone()), (400, json!("bad_request")), "{e}");
+    let wrong = (0u64..).map(|n| n.to_string()).find(|n| !queue_core::pow::solves(&challenge, n, 10)).unwrap();
+    let (code, _) =
+        enter("10.1.0.1", json!({ "nickname": "ann", "pow": { "challenge": challenge, "nonce": wrong } })).await;
+    assert_eq!(code, 400);
+    let (code, _) = enter("10.1.0.1", json!({ "nickname": "ann", "pow": "nope" })).await;
+    assert_eq!(code, 400);
+    assert_eq!(qc.info("default").await.unwrap().waiting, 0, "nobody got in without a proof");
+    // Solved: in, once.
+    let (code, ann) = enter("10.1.0.1", json!({ "nickname": "ann", "pow": proof })).await;
+    assert_eq!((code, ann["status"].clone()), (200, json!("WAITING")), "{ann}");
+    let (code, e) = enter("10.1.0.1", json!({ "nickname": "ann", "pow": proof })).await;
+    assert_eq!((code, e["error"].clone()), (409, json!("proof_used")), "{e}");
+    // GET /api/queue/challenge hands one out too; a raised difficulty retires it.
+    let r = http.get(api.url("/api/queue/challenge")).header("x-forwarded-for", "10.1.0.3").send().await.unwrap();
+    let c: Value = r.json().await.unwrap();
+    assert_eq!(c["difficulty"], 10, "{c}");
+    assert!(c["expiresAt"].as_i64().unwrap() > 0);
+    let easy = c["challenge"].as_str().unwrap().to_string();
+    let nonce = queue_core::pow::solve(&easy, 10);
+    qc.config_set("default", &[("pow_difficulty", 12)]).await.unwrap();
+    tokio::time::sleep(Duration::from_millis(2100)).await; // past the difficulty cache
+    let (code, e) = enter("10.1.0.3", json!({ "nickname": "bo", "pow": { "challenge": easy, "nonce": nonce } })).await;
+    assert_eq!((code, e["challenge"]["difficulty"].clone()), (428, json!(12)), "too easy now: {e}");
+    // Off: no proof needed.
+    qc.config_set("default", &[("pow_difficulty", 0)]).await.unwrap();
+    tokio::time::sleep(Duration::from_millis(2100)).await;
+    let (code, _) = enter("10.1.0.4", json!({ "nickname": "cy" })).await;
+    assert_eq!(code, 200);
+    assert_eq!(qc.info("default").await.unwrap().waiting, 2);
+    let metrics = reqwest::get(api.url("/metrics")).await.unwrap().text().await.unwrap();
+    assert!(metrics.contains("queue_api_pow_refused_total{reason=\"used\"} 1"), "{metrics}");
+    api.stop().await;
 }

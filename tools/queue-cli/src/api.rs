@@ -46,6 +46,9 @@ pub struct Api {
     forwarded_for: Option<String>,
 }
 
+/// Challenges solved for one entry before giving up (each 428 brings a fresh one).
+const MAX_PROOFS: usize = 3;
+
 /// Each request's own time limit; streams have none (they last as long as the wait).
 const REQUEST_TIMEOUT: Duration = Duration::from_secs(10);
 
@@ -83,11 +86,31 @@ impl Api {
         self.request(method, path).query(&[("userId", user), ("queue", &self.queue)])
     }
 
-    /// `POST /api/queue/entry`.
+    /// `POST /api/queue/entry`. When the queue asks a proof of work (428 with a
+    /// challenge), solves the challenge given and sends the entry again with it.
     pub async fn enter(&self, nickname: &str) -> Result<Standing, ApiError> {
-        let body = serde_json::json!({ "nickname": nickname, "queue": self.queue });
-        let r = self.request(reqwest::Method::POST, "/api/queue/entry").json(&body).timeout(REQUEST_TIMEOUT);
-        standing(r.send().await).await
+        let mut body = serde_json::json!({ "nickname": nickname, "queue": self.queue });
+        for _ in 0..MAX_PROOFS {
+            let r = self.request(reqwest::Method::POST, "/api/queue/entry").json(&body).timeout(REQUEST_TIMEOUT);
+            let resp = r.send().await.map_err(transport)?;
+            if resp.status().as_u16() != 428 {
+                return standing(Ok(resp)).await;
+            }
+            let refused: serde_json::Value = resp.json().await.map_err(transport)?;
+            let given = &refused["challenge"];
+            let (Some(challenge), Some(difficulty)) = (given["challenge"].as_str(), given["difficulty"].as_u64())
+            else {
+                return Err(ApiError::Refused(428, error_text(&refused.to_string())));
+            };
+            let challenge = challenge.to_string();
+            let difficulty = difficulty.min(u64::from(u8::MAX)) as u8;
+            let solving = challenge.clone();
+            let nonce = tokio::task::spawn_blocking(move || queue_core::pow::solve(&solving, difficulty))
+                .await
+                .map_err(|e| ApiError::Transport(format!("solving the proof of work: {e}")))?;
+            body["pow"] = serde_json::json!({ "challenge": challenge, "nonce": nonce });
+        }
+        Err(ApiError::Refused(428, format!("proof_required: refused {MAX_PROOFS} solved challenges in a row")))
     }
 
     /// `GET /api/queue/status`; an unknown user (404) is an `UNKNOWN` standing.

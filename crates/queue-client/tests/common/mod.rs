@@ -65,7 +65,8 @@ pub async fn round_trip(client: &QueueClient, q: &str) {
     let cfg = client.config_get(q).await.unwrap();
     assert_eq!(cfg.soft_cap(), 1);
     assert_eq!((cfg.hard_cap(), cfg.rate(), cfg.get("burst"), cfg.batch_max()), (0, 0, 0, 1000));
-    assert_eq!((cfg.ticket_ttl(), cfg.session_lease(), cfg.abandon_after()), (60_000, 30_000, 60_000));
+    assert_eq!((cfg.ticket_ttl(), cfg.session_lease(), cfg.abandon_after()), (60_000, 30_000, 180_000));
+    assert_eq!(cfg.pow_difficulty(), 0);
 
     // Nobody waits and there is room: in at once.
     let a = client.enter(q, "u-1", "alice").await.unwrap();
