@@ -1,6 +1,6 @@
 //! `queue-cli swarm` against the whole system, on both backends: a few hundred
 //! virtual users through a small soft cap, some abandoning, all racing and reusing
-//! tickets; the report's audits must all be zero. And the audit can fail: told a soft
+//! tickets, every entry paying a proof of work; the report's audits must all be zero. And the audit can fail: told a soft
 //! cap lower than the server's, the swarm reports the breach and exits 1.
 
 use e2e::{client_binary, e2e_tests, Stack, StackOptions, ADMIN_TOKEN};
@@ -30,6 +30,7 @@ async fn three_hundred_users_through_a_soft_cap_of_ten(backend: Backend) {
     // Short ticket and silence limits so abandoners' places come back within the run.
     let opts = StackOptions { soft_cap: 10, ticket_ttl_ms: 3000, abandon_after_ms: 2000, ..Default::default() };
     let stack = Stack::start(backend, opts).await;
+    stack.call("QUEUE.CONFIG", &[&stack.queue, "SET", "pow_difficulty", "10"]);
     let args = [
         "--users",
         "300",
@@ -77,6 +78,15 @@ async fn three_hundred_users_through_a_soft_cap_of_ten(backend: Backend) {
     assert!(n(&r, "server_samples") > 0 && n(&r, "server_max_in_use") <= 10, "{summary}");
     assert!(n(&r, "messages_echoed") > 0, "{summary}");
     assert_eq!(r["wait_seconds"]["count"].as_u64(), Some(n(&r, "admitted")), "{summary}");
+    let graded = r["eta_error_at_entry"]["count"].as_u64().unwrap() + n(&r, "eta_missing");
+    assert!(graded > 0, "estimates given at entry were graded: {summary}");
+    // Every entry was first refused for want of a proof of work, then solved.
+    let metrics = reqwest::get(format!("{}/metrics", stack.api.url())).await.unwrap().text().await.unwrap();
+    let refused = metrics
+        .lines()
+        .find_map(|l| l.strip_prefix("queue_api_pow_refused_total{reason=\"missing\"} "))
+        .and_then(|v| v.parse::<f64>().ok());
+    assert!(refused.is_some_and(|n| n >= 300.0), "every entry paid a proof of work: {refused:?}");
     stack.eventually("every session to end", |s| s.info()["active"] == 0).await;
     let info = stack.info();
     assert_eq!(info["claimed"] as u64, n(&r, "admitted"), "the server counted the same claims: {info:?}");
