@@ -2,7 +2,7 @@
 # Installs what a fresh Debian 12 machine lacks to build and test the project:
 # valkey-server 8.0 (bookworm-backports), libclang for the module's bindgen step,
 # Chromium, Node.js and the browser test's npm packages (tests/browser, playwright-core
-# driving Debian's chromium), and the benchmarks' Python package (valkey). (scripts/test-valkey9.sh fetches a second server version.)
+# driving Debian's chromium), the benchmarks' Python package (valkey) and schemathesis. (scripts/test-valkey9.sh fetches a second server version.)
 # Idempotent: does nothing when everything is already present.
 set -euo pipefail
 
@@ -57,6 +57,11 @@ fi
 # marker when python3 is Debian's own.
 if ! python3 -c 'import valkey' 2>/dev/null; then
   python3 -m pip install -q valkey 2>/dev/null || python3 -m pip install -q --break-system-packages valkey
+fi
+
+# schemathesis, which fuzzes queue-api from its OpenAPI document (scripts/fuzz-api.sh).
+if ! command -v schemathesis >/dev/null 2>&1; then
+  python3 -m pip install -q schemathesis 2>/dev/null || python3 -m pip install -q --break-system-packages schemathesis
 fi
 
 valkey-server --version

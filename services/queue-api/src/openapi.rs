@@ -8,12 +8,26 @@ pub fn document() -> Value {
     let standing = json!({ "$ref": "#/components/schemas/Standing" });
     let ok_standing =
         json!({ "description": "where the user stands", "content": { "application/json": { "schema": standing } } });
-    let who = json!([
-        { "name": "userId", "in": "query", "required": true, "schema": { "type": "string" } },
-        { "name": "queue", "in": "query", "required": false, "schema": { "type": "string", "default": "default" } }
-    ]);
     let challenge = json!({ "$ref": "#/components/schemas/Challenge" });
-    let queue_param = json!([{ "name": "queue", "in": "path", "required": true, "schema": { "type": "string" } }]);
+    // Names as queue-core checks them.
+    let queue_name = json!({ "type": "string", "pattern": "^[A-Za-z0-9._:-]{1,64}$", "default": "default" });
+    let user_id = json!({ "type": "string", "pattern": "^[A-Za-z0-9._:@-]{1,64}$" });
+    let queue_query = json!({ "name": "queue", "in": "query", "required": false, "schema": queue_name });
+    let who = json!([{ "name": "userId", "in": "query", "required": true, "schema": user_id }, queue_query]);
+    let queue_param = json!([{ "name": "queue", "in": "path", "required": true,
+                               "schema": { "type": "string", "pattern": "^[A-Za-z0-9._:-]{1,64}$" } }]);
+    // Every setting of the schema with its range; at least one, no others.
+    let settings: serde_json::Map<String, Value> = queue_core::config::FIELDS
+        .iter()
+        .map(|f| {
+            (
+                f.name.to_string(),
+                json!({ "type": "integer", "minimum": f.min, "maximum": f.max, "description": f.help }),
+            )
+        })
+        .collect();
+    let settings =
+        json!({ "type": "object", "properties": settings, "additionalProperties": false, "minProperties": 1 });
     let info = json!({ "description": "the queue's counts, settings and counters", "content": { "application/json": { "schema": { "type": "object" } } } });
     json!({
         "openapi": "3.1.0",
@@ -23,12 +37,15 @@ pub fn document() -> Value {
                 "summary": "Join the line (a new userId is issued, or the one given again: a re-entry moves that person to the back); promoted at once when nobody waits and there is room",
                 "requestBody": { "required": true, "content": { "application/json": { "schema": {
                     "type": "object", "required": ["nickname"],
-                    "properties": { "nickname": { "type": "string", "minLength": 1, "maxLength": 32 },
-                                    "queue": { "type": "string", "default": "default" },
-                                    "userId": { "type": "string", "format": "uuid" },
-                                    "pow": { "type": "object", "description": "a solved proof-of-work challenge, when the queue asks one (see /api/queue/challenge)",
+                    "properties": { "nickname": { "type": "string", "minLength": 1, "maxLength": 32, "pattern": "^[^\\u0000-\\u001f\\u007f]*[^\\s\\u0000-\\u001f\\u007f][^\\u0000-\\u001f\\u007f]*$",
+                                                  "description": "1-32 bytes of UTF-8 text without control characters (trimmed; 422 past 32 bytes)" },
+                                    "queue": { "type": ["string", "null"], "pattern": "^[A-Za-z0-9._:-]{1,64}$", "default": "default" },
+                                    "userId": { "type": ["string", "null"], "format": "uuid",
+                                                "pattern": "^[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}$" },
+                                    "pow": { "type": ["object", "null"], "description": "a solved proof-of-work challenge, when the queue asks one (see /api/queue/challenge)",
                                              "required": ["challenge", "nonce"],
-                                             "properties": { "challenge": { "type": "string" }, "nonce": { "type": "string", "pattern": "^[0-9]{1,20}$" } } } } } } } },
+                                             "properties": { "challenge": { "type": "string", "pattern": format!("^[0-9a-f]{{{}}}$", queue_core::pow::CHALLENGE_LEN) },
+                                                             "nonce": { "type": "string", "pattern": "^[0-9]{1,20}$" } } } } } } } },
                 "responses": { "200": ok_standing, "400": err("malformed JSON, bad queue name, a userId this service did not give, or a proof of work that does not check out"),
                                "409": err("this proof of work was used already"),
                                "422": err("missing, empty or too long nickname"),
@@ -44,7 +61,7 @@ pub fn document() -> Value {
                                "429": err("rate limited"), "503": err("queue store unreachable") } } },
             "/api/queue/challenge": { "get": {
                 "summary": "A proof-of-work challenge for this client address and queue: find a decimal nonce such that SHA-256(challenge \":\" nonce) starts with `difficulty` zero bits; valid until expiresAt, once",
-                "parameters": [{ "name": "queue", "in": "query", "required": false, "schema": { "type": "string", "default": "default" } }],
+                "parameters": [queue_query],
                 "responses": { "200": { "description": "the challenge (difficulty 0 and challenge null when the queue asks none)",
                                         "content": { "application/json": { "schema": challenge } } },
                                "400": err("bad queue name"), "429": err("rate limited"), "503": err("queue store unreachable") } } },
@@ -56,16 +73,18 @@ pub fn document() -> Value {
                 "summary": "Server-sent events: `position` on every change (with `totalWaiting`, how many wait in all), then `promoted` (with ticketId), `active` or `unknown`, then the stream ends",
                 "parameters": who,
                 "responses": { "200": { "description": "text/event-stream; each event's data is a Standing" },
-                               "404": err("unknown user"), "429": err("rate limited"), "503": err("queue store unreachable") } } },
+                               "400": err("missing or bad userId or queue"), "404": err("unknown user"), "429": err("rate limited"), "503": err("queue store unreachable") } } },
             "/api/admin/queues/{queue}": {
                 "get": { "summary": "QUEUE.INFO", "parameters": queue_param, "security": [{ "bearer": [] }],
-                         "responses": { "200": info, "401": err("bad or missing token"), "403": err("admin disabled") } },
+                         "responses": { "200": info, "400": err("bad queue name"), "401": err("bad or missing token"),
+                                        "403": err("admin disabled"), "503": err("queue store unreachable") } },
                 "put": { "summary": "Change settings at runtime (soft_cap, hard_cap, rate, burst, batch_max, ticket_ttl, session_lease, abandon_after, pow_difficulty)",
                          "parameters": queue_param, "security": [{ "bearer": [] }],
-                         "requestBody": { "required": true, "content": { "application/json": { "schema": {
-                             "type": "object", "additionalProperties": { "type": "integer" } } } } },
-                         "responses": { "200": info, "400": err("unknown field or value out of range"),
-                                        "401": err("bad or missing token"), "403": err("admin disabled") } } },
+                         "requestBody": { "required": true, "content": { "application/json": { "schema": settings } } },
+                         "responses": { "200": info, "400": err("malformed JSON, bad queue name, unknown field or value out of range"),
+                                        "401": err("bad or missing token"), "403": err("admin disabled"),
+                                        "422": err("no setting named, or a value that is not an integer"),
+                                        "503": err("queue store unreachable") } } },
             "/metrics": { "get": { "summary": "Prometheus metrics", "responses": { "200": { "description": "text format" } } } },
             "/healthz": { "get": { "summary": "Liveness and the store's state", "responses": { "200": { "description": "{status, valkey}" } } } }
         },

@@ -24,6 +24,17 @@ pub struct Proof {
     pub nonce: String,
 }
 
+impl Proof {
+    /// Of the form a challenge and a nonce take (whatever their worth).
+    fn well_formed(&self) -> bool {
+        let hex = |b: u8| b.is_ascii_digit() || (b'a'..=b'f').contains(&b);
+        self.challenge.len() == queue_core::pow::CHALLENGE_LEN
+            && self.challenge.bytes().all(hex)
+            && (1..=queue_core::pow::MAX_NONCE_LEN).contains(&self.nonce.len())
+            && self.nonce.bytes().all(|b| b.is_ascii_digit())
+    }
+}
+
 /// The challenger and what each queue asks.
 pub struct Gate {
     challenger: Challenger,
@@ -86,6 +97,16 @@ pub async fn admit(
     proof: &Field<Proof>,
 ) -> Result<(), ApiError> {
     let gate = &state.pow;
+    // A proof that cannot be one is refused even where none is asked.
+    match proof {
+        Field::Given(p) if !p.well_formed() => {
+            return Err(ApiError::BadRequest(
+                "pow.challenge must be a challenge this service gave, pow.nonce digits".into(),
+            ))
+        }
+        Field::WrongType => return Err(ApiError::BadRequest("pow must be {\"challenge\", \"nonce\"}".into())),
+        _ => {}
+    }
     let required = gate.difficulty(client, queue).await?;
     if required == 0 {
         return Ok(());
@@ -98,7 +119,7 @@ pub async fn admit(
     let proof = match proof {
         Field::Given(p) => p,
         Field::Absent | Field::Null => return Err(fresh("missing")),
-        Field::WrongType => return Err(ApiError::BadRequest("pow must be {\"challenge\", \"nonce\"}".into())),
+        Field::WrongType => unreachable!("refused above"),
     };
     let solved = match gate.challenger.check(queue, client_addr, &proof.challenge, &proof.nonce, required, now_ms()) {
         Ok(s) => s,

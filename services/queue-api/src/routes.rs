@@ -313,7 +313,9 @@ pub async fn admin_put(
     }
     let mut pairs = Vec::new();
     for (field, v) in &settings {
-        let n = v.as_i64().ok_or_else(|| ApiError::Invalid(format!("{field} must be an integer")))?;
+        // JSON says 500 and 500.0 alike.
+        let whole = v.as_f64().filter(|f| f.fract() == 0.0 && f.abs() < 9.0e15).map(|f| f as i64);
+        let n = v.as_i64().or(whole).ok_or_else(|| ApiError::Invalid(format!("{field} must be an integer")))?;
         pairs.push((field.as_str(), n));
     }
     let client = state.store.client().await?;
