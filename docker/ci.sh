@@ -59,7 +59,7 @@ $DOCKER build -q -t "$valkey_base" "$work/vb" >/dev/null
 t0=$(date +%s.%N)
 BASE=$base VALKEY_BASE=$valkey_base PREFIX=valkey-queue-ci TAG=test DOCKER=$DOCKER bash docker/build-images.sh
 t1=$(date +%s.%N)
-echo "images built in $(echo "$t1 - $t0" | bc) s"
+echo "images built in $(python3 -c "print(round($t1 - $t0, 1))") s"
 for i in valkey queue-api queue-manager chat-server; do
   printf '  %-14s %s\n' "$i" "$($DOCKER image inspect -f '{{.Size}}' "valkey-queue-ci/$i:test" | awk '{printf "%.1f MB", $1/1e6}')"
 done
