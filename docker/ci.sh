@@ -102,7 +102,7 @@ for c in api chat manager; do
   echo "vq-$c stopped, exit $code"
   [ "$code" = 0 ] || status=1
 done
-active=$(valkey-cli -p "$vport" --no-raw QUEUE.INFO default | awk '/"active"/{getline; print $2; exit}')
+active=$(valkey-cli -p "$vport" QUEUE.INFO default | awk '$0=="active"{getline; print; exit}')
 echo "sessions left after stop: ${active:-?}"
 [ "${active:-x}" = 0 ] || { $DOCKER logs "vq-chat-$suffix" 2>&1 | tail -5; status=1; }
 
