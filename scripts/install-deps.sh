@@ -2,7 +2,9 @@
 # Installs what a fresh Debian 12 machine lacks to build and test the project:
 # valkey-server 8.0 (bookworm-backports), libclang for the module's bindgen step,
 # Chromium, Node.js and the browser test's npm packages (tests/browser, playwright-core
-# driving Debian's chromium), the benchmarks' Python package (valkey) and schemathesis. (scripts/test-valkey9.sh fetches a second server version.)
+# driving Debian's chromium), the benchmarks' Python package (valkey), schemathesis,
+# and for docker/ and the observability test: prometheus (with promtool), docker.io,
+# docker-compose and debootstrap. (scripts/test-valkey9.sh fetches a second server version.)
 # Idempotent: does nothing when everything is already present.
 set -euo pipefail
 
@@ -18,6 +20,10 @@ command -v chromium >/dev/null 2>&1 || need_apt+=(chromium)
 command -v node >/dev/null 2>&1 || need_apt+=(nodejs)
 command -v npm >/dev/null 2>&1 || need_apt+=(npm)
 python3 -m pip --version >/dev/null 2>&1 || need_apt+=(python3-pip)
+command -v prometheus >/dev/null 2>&1 || need_apt+=(prometheus)
+command -v dockerd >/dev/null 2>&1 || need_apt+=(docker.io)
+command -v docker-compose >/dev/null 2>&1 || need_apt+=(docker-compose)
+command -v debootstrap >/dev/null 2>&1 || need_apt+=(debootstrap)
 
 if [ ${#need_apt[@]} -gt 0 ]; then
   src=/etc/apt/sources.list.d/debian.sources
@@ -38,12 +44,14 @@ SRC
     if [ "$p" = valkey-server ]; then
       $SUDO env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq -t bookworm-backports valkey-server valkey-tools >/dev/null
     else
-      $SUDO env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "$p" >/dev/null
+      $SUDO env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "$p" >/dev/null
     fi
   done
   # The package starts a system valkey on 6379; tests start their own servers, so stop it.
   if command -v systemctl >/dev/null 2>&1; then $SUDO systemctl disable --now valkey-server >/dev/null 2>&1 || true; fi
   pkill -x valkey-server 2>/dev/null || true
+  # Likewise the prometheus package's own server on 9090 (the tests start their own).
+  if command -v systemctl >/dev/null 2>&1; then $SUDO systemctl disable --now prometheus prometheus-node-exporter >/dev/null 2>&1 || true; fi
 fi
 
 # The browser test's packages, exactly as locked (playwright-core uses the system chromium).

@@ -194,7 +194,38 @@ impl QueueClient {
     /// Runs a queue command. Under the Lua backend a server that lost its functions
     /// (restarted without persistence, flushed, a new cluster primary) gets the
     /// library again and the call is retried once: it never ran.
+    ///
+    /// Each call is a `debug` span (traced when the service exports traces) with the
+    /// queue, the command and its outcome: `ok`, `refused` (the queue's own refusal)
+    /// or `error`.
     async fn run(&self, op: Op, queue: &str, args: &[&str]) -> Result<Value, ClientError> {
+        use tracing::Instrument;
+        let span = tracing::debug_span!(
+            "valkey command",
+            otel.name = op.command(),
+            otel.kind = "client",
+            db.system.name = "valkey",
+            db.operation.name = op.command(),
+            queue,
+            outcome = tracing::field::Empty,
+            otel.status_code = tracing::field::Empty,
+        );
+        let result = self.dispatch(op, queue, args).instrument(span.clone()).await;
+        if !span.is_disabled() {
+            let outcome = match &result {
+                Ok(_) => "ok",
+                Err(ClientError::Refused(_)) => "refused",
+                Err(_) => "error",
+            };
+            span.record("outcome", outcome);
+            if outcome == "error" {
+                span.record("otel.status_code", "ERROR");
+            }
+        }
+        result
+    }
+
+    async fn dispatch(&self, op: Op, queue: &str, args: &[&str]) -> Result<Value, ClientError> {
         let cmd = self.build(op, queue, args);
         match self.conn.send(&cmd).await {
             Err(e) if self.backend == Backend::Lua && is_missing_command(&e) => {

@@ -9,7 +9,9 @@
 //! - [`shutdown_signal`], [`serve`]: SIGINT or SIGTERM, and an axum router served on
 //!   a listener until then, finishing the requests in flight;
 //! - [`metrics`]: Prometheus metrics (the `metrics` crate with its Prometheus
-//!   exporter), one registry per service instance, and the HTTP request histogram.
+//!   exporter), one registry per service instance, the HTTP request histogram and
+//!   span, and the process's CPU and memory;
+//! - [`telemetry`]: traces over OTLP/HTTP when `OTEL_EXPORTER_OTLP_ENDPOINT` is set.
 //!
 //! A service's `main`:
 //!
@@ -24,6 +26,7 @@
 pub mod flags;
 pub mod logging;
 pub mod metrics;
+pub mod telemetry;
 
 pub use flags::{default_listen, duration, Common, Flags, Renamed};
 pub use logging::LogFormat;
@@ -40,9 +43,9 @@ use tokio::net::TcpListener;
 pub async fn start<F: Flags>() -> (F::Config, TcpListener) {
     let flags = flags::parse::<F>();
     let common = flags.common().clone();
-    logging::init(common.log_format);
-    let config = flags.into_config().unwrap_or_else(|e| flags::usage_error::<F>(e));
     let name = F::command().get_name().to_string();
+    logging::init(common.log_format, &name);
+    let config = flags.into_config().unwrap_or_else(|e| flags::usage_error::<F>(e));
     match TcpListener::bind(common.listen).await {
         Ok(listener) => {
             let listen = listener.local_addr().map_or_else(|_| common.listen.to_string(), |a| a.to_string());
@@ -57,8 +60,9 @@ pub async fn start<F: Flags>() -> (F::Config, TcpListener) {
 }
 
 /// The exit status of a service that has stopped: success, or the error logged and 1.
+/// Spans still queued for export are sent first (a few seconds at most).
 pub fn exit<E: Display>(result: Result<(), E>) -> ExitCode {
-    match result {
+    let status = match result {
         Ok(()) => {
             tracing::info!("stopped");
             ExitCode::SUCCESS
@@ -67,7 +71,9 @@ pub fn exit<E: Display>(result: Result<(), E>) -> ExitCode {
             tracing::error!("{e}");
             ExitCode::FAILURE
         }
-    }
+    };
+    telemetry::shutdown();
+    status
 }
 
 /// Completes on SIGINT (Ctrl+C) or SIGTERM.

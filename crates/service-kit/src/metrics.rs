@@ -92,9 +92,17 @@ impl Registry {
         self.recorder.register_histogram(&key(name, &[]), &METADATA)
     }
 
-    /// The text exposition.
-    pub fn render(&self) -> String {
+    /// The text exposition of the registered series alone.
+    pub fn render_series(&self) -> String {
         self.recorder.handle().render()
+    }
+
+    /// The text exposition, with the process's own figures and the span exporter's
+    /// counts after the registered series.
+    pub fn render(&self) -> String {
+        let mut text = self.recorder.handle().render();
+        process_figures(&mut text);
+        text
     }
 
     /// The text exposition as a `/metrics` response.
@@ -117,11 +125,85 @@ fn key(name: &'static str, labels: &[(&'static str, &str)]) -> Key {
     Key::from_parts(name, labels.iter().map(|(k, v)| Label::new(*k, v.to_string())).collect::<Vec<_>>())
 }
 
+/// Appends `process_cpu_seconds_total`, `process_resident_memory_bytes`,
+/// `process_open_fds` (from /proc, where there is one) and the span export counters.
+fn process_figures(text: &mut String) {
+    use std::fmt::Write;
+    let mut put = |name: &str, kind: &str, help: &str, v: f64| {
+        let _ = write!(text, "# HELP {name} {help}\n# TYPE {name} {kind}\n{name} {v}\n");
+    };
+    if let Ok(stat) = std::fs::read_to_string("/proc/self/stat") {
+        // Fields after the command name (which may hold spaces): utime is the 12th, stime the 13th.
+        let after = stat.rsplit_once(')').map_or("", |(_, rest)| rest);
+        let f: Vec<&str> = after.split_whitespace().collect();
+        if let (Some(u), Some(s)) =
+            (f.get(11).and_then(|v| v.parse::<f64>().ok()), f.get(12).and_then(|v| v.parse::<f64>().ok()))
+        {
+            // Linux reports these in USER_HZ, 100 per second on every architecture.
+            put("process_cpu_seconds_total", "counter", "User and system CPU time spent, in seconds.", (u + s) / 100.0);
+        }
+    }
+    if let Ok(status) = std::fs::read_to_string("/proc/self/status") {
+        let kb = status
+            .lines()
+            .find_map(|l| l.strip_prefix("VmRSS:")?.trim().strip_suffix("kB")?.trim().parse::<f64>().ok());
+        if let Some(kb) = kb {
+            put("process_resident_memory_bytes", "gauge", "Resident memory size in bytes.", kb * 1024.0);
+        }
+    }
+    if let Ok(fds) = std::fs::read_dir("/proc/self/fd") {
+        put("process_open_fds", "gauge", "Open file descriptors.", fds.count() as f64);
+    }
+    put(
+        "otel_spans_dropped_total",
+        "counter",
+        "Spans dropped because the export queue was full or the collector refused them.",
+        crate::telemetry::dropped_spans() as f64,
+    );
+    put(
+        "otel_spans_exported_total",
+        "counter",
+        "Spans the collector accepted.",
+        crate::telemetry::exported_spans() as f64,
+    );
+}
+
+/// The W3C trace context of an incoming request, read from its headers.
+struct Headers<'a>(&'a axum::http::HeaderMap);
+
+impl opentelemetry::propagation::Extractor for Headers<'_> {
+    fn get(&self, key: &str) -> Option<&str> {
+        self.0.get(key).and_then(|v| v.to_str().ok())
+    }
+    fn keys(&self) -> Vec<&str> {
+        self.0.keys().map(|k| k.as_str()).collect()
+    }
+}
+
 async fn track(State(registry): State<Registry>, req: Request, next: Next) -> Response {
+    use tracing::Instrument;
+    use tracing_opentelemetry::OpenTelemetrySpanExt;
     let route = req.extensions().get::<MatchedPath>().map_or("unmatched".to_string(), |p| p.as_str().to_string());
     let method = req.method().to_string();
+    let span = tracing::info_span!(
+        "http request",
+        otel.name = format!("{method} {route}"),
+        otel.kind = "server",
+        http.request.method = %method,
+        http.route = %route,
+        http.response.status_code = tracing::field::Empty,
+        otel.status_code = tracing::field::Empty,
+    );
+    if req.headers().contains_key("traceparent") {
+        let parent = opentelemetry::global::get_text_map_propagator(|p| p.extract(&Headers(req.headers())));
+        let _ = span.set_parent(parent);
+    }
     let start = Instant::now();
-    let resp = next.run(req).await;
+    let resp = next.run(req).instrument(span.clone()).await;
+    span.record("http.response.status_code", resp.status().as_u16());
+    if resp.status().is_server_error() {
+        span.record("otel.status_code", "ERROR");
+    }
     let labels = vec![
         Label::new("method", method),
         Label::new("uri", route),
@@ -177,7 +259,21 @@ mod tests {
         let (a, b) = (Registry::default(), Registry::default());
         a.counter("n_total", "N.").increment(1);
         assert!(a.render().contains("n_total 1\n"));
-        assert!(b.render().is_empty());
+        assert!(!b.render().contains("n_total"));
+    }
+
+    #[test]
+    fn process_figures_and_span_counts() {
+        let text = Registry::default().render();
+        for name in ["process_cpu_seconds_total", "otel_spans_dropped_total", "otel_spans_exported_total"] {
+            assert!(text.contains(&format!("# TYPE {name} counter\n{name} ")), "{name} missing from:\n{text}");
+        }
+        let rss: f64 = text
+            .lines()
+            .find_map(|l| l.strip_prefix("process_resident_memory_bytes "))
+            .and_then(|v| v.parse().ok())
+            .unwrap_or_else(|| panic!("no resident memory in:\n{text}"));
+        assert!(rss > 1e5, "{rss}");
     }
 
     #[tokio::test]

@@ -26,6 +26,7 @@ use tokio::sync::oneshot;
 use tokio_tungstenite::tungstenite::handshake::derive_accept_key;
 use tokio_tungstenite::tungstenite::protocol::Role;
 use tokio_tungstenite::WebSocketStream;
+use tracing::Instrument;
 
 #[derive(Deserialize)]
 pub struct Params {
@@ -119,13 +120,17 @@ async fn accept(state: &Arc<AppState>, params: Params, mut req: Request) -> Resu
 /// holding a slot until the lease runs out.
 async fn claim_detached(client: QueueClient, queue: String, ticket: String) -> Result<Claim, ClientError> {
     let (tx, rx) = oneshot::channel();
-    tokio::spawn(async move {
-        let claimed = client.claim(&queue, &ticket).await;
-        if let Err(Ok(claim)) = tx.send(claimed) {
-            tracing::debug!(queue, user = claim.user_id, "client left during the claim; ending its session");
-            let _ = client.end_session(&queue, &claim.user_id).await;
+    tokio::spawn(
+        async move {
+            let claimed = client.claim(&queue, &ticket).await;
+            if let Err(Ok(claim)) = tx.send(claimed) {
+                tracing::debug!(queue, user = claim.user_id, "client left during the claim; ending its session");
+                let _ = client.end_session(&queue, &claim.user_id).await;
+            }
         }
-    });
+        // The claim belongs to the handshake's trace.
+        .instrument(tracing::Span::current()),
+    );
     rx.await.unwrap_or_else(|_| Err(ClientError::Unavailable("the claim did not complete".into())))
 }
 

@@ -226,7 +226,7 @@ async fn refresh(
                         return false;
                     }
                     if promoted_now && cur.as_ref().is_none_or(|c| c.status != Status::Promoted) {
-                        hub.metrics.promoted_users.increment(1);
+                        hub.metrics.promoted(&s);
                     }
                     *cur = Some(s.clone());
                     true

@@ -1,14 +1,22 @@
 //! Prometheus metrics with seed 000's queue-api names, plus the HTTP request
 //! histogram (`http_server_requests_seconds`, by the service kit).
 
+use queue_client::{Standing, Status};
 use service_kit::metrics::{Counter, Gauge, Registry};
+use std::collections::HashSet;
+use std::sync::Mutex;
+
+/// Tickets remembered as counted at most; past that the memory starts afresh (a user
+/// polling across that moment may be counted twice).
+const COUNTED_TICKETS: usize = 100_000;
 
 pub struct Metrics {
     registry: Registry,
     pub entry_requests: Counter,
     pub status_requests: Counter,
     pub leave_requests: Counter,
-    pub promoted_users: Counter,
+    promoted_users: Counter,
+    counted_tickets: Mutex<HashSet<String>>,
     pub rate_limited: Counter,
     pub ranks_calls: Counter,
     pub line_calls: Counter,
@@ -24,8 +32,11 @@ impl Default for Metrics {
             status_requests: r.counter("queue_status_requests_total", "Queue status requests."),
             leave_requests: r
                 .counter("queue_leave_requests_total", "Requests to leave the line (DELETE /api/queue/entry)."),
-            promoted_users: r
-                .counter("queue_promoted_users_total", "Users seen promoted (by status polls and push streams)."),
+            promoted_users: r.counter(
+                "queue_promoted_users_total",
+                "Users seen promoted (by entry, status polls or push streams), each ticket once.",
+            ),
+            counted_tickets: Mutex::new(HashSet::new()),
             rate_limited: r.counter("queue_api_rate_limited_total", "Requests refused by the per-address rate limit."),
             ranks_calls: r.counter("queue_api_ranks_calls_total", "QUEUE.RANKS calls made for push streams."),
             line_calls: r.counter("queue_api_line_calls_total", "QUEUE.LINE pages read for push streams."),
@@ -37,6 +48,20 @@ impl Default for Metrics {
 }
 
 impl Metrics {
+    /// Counts a user seen promoted, once per ticket however often it is seen.
+    pub fn promoted(&self, s: &Standing) {
+        let Some(ticket) = s.ticket_id.as_ref().filter(|_| s.status == Status::Promoted) else {
+            return;
+        };
+        let mut seen = self.counted_tickets.lock().unwrap();
+        if seen.len() >= COUNTED_TICKETS {
+            seen.clear();
+        }
+        if seen.insert(ticket.clone()) {
+            self.promoted_users.increment(1);
+        }
+    }
+
     /// Where the series live (rendered at /metrics).
     pub fn registry(&self) -> &Registry {
         &self.registry
@@ -50,5 +75,32 @@ impl Metrics {
             "Entries refused for their proof of work, by reason.",
             &[("reason", reason)],
         )
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn standing(status: Status, ticket: Option<&str>) -> Standing {
+        Standing {
+            status,
+            rank: 0,
+            user_id: "u".into(),
+            nickname: None,
+            ticket_id: ticket.map(Into::into),
+            estimated_wait_seconds: None,
+        }
+    }
+
+    #[test]
+    fn promoted_users_count_each_ticket_once() {
+        let m = Metrics::default();
+        for _ in 0..3 {
+            m.promoted(&standing(Status::Promoted, Some("1.a")));
+        }
+        m.promoted(&standing(Status::Waiting, None));
+        m.promoted(&standing(Status::Promoted, Some("2.b")));
+        assert!(m.registry().render().contains("queue_promoted_users_total 2\n"));
     }
 }

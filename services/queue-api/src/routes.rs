@@ -100,9 +100,7 @@ pub async fn entry(
     crate::pow::admit(&state, &client, &queue, &addr, &body.pow).await?;
     register(&state, &client, &queue).await;
     let standing = client.enter(&queue, &user, nickname).await?;
-    if standing.status == Status::Promoted {
-        state.metrics.promoted_users.increment(1);
-    }
+    state.metrics.promoted(&standing);
     Ok(Json(standing_json(&standing, &queue)))
 }
 
@@ -179,9 +177,7 @@ pub async fn status(
     rate_limit(&state, peer, &headers)?;
     state.metrics.status_requests.increment(1);
     let (queue, standing) = lookup(&state, &q).await?;
-    if standing.status == Status::Promoted {
-        state.metrics.promoted_users.increment(1);
-    }
+    state.metrics.promoted(&standing);
     Ok(Json(standing_json(&standing, &queue)))
 }
 

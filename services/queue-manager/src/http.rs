@@ -9,9 +9,12 @@ use axum::{Json, Router};
 use serde::Serialize;
 use std::sync::Arc;
 
-/// The routes, over shared state.
+/// The routes, over shared state, each request timed into `http_server_requests_seconds`
+/// (and traced). Needs a tokio runtime.
 pub fn app(state: Arc<ManagerState>) -> Router {
-    Router::new().route("/metrics", get(metrics_text)).route("/healthz", get(healthz)).with_state(state)
+    state.http.spawn_upkeep();
+    let router = Router::new().route("/metrics", get(metrics_text)).route("/healthz", get(healthz));
+    state.http.track_http(router).with_state(state)
 }
 
 /// `/healthz`: alive (always 200, standby or not), whether leading, whether Valkey answers.
@@ -31,7 +34,9 @@ async fn healthz(State(state): State<Arc<ManagerState>>) -> Json<Healthz> {
 
 async fn metrics_text(State(state): State<Arc<ManagerState>>) -> impl IntoResponse {
     let snapshot = state.snapshot().await;
-    ([(CONTENT_TYPE, metrics::CONTENT_TYPE)], metrics::render(&snapshot))
+    let mut text = metrics::render(&snapshot);
+    text.push_str(&state.http.render());
+    ([(CONTENT_TYPE, metrics::CONTENT_TYPE)], text)
 }
 
 #[cfg(test)]
@@ -67,7 +72,17 @@ mod tests {
         assert_eq!(ctype, metrics::CONTENT_TYPE);
         assert_eq!(metrics::value(&body, "queue_manager_is_leader", None), Some(0.0));
         assert_eq!(metrics::value(&body, "queue_manager_valkey_up", None), Some(0.0));
-        let (status, _, _) = get(app(state), "/nothing").await;
+        let (status, _, _) = get(app(state.clone()), "/nothing").await;
         assert_eq!(status, StatusCode::NOT_FOUND);
+        let (_, _, body) = get(app(state), "/metrics").await;
+        for line in [
+            "http_server_requests_seconds_count{method=\"GET\",uri=\"/metrics\",status=\"200\"} 1\n",
+            "http_server_requests_seconds_count{method=\"GET\",uri=\"unmatched\",status=\"404\"} 1\n",
+            "# TYPE process_cpu_seconds_total counter\n",
+            "# TYPE process_resident_memory_bytes gauge\n",
+        ] {
+            assert!(body.contains(line), "{line:?} missing from:\n{body}");
+        }
+        assert_eq!(body.matches("# TYPE process_cpu_seconds_total ").count(), 1);
     }
 }

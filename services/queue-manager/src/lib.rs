@@ -61,6 +61,8 @@ pub struct ManagerState {
     queues: RwLock<BTreeSet<String>>,
     valkey_up: AtomicBool,
     admissions: Mutex<BTreeMap<String, Admission>>,
+    /// The HTTP request histogram and the process's figures, kept across scrapes.
+    http: service_kit::metrics::Registry,
 }
 
 impl ManagerState {
@@ -73,6 +75,7 @@ impl ManagerState {
             client: OnceLock::new(),
             valkey_up: AtomicBool::new(false),
             admissions: Mutex::new(BTreeMap::new()),
+            http: service_kit::metrics::Registry::default(),
         }
     }
 

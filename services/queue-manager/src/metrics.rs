@@ -67,7 +67,7 @@ pub fn render(s: &Snapshot) -> String {
         )
         .set(a.as_gauge() as f64);
     }
-    r.render()
+    r.render_series()
 }
 
 /// A label value: backslash, double quote and newline escaped.

@@ -1,0 +1,112 @@
+#!/usr/bin/env bash
+# CI for docker/: builds the four images on a locally made base (no image registry
+# needed: Debian bookworm by debootstrap, then `docker import`), runs valkey and the
+# three services from them with host networking on free loopback ports, sends a
+# queue-cli swarm through them (every audit must read zero), stops them with SIGTERM
+# (each must exit 0, and no session may be left), and checks that
+# `docker-compose config` accepts docker/compose.yaml. Starts dockerd when none
+# answers, and stops it again at the end. Expects the release build (scripts/test.sh).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+root=$(pwd)
+DOCKER=${DOCKER:-/usr/bin/docker}
+[ -x "$DOCKER" ] || DOCKER=docker
+work=$(mktemp -d)
+started_dockerd=""
+containers=()
+
+cleanup() {
+  for c in "${containers[@]}"; do $DOCKER rm -f "$c" >/dev/null 2>&1 || true; done
+  if [ -n "$started_dockerd" ]; then
+    kill "$started_dockerd" 2>/dev/null || true
+    for _ in $(seq 1 100); do kill -0 "$started_dockerd" 2>/dev/null || break; sleep 0.1; done
+  fi
+  rm -rf "$work"
+}
+trap cleanup EXIT
+
+# 1. A docker daemon.
+if ! $DOCKER info >/dev/null 2>&1; then
+  dockerd >"$work/dockerd.log" 2>&1 &
+  started_dockerd=$!
+  for _ in $(seq 1 120); do $DOCKER info >/dev/null 2>&1 && break; sleep 0.5; done
+  $DOCKER info >/dev/null 2>&1 || { cat "$work/dockerd.log" >&2; echo "dockerd did not start" >&2; exit 1; }
+fi
+
+# 2. Base images, made here once and kept: Debian bookworm, and the same with this
+#    machine's valkey-server (the public default is valkey/valkey).
+base=valkey-queue-ci/bookworm:base
+if ! $DOCKER image inspect "$base" >/dev/null 2>&1; then
+  mirror=$(awk '/^URIs:/{print $2; exit}' /etc/apt/sources.list.d/debian.sources 2>/dev/null || true)
+  debootstrap --variant=minbase bookworm "$work/rootfs" "${mirror:-http://deb.debian.org/debian}" >"$work/debootstrap.log" 2>&1 \
+    || { tail -20 "$work/debootstrap.log" >&2; exit 1; }
+  tar -C "$work/rootfs" -c . | $DOCKER import - "$base" >/dev/null
+  rm -rf "$work/rootfs"
+fi
+valkey_base=valkey-queue-ci/valkey:base
+mkdir -p "$work/vb/libs"
+cp "$(command -v valkey-server)" "$work/vb/valkey-server"
+ldd "$(command -v valkey-server)" | awk '/=> \//{print $3}' | grep -v -E '/(libc|libm|libgcc_s|ld-linux[^/]*)\.so' \
+  | xargs -r cp -L -t "$work/vb/libs"
+cat >"$work/vb/Dockerfile" <<DOCKERFILE
+FROM $base
+COPY libs/ /usr/lib/x86_64-linux-gnu/
+COPY valkey-server /usr/bin/valkey-server
+DOCKERFILE
+$DOCKER build -q -t "$valkey_base" "$work/vb" >/dev/null
+
+# 3. The four images.
+t0=$(date +%s.%N)
+BASE=$base VALKEY_BASE=$valkey_base PREFIX=valkey-queue-ci TAG=test DOCKER=$DOCKER bash docker/build-images.sh
+t1=$(date +%s.%N)
+echo "images built in $(python3 -c "print(round($t1 - $t0, 1))") s"
+for i in valkey queue-api queue-manager chat-server; do
+  printf '  %-14s %s\n' "$i" "$($DOCKER image inspect -f '{{.Size}}' "valkey-queue-ci/$i:test" | awk '{printf "%.1f MB", $1/1e6}')"
+done
+
+# 4. The system from the images, host networking, loopback ports.
+free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
+vport=$(free_port) api=$(free_port) chat=$(free_port) mgr=$(free_port)
+run() { # name image env...
+  local name=$1 image=$2; shift 2
+  local args=()
+  for e in "$@"; do args+=(-e "$e"); done
+  $DOCKER run -d --name "$name" --network host "${args[@]}" "$image" >/dev/null
+  containers+=("$name")
+}
+suffix=$$
+run "vq-valkey-$suffix" valkey-queue-ci/valkey:test "VALKEY_PORT=$vport" "QUEUE_MODULE_ARGS=default-soft-cap 50"
+for _ in $(seq 1 100); do valkey-cli -p "$vport" ping 2>/dev/null | grep -q PONG && break; sleep 0.1; done
+valkey-cli -p "$vport" QUEUE.CONFIG default SET soft_cap 50 ticket_ttl 10000 abandon_after 5000 >/dev/null
+url="redis://127.0.0.1:$vport/"
+run "vq-chat-$suffix" valkey-queue-ci/chat-server:test "VALKEY_URL=$url" "LISTEN=127.0.0.1:$chat" "HEALTH_PORT=$chat"
+run "vq-manager-$suffix" valkey-queue-ci/queue-manager:test "VALKEY_URL=$url" "LISTEN=127.0.0.1:$mgr" "HEALTH_PORT=$mgr"
+run "vq-api-$suffix" valkey-queue-ci/queue-api:test "VALKEY_URL=$url" "LISTEN=127.0.0.1:$api" "HEALTH_PORT=$api" \
+  "CHAT_URL=http://127.0.0.1:$chat" ADMIN_TOKEN=ci-admin TRUST_PROXY=true
+for c in chat manager api; do
+  for _ in $(seq 1 150); do
+    [ "$($DOCKER inspect -f '{{.State.Health.Status}}' "vq-$c-$suffix")" = healthy ] && break
+    sleep 0.2
+  done
+  echo "vq-$c: $($DOCKER inspect -f '{{.State.Health.Status}}' "vq-$c-$suffix")"
+done
+
+status=0
+"$root/target/release/queue-cli" swarm --api "http://127.0.0.1:$api" --chat "http://127.0.0.1:$chat" \
+  --users "${SWARM_USERS:-500}" --rate 100 --stay-secs 1 --admin-token ci-admin --timeout-secs 120 --quiet || status=$?
+
+# 5. SIGTERM each service; each exits 0; no session is left.
+for c in api chat manager; do
+  $DOCKER stop -t 30 "vq-$c-$suffix" >/dev/null
+  code=$($DOCKER inspect -f '{{.State.ExitCode}}' "vq-$c-$suffix")
+  echo "vq-$c stopped, exit $code"
+  [ "$code" = 0 ] || status=1
+done
+active=$(valkey-cli -p "$vport" QUEUE.INFO default | awk '$0=="active"{getline; print; exit}')
+echo "sessions left after stop: ${active:-?}"
+[ "${active:-x}" = 0 ] || { $DOCKER logs "vq-chat-$suffix" 2>&1 | tail -5; status=1; }
+
+# 6. The compose file parses.
+(cd docker && docker-compose -f compose.yaml config -q) || status=1
+echo "docker/compose.yaml: docker-compose config accepts it"
+exit "$status"
