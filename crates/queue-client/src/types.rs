@@ -114,8 +114,7 @@ impl LinePage {
 
     /// The estimated wait of the user at `rank`, as QUEUE.STATUS computes it.
     pub fn estimated_wait_seconds(&self, rank: u64) -> Option<u64> {
-        queue_core::admission::estimated_wait_seconds(rank as i64, self.measured_per_min)
-            .map(|s| s.max(0) as u64)
+        queue_core::admission::estimated_wait_seconds(rank as i64, self.measured_per_min).map(|s| s.max(0) as u64)
     }
 }
 

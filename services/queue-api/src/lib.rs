@@ -7,6 +7,7 @@
 //! waiting-room page (`/`), the back office (`/api/admin/queues/{queue}`), `/metrics`,
 //! `/healthz` and `/api/openapi.json`.
 
+pub mod conn_limit;
 pub mod error;
 pub mod extract;
 pub mod hub;
@@ -50,6 +51,14 @@ pub struct Config {
     #[arg(long, env = "PUSH_TICK", default_value = "1s",
           value_parser = service_kit::duration(Duration::from_millis(100)..=Duration::from_secs(60)))]
     pub push_tick: Duration,
+    /// Most push streams this instance holds open at once (0: no limit); past it a new
+    /// stream is refused with 503 and Retry-After.
+    #[arg(long, env = "MAX_STREAMS", default_value_t = 100_000)]
+    pub max_streams: usize,
+    /// Most push streams one client address holds open at once (0: no limit); past it
+    /// a new stream from that address is refused with 429 and Retry-After.
+    #[arg(long, env = "MAX_STREAMS_PER_ADDR", default_value_t = 64)]
+    pub max_streams_per_addr: u32,
     /// Serve /bench/noop, a no-op handler benchmarks compare against.
     #[arg(long, env = "BENCH_ROUTES", default_value_t = false, hide = true)]
     pub bench_routes: bool,
@@ -80,6 +89,8 @@ impl Config {
             rate_burst: 40.0,
             trust_proxy: false,
             push_tick: Duration::from_secs(1),
+            max_streams: 100_000,
+            max_streams_per_addr: 64,
             bench_routes: false,
         }
     }
@@ -91,6 +102,8 @@ pub struct AppState {
     pub store: store::Store,
     pub hub: Arc<hub::Hub>,
     pub limiter: limit::RateLimiter,
+    /// Open push streams, in all and per client address.
+    pub streams: Arc<conn_limit::ConnLimit>,
     pub metrics: Arc<metrics::Metrics>,
     /// Queues this instance has registered in the discovery set.
     pub registered: std::sync::Mutex<std::collections::HashSet<String>>,
@@ -140,6 +153,7 @@ pub async fn serve(
     });
     let state = Arc::new(AppState {
         limiter: limit::RateLimiter::new(config.rate_limit, config.rate_burst),
+        streams: conn_limit::ConnLimit::new(config.max_streams, config.max_streams_per_addr),
         config,
         store,
         hub,
@@ -164,6 +178,9 @@ mod tests {
         let c = parse::<Config>(&[]).unwrap();
         assert_eq!((c.common.listen.to_string(), c.push_tick), ("127.0.0.1:8080".to_string(), Duration::from_secs(1)));
         assert_eq!((c.rate_limit, c.rate_burst, c.trust_proxy), (20.0, 40.0, false));
+        assert_eq!((c.max_streams, c.max_streams_per_addr), (100_000, 64));
+        let c = parse::<Config>(&["--max-streams", "5", "--max-streams-per-addr", "0"]).unwrap();
+        assert_eq!((c.max_streams, c.max_streams_per_addr), (5, 0));
         assert_eq!(parse::<Config>(&["--push-tick", "250ms"]).unwrap().push_tick, Duration::from_millis(250));
         assert_eq!(
             parse::<Config>(&["--push-tick-ms", "250"]).unwrap().push_tick,

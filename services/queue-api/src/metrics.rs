@@ -13,6 +13,7 @@ pub struct Metrics {
     pub ranks_calls: Counter,
     pub line_calls: Counter,
     pub sse_streams: Gauge,
+    pub streams_refused: Counter,
 }
 
 impl Default for Metrics {
@@ -29,6 +30,10 @@ impl Default for Metrics {
             ranks_calls: r.counter("queue_api_ranks_calls_total", "QUEUE.RANKS calls made for push streams."),
             line_calls: r.counter("queue_api_line_calls_total", "QUEUE.LINE pages read for push streams."),
             sse_streams: r.gauge("queue_api_sse_streams", "Open push streams."),
+            streams_refused: r.counter(
+                "queue_api_streams_refused_total",
+                "Push streams refused by --max-streams or --max-streams-per-addr.",
+            ),
             registry: r,
         }
     }

@@ -275,7 +275,8 @@ impl Ledger {
         let me = &self.people[who];
         let entered = me.entry_recv.unwrap_or(now);
         let sent = me.entry_sent;
-        for (given, errors) in [(me.eta_at_entry, &mut self.eta_entry_errors), (me.eta_at_rank10, &mut self.eta_rank10_errors)]
+        for (given, errors) in
+            [(me.eta_at_entry, &mut self.eta_entry_errors), (me.eta_at_rank10, &mut self.eta_rank10_errors)]
         {
             match given {
                 Some((at, Some(eta))) => errors.push(eta_error(eta, now.duration_since(at).as_secs_f64())),
