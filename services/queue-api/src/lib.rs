@@ -15,6 +15,7 @@ pub mod limit;
 pub mod metrics;
 mod openapi;
 mod routes;
+mod server;
 pub mod store;
 
 use axum::extract::DefaultBodyLimit;
@@ -161,7 +162,7 @@ pub async fn serve(
         registered: Default::default(),
         shutdown: stop_rx,
     });
-    service_kit::serve(listener, app(state), async move {
+    server::serve(listener, app(state), async move {
         shutdown.await;
         let _ = stop_tx.send(true);
     })
