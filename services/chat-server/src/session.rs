@@ -42,10 +42,10 @@ const CLOSE_TIMEOUT: Duration = Duration::from_secs(2);
 /// write buffer grows to the size of the largest message it ever sent.
 const FRAGMENT: usize = 2 * 1024;
 /// tungstenite's buffers: writes go out once a kilobyte is queued (and at each
-/// flush); reads take up to 2 KiB at a time. Small, because sessions are many and
+/// flush); reads take up to 1 KiB at a time. Small, because sessions are many and
 /// frames small.
 const WRITE_BUFFER: usize = 1024;
-const READ_BUFFER: usize = 2048;
+const READ_BUFFER: usize = 1024;
 /// Most frames written with one flush.
 const BATCH: u64 = 64;
 
