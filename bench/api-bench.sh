@@ -46,5 +46,9 @@ fan=$("$root/target/release/examples/sse_fanout" "127.0.0.1:$aport" "redis://127
 echo
 echo "queue-api benchmark ($(nproc) cores; wrk -t2 -c64 -d${DURATION}s, $ROUNDS interleaved rounds)"
 printf '%-44s %12s\n' "GET /api/queue/status (req/s, median)" "$s" "no-op axum handler (req/s, median)" "$n"
-printf '%-44s %12s\n' "status / no-op" "$(python3 -c "print(round($s/$n, 3))")"
+ratios=$(python3 -c "
+s=[float(x) for x in '${s_all[*]}'.split()]; n=[float(x) for x in '${n_all[*]}'.split()]
+r=sorted(a/b for a,b in zip(s,n)); print(' '.join('%.3f' % x for x in r))")
+printf '%-44s %12s\n' "status / no-op (ratio of medians)" "$(python3 -c "print(round($s/$n, 3))")"
+echo "status / no-op per round (sorted): $ratios"
 echo "SSE fan-out: $fan"
