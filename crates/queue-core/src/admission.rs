@@ -260,7 +260,7 @@ mod tests {
         assert_eq!(wait_range(1000, 10_000), (987, 1013));
         assert_eq!(wait_range(0, 5), (0, 0));
         let (low, high) = wait_range(7, 3);
-        assert!(low >= 1 && low <= 7 && high >= 7);
+        assert!((1..=7).contains(&low) && high >= 7);
     }
 
     #[test]
