@@ -2,16 +2,24 @@
 # queue-api benchmark (a report, not a test), side by side in one run:
 #  1. GET /api/queue/status throughput against a no-op axum handler in the same
 #     process (wrk, interleaved rounds, medians);
-#  2. SSE fan-out: STREAMS open push streams, one rank change announced, time until
-#     every stream has its update, the api's QUEUE.RANKS calls for it, and the api's
-#     memory per stream.
-#   bench/api-bench.sh                     # ROUNDS=3 DURATION=5 STREAMS=10000
+#  2. SSE fan-out: STREAMS open push streams (the api runs with --max-streams STREAMS),
+#     one rank change announced, time until every stream has its update, the api's
+#     QUEUE.RANKS calls for it, its memory per stream and at the limit, the load
+#     tool's own memory, and what 100 more streams get (503 with Retry-After).
+#   bench/api-bench.sh                     # ROUNDS=5 DURATION=5 STREAMS=100000 (capped, see below)
 #   ROUNDS=1 DURATION=3 STREAMS=2000 bench/api-bench.sh
+# STREAMS is capped by the open-files limit this shell may raise itself to (its hard
+# limit, less 1,000): each process, the api and the load tool, holds one socket per
+# stream.
 set -euo pipefail
 root="$(cd "$(dirname "$0")/.." && pwd)"
-ROUNDS=${ROUNDS:-3}; DURATION=${DURATION:-5}; STREAMS=${STREAMS:-10000}
+ROUNDS=${ROUNDS:-5}; DURATION=${DURATION:-5}; STREAMS=${STREAMS:-100000}
 command -v wrk >/dev/null || { apt-get install -y -qq wrk >/dev/null 2>&1 || sudo apt-get install -y -qq wrk >/dev/null; }
-ulimit -n 65536 2>/dev/null || ulimit -n "$(ulimit -Hn)"
+ulimit -n 1048576 2>/dev/null || ulimit -n "$(ulimit -Hn)"
+if [ "$(ulimit -n)" != unlimited ] && [ "$STREAMS" -gt "$(( $(ulimit -n) - 1000 ))" ]; then
+  echo "open-files limit $(ulimit -n): STREAMS $STREAMS capped to $(( $(ulimit -n) - 1000 ))" >&2
+  STREAMS=$(( $(ulimit -n) - 1000 ))
+fi
 cd "$root"
 cargo build --release -q -p valkey-queue -p queue-api --bins --examples
 port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'; }
@@ -21,7 +29,7 @@ valkey-server --port "$vport" --bind 127.0.0.1 --save '' --dir "$dir" --logfile 
 trap 'kill $vpid ${apid:-} 2>/dev/null; wait 2>/dev/null; rm -rf "$dir"' EXIT
 for _ in $(seq 100); do valkey-cli -p "$vport" ping >/dev/null 2>&1 && break; sleep 0.1; done
 RUST_LOG=warn "$root/target/release/queue-api" --valkey-url "redis://127.0.0.1:$vport/" --listen "127.0.0.1:$aport" \
-  --rate-limit 0 --bench-routes & apid=$!
+  --rate-limit 0 --bench-routes --max-streams "$STREAMS" --max-streams-per-addr 0 & apid=$!
 api="http://127.0.0.1:$aport"
 for _ in $(seq 100); do curl -sf "$api/healthz" | grep -q '"up"' && break; sleep 0.1; done
 valkey-cli -p "$vport" QUEUE.CONFIG default SET soft_cap 0 abandon_after 0 >/dev/null
@@ -34,9 +42,13 @@ for r in $(seq "$ROUNDS"); do
   s_all+=("$(rps "$api/api/queue/status?userId=$user")"); n_all+=("$(rps "$api/bench/noop")")
 done
 s=$(printf '%s\n' "${s_all[@]}" | median); n=$(printf '%s\n' "${n_all[@]}" | median)
-fan=$("$root/target/release/examples/sse_fanout" "$api" "redis://127.0.0.1:$vport/" "$STREAMS" "$apid")
+fan=$("$root/target/release/examples/sse_fanout" "127.0.0.1:$aport" "redis://127.0.0.1:$vport/" "$STREAMS" "$apid")
 echo
 echo "queue-api benchmark ($(nproc) cores; wrk -t2 -c64 -d${DURATION}s, $ROUNDS interleaved rounds)"
 printf '%-44s %12s\n' "GET /api/queue/status (req/s, median)" "$s" "no-op axum handler (req/s, median)" "$n"
-printf '%-44s %12s\n' "status / no-op" "$(python3 -c "print(round($s/$n, 3))")"
+ratios=$(python3 -c "
+s=[float(x) for x in '${s_all[*]}'.split()]; n=[float(x) for x in '${n_all[*]}'.split()]
+r=sorted(a/b for a,b in zip(s,n)); print(' '.join('%.3f' % x for x in r))")
+printf '%-44s %12s\n' "status / no-op (ratio of medians)" "$(python3 -c "print(round($s/$n, 3))")"
+echo "status / no-op per round (sorted): $ratios"
 echo "SSE fan-out: $fan"

@@ -12,7 +12,11 @@
 set -euo pipefail
 root="$(cd "$(dirname "$0")/.." && pwd)"
 SESSIONS=${SESSIONS:-5000}
-ulimit -n 65536 2>/dev/null || ulimit -n "$(ulimit -Hn)"
+ulimit -n 1048576 2>/dev/null || ulimit -n "$(ulimit -Hn)"
+if [ "$(ulimit -n)" != unlimited ] && [ "$SESSIONS" -gt "$(( $(ulimit -n) - 1000 ))" ]; then
+  echo "open-files limit $(ulimit -n): SESSIONS $SESSIONS capped to $(( $(ulimit -n) - 1000 ))" >&2
+  SESSIONS=$(( $(ulimit -n) - 1000 ))
+fi
 cd "$root"
 [ -f target/release/libvalkey_queue.so ] || cargo build --release -q -p valkey-queue
 cargo build --release -q -p chat-server --bins --examples
@@ -25,7 +29,7 @@ for _ in $(seq 100); do valkey-cli -p "$vport" ping >/dev/null 2>&1 && break; sl
 url="redis://127.0.0.1:$vport/"
 # Sessions must not idle out while the bench runs.
 RUST_LOG=warn "$root/target/release/chat-server" --valkey-url "$url" --listen "127.0.0.1:$cport" \
-  --idle-timeout 1h --capacity "$SESSIONS" & cpid=$!
+  --idle-timeout 1h --capacity "$SESSIONS" --max-sessions "$SESSIONS" --max-sessions-per-addr 0 & cpid=$!
 for _ in $(seq 100); do curl -sf "http://127.0.0.1:$cport/healthz" | grep -q '"room":"up"' && break; sleep 0.1; done
 
 echo "chat-server benchmark ($(nproc) cores, valkey $(valkey-server --version | grep -o 'v=[0-9.]*' | cut -d= -f2))"

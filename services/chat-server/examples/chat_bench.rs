@@ -8,9 +8,12 @@
 //! chat_bench <ws://host:port> <redis://valkey/> <sessions> <chat-server pid>
 //! ```
 //!
-//! Every join is announced to everyone already inside (a system line and a presence
-//! delta), so opening N sessions delivers about N² frames; the report waits for that
-//! storm to settle before measuring.
+//! Joins are told to the room once per presence tick (a system line and a presence
+//! batch per tick), so opening N sessions delivers O(N) frames (N² when every join
+//! was told on its own); the report counts them (as received here and as the
+//! server's chatserver_messages_sent_total says) and waits for them to settle before
+//! measuring. The chat-server runs with --max-sessions N: 100 more handshakes then
+//! show the refusal (close 1013) with the server at its limit.
 
 use futures_util::{SinkExt, StreamExt};
 use queue_client::QueueClient;
@@ -18,7 +21,21 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 use tokio::sync::mpsc;
+use tokio_tungstenite::tungstenite::protocol::WebSocketConfig;
 use tokio_tungstenite::tungstenite::Message;
+
+/// chatserver_messages_sent_total of the server at `base` (ws://host:port).
+async fn frames_sent(base: &str) -> u64 {
+    let url = format!("{}/metrics", base.replacen("ws://", "http://", 1));
+    let text = match reqwest::get(url).await {
+        Ok(r) => r.text().await.unwrap_or_default(),
+        Err(_) => String::new(),
+    };
+    text.lines()
+        .find_map(|l| l.strip_prefix("chatserver_messages_sent_total "))
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(0)
+}
 
 const QUEUE: &str = "default";
 const MARKER: &str = "fan-out-marker";
@@ -112,6 +129,7 @@ async fn main() {
         .collect()
         .await;
 
+    let sent_before = frames_sent(&base).await;
     let frames = Arc::new(AtomicU64::new(0));
     let (marks_tx, mut marks) = mpsc::unbounded_channel::<Instant>();
     let opening = Instant::now();
@@ -120,7 +138,10 @@ async fn main() {
             let url = format!("{base}/gameserver?ticketId={t}");
             let (frames, marks_tx) = (frames.clone(), marks_tx.clone());
             async move {
-                let (ws, _) = tokio_tungstenite::connect_async(url.as_str()).await.expect("handshake");
+                let config = WebSocketConfig::default().read_buffer_size(4096).write_buffer_size(0);
+                let (ws, _) = tokio_tungstenite::connect_async_with_config(url.as_str(), Some(config), false)
+                    .await
+                    .expect("handshake");
                 let (sink, mut stream) = ws.split();
                 let reader = tokio::spawn(async move {
                     let mut close = None;
@@ -148,6 +169,7 @@ async fn main() {
     let opened = opening.elapsed();
     let storm = settle(&frames, Duration::from_secs(1), Duration::from_secs(600)).await;
     let storm_frames = frames.load(Ordering::Relaxed);
+    let server_frames = frames_sent(&base).await - sent_before;
     let full_rss = rss_kib(pid);
 
     // One message from the first session, to everyone.
@@ -163,6 +185,31 @@ async fn main() {
         }
     }
     arrivals.sort();
+
+    // At the limit (--max-sessions N): 100 more handshakes, each with a fresh ticket.
+    let mut over = std::collections::BTreeMap::<String, usize>::new();
+    for i in 0..100 {
+        let Ok(s) = qc.enter(QUEUE, &format!("over-{i}"), "over").await else { continue };
+        let Some(t) = s.ticket_id else {
+            *over.entry("no ticket".into()).or_default() += 1;
+            continue;
+        };
+        let url = format!("{base}/gameserver?ticketId={t}");
+        let outcome = match tokio_tungstenite::connect_async(url.as_str()).await {
+            Ok((mut ws, _)) => loop {
+                match tokio::time::timeout(Duration::from_secs(5), ws.next()).await {
+                    Ok(Some(Ok(Message::Close(Some(f))))) => break format!("close {}", u16::from(f.code)),
+                    Ok(Some(Ok(Message::Text(_)))) => break "admitted".to_string(),
+                    Ok(Some(Ok(_))) => continue,
+                    _ => break "no answer".to_string(),
+                }
+            },
+            Err(tokio_tungstenite::tungstenite::Error::Http(r)) => format!("http {}", r.status().as_u16()),
+            Err(e) => format!("error {e}"),
+        };
+        *over.entry(outcome).or_default() += 1;
+    }
+    let at_limit_rss = rss_kib(pid);
 
     // Graceful shutdown with every session open: each socket gets 1001, each lease
     // is ended (not left to lapse).
@@ -186,10 +233,12 @@ async fn main() {
 
     println!("sessions: {n} (asked {asked}; open-files limit {limit})");
     println!(
-        "opened in {:.1} s ({:.0} handshakes/s); join storm settled {:.1} s later after {storm_frames} frames",
+        "opened in {:.1} s ({:.0} handshakes/s); joins settled {:.1} s later; frames while joining: \
+         {storm_frames} received, {server_frames} sent by the server ({:.2} per session)",
         opened.as_secs_f64(),
         n as f64 / opened.as_secs_f64(),
-        storm.as_secs_f64()
+        storm.as_secs_f64(),
+        server_frames as f64 / n as f64
     );
     println!(
         "chat-server RSS: {:.1} MiB before, {:.1} MiB with {n} sessions: {:.1} KiB per session",
@@ -209,6 +258,12 @@ async fn main() {
             ms(*arrivals.last().unwrap())
         );
     }
+    let over: Vec<String> = over.iter().map(|(k, v)| format!("{k}: {v}")).collect();
+    println!(
+        "at the limit (--max-sessions {n}), 100 more handshakes: {}; chat-server RSS then {:.1} MiB",
+        over.join(", "),
+        at_limit_rss as f64 / 1024.0
+    );
     println!(
         "SIGTERM with {active} sessions: {going_away} closed with 1001 within {}, process gone after {}, \
          {left} sessions left active",

@@ -33,7 +33,16 @@ pub enum HandshakeError {
     Unavailable,
     /// 503: this instance is shutting down.
     ShuttingDown,
+    /// This instance holds its most sessions (`--max-sessions`): the upgrade is taken
+    /// and closed with 1013 at once (503 when too many such closes are under way).
+    TooManySessions,
+    /// This client address holds its most sessions (`--max-sessions-per-addr`): as
+    /// above.
+    TooManyFromAddress,
 }
+
+/// Seconds a client refused for a session limit is asked to wait.
+pub const LIMIT_RETRY_AFTER: u64 = 5;
 
 impl HandshakeError {
     pub fn status(self) -> StatusCode {
@@ -44,9 +53,11 @@ impl HandshakeError {
                 StatusCode::UNAUTHORIZED
             }
             HandshakeError::AlreadyConnected => StatusCode::CONFLICT,
-            HandshakeError::Full | HandshakeError::Unavailable | HandshakeError::ShuttingDown => {
-                StatusCode::SERVICE_UNAVAILABLE
-            }
+            HandshakeError::Full
+            | HandshakeError::Unavailable
+            | HandshakeError::ShuttingDown
+            | HandshakeError::TooManySessions
+            | HandshakeError::TooManyFromAddress => StatusCode::SERVICE_UNAVAILABLE,
         }
     }
 
@@ -64,10 +75,12 @@ impl HandshakeError {
             HandshakeError::Full => "full",
             HandshakeError::Unavailable => "unavailable",
             HandshakeError::ShuttingDown => "shutting_down",
+            HandshakeError::TooManySessions => "too_many_sessions",
+            HandshakeError::TooManyFromAddress => "too_many_from_address",
         }
     }
 
-    fn message(self) -> &'static str {
+    pub fn message(self) -> &'static str {
         match self {
             HandshakeError::NotWebSocket => "this endpoint takes WebSocket connections only",
             HandshakeError::BadUpgrade => "unsupported WebSocket handshake (version 13 over HTTP/1.1 is required)",
@@ -80,6 +93,8 @@ impl HandshakeError {
             HandshakeError::Full => "the room is full; try again shortly (the ticket stays valid)",
             HandshakeError::Unavailable => "the queue store is unreachable; try again shortly",
             HandshakeError::ShuttingDown => "this server is shutting down; try again",
+            HandshakeError::TooManySessions => "this server holds its most sessions; try again later",
+            HandshakeError::TooManyFromAddress => "this address holds its most sessions; try again later",
         }
     }
 
@@ -101,6 +116,9 @@ impl IntoResponse for HandshakeError {
             }
             HandshakeError::Full => {
                 headers.insert(header::RETRY_AFTER, HeaderValue::from_static("5"));
+            }
+            HandshakeError::TooManySessions | HandshakeError::TooManyFromAddress => {
+                headers.insert(header::RETRY_AFTER, HeaderValue::from(LIMIT_RETRY_AFTER));
             }
             HandshakeError::Unavailable | HandshakeError::ShuttingDown => {
                 headers.insert(header::RETRY_AFTER, HeaderValue::from_static("1"));

@@ -6,14 +6,14 @@
 //! | --- | --- | --- |
 //! | `MESSAGE_SEND` | client → server | `{message}` |
 //! | `MESSAGE_RECEIVE` | server → clients | `{timestamp, nickname, message}` |
-//! | `SYSTEM_MESSAGE_RECEIVE` | server → clients | `{timestamp, message}` ("alice joined", "alice left") |
+//! | `SYSTEM_MESSAGE_RECEIVE` | server → clients | `{timestamp, message}` ("alice joined", "alice and bob left", once per presence tick) |
 //! | `SERVERSTATUS_REQUEST` | client → server | `{}` |
 //! | `SERVERSTATUS_RESPONSE` | server → client | `{clientCount}` (everyone in the room, every instance) |
 //!
 //! Additions, sent only to a client that asks with `&presence=1` on the URL (the chat
 //! page does): `PRESENCE_SNAPSHOT {users: [{userId, nickname}]}` right after
-//! connecting, then `PRESENCE_JOINED {userId, nickname}` and `PRESENCE_LEFT {userId,
-//! nickname}`; `ERROR {message}` for a frame the server could not take (malformed,
+//! connecting, then `PRESENCE_JOINED {users}` and `PRESENCE_LEFT {users}`, each the
+//! changes of one presence tick (`--presence-tick`); `ERROR {message}` for a frame the server could not take (malformed,
 //! unknown type, too fast), after which the connection stays open. A client written
 //! to seed 000 alone gets only seed 000's frames: the same notices arrive as
 //! `SYSTEM_MESSAGE_RECEIVE`, and `SERVERSTATUS_REQUEST` is always answered with
@@ -76,13 +76,6 @@ struct Users<'a> {
 }
 
 #[derive(Serialize)]
-#[serde(rename_all = "camelCase")]
-struct Who<'a> {
-    user_id: &'a str,
-    nickname: &'a str,
-}
-
-#[derive(Serialize)]
 struct Error<'a> {
     message: &'a str,
 }
@@ -107,14 +100,29 @@ pub fn presence_snapshot(users: &[Person]) -> String {
     frame(PRESENCE_SNAPSHOT, Users { users })
 }
 
-/// `PRESENCE_JOINED`.
-pub fn presence_joined(user_id: &str, nickname: &str) -> String {
-    frame(PRESENCE_JOINED, Who { user_id, nickname })
+/// `PRESENCE_JOINED {users}`: everyone who joined in one presence tick.
+pub fn presence_joined(users: &[Person]) -> String {
+    frame(PRESENCE_JOINED, Users { users })
 }
 
-/// `PRESENCE_LEFT`.
-pub fn presence_left(user_id: &str, nickname: &str) -> String {
-    frame(PRESENCE_LEFT, Who { user_id, nickname })
+/// `PRESENCE_LEFT {users}`: everyone who left in one presence tick.
+pub fn presence_left(users: &[Person]) -> String {
+    frame(PRESENCE_LEFT, Users { users })
+}
+
+/// Names shown in one system line before "and N others".
+const NAMES_SHOWN: usize = 5;
+
+/// The system line for a tick's joins or leaves: `alice joined`, `alice and bob
+/// joined`, `a, b, c, d, e and 37 others joined`.
+pub fn people_line(people: &[Person], verb: &str) -> String {
+    let names: Vec<&str> = people.iter().map(|p| p.nickname.as_str()).collect();
+    match names.len() {
+        0 => String::new(),
+        1 => format!("{} {verb}", names[0]),
+        n if n <= NAMES_SHOWN + 1 => format!("{} and {} {verb}", names[..n - 1].join(", "), names[n - 1]),
+        n => format!("{} and {} others {verb}", names[..NAMES_SHOWN].join(", "), n - NAMES_SHOWN),
+    }
 }
 
 /// Whether a room frame is one of the presence additions (the frames are made
@@ -213,7 +221,16 @@ mod tests {
             presence_snapshot(&[Person { user_id: "u-1".into(), nickname: "a".into() }]),
             r#"{"type":"PRESENCE_SNAPSHOT","payload":{"users":[{"userId":"u-1","nickname":"a"}]}}"#
         );
-        assert_eq!(presence_left("u", "n"), r#"{"type":"PRESENCE_LEFT","payload":{"userId":"u","nickname":"n"}}"#);
+        let who = |n: &str| Person { user_id: format!("u-{n}"), nickname: n.into() };
+        assert_eq!(
+            presence_left(&[who("n")]),
+            r#"{"type":"PRESENCE_LEFT","payload":{"users":[{"userId":"u-n","nickname":"n"}]}}"#
+        );
+        let people: Vec<Person> = ["a", "b", "c", "d", "e", "f", "g", "h"].map(who).to_vec();
+        assert_eq!(people_line(&people[..1], "joined"), "a joined");
+        assert_eq!(people_line(&people[..2], "left"), "a and b left");
+        assert_eq!(people_line(&people[..6], "joined"), "a, b, c, d, e and f joined");
+        assert_eq!(people_line(&people, "joined"), "a, b, c, d, e and 3 others joined");
         assert_eq!(error("x\"y"), r#"{"type":"ERROR","payload":{"message":"x\"y"}}"#);
     }
 

@@ -8,23 +8,31 @@
 //! sent in fragments, so no socket keeps a buffer the size of the largest frame it
 //! ever sent.
 
+use crate::conn_limit::Refusal;
 use crate::error::HandshakeError;
 use crate::lease::LeaseGuard;
 use crate::{session, AppState};
 use axum::body::Body;
 use axum::extract::rejection::QueryRejection;
-use axum::extract::{Query, Request, State};
+use axum::extract::{ConnectInfo, Query, Request, State};
 use axum::http::{header, HeaderMap, HeaderName, StatusCode, Version};
 use axum::response::{IntoResponse, Response};
+use futures_util::{SinkExt, StreamExt};
 use hyper::upgrade::OnUpgrade;
 use hyper_util::rt::TokioIo;
 use queue_client::{Claim, ClientError, QueueClient};
 use serde::Deserialize;
+use std::net::SocketAddr;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
+use std::time::Duration;
 use tokio::sync::oneshot;
 use tokio_tungstenite::tungstenite::handshake::derive_accept_key;
+use tokio_tungstenite::tungstenite::protocol::frame::coding::CloseCode;
+use tokio_tungstenite::tungstenite::protocol::frame::CloseFrame;
 use tokio_tungstenite::tungstenite::protocol::Role;
+use tokio_tungstenite::tungstenite::protocol::WebSocketConfig;
+use tokio_tungstenite::tungstenite::{Message, Utf8Bytes};
 use tokio_tungstenite::WebSocketStream;
 use tracing::Instrument;
 
@@ -39,11 +47,12 @@ pub struct Params {
 
 pub async fn gameserver(
     State(state): State<Arc<AppState>>,
+    ConnectInfo(peer): ConnectInfo<SocketAddr>,
     params: Result<Query<Params>, QueryRejection>,
     req: Request,
 ) -> Response {
     let handshake = match params {
-        Ok(Query(params)) => accept(&state, params, req).await,
+        Ok(Query(params)) => accept(&state, peer, params, req).await,
         Err(_) => Err(HandshakeError::BadQuery),
     };
     match handshake {
@@ -65,7 +74,12 @@ fn has_token(headers: &HeaderMap, name: HeaderName, token: &str) -> bool {
         .any(|t| t.trim().eq_ignore_ascii_case(token))
 }
 
-async fn accept(state: &Arc<AppState>, params: Params, mut req: Request) -> Result<Response, HandshakeError> {
+async fn accept(
+    state: &Arc<AppState>,
+    peer: SocketAddr,
+    params: Params,
+    mut req: Request,
+) -> Result<Response, HandshakeError> {
     let headers = req.headers();
     if !has_token(headers, header::CONNECTION, "upgrade") || !has_token(headers, header::UPGRADE, "websocket") {
         return Err(HandshakeError::NotWebSocket);
@@ -87,6 +101,17 @@ async fn accept(state: &Arc<AppState>, params: Params, mut req: Request) -> Resu
     let extended = matches!(params.presence.as_deref(), Some("1" | "true"));
     let ticket = params.ticket_id.filter(|t| !t.is_empty()).ok_or(HandshakeError::MissingTicket)?;
     queue_core::keys::check_ticket(ticket.as_bytes()).map_err(|_| HandshakeError::UnknownTicket)?;
+    // The limits come before the claim: a refused client keeps its ticket.
+    let permit = match state.limits.acquire(peer.ip()) {
+        Ok(permit) => permit,
+        Err(why) => {
+            let e = match why {
+                Refusal::Full => HandshakeError::TooManySessions,
+                Refusal::PerAddress => HandshakeError::TooManyFromAddress,
+            };
+            return refuse_with_1013(state, e, key.as_bytes(), on_upgrade);
+        }
+    };
     let client = state.store.client().await.ok_or(HandshakeError::Unavailable)?;
     let claim = claim_detached(client.clone(), queue.clone(), ticket).await?;
     warn_if_lease_is_short(state, &queue, &claim);
@@ -95,6 +120,7 @@ async fn accept(state: &Arc<AppState>, params: Params, mut req: Request) -> Resu
     let (state, config) = (state.clone(), session::ws_config(&state.config));
     tokio::spawn(async move {
         let _tracked = tracked;
+        let _permit = permit;
         match on_upgrade.await {
             Ok(upgraded) => {
                 let ws = WebSocketStream::from_raw_socket(TokioIo::new(upgraded), Role::Server, Some(config)).await;
@@ -106,13 +132,57 @@ async fn accept(state: &Arc<AppState>, params: Params, mut req: Request) -> Resu
             }
         }
     });
-    Ok(Response::builder()
+    Ok(switching(key.as_bytes()))
+}
+
+fn switching(key: &[u8]) -> Response {
+    Response::builder()
         .status(StatusCode::SWITCHING_PROTOCOLS)
         .header(header::CONNECTION, "upgrade")
         .header(header::UPGRADE, "websocket")
-        .header(header::SEC_WEBSOCKET_ACCEPT, derive_accept_key(key.as_bytes()))
+        .header(header::SEC_WEBSOCKET_ACCEPT, derive_accept_key(key))
         .body(Body::empty())
-        .expect("a valid response"))
+        .expect("a valid response")
+}
+
+/// Refusals with 1013 under way at most; past this a refusal is a plain 503.
+const MAX_REFUSING: usize = 1024;
+/// How long a refused socket waits for the client's answer to the close.
+const REFUSAL_LINGER: Duration = Duration::from_secs(1);
+
+/// A session limit is reached: the upgrade is taken and the socket closed at once with
+/// 1013 (try again later) and the wait in the reason, the ticket left unclaimed. So
+/// that a flood cannot pile up sockets being refused, past [`MAX_REFUSING`] of them
+/// the refusal is a plain 503 with Retry-After instead.
+fn refuse_with_1013(
+    state: &Arc<AppState>,
+    e: HandshakeError,
+    key: &[u8],
+    on_upgrade: OnUpgrade,
+) -> Result<Response, HandshakeError> {
+    if state.refusing.live() >= MAX_REFUSING {
+        return Err(e);
+    }
+    state.metrics.refused(e);
+    tracing::debug!(reason = e.code(), "session limit reached; closing with 1013");
+    let refusing = state.refusing.enter();
+    let reason = format!("{}; retry after {} s", e.message(), crate::error::LIMIT_RETRY_AFTER);
+    tokio::spawn(async move {
+        let _refusing = refusing;
+        let Ok(upgraded) = on_upgrade.await else { return };
+        let config = WebSocketConfig::default().read_buffer_size(256).write_buffer_size(0);
+        let mut ws = WebSocketStream::from_raw_socket(TokioIo::new(upgraded), Role::Server, Some(config)).await;
+        let close = CloseFrame { code: CloseCode::Again, reason: Utf8Bytes::from(reason) };
+        let _ = tokio::time::timeout(REFUSAL_LINGER, async {
+            ws.send(Message::Close(Some(close))).await?;
+            while let Some(msg) = ws.next().await {
+                msg?;
+            }
+            Ok::<(), tokio_tungstenite::tungstenite::Error>(())
+        })
+        .await;
+    });
+    Ok(switching(key))
 }
 
 /// TICKET.CLAIM in a task of its own: if the client hangs up while the claim is on

@@ -16,6 +16,7 @@
 //! `/healthz`, `/metrics`.
 
 pub mod bus;
+pub mod conn_limit;
 pub mod error;
 pub mod frames;
 mod handshake;
@@ -70,6 +71,18 @@ pub struct Config {
     /// sessions divided by this.
     #[arg(long, env = "CAPACITY", default_value_t = 1000, value_parser = clap::value_parser!(u64).range(1..))]
     pub capacity: u64,
+    /// Most sessions this instance holds at once (0: no limit); past it a handshake is
+    /// taken and closed at once with 1013 (try again later), its ticket unclaimed.
+    #[arg(long, env = "MAX_SESSIONS", default_value_t = 20_000)]
+    pub max_sessions: usize,
+    /// Most sessions one client address holds at once (0: no limit); past it, as above.
+    #[arg(long, env = "MAX_SESSIONS_PER_ADDR", default_value_t = 1_000)]
+    pub max_sessions_per_addr: u32,
+    /// How often presence changes (joins, leaves) are sent to the room: all of a tick's
+    /// changes in one PRESENCE_JOINED, one PRESENCE_LEFT and one system line.
+    #[arg(long, env = "PRESENCE_TICK", default_value = "200ms",
+          value_parser = service_kit::duration(Duration::from_millis(10)..=Duration::from_secs(10)))]
+    pub presence_tick: Duration,
     /// This instance's name in the health signal and on the room channel (default:
     /// random).
     #[arg(long, env = "INSTANCE_ID")]
@@ -128,6 +141,9 @@ impl Config {
             messages_per_second: 5.0,
             message_burst: 10.0,
             capacity: 1000,
+            max_sessions: 20_000,
+            max_sessions_per_addr: 1_000,
+            presence_tick: Duration::from_millis(200),
             instance_id: None,
             health_interval: Duration::from_secs(2),
             health_ttl: Duration::from_secs(10),
@@ -195,6 +211,10 @@ pub struct AppState {
     /// Recent broadcast round trips and heartbeat round trips, for the health signal.
     pub latency: Arc<health::Latency>,
     pub sessions: Arc<Tracker>,
+    /// Open sessions against --max-sessions and --max-sessions-per-addr.
+    pub limits: Arc<conn_limit::ConnLimit>,
+    /// Refusals with 1013 under way (bounded: past it, refusals are plain 503s).
+    pub refusing: Arc<Tracker>,
     /// True while the pub/sub subscription that feeds the rooms is live.
     pub room_feed_up: Arc<AtomicBool>,
     /// Flips to true on shutdown: sessions close with 1001.
@@ -242,6 +262,8 @@ pub async fn serve(
         metrics: Arc::new(metrics::Metrics::default()),
         latency: Arc::new(health::Latency::default()),
         sessions: Arc::new(Tracker::default()),
+        limits: conn_limit::ConnLimit::new(config.max_sessions, config.max_sessions_per_addr),
+        refusing: Arc::new(Tracker::default()),
         room_feed_up: Arc::new(AtomicBool::new(false)),
         shutdown: stop_rx,
         config,
@@ -250,6 +272,7 @@ pub async fn serve(
     let feed = tokio::spawn(bus::subscribe(state.clone()));
     let beats = tokio::spawn(lease::heartbeat_loop(state.clone()));
     let health = tokio::spawn(health::signal_loop(state.clone()));
+    let told = tokio::spawn(presence::tell_loop(state.clone()));
     state.metrics.registry().spawn_upkeep();
     let stop_tx = Arc::new(stop_tx);
     let stop = stop_tx.clone();
@@ -267,6 +290,9 @@ pub async fn serve(
     }
     let _ = beats.await;
     let _ = health.await;
+    let _ = told.await;
+    // The leaves of the sessions closed by the shutdown.
+    presence::tell(&state).await;
     health::withdraw(&state).await;
     feed.abort();
     tracing::info!("chat-server stopped");
@@ -284,6 +310,10 @@ mod tests {
         assert_eq!(c.common.listen.to_string(), "127.0.0.1:8081");
         assert_eq!((c.heartbeat, c.idle_timeout), (Duration::from_secs(5), Duration::from_secs(120)));
         assert_eq!((c.health_interval, c.health_ttl), (Duration::from_secs(2), Duration::from_secs(10)));
+        assert_eq!(
+            (c.max_sessions, c.max_sessions_per_addr, c.presence_tick),
+            (20_000, 1_000, Duration::from_millis(200))
+        );
         let c = parse::<Config>(&["--heartbeat", "200ms", "--idle-timeout", "1h", "--health-interval", "1s"]).unwrap();
         assert_eq!((c.heartbeat, c.idle_timeout), (Duration::from_millis(200), Duration::from_secs(3600)));
         let c = parse::<Config>(&["--heartbeat-secs", "0.2", "--idle-timeout-secs", "3600", "--health-ttl-secs", "30"])

@@ -11,6 +11,8 @@ use std::sync::{Arc, Mutex};
 use tokio::sync::{broadcast, mpsc};
 use tokio_tungstenite::tungstenite::Utf8Bytes;
 
+use crate::frames::Person;
+
 /// Frames a local socket may fall behind its room before it misses some.
 pub const FEED_CAPACITY: usize = 1024;
 
@@ -28,6 +30,8 @@ struct Member {
 
 pub struct Room {
     feed: broadcast::Sender<Utf8Bytes>,
+    /// Joins (true) and leaves (false) on this instance not yet told to the room.
+    pending: Mutex<Vec<(bool, Person)>>,
     members: Mutex<HashMap<u64, Member>>,
     /// The last room-wide count read from Valkey, plus one (0: none yet).
     last_count: AtomicU64,
@@ -68,6 +72,7 @@ impl Rooms {
             .or_insert_with(|| {
                 Arc::new(Room {
                     feed: broadcast::channel(FEED_CAPACITY).0,
+                    pending: Mutex::new(Vec::new()),
                     members: Mutex::new(HashMap::new()),
                     last_count: AtomicU64::new(0),
                 })
@@ -107,6 +112,42 @@ impl Rooms {
                 n => n - 1,
             },
         }
+    }
+
+    /// Notes that someone joined (`true`) or left this instance's share of the room;
+    /// told to the room at the next presence tick ([`Rooms::take_changes`]).
+    pub fn note(&self, queue: &str, joined: bool, person: Person) {
+        self.room(queue).pending.lock().unwrap().push((joined, person));
+    }
+
+    /// Per room, the changes noted since the last call: who joined and who left, each
+    /// person once, by their last change (a join then a leave in one tick is a leave).
+    pub fn take_changes(&self) -> Vec<(String, Vec<Person>, Vec<Person>)> {
+        let rooms: Vec<(String, Arc<Room>)> =
+            self.rooms.lock().unwrap().iter().map(|(q, r)| (q.clone(), r.clone())).collect();
+        let mut out = Vec::new();
+        for (queue, room) in rooms {
+            let changes = std::mem::take(&mut *room.pending.lock().unwrap());
+            if changes.is_empty() {
+                continue;
+            }
+            let mut last: HashMap<&str, usize> = HashMap::new();
+            for (i, (_, p)) in changes.iter().enumerate() {
+                last.insert(p.user_id.as_str(), i);
+            }
+            let (mut joined, mut left) = (Vec::new(), Vec::new());
+            for (i, (j, p)) in changes.iter().enumerate() {
+                if last[p.user_id.as_str()] == i {
+                    if *j {
+                        joined.push(p.clone())
+                    } else {
+                        left.push(p.clone())
+                    }
+                }
+            }
+            out.push((queue, joined, left));
+        }
+        out
     }
 
     /// Sessions open on this instance, every room together.
@@ -165,6 +206,19 @@ mod tests {
         let mut queues = rooms.queues();
         queues.sort();
         assert_eq!(queues, vec!["q1".to_string(), "q2".to_string()]);
+    }
+
+    #[test]
+    fn changes_are_taken_once_each_person_by_their_last_change() {
+        let rooms = Rooms::default();
+        let p = |id: &str| Person { user_id: id.into(), nickname: id.into() };
+        rooms.note("q", true, p("a"));
+        rooms.note("q", true, p("b"));
+        rooms.note("q", false, p("b"));
+        rooms.note("q", false, p("c"));
+        rooms.note("q", true, p("c"));
+        assert_eq!(rooms.take_changes(), vec![("q".into(), vec![p("a"), p("c")], vec![p("b")])]);
+        assert_eq!(rooms.take_changes(), vec![], "taken once");
     }
 
     #[test]

@@ -42,10 +42,10 @@ const CLOSE_TIMEOUT: Duration = Duration::from_secs(2);
 /// write buffer grows to the size of the largest message it ever sent.
 const FRAGMENT: usize = 2 * 1024;
 /// tungstenite's buffers: writes go out once a kilobyte is queued (and at each
-/// flush); reads take up to 2 KiB at a time. Small, because sessions are many and
+/// flush); reads take up to 1 KiB at a time. Small, because sessions are many and
 /// frames small.
 const WRITE_BUFFER: usize = 1024;
-const READ_BUFFER: usize = 2048;
+const READ_BUFFER: usize = 1024;
 /// Most frames written with one flush.
 const BATCH: u64 = 64;
 
@@ -200,7 +200,7 @@ pub async fn run<S>(
     // change after the snapshot's read then arrives as a delta.
     let mut member = state.rooms.join(&queue, &claim.user_id);
     tracing::info!(queue, user = claim.user_id, nickname = claim.nickname, "joined");
-    Box::pin(announce(&state, &queue, &claim, true)).await;
+    announce(&state, &queue, &claim, true);
     let mut conn = Conn { ws, state: state.clone(), extended };
     let greeted = if extended { Box::pin(greet(&mut conn, &queue)).await } else { Ok(()) };
     let exit = match greeted {
@@ -226,23 +226,15 @@ pub async fn run<S>(
     }
     drop(conn);
     drop(member);
-    Box::pin(announce(&state, &queue, &claim, false)).await;
+    announce(&state, &queue, &claim, false);
     tracing::info!(queue, user = claim.user_id, reason = ?exit, "left");
 }
 
-/// Tells the room (every instance) that the user joined or left.
-async fn announce(state: &AppState, queue: &str, claim: &Claim, joined: bool) {
-    let now = frames::now_ms();
-    let (text, presence) = if joined {
-        (format!("{} joined", claim.nickname), frames::presence_joined(&claim.user_id, &claim.nickname))
-    } else {
-        (format!("{} left", claim.nickname), frames::presence_left(&claim.user_id, &claim.nickname))
-    };
-    for frame in [frames::system(now, &text), presence] {
-        if let Err(e) = bus::publish(state, queue, &frame).await {
-            tracing::warn!(queue, error = %e, "could not announce a presence change");
-        }
-    }
+/// Notes that the user joined or left: the room (every instance) hears it with the
+/// other changes of this presence tick ([`presence::tell_loop`]).
+fn announce(state: &AppState, queue: &str, claim: &Claim, joined: bool) {
+    let person = frames::Person { user_id: claim.user_id.clone(), nickname: claim.nickname.clone() };
+    state.rooms.note(queue, joined, person);
 }
 
 /// The first frame for a client that asked for presence: who is in the room.

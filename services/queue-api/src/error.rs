@@ -29,7 +29,14 @@ pub enum ApiError {
     ProofRequired(&'static str, serde_json::Value),
     /// 409: this solved challenge was used already.
     ProofUsed,
+    /// 503: this instance holds its most push streams (`--max-streams`).
+    TooManyStreams,
+    /// 429: this client address holds its most push streams (`--max-streams-per-addr`).
+    TooManyStreamsFromAddress,
 }
+
+/// Seconds a client refused for a stream limit is asked to wait.
+pub const STREAM_RETRY_AFTER: u64 = 5;
 
 impl ApiError {
     fn parts(&self) -> (StatusCode, &'static str, String) {
@@ -64,6 +71,16 @@ impl ApiError {
             ApiError::ProofUsed => {
                 (StatusCode::CONFLICT, "proof_used", "this proof of work was used already; ask a new challenge".into())
             }
+            ApiError::TooManyStreams => (
+                StatusCode::SERVICE_UNAVAILABLE,
+                "too_many_streams",
+                format!("this server holds its most push streams; retry in {STREAM_RETRY_AFTER} s or poll the status"),
+            ),
+            ApiError::TooManyStreamsFromAddress => (
+                StatusCode::TOO_MANY_REQUESTS,
+                "too_many_streams",
+                format!("this address holds its most push streams; retry in {STREAM_RETRY_AFTER} s or poll the status"),
+            ),
         }
     }
 }
@@ -82,6 +99,9 @@ impl IntoResponse for ApiError {
             }
             ApiError::Unavailable => {
                 resp.headers_mut().insert(header::RETRY_AFTER, HeaderValue::from_static("1"));
+            }
+            ApiError::TooManyStreams | ApiError::TooManyStreamsFromAddress => {
+                resp.headers_mut().insert(header::RETRY_AFTER, HeaderValue::from(STREAM_RETRY_AFTER));
             }
             _ => {}
         }

@@ -7,6 +7,7 @@
 //! waiting-room page (`/`), the back office (`/api/admin/queues/{queue}`), `/metrics`,
 //! `/healthz` and `/api/openapi.json`.
 
+pub mod conn_limit;
 pub mod error;
 pub mod extract;
 pub mod hub;
@@ -15,6 +16,7 @@ pub mod metrics;
 mod openapi;
 pub mod pow;
 mod routes;
+mod server;
 pub mod store;
 
 use axum::extract::DefaultBodyLimit;
@@ -55,6 +57,14 @@ pub struct Config {
     /// load balancer needs the same (default: random bytes at start).
     #[arg(long, env = "POW_SECRET", hide_env_values = true)]
     pub pow_secret: Option<String>,
+    /// Most push streams this instance holds open at once (0: no limit); past it a new
+    /// stream is refused with 503 and Retry-After.
+    #[arg(long, env = "MAX_STREAMS", default_value_t = 100_000)]
+    pub max_streams: usize,
+    /// Most push streams one client address holds open at once (0: no limit); past it
+    /// a new stream from that address is refused with 429 and Retry-After.
+    #[arg(long, env = "MAX_STREAMS_PER_ADDR", default_value_t = 64)]
+    pub max_streams_per_addr: u32,
     /// Serve /bench/noop, a no-op handler benchmarks compare against.
     #[arg(long, env = "BENCH_ROUTES", default_value_t = false, hide = true)]
     pub bench_routes: bool,
@@ -86,6 +96,8 @@ impl Config {
             trust_proxy: false,
             push_tick: Duration::from_secs(1),
             pow_secret: None,
+            max_streams: 100_000,
+            max_streams_per_addr: 64,
             bench_routes: false,
         }
     }
@@ -97,6 +109,8 @@ pub struct AppState {
     pub store: store::Store,
     pub hub: Arc<hub::Hub>,
     pub limiter: limit::RateLimiter,
+    /// Open push streams, in all and per client address.
+    pub streams: Arc<conn_limit::ConnLimit>,
     pub metrics: Arc<metrics::Metrics>,
     /// Proof-of-work challenges and what each queue asks.
     pub pow: pow::Gate,
@@ -150,6 +164,7 @@ pub async fn serve(
     let state = Arc::new(AppState {
         limiter: limit::RateLimiter::new(config.rate_limit, config.rate_burst),
         pow: pow::Gate::new(config.pow_secret.as_deref()),
+        streams: conn_limit::ConnLimit::new(config.max_streams, config.max_streams_per_addr),
         config,
         store,
         hub,
@@ -157,7 +172,7 @@ pub async fn serve(
         registered: Default::default(),
         shutdown: stop_rx,
     });
-    service_kit::serve(listener, app(state), async move {
+    server::serve(listener, app(state), async move {
         shutdown.await;
         let _ = stop_tx.send(true);
     })
@@ -174,6 +189,9 @@ mod tests {
         let c = parse::<Config>(&[]).unwrap();
         assert_eq!((c.common.listen.to_string(), c.push_tick), ("127.0.0.1:8080".to_string(), Duration::from_secs(1)));
         assert_eq!((c.rate_limit, c.rate_burst, c.trust_proxy), (20.0, 40.0, false));
+        assert_eq!((c.max_streams, c.max_streams_per_addr), (100_000, 64));
+        let c = parse::<Config>(&["--max-streams", "5", "--max-streams-per-addr", "0"]).unwrap();
+        assert_eq!((c.max_streams, c.max_streams_per_addr), (5, 0));
         assert_eq!(parse::<Config>(&["--push-tick", "250ms"]).unwrap().push_tick, Duration::from_millis(250));
         assert_eq!(
             parse::<Config>(&["--push-tick-ms", "250"]).unwrap().push_tick,

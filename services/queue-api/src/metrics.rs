@@ -22,6 +22,7 @@ pub struct Metrics {
     pub line_calls: Counter,
     pub sse_streams: Gauge,
     pub pow_challenges: Counter,
+    pub streams_refused: Counter,
 }
 
 impl Default for Metrics {
@@ -42,6 +43,10 @@ impl Default for Metrics {
             line_calls: r.counter("queue_api_line_calls_total", "QUEUE.LINE pages read for push streams."),
             sse_streams: r.gauge("queue_api_sse_streams", "Open push streams."),
             pow_challenges: r.counter("queue_api_pow_challenges_total", "Proof-of-work challenges handed out."),
+            streams_refused: r.counter(
+                "queue_api_streams_refused_total",
+                "Push streams refused by --max-streams or --max-streams-per-addr.",
+            ),
             registry: r,
         }
     }

@@ -229,12 +229,21 @@ pub async fn stream(
     q: WhoQuery,
 ) -> Result<Sse<impl Stream<Item = Result<Event, std::convert::Infallible>>>, ApiError> {
     rate_limit(&state, peer, &headers)?;
+    // The stream's place is held until it ends (the permit lives in the stream).
+    let permit = state.streams.acquire(client_ip(&state, peer, &headers)).map_err(|why| {
+        state.metrics.streams_refused.increment(1);
+        match why {
+            crate::conn_limit::Refusal::Full => ApiError::TooManyStreams,
+            crate::conn_limit::Refusal::PerAddress => ApiError::TooManyStreamsFromAddress,
+        }
+    })?;
     let (queue, first) = lookup(&state, &q).await?;
     let sub = state.hub.subscribe(&queue, &first.user_id);
     let shutdown = state.shutdown.clone();
-    let init = (Some(first), sub, shutdown, queue, None::<Standing>, false);
-    let events =
-        futures_util::stream::unfold(init, |(mut pending, mut sub, mut shutdown, queue, mut last, done)| async move {
+    let init = (Some(first), (sub, permit), shutdown, queue, None::<Standing>, false);
+    let events = futures_util::stream::unfold(
+        init,
+        |(mut pending, (mut sub, permit), mut shutdown, queue, mut last, done)| async move {
             if done {
                 return None;
             }
@@ -244,7 +253,7 @@ pub async fn stream(
                         let terminal = s.status != Status::Waiting;
                         let ev = event_for(&s, &queue, sub.total_waiting());
                         last = Some(s);
-                        return Some((Ok(ev), (None, sub, shutdown, queue, last, terminal)));
+                        return Some((Ok(ev), (None, (sub, permit), shutdown, queue, last, terminal)));
                     }
                 }
                 tokio::select! {
@@ -257,7 +266,8 @@ pub async fn stream(
                     _ = shutdown.changed() => return None,
                 }
             }
-        });
+        },
+    );
     Ok(Sse::new(events).keep_alive(KeepAlive::default()))
 }
 

@@ -491,3 +491,58 @@ async fn proof_of_work_at_entry(b: Backend) {
     assert!(metrics.contains("queue_api_pow_refused_total{reason=\"used\"} 1"), "{metrics}");
     api.stop().await;
 }
+
+/// Opens a push stream for `user` as client address `addr` (X-Forwarded-For, the api
+/// trusting it): the open response, or the refusal's status, Retry-After and body.
+async fn open_stream(api: &Api, user: &str, addr: &str) -> Result<reqwest::Response, (u16, Option<String>, Value)> {
+    let r = reqwest::Client::new()
+        .get(api.url(&format!("/api/queue/stream?userId={user}")))
+        .header("x-forwarded-for", addr)
+        .send()
+        .await
+        .unwrap();
+    if r.status() == 200 {
+        return Ok(r);
+    }
+    let status = r.status().as_u16();
+    let retry = r.headers().get("retry-after").map(|v| v.to_str().unwrap().to_string());
+    Err((status, retry, r.json().await.unwrap()))
+}
+
+/// --max-streams-per-addr refuses with 429, --max-streams with 503, both with
+/// Retry-After; a closed stream gives its place back; status polls still work.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn stream_limits_refuse_with_429_and_503() {
+    let s = ValkeyServer::start(Backend::Module);
+    let qc = client_for(&s).await;
+    qc.config_set("default", &[("soft_cap", 0)]).await.unwrap();
+    let mut config = queue_api::Config::local(&s.url());
+    config.trust_proxy = true;
+    config.max_streams = 3;
+    config.max_streams_per_addr = 2;
+    let api = Api::start(config).await;
+    let (_, e) = post_entry(&api, json!({ "nickname": "w" })).await;
+    let user = e["userId"].as_str().unwrap().to_string();
+    let a1 = open_stream(&api, &user, "10.0.0.1").await.expect("first from A");
+    let _a2 = open_stream(&api, &user, "10.0.0.1").await.expect("second from A");
+    let (code, retry, body) = open_stream(&api, &user, "10.0.0.1").await.expect_err("third from A refused");
+    assert_eq!((code, retry.as_deref(), body["error"].as_str()), (429, Some("5"), Some("too_many_streams")), "{body}");
+    let _b1 = open_stream(&api, &user, "10.0.0.2").await.expect("B has its own share");
+    let (code, retry, body) = open_stream(&api, &user, "10.0.0.3").await.expect_err("the instance is full");
+    assert_eq!((code, retry.as_deref(), body["error"].as_str()), (503, Some("5"), Some("too_many_streams")), "{body}");
+    let (code, _) = get_json(&api.url(&format!("/api/queue/status?userId={user}"))).await;
+    assert_eq!(code, 200, "polling is not limited by the stream limits");
+    let metrics = reqwest::get(api.url("/metrics")).await.unwrap().text().await.unwrap();
+    assert!(metrics.contains("queue_api_streams_refused_total 2"), "{metrics}");
+    // Closing A's first stream frees a place (once the server sees the connection end).
+    drop(a1);
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let _c1 = loop {
+        match open_stream(&api, &user, "10.0.0.3").await {
+            Ok(r) => break r,
+            Err((503, ..)) if Instant::now() < deadline => tokio::time::sleep(Duration::from_millis(50)).await,
+            Err(e) => panic!("a closed stream should give its place back: {e:?}"),
+        }
+    };
+    api.stop().await;
+}

@@ -98,7 +98,32 @@ pub struct Report {
     /// Estimates graded as missing: null while the user waited.
     pub eta_missing: u64,
     pub duration_seconds: f64,
+    /// This process's own CPU time (user + system) over the run, in seconds.
+    pub own_cpu_seconds: f64,
+    /// This process's peak resident memory (VmHWM), in KiB.
+    pub own_peak_rss_kib: u64,
     pub first_errors: Vec<String>,
+}
+
+/// CPU seconds (user + system) this process has used so far (Linux /proc; 0 elsewhere).
+fn own_cpu_seconds() -> f64 {
+    let stat = std::fs::read_to_string("/proc/self/stat").unwrap_or_default();
+    // Fields after the command name (which may hold spaces): utime is the 14th field.
+    let rest = stat.rsplit_once(") ").map(|(_, r)| r).unwrap_or("");
+    let fields: Vec<&str> = rest.split_whitespace().collect();
+    let ticks = |i: usize| fields.get(i).and_then(|v| v.parse::<f64>().ok()).unwrap_or(0.0);
+    // In `rest`, field 3 (state) is index 0, so utime (14) is 11 and stime (15) is 12.
+    (ticks(11) + ticks(12)) / 100.0
+}
+
+/// Peak resident memory of this process in KiB (Linux /proc; 0 elsewhere).
+fn own_peak_rss_kib() -> u64 {
+    let status = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix("VmHWM:"))
+        .and_then(|v| v.split_whitespace().next()?.parse().ok())
+        .unwrap_or(0)
 }
 
 impl Report {
@@ -122,6 +147,14 @@ impl std::fmt::Display for Report {
             self.soft_cap.map(|c| c.to_string()).unwrap_or_else(|| "unknown (give --soft-cap or --admin-token)".into());
         let mark = |n: u64| if n == 0 { "ok" } else { "FAIL" };
         writeln!(f, "swarm report ({:.1} s)", self.duration_seconds)?;
+        let cores = if self.duration_seconds > 0.0 { self.own_cpu_seconds / self.duration_seconds } else { 0.0 };
+        writeln!(
+            f,
+            "  swarm itself          {:.1} s of CPU ({:.2} of a core), peak RSS {:.1} MiB",
+            self.own_cpu_seconds,
+            cores,
+            self.own_peak_rss_kib as f64 / 1024.0
+        )?;
         writeln!(
             f,
             "  users                 {} ({} on push streams, {} polling)",
@@ -354,6 +387,7 @@ impl Shared {
 pub async fn run(cfg: SwarmConfig, progress: impl Fn(Progress) + Send + Sync + 'static) -> Report {
     let progress = Arc::new(progress);
     let started_at = Instant::now();
+    let cpu_at_start = own_cpu_seconds();
     let http = Api::http_client();
     let mut cfg = cfg;
     if cfg.soft_cap.is_none() {
@@ -448,6 +482,8 @@ pub async fn run(cfg: SwarmConfig, progress: impl Fn(Progress) + Send + Sync + '
     report.eta_error_at_entry = Percentiles::of(std::mem::take(&mut l.eta_entry_errors));
     report.eta_error_at_rank10 = Percentiles::of(std::mem::take(&mut l.eta_rank10_errors));
     report.duration_seconds = started_at.elapsed().as_secs_f64();
+    report.own_cpu_seconds = own_cpu_seconds() - cpu_at_start;
+    report.own_peak_rss_kib = own_peak_rss_kib();
     report
 }
 

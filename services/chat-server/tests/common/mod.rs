@@ -221,6 +221,11 @@ pub fn snapshot_users(frame: &Value) -> Vec<String> {
     frame["payload"]["users"].as_array().unwrap().iter().map(|u| u["userId"].as_str().unwrap().to_string()).collect()
 }
 
+/// Whether a PRESENCE_JOINED or PRESENCE_LEFT payload names `user_id`.
+pub fn has_user(payload: &Value, user_id: &str) -> bool {
+    payload["users"].as_array().is_some_and(|us| us.iter().any(|u| u["userId"] == user_id))
+}
+
 /// Waits until QUEUE.INFO shows `active` live sessions.
 pub async fn wait_active(qc: &QueueClient, queue: &str, active: u64) -> queue_client::QueueInfo {
     eventually(&format!("{active} active sessions"), || async {
