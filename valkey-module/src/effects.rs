@@ -43,6 +43,12 @@ impl Effects {
     pub fn hdel(&mut self, key: Str, field: Str) {
         self.push(c"HDEL", key, &[field]);
     }
+    pub fn del(&mut self, key: Str) {
+        self.push(c"DEL", key, &[]);
+    }
+    pub fn rpush(&mut self, key: Str, items: &[Str]) {
+        self.push(c"RPUSH", key, items);
+    }
     pub fn is_empty(&self) -> bool {
         self.ops.is_empty()
     }

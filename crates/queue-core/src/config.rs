@@ -25,9 +25,13 @@ pub const BATCH_MAX: usize = 4;
 pub const TICKET_TTL: usize = 5;
 pub const SESSION_LEASE: usize = 6;
 pub const ABANDON_AFTER: usize = 7;
+pub const OPENS_AT: usize = 8;
+
+/// The latest `opens_at` (the end of year 9999 in ms; exact in Lua's doubles).
+pub const MAX_OPENS_AT: i64 = 253_402_300_799_999;
 
 /// The schema, in the order `QUEUE.CONFIG Q GET *` and `QUEUE.INFO` list it.
-pub const FIELDS: [Field; 8] = [
+pub const FIELDS: [Field; 9] = [
     Field {
         name: "soft_cap",
         default: 1000,
@@ -65,6 +69,13 @@ pub const FIELDS: [Field; 8] = [
         min: 0,
         max: DAY_MS,
         help: "ms a waiting user may go unheard before being dropped (0: never)",
+    },
+    Field {
+        name: "opens_at",
+        default: 0,
+        min: 0,
+        max: MAX_OPENS_AT,
+        help: "ms since the epoch the queue opens at: before it entries join a pre-queue, shuffled at the opening (0: open)",
     },
 ];
 
@@ -134,6 +145,9 @@ impl Config {
     }
     pub fn abandon_after(&self) -> i64 {
         self.values[ABANDON_AFTER]
+    }
+    pub fn opens_at(&self) -> i64 {
+        self.values[OPENS_AT]
     }
 }
 

@@ -5,39 +5,43 @@
 //! is the canonical one and the module emits fields in it. The differential test
 //! compares the two backends' bytes and catches any drift.
 
-pub const STANDING: [&str; 6] = ["nickname", "ticketId", "status", "estimatedWaitSeconds", "userId", "rank"];
+pub const STANDING: [&str; 7] = ["nickname", "ticketId", "opensAt", "status", "estimatedWaitSeconds", "userId", "rank"];
 
 pub const PROMOTE: [&str; 8] =
     ["promoted", "dropped", "available_slots", "waiting", "active", "joining", "tickets_expired", "leases_expired"];
 
 pub const CLAIM: [&str; 4] = ["nickname", "ticketId", "userId", "leaseMs"];
 
-pub const CONFIG: [&str; 8] =
-    ["batch_max", "soft_cap", "burst", "session_lease", "ticket_ttl", "hard_cap", "rate", "abandon_after"];
+pub const CONFIG: [&str; 9] =
+    ["batch_max", "ticket_ttl", "hard_cap", "rate", "abandon_after", "session_lease", "soft_cap", "burst", "opens_at"];
 
-pub const INFO: [&str; 21] = [
+pub const INFO: [&str; 22] = [
     "batch_max",
     "ticket_ttl",
     "active",
     "left",
     "tokens",
     "lapsed",
+    "ended",
     "dropped",
     "burst",
     "waiting",
     "expired",
-    "soft_cap",
+    "hard_cap",
     "rate",
     "abandon_after",
     "promoted",
     "available_slots",
     "claimed",
     "joining",
-    "ended",
     "session_lease",
+    "soft_cap",
     "admission_rate_per_min",
-    "hard_cap",
+    "opens_at",
 ];
+
+/// QUEUE.OPENING's map.
+pub const OPENING: [&str; 6] = ["state", "openedAt", "seed", "entrants", "commitment", "opensAt"];
 
 /// Counters QUEUE.INFO shows (stats hash fields of the same names).
 pub const COUNTERS: [&str; 7] = ["promoted", "claimed", "expired", "dropped", "left", "ended", "lapsed"];
@@ -59,6 +63,7 @@ mod tests {
         distinct(&STANDING);
         distinct(&PROMOTE);
         distinct(&CLAIM);
+        distinct(&OPENING);
         let config = distinct(&CONFIG);
         let info = distinct(&INFO);
         for f in FIELDS {
