@@ -13,6 +13,7 @@ pub mod hub;
 pub mod limit;
 pub mod metrics;
 mod openapi;
+mod opening;
 mod routes;
 pub mod store;
 
@@ -107,6 +108,7 @@ pub fn app(state: Arc<AppState>) -> Router {
         .route("/api/queue/entry", post(routes::entry).delete(routes::leave))
         .route("/api/queue/status", get(routes::status))
         .route("/api/queue/stream", get(routes::stream))
+        .route("/api/queue/opening", get(opening::opening))
         .route("/api/admin/queues/{queue}", get(routes::admin_get).put(routes::admin_put))
         .route("/api/openapi.json", get(routes::openapi))
         .route("/metrics", get(routes::metrics))
