@@ -22,8 +22,11 @@ pub struct Effects {
     ops: Vec<Op>,
     /// (command, key) -> index in `ops`, built once a command touches many keys (an
     /// opening writes thousands of record chunks), so that finding the op stays O(1).
-    index: Option<HashMap<(&'static [u8], Vec<u8>), usize>>,
+    index: Option<OpIndex>,
 }
+
+/// (command name, key name) -> index of its op.
+type OpIndex = HashMap<(&'static [u8], Vec<u8>), usize>;
 
 /// Ops scanned linearly before `Effects` indexes them.
 const SCAN_LIMIT: usize = 16;
