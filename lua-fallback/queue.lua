@@ -15,7 +15,7 @@ replace the entropy placeholder below with random bytes, which ticket secrets ar
 derived from.
 ]]
 
-local VERSION = "4"
+local VERSION = "5"
 local ENTROPY = "__QUEUE_ENTROPY__"
 -- Tests load the library with this set to true: a queue's commands then read the
 -- time from the string key queue:{Q}:clock when it exists (as the module's
@@ -39,6 +39,8 @@ local ALPHABET = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789
 -- Keys of queue Q: KEY_OPEN .. Q .. KEY_CLOSE .. suffix.
 local KEY_OPEN, KEY_CLOSE = "queue:{", "}:"
 local K_WAITING, K_SESSIONS, K_ACTIVE, K_STATS, K_CONFIG, K_CHUNK, K_CLOCK, K_PROMOTED = "waiting", "sessions", "active", "stats", "config", "w:", "clock", "promoted"
+local K_PRE, K_OPENING, K_PROOF = "pre", "opening", "proof"
+local OPENING_PENDING, MAX_PROOF_PAGE = "opening", 100000
 
 -- Settings, in the order QUEUE.CONFIG GET * and QUEUE.INFO list them.
 local FIELDS = {
@@ -50,9 +52,10 @@ local FIELDS = {
   { name = "ticket_ttl", default = 60000, min = 100, max = 86400000 },
   { name = "session_lease", default = 30000, min = 100, max = 86400000 },
   { name = "abandon_after", default = 180000, min = 0, max = 86400000 },
+  { name = "opens_at", default = 0, min = 0, max = 253402300799999 },
   { name = "pow_difficulty", default = 0, min = 0, max = 32 },
 }
-local SOFT_CAP, HARD_CAP, RATE, BURST, BATCH_MAX, TICKET_TTL, SESSION_LEASE, ABANDON_AFTER, POW_DIFFICULTY = 1, 2, 3, 4, 5, 6, 7, 8, 9
+local SOFT_CAP, HARD_CAP, RATE, BURST, BATCH_MAX, TICKET_TTL, SESSION_LEASE, ABANDON_AFTER, OPENS_AT, POW_DIFFICULTY = 1, 2, 3, 4, 5, 6, 7, 8, 9, 10
 local COUNTERS = { "promoted", "claimed", "expired", "dropped", "left", "ended", "lapsed" }
 
 -- Error texts (queue-core's QueueError); E_ARITY, E_RANGE and E_FIELD are formats.
@@ -649,7 +652,7 @@ end
 -- A slot was just freed inside a command: the head of the line gets the free tickets
 -- now (soft cap, token bucket, batch_max), announced at once (engine::fill_freed).
 function Q:fill_freed(now)
-  if not self:check(ALL_PARTS) or not self:ensure_layout() or self:waiting_count() <= 0 then
+  if not self:check(ALL_PARTS) or not self:ensure_layout() or self:waiting_count() <= 0 or self:before_opening(now) then
     return 0
   end
   local free = free_slots(self:setting(SOFT_CAP), redis.call("ZCARD", self.sessions), self:joining())
@@ -738,6 +741,10 @@ function Q:standing(user, now)
     end
     return { status = "UNKNOWN" }
   end
+  local pre = self:pre_standing(user)
+  if pre then
+    return pre
+  end
   local exp = read("ZSCORE", self.sessions, user)
   if exp and tonumber(exp) > now then
     return { status = "ACTIVE", nickname = read("HGET", self.active, user) }
@@ -746,7 +753,7 @@ function Q:standing(user, now)
 end
 
 function Q:eta(st)
-  if st.status ~= "WAITING" then
+  if st.status ~= "WAITING" or st.opens_at then
     return nil
   end
   return estimated_wait_seconds(st.rank, self:admissions_per_minute(self:now()))
@@ -768,6 +775,7 @@ local function standing_reply(user, st, eta)
       nickname = or_false(st.nickname),
       ticketId = or_false(st.ticket),
       estimatedWaitSeconds = or_false(eta),
+      opensAt = or_false(st.opens_at),
     },
   }
 end
@@ -775,13 +783,184 @@ end
 -- Looks up one user for STATUS/RANKS, noting that a waiting user was heard from.
 function Q:observe(user, now)
   local st = self:standing(user, now)
-  if st.status == "WAITING" then
+  if st.status == "WAITING" and not st.opens_at then
     local every = seen_refresh_ms(self:setting(ABANDON_AFTER))
     if every and now - st.seen >= every then
       self:touch(st.seq, now, st.nickname)
     end
   end
   return st
+end
+
+-- A verifiably fair opening (queue-core's opening.rs). SHA-256, written with the
+-- `bit` library, is used for one thing only: the commitment to an opening's seed.
+local SHA256_K = {
+  0x428a2f98, 0x71374491, 0xb5c0fbcf, 0xe9b5dba5, 0x3956c25b, 0x59f111f1, 0x923f82a4, 0xab1c5ed5,
+  0xd807aa98, 0x12835b01, 0x243185be, 0x550c7dc3, 0x72be5d74, 0x80deb1fe, 0x9bdc06a7, 0xc19bf174,
+  0xe49b69c1, 0xefbe4786, 0x0fc19dc6, 0x240ca1cc, 0x2de92c6f, 0x4a7484aa, 0x5cb0a9dc, 0x76f988da,
+  0x983e5152, 0xa831c66d, 0xb00327c8, 0xbf597fc7, 0xc6e00bf3, 0xd5a79147, 0x06ca6351, 0x14292967,
+  0x27b70a85, 0x2e1b2138, 0x4d2c6dfc, 0x53380d13, 0x650a7354, 0x766a0abb, 0x81c2c92e, 0x92722c85,
+  0xa2bfe8a1, 0xa81a664b, 0xc24b8b70, 0xc76c51a3, 0xd192e819, 0xd6990624, 0xf40e3585, 0x106aa070,
+  0x19a4c116, 0x1e376c08, 0x2748774c, 0x34b0bcb5, 0x391c0cb3, 0x4ed8aa4a, 0x5b9cca4f, 0x682e6ff3,
+  0x748f82ee, 0x78a5636f, 0x84c87814, 0x8cc70208, 0x90befffa, 0xa4506ceb, 0xbef9a3f7, 0xc67178f2,
+}
+
+local function sha256hex(msg)
+  local band, bor, bxor, bnot, rshift, lshift, ror, tobit =
+    bit.band, bit.bor, bit.bxor, bit.bnot, bit.rshift, bit.lshift, bit.ror, bit.tobit
+  local len = #msg
+  local bits = len * 8
+  msg = msg .. "\128" .. string.rep("\0", (55 - len) % 64)
+  -- 64-bit big-endian length (messages here are far below 2^32 bits).
+  msg = msg .. "\0\0\0\0" .. string.char(math.floor(bits / 16777216) % 256, math.floor(bits / 65536) % 256,
+    math.floor(bits / 256) % 256, bits % 256)
+  local h = { 0x6a09e667, 0xbb67ae85, 0x3c6ef372, 0xa54ff53a, 0x510e527f, 0x9b05688c, 0x1f83d9ab, 0x5be0cd19 }
+  for i = 1, 8 do
+    h[i] = tobit(h[i])
+  end
+  local w = {}
+  for chunk = 1, #msg, 64 do
+    for t = 0, 15 do
+      local a, b, c, d = msg:byte(chunk + 4 * t, chunk + 4 * t + 3)
+      w[t] = bor(lshift(a, 24), lshift(b, 16), lshift(c, 8), d)
+    end
+    for t = 16, 63 do
+      local x, y = w[t - 15], w[t - 2]
+      local s0 = bxor(ror(x, 7), ror(x, 18), rshift(x, 3))
+      local s1 = bxor(ror(y, 17), ror(y, 19), rshift(y, 10))
+      w[t] = tobit(w[t - 16] + s0 + w[t - 7] + s1)
+    end
+    local a, b, c, d, e, f, g, hh = h[1], h[2], h[3], h[4], h[5], h[6], h[7], h[8]
+    for t = 0, 63 do
+      local S1 = bxor(ror(e, 6), ror(e, 11), ror(e, 25))
+      local ch = bxor(band(e, f), band(bnot(e), g))
+      local t1 = tobit(hh + S1 + ch + tobit(SHA256_K[t + 1]) + w[t])
+      local S0 = bxor(ror(a, 2), ror(a, 13), ror(a, 22))
+      local maj = bxor(band(a, b), band(a, c), band(b, c))
+      local t2 = tobit(S0 + maj)
+      hh, g, f, e, d, c, b, a = g, f, e, tobit(d + t1), c, b, a, tobit(t1 + t2)
+    end
+    h[1], h[2], h[3], h[4] = tobit(h[1] + a), tobit(h[2] + b), tobit(h[3] + c), tobit(h[4] + d)
+    h[5], h[6], h[7], h[8] = tobit(h[5] + e), tobit(h[6] + f), tobit(h[7] + g), tobit(h[8] + hh)
+  end
+  local out = {}
+  for i = 1, 8 do
+    out[i] = bit.tohex(h[i], 8)
+  end
+  return table.concat(out)
+end
+
+function Q:pre_key()
+  return self.prefix .. K_PRE
+end
+function Q:opening_key()
+  return self.prefix .. K_OPENING
+end
+function Q:proof_key()
+  return self.prefix .. K_PROOF
+end
+
+function Q:opening_pending()
+  return self:stat(OPENING_PENDING) == 1
+end
+
+function Q:before_opening(now)
+  return self:setting(OPENS_AT) > now
+end
+
+-- A fresh seed: 32 bytes as hex, from the library's entropy, the queue, the clock, a
+-- per-call counter and Lua's generator, through SHA1 (as ticket secrets are).
+local function new_seed(name, now)
+  local parts = {}
+  for i = 1, 2 do
+    secret_counter = secret_counter + 1
+    parts[i] = redis.sha1hex(table.concat({ ENTROPY, "opening", name, fmt(now), fmt(secret_counter),
+      fmt(math.random(0, 2147483646)), fmt(i) }, ":"))
+  end
+  return (parts[1] .. parts[2]):sub(1, 64)
+end
+
+-- Schedules an opening when opens_at is ahead and none is (opening.rs). False on
+-- WRONGTYPE.
+function Q:schedule_if_needed(now)
+  if not self:before_opening(now) or self:opening_pending() then
+    return true
+  end
+  if not self:check({ "stats_key" }) then
+    return false
+  end
+  local seed = new_seed(self.name, now)
+  redis.call("DEL", self:opening_key(), self:proof_key())
+  redis.call("HSET", self:opening_key(), "seed", seed, "commitment", sha256hex(seed))
+  self:set_stat(OPENING_PENDING, 1)
+  return true
+end
+
+-- Opens the queue when its opening is due: the pre-queue placed at the back of the
+-- line in the seeded order, heard from now; the seed revealed, the proof kept.
+-- False on WRONGTYPE.
+function Q:open_if_due(now)
+  if not self:opening_pending() or self:before_opening(now) then
+    return true
+  end
+  if not self:check(ALL_PARTS) then
+    return false
+  end
+  local seed = read("HGET", self:opening_key(), "seed") or ""
+  local all = read("HGETALL", self:pre_key()) or {}
+  local entrants = {}
+  for i = 1, #all, 2 do
+    local h = redis.sha1hex(all[i])
+    entrants[#entrants + 1] = { k = redis.sha1hex(seed .. ":" .. h), h = h, user = all[i], nickname = all[i + 1] }
+  end
+  table.sort(entrants, function(x, y)
+    if x.k ~= y.k then
+      return x.k < y.k
+    end
+    return x.h < y.h
+  end)
+  local proof = {}
+  for _, en in ipairs(entrants) do
+    if not redis.call("ZSCORE", self.waiting, en.user) then
+      self:add_waiter(en.user, self:next_seq(), now, en.nickname)
+      proof[#proof + 1] = en.h
+    end
+  end
+  redis.call("DEL", self:pre_key())
+  for i = 1, #proof, 4096 do
+    redis.call("RPUSH", self:proof_key(), unpack(proof, i, math.min(i + 4095, #proof)))
+  end
+  redis.call("HSET", self:opening_key(), "opened_at", fmt(now), "entrants", fmt(#proof))
+  self:set_stat(OPENING_PENDING, 0)
+  return true
+end
+
+-- QUEUE.ENTER before the opening: into the pre-queue.
+function Q:enter_pre(user, nickname, now)
+  if not self:schedule_if_needed(now) then
+    return fail(E_WRONGTYPE)
+  end
+  local seq = tonumber(redis.call("ZSCORE", self.waiting, user) or nil)
+  if seq ~= nil then
+    local holds = self:is_promoted(seq)
+    if holds and not self:check(ALL_PARTS) then
+      return fail(E_WRONGTYPE)
+    end
+    self:remove(user, seq, holds)
+  end
+  redis.call("HSET", self:pre_key(), user, nickname)
+  return standing_reply(user, { status = "WAITING", rank = 0, nickname = nickname, opens_at = self:setting(OPENS_AT) }, nil)
+end
+
+function Q:pre_standing(user)
+  if not self:opening_pending() then
+    return nil
+  end
+  local nickname = read("HGET", self:pre_key(), user)
+  if not nickname then
+    return nil
+  end
+  return { status = "WAITING", rank = 0, pre = true, nickname = nickname, opens_at = self:setting(OPENS_AT) }
 end
 
 -- Commands.
@@ -835,6 +1014,12 @@ local function queue_enter(keys, args)
     return e
   end
   local now = q:now()
+  if not q:open_if_due(now) then
+    return fail(E_WRONGTYPE)
+  end
+  if q:before_opening(now) then
+    return q:enter_pre(user, nickname, now)
+  end
 
   local old = tonumber(redis.call("ZSCORE", q.waiting, user) or nil)
   local old_holds = old ~= nil and q:is_promoted(old)
@@ -882,6 +1067,9 @@ local function queue_status(keys, args)
     return e
   end
   local now = q:now()
+  if not q:open_if_due(now) then
+    return fail(E_WRONGTYPE)
+  end
   local st = q:observe(user, now)
   return standing_reply(user, st, q:eta(st))
 end
@@ -892,6 +1080,9 @@ local function queue_ranks(keys, args)
     return e
   end
   local now = q:now()
+  if not q:open_if_due(now) then
+    return fail(E_WRONGTYPE)
+  end
   local out = {}
   for _, user in ipairs(args) do
     local st = q:observe(user, now)
@@ -935,6 +1126,13 @@ local function queue_leave(keys, args)
   local q, e = begin_line("queue.leave", keys, #args == 1, user_checks({ user }), { "waiting", "stats_key" })
   if not q then
     return e
+  end
+  if not q:open_if_due(q:now()) then
+    return fail(E_WRONGTYPE)
+  end
+  if q:opening_pending() and redis.call("HDEL", q:pre_key(), user) == 1 then
+    q:add_stat("left", 1)
+    return 1
   end
   local seq = tonumber(redis.call("ZSCORE", q.waiting, user) or nil)
   if seq ~= nil then
@@ -1003,6 +1201,13 @@ local function queue_promote(keys, args)
   end
   local soft_cap, abandon_after = q:setting(SOFT_CAP), q:setting(ABANDON_AFTER)
   local now = q:now()
+  if not q:open_if_due(now) then
+    return fail(E_WRONGTYPE)
+  end
+  -- Nobody is promoted before the opening.
+  if q:before_opening(now) then
+    max = 0
+  end
 
   local tickets_expired, leases_expired = q:reap(now)
   local free = free_slots(soft_cap, redis.call("ZCARD", q.sessions), q:joining())
@@ -1049,6 +1254,9 @@ local function ticket_claim(keys, args)
     return e
   end
   local now = q:now()
+  if not q:open_if_due(now) then
+    return fail(E_WRONGTYPE)
+  end
 
   local seq, secret = parse_ticket(ticket)
   if not seq then
@@ -1188,9 +1396,48 @@ local function queue_config(keys, args)
       return e
     end
     redis.call("HSET", q.config_key, unpack(pairs_))
+    q.settings = {}
+    q:schedule_if_needed(q:now())
     return redis.status_reply("OK")
   end
   return fail(E_SYNTAX)
+end
+
+-- QUEUE.OPENING Q [PROOF start count]
+local function queue_opening(keys, args)
+  local start, count = parse_int(args[2] or ""), parse_int(args[3] or "")
+  local checks = {}
+  if #args == 3 then
+    checks = {
+      { args[1]:upper() == "PROOF", E_SYNTAX },
+      { start ~= nil, E_NOT_INTEGER },
+      { start ~= nil and start >= 0 and start <= MAX_CURSOR, out_of_range("start", 0, MAX_CURSOR) },
+      { count ~= nil, E_NOT_INTEGER },
+      { count ~= nil and count >= 1 and count <= MAX_PROOF_PAGE, out_of_range("count", 1, MAX_PROOF_PAGE) },
+    }
+  end
+  local q, e = begin("queue.opening", keys, #args == 0 or #args == 3, checks, {})
+  if not q then
+    return e
+  end
+  if #args == 3 then
+    if q:opening_pending() then
+      return {}
+    end
+    return read("LRANGE", q:proof_key(), start, start + count - 1) or {}
+  end
+  local opens_at = q:setting(OPENS_AT)
+  local commitment = read("HGET", q:opening_key(), "commitment")
+  local opened_at = parse_int(read("HGET", q:opening_key(), "opened_at") or "")
+  local m = { opensAt = opens_at, commitment = false, state = "none", seed = false, openedAt = false, entrants = 0 }
+  if q:opening_pending() then
+    m.state, m.commitment, m.entrants = "scheduled", or_false(commitment), read("HLEN", q:pre_key()) or 0
+  elseif commitment and opened_at then
+    m.state, m.commitment, m.openedAt = "open", commitment, opened_at
+    m.seed = or_false(read("HGET", q:opening_key(), "seed"))
+    m.entrants = parse_int(read("HGET", q:opening_key(), "entrants") or "") or 0
+  end
+  return { map = m }
 end
 
 local function queue_version(keys, args)
@@ -1208,4 +1455,5 @@ redis.register_function({ function_name = "session_heartbeat", callback = sessio
 redis.register_function({ function_name = "session_end", callback = session_end, flags = { "allow-oom" } })
 redis.register_function({ function_name = "queue_info", callback = queue_info, flags = { "no-writes" } })
 redis.register_function({ function_name = "queue_config", callback = queue_config, flags = { "allow-oom" } })
+redis.register_function({ function_name = "queue_opening", callback = queue_opening, flags = { "no-writes" } })
 redis.register_function({ function_name = "queue_version", callback = queue_version, flags = { "no-writes" } })

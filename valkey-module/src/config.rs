@@ -47,6 +47,11 @@ pub fn config(srv: &Server, args: &[Str]) -> Result<(), QueueError> {
         srv.replicate(c"HSET", &argv);
         q.forget_settings();
         srv.notify(c"queue.config", q.name);
+        // A future opens_at schedules an opening (its commitment) now.
+        let mut q = q;
+        let now = q.now();
+        let _ = queue_core::opening::schedule_if_needed(&mut q, now);
+        q.finish(c"queue.opening");
         srv.reply_simple(c"OK");
         Ok(())
     } else {

@@ -8,6 +8,7 @@
 //! commands, so grouping by (command, key) never reorders dependent writes.
 
 use crate::server::{Server, Str};
+use std::collections::HashMap;
 use std::ffi::CStr;
 
 struct Op {
@@ -19,11 +20,34 @@ struct Op {
 #[derive(Default)]
 pub struct Effects {
     ops: Vec<Op>,
+    /// (command, key) -> index in `ops`, built once a command touches many keys (an
+    /// opening writes thousands of record chunks), so that finding the op stays O(1).
+    index: Option<OpIndex>,
 }
+
+/// (command name, key name) -> index of its op.
+type OpIndex = HashMap<(&'static [u8], Vec<u8>), usize>;
+
+/// Ops scanned linearly before `Effects` indexes them.
+const SCAN_LIMIT: usize = 16;
 
 impl Effects {
     fn push(&mut self, cmd: &'static CStr, key: Str, args: &[Str]) {
         let kb = key.bytes();
+        if self.index.is_none() && self.ops.len() > SCAN_LIMIT {
+            let index = self.ops.iter().enumerate().map(|(i, o)| ((o.cmd.to_bytes(), o.key.bytes().to_vec()), i));
+            self.index = Some(index.collect());
+        }
+        if let Some(index) = &mut self.index {
+            match index.get(&(cmd.to_bytes(), kb.to_vec())) {
+                Some(&i) => self.ops[i].args.extend_from_slice(args),
+                None => {
+                    index.insert((cmd.to_bytes(), kb.to_vec()), self.ops.len());
+                    self.ops.push(Op { cmd, key, args: args.to_vec() });
+                }
+            }
+            return;
+        }
         // Newest first: a command mostly appends to the op it touched last.
         if let Some(op) = self.ops.iter_mut().rev().find(|o| o.cmd == cmd && o.key.bytes() == kb) {
             op.args.extend_from_slice(args);
@@ -42,6 +66,12 @@ impl Effects {
     }
     pub fn hdel(&mut self, key: Str, field: Str) {
         self.push(c"HDEL", key, &[field]);
+    }
+    pub fn del(&mut self, key: Str) {
+        self.push(c"DEL", key, &[]);
+    }
+    pub fn rpush(&mut self, key: Str, items: &[Str]) {
+        self.push(c"RPUSH", key, items);
     }
     pub fn is_empty(&self) -> bool {
         self.ops.is_empty()

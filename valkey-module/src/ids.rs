@@ -18,3 +18,10 @@ pub fn next_secret() -> [u8; SECRET_LEN] {
         secrets.next_secret()
     })
 }
+
+/// An opening's seed: 32 bytes straight from the OS.
+pub fn random_seed() -> [u8; 32] {
+    let mut seed = [0u8; 32];
+    getrandom::fill(&mut seed).expect("the OS random source works");
+    seed
+}

@@ -107,6 +107,15 @@ const COMMANDS: &[Command] = &[
         complexity: "O(log N)",
         arity: 2, key_flags: KEY_RO, args: &[Q],
     }),
+    command!("queue.opening", queue::opening, "readonly fast", Doc {
+        summary: "The queue's fair opening: opensAt, commitment (hex SHA-256 of the secret seed), state (none, scheduled, open), seed once open, openedAt, entrants; with PROOF start count, a page of the idHashes in placed order",
+        complexity: "O(1), or O(M) with M the idHashes listed",
+        arity: -2, key_flags: KEY_RO, args: &[
+            Q,
+            opt_int("start", "PROOF"),
+            Arg { name: "count", kind: ArgType::Int, token: None, optional: true, multiple: false },
+        ],
+    }),
     command!("queue.config", config::config, "write fast", Doc {
         summary: "Reads (GET field|*) or changes (SET field value ...) a queue's settings at runtime",
         complexity: "O(F) with F fields",

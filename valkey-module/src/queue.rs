@@ -29,6 +29,7 @@ pub fn reply_standing(srv: &Server, user: Str, standing: &Standing, eta: Option<
             ("estimatedWaitSeconds", Val::opt_int(eta)),
             ("userId", Val::Bulk(user.bytes())),
             ("rank", Val::Int(standing.rank())),
+            ("opensAt", Val::opt_int(standing.opens_at())),
         ],
     );
 }
@@ -156,5 +157,44 @@ pub fn info(srv: &Server, args: &[Str]) -> Result<(), QueueError> {
     let q = Queue::open(srv, args[1], false)?;
     let fields: Vec<(&str, Val)> = engine::info(&q)?.fields().into_iter().map(|(f, v)| (f, Val::Int(v))).collect();
     srv.reply_fields(&replies::INFO, &fields);
+    Ok(())
+}
+
+/// QUEUE.OPENING <queue> [PROOF start count]
+pub fn opening(srv: &Server, args: &[Str]) -> Result<(), QueueError> {
+    arity(args.len() == 2 || args.len() == 5, "queue.opening")?;
+    let page = if args.len() == 5 {
+        let rest: Vec<&[u8]> = args[2..].iter().map(|s| s.bytes()).collect();
+        let mut opts = queue_core::args::Args::new(&rest);
+        if !opts.eat_keyword("PROOF") {
+            return Err(QueueError::Syntax);
+        }
+        let start = opts.next_in_range("start", 0, engine::MAX_CURSOR)?;
+        let count = opts.next_in_range("count", 1, queue_core::opening::MAX_PROOF_PAGE)?;
+        Some((start, count))
+    } else {
+        None
+    };
+    let q = Queue::open(srv, args[1], false)?;
+    if let Some((start, count)) = page {
+        let items = queue_core::opening::proof(&q, start, count);
+        srv.reply_array(items.len());
+        for i in &items {
+            srv.reply_bulk(i);
+        }
+        return Ok(());
+    }
+    let o = queue_core::opening::info(&q);
+    srv.reply_fields(
+        &replies::OPENING,
+        &[
+            ("opensAt", Val::Int(o.opens_at)),
+            ("commitment", Val::opt_bulk(o.commitment.as_deref().map(str::as_bytes))),
+            ("state", Val::Bulk(o.state.as_str().as_bytes())),
+            ("seed", Val::opt_bulk(o.seed.as_deref().map(str::as_bytes))),
+            ("openedAt", Val::opt_int(o.opened_at)),
+            ("entrants", Val::Int(o.entrants)),
+        ],
+    );
     Ok(())
 }

@@ -67,6 +67,14 @@ impl KeyNames {
     }
 }
 
+/// A reply of [`Server::call`].
+pub enum Reply {
+    Nil,
+    Int(i64),
+    Bulk(Vec<u8>),
+    Array(Vec<Vec<u8>>),
+}
+
 /// A value in a map reply.
 pub enum Val<'a> {
     Int(i64),
@@ -192,6 +200,40 @@ impl Server {
             }
             let score = std::slice::from_raw_parts(p.cast::<u8>(), len);
             Some((raw::RedisModule_CallReplyInteger.unwrap()(rank), queue_core::args::parse_i64(score)?))
+        }
+    }
+
+    /// Runs `cmd args...` inside this command (not replicated: callers record the
+    /// effects themselves); an error or a reply of another shape reads as Nil.
+    pub fn call(&self, cmd: &CStr, args: &[Str]) -> Reply {
+        let mut v: Vec<*mut raw::RedisModuleString> = args.iter().map(|s| s.0).collect();
+        // SAFETY: valid ctx; "v" takes an array of server strings and its length; the
+        // reply and its elements live until the callback ends (auto memory).
+        unsafe {
+            let reply = raw::RedisModule_Call.unwrap()(self.ctx, cmd.as_ptr(), c"v".as_ptr(), v.as_mut_ptr(), v.len());
+            if reply.is_null() {
+                return Reply::Nil;
+            }
+            let text = |r: *mut raw::RedisModuleCallReply| {
+                let mut len = 0usize;
+                let p = raw::RedisModule_CallReplyStringPtr.unwrap()(r, &mut len);
+                if p.is_null() {
+                    Vec::new()
+                } else {
+                    std::slice::from_raw_parts(p.cast::<u8>(), len).to_vec()
+                }
+            };
+            match raw::RedisModule_CallReplyType.unwrap()(reply) as isize {
+                raw::REDISMODULE_REPLY_STRING => Reply::Bulk(text(reply)),
+                raw::REDISMODULE_REPLY_INTEGER => Reply::Int(raw::RedisModule_CallReplyInteger.unwrap()(reply)),
+                raw::REDISMODULE_REPLY_ARRAY => {
+                    let n = raw::RedisModule_CallReplyLength.unwrap()(reply);
+                    Reply::Array(
+                        (0..n).map(|i| text(raw::RedisModule_CallReplyArrayElement.unwrap()(reply, i))).collect(),
+                    )
+                }
+                _ => Reply::Nil,
+            }
         }
     }
 

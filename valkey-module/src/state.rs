@@ -7,9 +7,9 @@ use crate::cache::{self, Stats, Stored};
 use crate::counters;
 use crate::defaults;
 use crate::effects::Effects;
-use crate::server::{Key, Kind, Server, Str};
+use crate::server::{Key, Kind, Reply, Server, Str};
 use queue_core::config::{Config, FIELDS};
-use queue_core::engine::{Event, Part, Store};
+use queue_core::engine::{Aux, Event, Part, Store};
 use queue_core::keys::{self, CHUNK};
 use queue_core::ticket::SECRET_LEN;
 use queue_core::QueueError;
@@ -362,5 +362,85 @@ impl Store for Queue<'_> {
         self.fx.zrem(self.name_of(Part::Sessions), *user);
         self.active().hdel(*user);
         self.fx.hdel(self.name_of(Part::Active), *user);
+    }
+
+    // The opening's keys go through nested calls: they are small, or read once.
+    fn aux_hget(&self, key: Aux, field: &[u8]) -> Option<Vec<u8>> {
+        match self.srv.call(c"HGET", &[self.aux_name(key), self.srv.str(field)]) {
+            Reply::Bulk(v) => Some(v),
+            _ => None,
+        }
+    }
+    fn aux_hset(&mut self, key: Aux, field: &[u8], value: &[u8]) {
+        let (k, f, v) = (self.aux_name(key), self.srv.str(field), self.srv.str(value));
+        self.srv.call(c"HSET", &[k, f, v]);
+        self.fx.hset(k, f, v);
+    }
+    fn aux_hdel(&mut self, key: Aux, field: &[u8]) -> bool {
+        let (k, f) = (self.aux_name(key), self.srv.str(field));
+        let gone = matches!(self.srv.call(c"HDEL", &[k, f]), Reply::Int(1));
+        if gone {
+            self.fx.hdel(k, f);
+        }
+        gone
+    }
+    fn aux_hlen(&self, key: Aux) -> i64 {
+        match self.srv.call(c"HLEN", &[self.aux_name(key)]) {
+            Reply::Int(n) => n,
+            _ => 0,
+        }
+    }
+    fn aux_hgetall(&self, key: Aux) -> Vec<(Vec<u8>, Vec<u8>)> {
+        match self.srv.call(c"HGETALL", &[self.aux_name(key)]) {
+            Reply::Array(v) => {
+                let mut it = v.into_iter();
+                let mut out = Vec::new();
+                while let (Some(f), Some(x)) = (it.next(), it.next()) {
+                    out.push((f, x));
+                }
+                out
+            }
+            _ => Vec::new(),
+        }
+    }
+    fn aux_del(&mut self, key: Aux) {
+        let k = self.aux_name(key);
+        if matches!(self.srv.call(c"DEL", &[k]), Reply::Int(n) if n > 0) {
+            self.fx.del(k);
+        }
+    }
+    fn proof_push(&mut self, items: &[Vec<u8>]) {
+        let k = self.aux_name(Aux::Proof);
+        for page in items.chunks(4096) {
+            let mut argv = vec![k];
+            argv.extend(page.iter().map(|i| self.srv.str(i)));
+            self.srv.call(c"RPUSH", &argv);
+            self.fx.rpush(k, &argv[1..]);
+        }
+    }
+    fn proof_len(&self) -> i64 {
+        match self.srv.call(c"LLEN", &[self.aux_name(Aux::Proof)]) {
+            Reply::Int(n) => n,
+            _ => 0,
+        }
+    }
+    fn proof_range(&self, start: i64, count: i64) -> Vec<Vec<u8>> {
+        let (a, b) = (self.srv.int_str(start), self.srv.int_str(start + count - 1));
+        match self.srv.call(c"LRANGE", &[self.aux_name(Aux::Proof), a, b]) {
+            Reply::Array(v) => v,
+            _ => Vec::new(),
+        }
+    }
+    fn user_of(&self, id: &[u8]) -> Str {
+        self.srv.str(id)
+    }
+    fn random_seed(&mut self) -> [u8; 32] {
+        crate::ids::random_seed()
+    }
+}
+
+impl Queue<'_> {
+    fn aux_name(&self, key: Aux) -> Str {
+        self.key_name(key.suffix().as_bytes())
     }
 }

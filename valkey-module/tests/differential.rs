@@ -311,6 +311,7 @@ fn standing_value(user: &[u8], st: &Standing, eta: Option<i64>) -> Value {
             ("nickname", opt(st.nickname())),
             ("ticketId", opt(st.ticket())),
             ("estimatedWaitSeconds", eta.map_or(Value::Nil, Value::Int)),
+            ("opensAt", st.opens_at().map_or(Value::Nil, Value::Int)),
         ],
     )
 }
@@ -442,6 +443,7 @@ impl Engines {
                     Content::Hash(h) => {
                         format!("{:?}", h.iter().map(|(f, x)| (f.clone(), mask_text(x))).collect::<BTreeMap<_, _>>())
                     }
+                    Content::List(v) => format!("{v:?}"),
                 };
                 out.insert(k, text);
             }

@@ -315,7 +315,8 @@ fn status_shapes_and_estimated_wait(b: Backend) {
     assert_eq!(field_str(&r, "status").as_deref(), Some("UNKNOWN"));
     assert_eq!(field_int(&r, "rank"), 0);
     assert_eq!(field_str(&r, "ticketId"), None);
-    assert_eq!(r.len(), 6);
+    assert_eq!(r.len(), 7);
+    assert_eq!(r.get("opensAt"), Some(&redis::Value::Nil), "nil for everyone not in a pre-queue");
     c.config_set("q", &[("rate", 2)]);
     for i in 0..10 {
         c.enter("q", &format!("u{i}"), "n");

@@ -44,7 +44,7 @@ pub use conn::ConnectOptions;
 pub use error::{ClientError, QueueError};
 pub use lazy::LazyClient;
 pub use library::LIBRARY_VERSION;
-pub use types::{Claim, LinePage, PromoteReport, QueueConfig, QueueInfo, Standing, Status};
+pub use types::{Claim, LinePage, Opening, PromoteReport, QueueConfig, QueueInfo, Standing, Status};
 
 use conn::Conn;
 use error::is_missing_command;
@@ -65,6 +65,7 @@ enum Op {
     End,
     Info,
     Config,
+    Opening,
 }
 
 impl Op {
@@ -81,6 +82,7 @@ impl Op {
             Op::End => "SESSION.END",
             Op::Info => "QUEUE.INFO",
             Op::Config => "QUEUE.CONFIG",
+            Op::Opening => "QUEUE.OPENING",
         }
     }
 
@@ -97,12 +99,13 @@ impl Op {
             Op::End => "session_end",
             Op::Info => "queue_info",
             Op::Config => "queue_config",
+            Op::Opening => "queue_opening",
         }
     }
 
     /// Functions flagged `no-writes`, called with FCALL_RO (so replicas may serve them).
     fn read_only(self) -> bool {
-        matches!(self, Op::Info)
+        matches!(self, Op::Info | Op::Opening)
     }
 }
 
@@ -310,6 +313,18 @@ impl QueueClient {
     /// `QUEUE.INFO`: counts, settings and counters of the queue.
     pub async fn info(&self, queue: &str) -> Result<QueueInfo, ClientError> {
         QueueInfo::from_value(self.run(Op::Info, queue, &[]).await?)
+    }
+
+    /// `QUEUE.OPENING`: the queue's fair opening (commitment, state, seed once open).
+    pub async fn opening(&self, queue: &str) -> Result<Opening, ClientError> {
+        Opening::from_value(self.run(Op::Opening, queue, &[]).await?)
+    }
+
+    /// `QUEUE.OPENING Q PROOF start count`: a page of the proof, the idHashes in
+    /// placed order (empty before the opening).
+    pub async fn opening_proof(&self, queue: &str, start: u64, count: u64) -> Result<Vec<String>, ClientError> {
+        let (start, count) = (start.to_string(), count.to_string());
+        reply::strings(self.run(Op::Opening, queue, &["PROOF", &start, &count]).await?, "proof")
     }
 
     /// `QUEUE.CONFIG Q GET *`: the queue's effective settings.

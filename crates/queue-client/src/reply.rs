@@ -133,6 +133,15 @@ impl Fields {
         self.u64(name).map(Some)
     }
 
+    /// An integer or nil; also None when the field is absent (a field added later).
+    pub(crate) fn opt_i64_absent(&self, name: &str) -> Result<Option<i64>, ClientError> {
+        match self.map.get(name) {
+            None => Ok(None),
+            Some(v) if is_nil(v) => Ok(None),
+            Some(_) => self.i64(name).map(Some),
+        }
+    }
+
     pub(crate) fn string(&self, name: &str) -> Result<String, ClientError> {
         text(self.get(name)?).ok_or_else(|| self.bad(name, "a string"))
     }

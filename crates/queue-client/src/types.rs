@@ -55,6 +55,9 @@ pub struct Standing {
     pub ticket_id: Option<String>,
     /// Seconds until the user's turn, while waiting and when the rate is known.
     pub estimated_wait_seconds: Option<u64>,
+    /// In a pre-queue: when the queue opens (ms since the epoch); absent otherwise.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub opens_at: Option<i64>,
 }
 
 impl Standing {
@@ -69,6 +72,7 @@ impl Standing {
             nickname: f.opt_string("nickname")?,
             ticket_id: f.opt_string("ticketId")?,
             estimated_wait_seconds: f.opt_u64("estimatedWaitSeconds")?,
+            opens_at: f.opt_i64_absent("opensAt")?,
         })
     }
 
@@ -329,7 +333,7 @@ mod tests {
         let json = serde_json::to_string(&config).unwrap();
         assert_eq!(
             json,
-            r#"{"soft_cap":7,"hard_cap":0,"rate":0,"burst":0,"batch_max":1000,"ticket_ttl":60000,"session_lease":30000,"abandon_after":180000,"pow_difficulty":0}"#
+            r#"{"soft_cap":7,"hard_cap":0,"rate":0,"burst":0,"batch_max":1000,"ticket_ttl":60000,"session_lease":30000,"abandon_after":180000,"opens_at":0,"pow_difficulty":0}"#
         );
         let back: QueueConfig = serde_json::from_str(&json).unwrap();
         assert_eq!(back, config);
@@ -371,6 +375,7 @@ mod tests {
             nickname: Some("alice".into()),
             ticket_id: None,
             estimated_wait_seconds: Some(12),
+            opens_at: None,
         };
         let json = serde_json::to_string(&s).unwrap();
         assert_eq!(
@@ -378,6 +383,9 @@ mod tests {
             r#"{"status":"WAITING","rank":3,"userId":"u-1","nickname":"alice","ticketId":null,"estimatedWaitSeconds":12}"#
         );
         assert_eq!(serde_json::from_str::<Standing>(&json).unwrap(), s);
+        let pre = Standing { rank: 0, estimated_wait_seconds: None, opens_at: Some(1_700_000_060_000), ..s };
+        let json = serde_json::to_string(&pre).unwrap();
+        assert!(json.ends_with(r#""estimatedWaitSeconds":null,"opensAt":1700000060000}"#), "{json}");
     }
 
     #[test]
@@ -413,5 +421,37 @@ mod tests {
             Value::Nil,
         ]);
         assert!(matches!(Standing::from_value(v), Err(ClientError::Protocol(_))));
+    }
+}
+
+/// `QUEUE.OPENING`: a queue's fair opening (README, "A verifiably fair opening").
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Opening {
+    /// The `opens_at` setting, ms since the epoch (0: open).
+    pub opens_at: i64,
+    /// `none`, `scheduled` or `open`.
+    pub state: String,
+    /// Hex SHA-256 of the seed, published while scheduled.
+    pub commitment: Option<String>,
+    /// The seed (64 hex characters), revealed at the opening.
+    pub seed: Option<String>,
+    /// When the opening happened (ms).
+    pub opened_at: Option<i64>,
+    /// In the pre-queue while scheduled; placed at the opening once open.
+    pub entrants: u64,
+}
+
+impl Opening {
+    pub(crate) fn from_value(v: Value) -> Result<Opening, ClientError> {
+        let f = Fields::new(v, "opening")?;
+        Ok(Opening {
+            opens_at: f.i64("opensAt")?,
+            state: f.string("state")?,
+            commitment: f.opt_string("commitment")?,
+            seed: f.opt_string("seed")?,
+            opened_at: f.opt_i64_absent("openedAt")?,
+            entrants: f.u64("entrants")?,
+        })
     }
 }

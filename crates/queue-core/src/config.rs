@@ -25,10 +25,14 @@ pub const BATCH_MAX: usize = 4;
 pub const TICKET_TTL: usize = 5;
 pub const SESSION_LEASE: usize = 6;
 pub const ABANDON_AFTER: usize = 7;
-pub const POW_DIFFICULTY: usize = 8;
+pub const OPENS_AT: usize = 8;
+pub const POW_DIFFICULTY: usize = 9;
+
+/// The latest `opens_at` (the end of year 9999 in ms; exact in Lua's doubles).
+pub const MAX_OPENS_AT: i64 = 253_402_300_799_999;
 
 /// The schema, in the order `QUEUE.CONFIG Q GET *` and `QUEUE.INFO` list it.
-pub const FIELDS: [Field; 9] = [
+pub const FIELDS: [Field; 10] = [
     Field {
         name: "soft_cap",
         default: 1000,
@@ -68,6 +72,13 @@ pub const FIELDS: [Field; 9] = [
         min: 0,
         max: DAY_MS,
         help: "ms a waiting user may go unheard before being dropped (0: never)",
+    },
+    Field {
+        name: "opens_at",
+        default: 0,
+        min: 0,
+        max: MAX_OPENS_AT,
+        help: "ms since the epoch the queue opens at: before it entries join a pre-queue, shuffled at the opening (0: open)",
     },
     Field {
         name: "pow_difficulty",
@@ -147,6 +158,9 @@ impl Config {
     }
     pub fn pow_difficulty(&self) -> i64 {
         self.values[POW_DIFFICULTY]
+    }
+    pub fn opens_at(&self) -> i64 {
+        self.values[OPENS_AT]
     }
 }
 

@@ -65,6 +65,9 @@ pub mod stat {
     pub const LEFT: &str = "left";
     pub const ENDED: &str = "ended";
     pub const LEASES_EXPIRED: &str = "lapsed";
+    /// 1 while an opening is scheduled (its seed drawn, not yet opened): the one
+    /// field every command reads to know whether to open the queue first.
+    pub const OPENING: &str = "opening";
 }
 
 /// What the engine needs of the place a queue is kept. Reads never fail (a key of
@@ -135,6 +138,48 @@ pub trait Store {
     fn set_active(&mut self, user: &Self::User, nickname: &[u8]);
     /// Removes `user` from the sessions and the active users.
     fn close_session(&mut self, user: &Self::User);
+
+    // The pre-queue and the opening (`crate::opening`): small keys, read and written
+    // only while an opening is scheduled or by QUEUE.OPENING. A key of another type
+    // reads as empty.
+    fn aux_hget(&self, key: Aux, field: &[u8]) -> Option<Vec<u8>>;
+    fn aux_hset(&mut self, key: Aux, field: &[u8], value: &[u8]);
+    /// Whether the field was there.
+    fn aux_hdel(&mut self, key: Aux, field: &[u8]) -> bool;
+    fn aux_hlen(&self, key: Aux) -> i64;
+    /// Every field and value of the hash `key`.
+    fn aux_hgetall(&self, key: Aux) -> Vec<(Vec<u8>, Vec<u8>)>;
+    fn aux_del(&mut self, key: Aux);
+    /// Appends to the proof list.
+    fn proof_push(&mut self, items: &[Vec<u8>]);
+    fn proof_len(&self) -> i64;
+    /// Up to `count` items of the proof list from index `start`.
+    fn proof_range(&self, start: i64, count: i64) -> Vec<Vec<u8>>;
+    /// A userId as the store holds it, from its bytes.
+    fn user_of(&self, id: &[u8]) -> Self::User;
+    /// 32 fresh random bytes (an opening's seed).
+    fn random_seed(&mut self) -> [u8; 32];
+}
+
+/// The opening's keys (README, "A verifiably fair opening").
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Aux {
+    /// hash userId -> nickname: the pre-queue.
+    Pre,
+    /// hash: seed, commitment, opened_at, entrants.
+    Opening,
+    /// list: idHashes in placed order (only through `proof_*`).
+    Proof,
+}
+
+impl Aux {
+    pub fn suffix(self) -> &'static str {
+        match self {
+            Aux::Pre => keys::PRE,
+            Aux::Opening => keys::OPENING,
+            Aux::Proof => keys::PROOF,
+        }
+    }
 }
 
 /// A user's record, decoded (owned, so it outlives the read).
@@ -147,9 +192,24 @@ pub enum Rec {
 /// Where a user stands.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Standing {
-    Waiting { seq: i64, rank: i64, seen: i64, nickname: Vec<u8> },
-    Promoted { ticket: Vec<u8>, nickname: Vec<u8> },
-    Active { nickname: Option<Vec<u8>> },
+    Waiting {
+        seq: i64,
+        rank: i64,
+        seen: i64,
+        nickname: Vec<u8>,
+    },
+    /// In the pre-queue of an opening at `opens_at` (ms): WAITING with rank 0.
+    Pre {
+        nickname: Vec<u8>,
+        opens_at: i64,
+    },
+    Promoted {
+        ticket: Vec<u8>,
+        nickname: Vec<u8>,
+    },
+    Active {
+        nickname: Option<Vec<u8>>,
+    },
     Unknown,
 }
 
@@ -157,7 +217,7 @@ impl Standing {
     /// The reply's `status` field.
     pub fn status(&self) -> &'static str {
         match self {
-            Standing::Waiting { .. } => "WAITING",
+            Standing::Waiting { .. } | Standing::Pre { .. } => "WAITING",
             Standing::Promoted { .. } => "PROMOTED",
             Standing::Active { .. } => "ACTIVE",
             Standing::Unknown => "UNKNOWN",
@@ -172,9 +232,18 @@ impl Standing {
     }
     pub fn nickname(&self) -> Option<&[u8]> {
         match self {
-            Standing::Waiting { nickname, .. } | Standing::Promoted { nickname, .. } => Some(nickname),
+            Standing::Waiting { nickname, .. }
+            | Standing::Promoted { nickname, .. }
+            | Standing::Pre { nickname, .. } => Some(nickname),
             Standing::Active { nickname } => nickname.as_deref(),
             Standing::Unknown => None,
+        }
+    }
+    /// The reply's `opensAt`: set only in a pre-queue.
+    pub fn opens_at(&self) -> Option<i64> {
+        match self {
+            Standing::Pre { opens_at, .. } => Some(*opens_at),
+            _ => None,
         }
     }
     pub fn ticket(&self) -> Option<&[u8]> {
@@ -253,11 +322,11 @@ impl Info {
     }
 }
 
-fn stat<S: Store>(s: &S, field: &'static str) -> i64 {
+pub(crate) fn stat<S: Store>(s: &S, field: &'static str) -> i64 {
     s.stat_opt(field).unwrap_or(0)
 }
 
-fn add_stat<S: Store>(s: &mut S, field: &'static str, by: i64) {
+pub(crate) fn add_stat<S: Store>(s: &mut S, field: &'static str, by: i64) {
     if by != 0 {
         let v = stat(s, field) + by;
         s.set_stat(field, v);
@@ -479,14 +548,14 @@ fn mark_layout<S: Store>(s: &mut S) {
 }
 
 /// Puts `user` in line with number `seq` (the back of the line).
-fn add_waiter<S: Store>(s: &mut S, user: &S::User, seq: i64, now: i64, nickname: &[u8]) {
+pub(crate) fn add_waiter<S: Store>(s: &mut S, user: &S::User, seq: i64, now: i64, nickname: &[u8]) {
     mark_layout(s);
     s.waiting_add(user, seq);
     touch(s, seq, now, nickname);
 }
 
 /// Takes `user` (numbered `seq`) out of line, withdrawing its ticket if it had one.
-fn remove<S: Store>(s: &mut S, user: &S::User, seq: i64, was_promoted: bool) {
+pub(crate) fn remove<S: Store>(s: &mut S, user: &S::User, seq: i64, was_promoted: bool) {
     s.waiting_remove(user);
     s.delete_record(seq);
     if was_promoted {
@@ -569,7 +638,11 @@ fn admit_head<S: Store>(s: &mut S, n: i64, abandon_after: i64, now: i64) -> (i64
 /// nothing when nobody waits or the line's keys are not of their types. Returns how
 /// many were promoted.
 pub fn fill_freed<S: Store>(s: &mut S, now: i64) -> i64 {
-    if s.check(&ALL_PARTS).is_err() || ensure_layout(s).is_err() || waiting_count(s) <= 0 {
+    if s.check(&ALL_PARTS).is_err()
+        || ensure_layout(s).is_err()
+        || waiting_count(s) <= 0
+        || crate::opening::before_opening(s, now)
+    {
         return 0;
     }
     let cfg = config(s);
@@ -656,6 +729,9 @@ pub fn standing<S: Store>(s: &S, user: &S::User, now: i64) -> Standing {
             _ => Standing::Unknown,
         };
     }
+    if let Some(st) = crate::opening::pre_standing(s, user) {
+        return st;
+    }
     if s.session_expiry(user).is_some_and(|exp| exp > now) {
         return Standing::Active { nickname: s.active_nickname(user).map(|n| n.as_ref().to_vec()) };
     }
@@ -678,6 +754,10 @@ pub fn enter<S: Store>(s: &mut S, user: &S::User, nickname: &[u8]) -> Result<Sta
     s.check(&[Part::Waiting, Part::Stats])?;
     ensure_layout(s)?;
     let now = s.now();
+    crate::opening::open_if_due(s, now)?;
+    if crate::opening::before_opening(s, now) {
+        return crate::opening::enter_pre(s, user, nickname, now);
+    }
     // The common case first: someone waits (so nobody is let in at once) and the user
     // is new. The add is the lookup: a user already in line falls through to the
     // general path, which then numbers exactly as if this had not been tried.
@@ -749,7 +829,9 @@ pub fn observe<S: Store>(s: &mut S, user: &S::User, now: i64) -> Standing {
 pub fn begin_observing<S: Store>(s: &mut S) -> Result<i64, QueueError> {
     s.check(&[Part::Waiting])?;
     ensure_layout(s)?;
-    Ok(s.now())
+    let now = s.now();
+    crate::opening::open_if_due(s, now)?;
+    Ok(now)
 }
 
 /// Most users one QUEUE.LINE call lists.
@@ -799,6 +881,13 @@ pub fn line<S: Store>(s: &S, cursor: i64, count: i64) -> Line<S::User> {
 pub fn leave<S: Store>(s: &mut S, user: &S::User) -> Result<bool, QueueError> {
     s.check(&[Part::Waiting, Part::Stats])?;
     ensure_layout(s)?;
+    let now = s.now();
+    crate::opening::open_if_due(s, now)?;
+    if crate::opening::leave_pre(s, user) {
+        add_stat(s, stat::LEFT, 1);
+        s.count(Event::Left, 1);
+        return Ok(true);
+    }
     let Some(seq) = s.waiting_score(user) else {
         return Ok(false);
     };
@@ -821,10 +910,13 @@ pub fn promote<S: Store>(s: &mut S, max: Option<i64>) -> Result<Promotion, Queue
     ensure_layout(s)?;
     let cfg = config(s);
     let now = s.now();
+    crate::opening::open_if_due(s, now)?;
 
     let (tickets_expired, leases_expired) = reap(s, now);
     let free = admission::free_slots(cfg.soft_cap(), s.sessions_len(), joining(s));
     let bucket = (cfg.rate() > 0).then(|| bucket(s, now));
+    // Nobody is promoted before the opening.
+    let max = if crate::opening::before_opening(s, now) { Some(0) } else { max };
     let n = admission::promote_count(free, bucket.map(|b| b.whole()), max, cfg.batch_max());
 
     let (promoted, mut dropped, top) = admit_head(s, n, cfg.abandon_after(), now);
@@ -889,6 +981,7 @@ pub fn claim<S: Store>(s: &mut S, ticket_id: &[u8]) -> Result<Claimed<S::User>, 
     s.check(&ALL_PARTS)?;
     ensure_layout(s)?;
     let now = s.now();
+    crate::opening::open_if_due(s, now)?;
     let (seq, secret) = ticket::parse_ticket(ticket_id).ok_or(QueueError::NoTicket)?;
     let Some(Rec::Promoted { expiry, secret: held, nickname }) = record(s, seq) else {
         return Err(QueueError::NoTicket);

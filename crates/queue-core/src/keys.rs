@@ -85,6 +85,14 @@ pub const CONFIG: &str = "config";
 /// hash: sequence number -> the user's record (see `record`): the records of numbers
 /// CHUNK*n to CHUNK*n+CHUNK-1 live in the key with suffix `CHUNK_PREFIX` n.
 pub const CHUNK_PREFIX: &str = "w:";
+/// hash: userId -> nickname, the pre-queue: who entered before the opening (order
+/// is irrelevant: the opening shuffles them).
+pub const PRE: &str = "pre";
+/// hash: the opening: `seed` (secret until `opened_at` is set), `commitment` (hex
+/// SHA-256 of the seed), `opened_at`, `entrants`.
+pub const OPENING: &str = "opening";
+/// list: the proof, the idHashes (hex SHA-1 of each userId) in placed order.
+pub const PROOF: &str = "proof";
 /// string: a queue's test clock in ms, read only by servers loaded for tests.
 pub const CLOCK: &str = "clock";
 

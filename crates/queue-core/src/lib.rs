@@ -12,6 +12,7 @@ pub mod error;
 pub mod keys;
 pub mod lua;
 pub mod memory;
+pub mod opening;
 pub mod pow;
 pub mod record;
 pub mod replies;

@@ -65,6 +65,17 @@ pub fn constants_block() -> String {
         lua_str(keys::CLOCK),
         lua_str(keys::PROMOTED),
     ));
+    line(format!(
+        "local K_PRE, K_OPENING, K_PROOF = {}, {}, {}",
+        lua_str(keys::PRE),
+        lua_str(keys::OPENING),
+        lua_str(keys::PROOF)
+    ));
+    line(format!(
+        "local OPENING_PENDING, MAX_PROOF_PAGE = {}, {}",
+        lua_str(crate::engine::stat::OPENING),
+        crate::opening::MAX_PROOF_PAGE
+    ));
     line(String::new());
     line("-- Settings, in the order QUEUE.CONFIG GET * and QUEUE.INFO list them.".into());
     line("local FIELDS = {".into());
@@ -140,7 +151,7 @@ mod tests {
         assert!(b.contains(r#"local E_ARITY = "ERR wrong number of arguments for '%s' command""#), "{b}");
         assert!(b.contains(r#"local E_RANGE = "ERR %s must be an integer from %d to %d""#), "{b}");
         assert!(b.contains(r#"local E_FIELD = "ERR unknown config field '%s'""#), "{b}");
-        assert!(b.contains("local SOFT_CAP, HARD_CAP, RATE, BURST, BATCH_MAX, TICKET_TTL, SESSION_LEASE, ABANDON_AFTER, POW_DIFFICULTY = 1, 2, 3, 4, 5, 6, 7, 8, 9"), "{b}");
+        assert!(b.contains("local SOFT_CAP, HARD_CAP, RATE, BURST, BATCH_MAX, TICKET_TTL, SESSION_LEASE, ABANDON_AFTER, OPENS_AT, POW_DIFFICULTY = 1, 2, 3, 4, 5, 6, 7, 8, 9, 10"), "{b}");
     }
 
     #[test]

@@ -5,7 +5,7 @@
 //! show them in that shape for comparison with a server's.
 
 use crate::config::{check_value, field, FIELDS};
-use crate::engine::{Part, Store};
+use crate::engine::{Aux, Part, Store};
 use crate::error::QueueError;
 use crate::ticket::{Secrets, SECRET_LEN};
 use std::collections::{BTreeMap, BTreeSet, HashMap};
@@ -15,6 +15,7 @@ use std::collections::{BTreeMap, BTreeSet, HashMap};
 pub enum Content {
     Zset(Vec<(String, i64)>),
     Hash(BTreeMap<String, String>),
+    List(Vec<String>),
 }
 
 pub struct MemoryStore {
@@ -28,6 +29,9 @@ pub struct MemoryStore {
     stats: BTreeMap<&'static str, i64>,
     settings: [Option<i64>; FIELDS.len()],
     secrets: Secrets,
+    pre: BTreeMap<Vec<u8>, Vec<u8>>,
+    opening: BTreeMap<Vec<u8>, Vec<u8>>,
+    proof: Vec<Vec<u8>>,
     /// What commands announced, oldest first: (promoted, waiting, at_ms).
     pub announcements: Vec<(i64, i64, i64)>,
 }
@@ -45,6 +49,9 @@ impl MemoryStore {
             stats: BTreeMap::new(),
             settings: [None; FIELDS.len()],
             secrets: Secrets::from_seed([seed; 32]),
+            pre: BTreeMap::new(),
+            opening: BTreeMap::new(),
+            proof: Vec::new(),
             announcements: Vec::new(),
         }
     }
@@ -115,6 +122,14 @@ impl MemoryStore {
             FIELDS.iter().zip(self.settings).filter_map(|(f, v)| Some((f.name.to_string(), v?.to_string()))).collect();
         if !config.is_empty() {
             out.insert(key(crate::keys::CONFIG), Content::Hash(config));
+        }
+        for (suffix, h) in [(crate::keys::PRE, &self.pre), (crate::keys::OPENING, &self.opening)] {
+            if !h.is_empty() {
+                out.insert(key(suffix), Content::Hash(h.iter().map(|(f, v)| (text(f), text(v))).collect()));
+            }
+        }
+        if !self.proof.is_empty() {
+            out.insert(key(crate::keys::PROOF), Content::List(self.proof.iter().map(|v| text(v)).collect()));
         }
         out
     }
@@ -221,5 +236,66 @@ impl Store for MemoryStore {
     fn close_session(&mut self, user: &Vec<u8>) {
         self.sessions.remove(user);
         self.active.remove(user);
+    }
+
+    fn aux_hget(&self, key: Aux, field: &[u8]) -> Option<Vec<u8>> {
+        self.aux(key)?.get(field).cloned()
+    }
+    fn aux_hset(&mut self, key: Aux, field: &[u8], value: &[u8]) {
+        if let Some(h) = self.aux_mut(key) {
+            h.insert(field.to_vec(), value.to_vec());
+        }
+    }
+    fn aux_hdel(&mut self, key: Aux, field: &[u8]) -> bool {
+        self.aux_mut(key).is_some_and(|h| h.remove(field).is_some())
+    }
+    fn aux_hlen(&self, key: Aux) -> i64 {
+        self.aux(key).map_or(0, |h| h.len() as i64)
+    }
+    fn aux_hgetall(&self, key: Aux) -> Vec<(Vec<u8>, Vec<u8>)> {
+        self.aux(key).map_or_else(Vec::new, |h| h.iter().map(|(f, v)| (f.clone(), v.clone())).collect())
+    }
+    fn aux_del(&mut self, key: Aux) {
+        match key {
+            Aux::Proof => self.proof.clear(),
+            _ => self.aux_mut(key).expect("a hash").clear(),
+        }
+    }
+    fn proof_push(&mut self, items: &[Vec<u8>]) {
+        self.proof.extend_from_slice(items);
+    }
+    fn proof_len(&self) -> i64 {
+        self.proof.len() as i64
+    }
+    fn proof_range(&self, start: i64, count: i64) -> Vec<Vec<u8>> {
+        self.proof.iter().skip(start.max(0) as usize).take(count.max(0) as usize).cloned().collect()
+    }
+    fn user_of(&self, id: &[u8]) -> Vec<u8> {
+        id.to_vec()
+    }
+    fn random_seed(&mut self) -> [u8; 32] {
+        let mut seed = [0u8; 32];
+        for chunk in seed.chunks_mut(SECRET_LEN) {
+            let s = self.secrets.next_secret();
+            chunk.copy_from_slice(&s[..chunk.len()]);
+        }
+        seed
+    }
+}
+
+impl MemoryStore {
+    fn aux(&self, key: Aux) -> Option<&BTreeMap<Vec<u8>, Vec<u8>>> {
+        match key {
+            Aux::Pre => Some(&self.pre),
+            Aux::Opening => Some(&self.opening),
+            Aux::Proof => None,
+        }
+    }
+    fn aux_mut(&mut self, key: Aux) -> Option<&mut BTreeMap<Vec<u8>, Vec<u8>>> {
+        match key {
+            Aux::Pre => Some(&mut self.pre),
+            Aux::Opening => Some(&mut self.opening),
+            Aux::Proof => None,
+        }
     }
 }

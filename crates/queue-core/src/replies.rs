@@ -5,26 +5,27 @@
 //! is the canonical one and the module emits fields in it. The differential test
 //! compares the two backends' bytes and catches any drift.
 
-pub const STANDING: [&str; 6] = ["nickname", "ticketId", "status", "estimatedWaitSeconds", "userId", "rank"];
+pub const STANDING: [&str; 7] = ["nickname", "ticketId", "opensAt", "status", "estimatedWaitSeconds", "userId", "rank"];
 
 pub const PROMOTE: [&str; 8] =
     ["promoted", "dropped", "available_slots", "waiting", "active", "joining", "tickets_expired", "leases_expired"];
 
 pub const CLAIM: [&str; 4] = ["nickname", "ticketId", "userId", "leaseMs"];
 
-pub const CONFIG: [&str; 9] = [
+pub const CONFIG: [&str; 10] = [
     "batch_max",
     "ticket_ttl",
     "hard_cap",
     "rate",
     "abandon_after",
     "pow_difficulty",
+    "session_lease",
     "soft_cap",
     "burst",
-    "session_lease",
+    "opens_at",
 ];
 
-pub const INFO: [&str; 22] = [
+pub const INFO: [&str; 23] = [
     "batch_max",
     "ticket_ttl",
     "active",
@@ -32,22 +33,26 @@ pub const INFO: [&str; 22] = [
     "tokens",
     "lapsed",
     "ended",
+    "claimed",
     "dropped",
     "burst",
     "waiting",
     "expired",
-    "soft_cap",
+    "hard_cap",
     "rate",
     "abandon_after",
     "promoted",
     "available_slots",
     "pow_difficulty",
     "joining",
-    "claimed",
-    "session_lease",
+    "soft_cap",
     "admission_rate_per_min",
-    "hard_cap",
+    "session_lease",
+    "opens_at",
 ];
+
+/// QUEUE.OPENING's map.
+pub const OPENING: [&str; 6] = ["state", "openedAt", "seed", "entrants", "commitment", "opensAt"];
 
 /// Counters QUEUE.INFO shows (stats hash fields of the same names).
 pub const COUNTERS: [&str; 7] = ["promoted", "claimed", "expired", "dropped", "left", "ended", "lapsed"];
@@ -69,6 +74,7 @@ mod tests {
         distinct(&STANDING);
         distinct(&PROMOTE);
         distinct(&CLAIM);
+        distinct(&OPENING);
         let config = distinct(&CONFIG);
         let info = distinct(&INFO);
         for f in FIELDS {

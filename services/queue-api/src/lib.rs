@@ -14,6 +14,7 @@ pub mod hub;
 pub mod limit;
 pub mod metrics;
 mod openapi;
+mod opening;
 pub mod pow;
 mod routes;
 mod server;
@@ -129,6 +130,7 @@ pub fn app(state: Arc<AppState>) -> Router {
         .route("/api/queue/entry", post(routes::entry).delete(routes::leave))
         .route("/api/queue/status", get(routes::status))
         .route("/api/queue/stream", get(routes::stream))
+        .route("/api/queue/opening", get(opening::opening))
         .route("/api/queue/challenge", get(routes::challenge))
         .route("/api/admin/queues/{queue}", get(routes::admin_get).put(routes::admin_put))
         .route("/api/openapi.json", get(routes::openapi))

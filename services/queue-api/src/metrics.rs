@@ -95,6 +95,7 @@ mod tests {
             nickname: None,
             ticket_id: ticket.map(Into::into),
             estimated_wait_seconds: None,
+            opens_at: None,
         }
     }
 

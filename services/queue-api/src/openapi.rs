@@ -74,6 +74,11 @@ pub fn document() -> Value {
                 "parameters": who,
                 "responses": { "200": { "description": "text/event-stream; each event's data is a Standing" },
                                "400": err("missing or bad userId or queue"), "404": err("unknown user"), "429": err("rate limited"), "503": err("queue store unreachable") } } },
+            "/api/queue/opening": { "get": {
+                "summary": "The proof of a fair opening: before it the commitment (hex SHA-256 of a secret seed); after it the seed, opening time and the placed order as idHashes (hex SHA-1 of each userId). Each idHash's place is its rank in the ascending order of hex SHA-1 of `seed:idHash`",
+                "parameters": [queue_query],
+                "responses": { "200": { "description": "{queue, opensAt, commitment, state (none, scheduled, open), entrants, and once open seed, openedAt, order}" },
+                               "400": err("bad queue name"), "503": err("queue store unreachable") } } },
             "/api/admin/queues/{queue}": {
                 "get": { "summary": "QUEUE.INFO", "parameters": queue_param, "security": [{ "bearer": [] }],
                          "responses": { "200": info, "400": err("bad queue name"), "401": err("bad or missing token"),
@@ -100,6 +105,7 @@ pub fn document() -> Value {
                     "estimatedWaitSeconds": { "type": ["integer", "null"], "description": "from the admissions measured from the line (capped by the rate setting); null while nobody is being let in" },
                     "estimatedWaitRange": { "type": "object", "description": "while waiting with an estimate: where about four in five waits end",
                         "properties": { "low": { "type": "integer" }, "high": { "type": "integer" } } },
+                    "opensAt": { "type": "integer", "description": "only in a pre-queue: when the queue opens (ms since the epoch); the rank is 0 until then" },
                     "queue": { "type": "string" } } },
                 "Challenge": { "type": "object", "properties": {
                     "queue": { "type": "string" },

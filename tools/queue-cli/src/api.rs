@@ -234,6 +234,7 @@ fn unknown(user: &str) -> Standing {
         nickname: None,
         ticket_id: None,
         estimated_wait_seconds: None,
+        opens_at: None,
     }
 }
 

@@ -8,3 +8,4 @@ pub mod chat;
 pub mod join;
 pub mod stats;
 pub mod swarm;
+pub mod verify;

@@ -1,6 +1,6 @@
 use clap::{Args, Parser, Subcommand};
 use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
-use queue_cli::{join, swarm};
+use queue_cli::{join, swarm, verify};
 use std::process::ExitCode;
 use std::time::Duration;
 
@@ -48,6 +48,18 @@ enum Command {
     /// Virtual users arriving at a rate, each on the same journey; prints a report and exits
     /// 1 if the audit found FIFO inversions, over-capacity or double claims, 2 if users did
     /// not finish (errors, drops, timeout).
+    /// Checks a queue's fair opening from its published proof: SHA-256(seed) equals
+    /// the commitment, and every rank is the one the seed gives (exit 0; 1 on any
+    /// mismatch; 2 before the opening or when queue-api cannot be reached).
+    Verify {
+        #[arg(long, env = "API_URL", default_value = "http://127.0.0.1:8080")]
+        api: String,
+        #[arg(long, default_value = "default")]
+        queue: String,
+        /// Also print where this userId was placed (fails if it is not in the opening).
+        #[arg(long)]
+        user_id: Option<String>,
+    },
     Swarm {
         #[command(flatten)]
         target: Target,
@@ -140,6 +152,7 @@ async fn main() -> ExitCode {
                 }
             }
         }
+        Command::Verify { api, queue, user_id } => ExitCode::from(verify::run(&api, &queue, user_id.as_deref()).await),
         Command::Swarm {
             target,
             users,
