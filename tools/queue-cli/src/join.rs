@@ -23,6 +23,11 @@ pub struct JoinConfig {
 /// once inside; `/quit` or Ctrl+C while waiting gives the place in line back) or the
 /// server ends the session. Err carries what went wrong, for the exit message.
 pub async fn run(cfg: JoinConfig, input: impl AsyncBufRead + Unpin, out: &mut impl Write) -> Result<(), String> {
+    // Ctrl+C is listened for from the start: a handler installed only when first
+    // awaited would let one that comes early (right after the first line printed)
+    // kill the process without giving the place back.
+    let mut interrupt = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::interrupt())
+        .map_err(|e| format!("listening for Ctrl+C: {e}"))?;
     let api = Api::new(Api::http_client(), &cfg.api, &cfg.queue, None);
     let deadline = Instant::now() + cfg.max_wait;
     let entered = api.patiently(deadline, || api.enter(&cfg.nickname)).await.map_err(|e| format!("entry: {e}"))?;
@@ -59,7 +64,7 @@ pub async fn run(cfg: JoinConfig, input: impl AsyncBufRead + Unpin, out: &mut im
                         Ok(Some(_)) => {}
                         Ok(None) | Err(_) => input_open = false,
                     },
-                    _ = tokio::signal::ctrl_c() => break None,
+                    _ = interrupt.recv() => break None,
                 }
             }
         };
@@ -102,7 +107,7 @@ pub async fn run(cfg: JoinConfig, input: impl AsyncBufRead + Unpin, out: &mut im
                     return Err(format!("the chat server ended the session: {why}"));
                 }
             },
-            _ = tokio::signal::ctrl_c() => break,
+            _ = interrupt.recv() => break,
             line = lines.next_line() => {
                 let msg = match line {
                     Ok(Some(l)) => l,
