@@ -23,6 +23,7 @@
 //! }
 //! ```
 
+pub mod conn_limit;
 pub mod flags;
 pub mod logging;
 pub mod metrics;

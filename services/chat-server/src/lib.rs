@@ -16,7 +16,7 @@
 //! `/healthz`, `/metrics`.
 
 pub mod bus;
-pub mod conn_limit;
+pub use service_kit::conn_limit;
 pub mod error;
 pub mod frames;
 mod handshake;

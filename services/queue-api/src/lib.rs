@@ -7,7 +7,7 @@
 //! waiting-room page (`/`), the back office (`/api/admin/queues/{queue}`), `/metrics`,
 //! `/healthz` and `/api/openapi.json`.
 
-pub mod conn_limit;
+pub use service_kit::conn_limit;
 pub mod error;
 pub mod extract;
 pub mod hub;

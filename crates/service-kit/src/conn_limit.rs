@@ -1,8 +1,8 @@
-//! How many long-lived connections (push streams) an instance holds, in all and per
-//! client address. A flood of streams ends in refusals (503 when the instance is
-//! full, 429 when one address holds its share, both with `Retry-After`) instead of
-//! in memory running out: each open stream holds a [`Permit`], given back when the
-//! stream ends.
+//! How many long-lived connections an instance holds, in all and per client address
+//! (queue-api's push streams, chat-server's WebSocket sessions). A flood ends in
+//! refusals instead of in memory running out: each open connection holds a
+//! [`Permit`], given back when it ends. queue-api answers a refusal with 503 (full) or
+//! 429 (this address), chat-server closes the upgrade with 1013.
 
 use std::collections::HashMap;
 use std::net::IpAddr;
@@ -11,9 +11,9 @@ use std::sync::{Arc, Mutex};
 /// Why a connection was refused.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Refusal {
-    /// The instance holds its most connections (503).
+    /// The instance holds its most connections.
     Full,
-    /// This client address holds its most connections (429).
+    /// This client address holds its most connections.
     PerAddress,
 }
 
