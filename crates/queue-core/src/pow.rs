@@ -10,6 +10,7 @@
 //! the caller's part: it records the challenge's id until the expiry (queue-client's
 //! `use_challenge`, a `SET NX PX` in the queue's slot).
 
+use crate::opening::hex;
 use hmac::{Hmac, Mac};
 use sha2::{Digest, Sha256};
 
@@ -90,16 +91,6 @@ impl std::fmt::Debug for Challenger {
     }
 }
 
-fn hex(bytes: &[u8]) -> String {
-    const DIGITS: &[u8; 16] = b"0123456789abcdef";
-    let mut s = String::with_capacity(bytes.len() * 2);
-    for b in bytes {
-        s.push(DIGITS[(b >> 4) as usize] as char);
-        s.push(DIGITS[(b & 15) as usize] as char);
-    }
-    s
-}
-
 fn unhex(s: &str, out: &mut [u8]) -> bool {
     let digit = |c: u8| match c {
         b'0'..=b'9' => Some(c - b'0'),
@@ -117,6 +108,16 @@ fn unhex(s: &str, out: &mut [u8]) -> bool {
         }
     }
     true
+}
+
+/// Whether `challenge` and `nonce` have the form challenges are given and solutions
+/// sent in (whatever their worth): [`CHALLENGE_LEN`] lowercase hex characters, and
+/// 1 to [`MAX_NONCE_LEN`] decimal digits.
+pub fn well_formed(challenge: &str, nonce: &str) -> bool {
+    challenge.len() == CHALLENGE_LEN
+        && challenge.bytes().all(|b| matches!(b, b'0'..=b'9' | b'a'..=b'f'))
+        && (1..=MAX_NONCE_LEN).contains(&nonce.len())
+        && nonce.bytes().all(|b| b.is_ascii_digit())
 }
 
 impl Challenger {
@@ -162,11 +163,7 @@ impl Challenger {
         now_ms: i64,
     ) -> Result<Solved, Refusal> {
         let mut raw = [0u8; BODY_LEN + MAC_LEN];
-        if !unhex(challenge, &mut raw)
-            || nonce.is_empty()
-            || nonce.len() > MAX_NONCE_LEN
-            || !nonce.bytes().all(|b| b.is_ascii_digit())
-        {
+        if !well_formed(challenge, nonce) || !unhex(challenge, &mut raw) {
             return Err(Refusal::Malformed);
         }
         let mac = self.mac(&raw[..BODY_LEN], queue, client);

@@ -24,17 +24,6 @@ pub struct Proof {
     pub nonce: String,
 }
 
-impl Proof {
-    /// Of the form a challenge and a nonce take (whatever their worth).
-    fn well_formed(&self) -> bool {
-        let hex = |b: u8| b.is_ascii_digit() || (b'a'..=b'f').contains(&b);
-        self.challenge.len() == queue_core::pow::CHALLENGE_LEN
-            && self.challenge.bytes().all(hex)
-            && (1..=queue_core::pow::MAX_NONCE_LEN).contains(&self.nonce.len())
-            && self.nonce.bytes().all(|b| b.is_ascii_digit())
-    }
-}
-
 /// The challenger and what each queue asks.
 pub struct Gate {
     challenger: Challenger,
@@ -98,15 +87,16 @@ pub async fn admit(
 ) -> Result<(), ApiError> {
     let gate = &state.pow;
     // A proof that cannot be one is refused even where none is asked.
-    match proof {
-        Field::Given(p) if !p.well_formed() => {
+    let proof = match proof {
+        Field::Given(p) if queue_core::pow::well_formed(&p.challenge, &p.nonce) => Some(p),
+        Field::Given(_) => {
             return Err(ApiError::BadRequest(
                 "pow.challenge must be a challenge this service gave, pow.nonce digits".into(),
             ))
         }
         Field::WrongType => return Err(ApiError::BadRequest("pow must be {\"challenge\", \"nonce\"}".into())),
-        _ => {}
-    }
+        Field::Absent | Field::Null => None,
+    };
     let required = gate.difficulty(client, queue).await?;
     if required == 0 {
         return Ok(());
@@ -116,10 +106,8 @@ pub async fn admit(
         state.metrics.pow_challenges.increment(1);
         ApiError::ProofRequired(why, challenge_json(queue, Some(&gate.issue(queue, client_addr, required))))
     };
-    let proof = match proof {
-        Field::Given(p) => p,
-        Field::Absent | Field::Null => return Err(fresh("missing")),
-        Field::WrongType => unreachable!("refused above"),
+    let Some(proof) = proof else {
+        return Err(fresh("missing"));
     };
     let solved = match gate.challenger.check(queue, client_addr, &proof.challenge, &proof.nonce, required, now_ms()) {
         Ok(s) => s,

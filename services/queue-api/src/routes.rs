@@ -30,11 +30,14 @@ fn client_ip(state: &AppState, peer: SocketAddr, headers: &HeaderMap) -> IpAddr 
     peer.ip()
 }
 
-fn rate_limit(state: &AppState, peer: SocketAddr, headers: &HeaderMap) -> Result<(), ApiError> {
-    state.limiter.check(client_ip(state, peer, headers)).map_err(|secs| {
+/// Takes a token for the client's address; the address.
+fn rate_limit(state: &AppState, peer: SocketAddr, headers: &HeaderMap) -> Result<IpAddr, ApiError> {
+    let ip = client_ip(state, peer, headers);
+    state.limiter.check(ip).map_err(|secs| {
         state.metrics.rate_limited.increment(1);
         ApiError::TooManyRequests(secs)
-    })
+    })?;
+    Ok(ip)
 }
 
 fn queue_name(q: Option<&str>) -> Result<String, ApiError> {
@@ -70,7 +73,7 @@ pub async fn entry(
     headers: HeaderMap,
     body: Result<JsonBody<EntryRequest>, ApiError>,
 ) -> Result<Json<Value>, ApiError> {
-    rate_limit(&state, peer, &headers)?;
+    let ip = rate_limit(&state, peer, &headers)?;
     state.metrics.entry_requests.increment(1);
     let JsonBody(body) = body?;
     let nickname = match &body.nickname {
@@ -96,7 +99,7 @@ pub async fn entry(
         Field::WrongType => return Err(ApiError::BadRequest("userId must be a string".into())),
     };
     let client = state.store.client().await?;
-    let addr = client_ip(&state, peer, &headers).to_string();
+    let addr = ip.to_string();
     crate::pow::admit(&state, &client, &queue, &addr, &body.pow).await?;
     register(&state, &client, &queue).await;
     let standing = client.enter(&queue, &user, nickname).await?;
@@ -120,7 +123,7 @@ pub async fn challenge(
     headers: HeaderMap,
     q: QueueQuery,
 ) -> Result<Json<Value>, ApiError> {
-    rate_limit(&state, peer, &headers)?;
+    let ip = rate_limit(&state, peer, &headers)?;
     let queue = queue_name(q.queue.as_deref())?;
     let client = state.store.client().await?;
     let difficulty = state.pow.difficulty(&client, &queue).await?;
@@ -128,7 +131,7 @@ pub async fn challenge(
         return Ok(Json(crate::pow::challenge_json(&queue, None)));
     }
     state.metrics.pow_challenges.increment(1);
-    let addr = client_ip(&state, peer, &headers).to_string();
+    let addr = ip.to_string();
     Ok(Json(crate::pow::challenge_json(&queue, Some(&state.pow.issue(&queue, &addr, difficulty)))))
 }
 
@@ -228,9 +231,9 @@ pub async fn stream(
     headers: HeaderMap,
     q: WhoQuery,
 ) -> Result<Sse<impl Stream<Item = Result<Event, std::convert::Infallible>>>, ApiError> {
-    rate_limit(&state, peer, &headers)?;
+    let ip = rate_limit(&state, peer, &headers)?;
     // The stream's place is held until it ends (the permit lives in the stream).
-    let permit = state.streams.acquire(client_ip(&state, peer, &headers)).map_err(|why| {
+    let permit = state.streams.acquire(ip).map_err(|why| {
         state.metrics.streams_refused.increment(1);
         match why {
             crate::conn_limit::Refusal::Full => ApiError::TooManyStreams,
