@@ -118,13 +118,19 @@ mod tests {
         let server = tokio::spawn(serve(listener, router, async {
             let _ = stopped.await;
         }));
+        // A connection that never sends anything (a preconnect) must not hold shutdown.
+        let _silent = tokio::net::TcpStream::connect(addr).await.unwrap();
         let mut conn = tokio::net::TcpStream::connect(addr).await.unwrap();
         conn.write_all(b"GET / HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n").await.unwrap();
         let mut reply = String::new();
         conn.read_to_string(&mut reply).await.unwrap();
         assert!(reply.starts_with("HTTP/1.1 200") && reply.ends_with("127.0.0.1"), "{reply}");
         stop.send(()).unwrap();
-        server.await.unwrap().unwrap();
+        tokio::time::timeout(std::time::Duration::from_secs(5), server)
+            .await
+            .expect("prompt shutdown")
+            .unwrap()
+            .unwrap();
     }
 
     #[test]

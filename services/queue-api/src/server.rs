@@ -36,6 +36,8 @@ type Http1 = hyper::server::conn::http1::Builder;
 
 /// A request head must arrive within this (slow-header clients hold no socket longer).
 const HEADER_READ_TIMEOUT: Duration = Duration::from_secs(30);
+/// How long a request head already on its way may still take once shutdown begins.
+const HEAD_GRACE_AT_SHUTDOWN: Duration = Duration::from_millis(500);
 /// How long shutdown waits for connections still open (streams end by themselves).
 const DRAIN_LIMIT: Duration = Duration::from_secs(10);
 
@@ -49,6 +51,11 @@ pub async fn serve(
     let mut http = hyper::server::conn::http1::Builder::new();
     http.timer(TokioTimer::new()).header_read_timeout(HEADER_READ_TIMEOUT).keep_alive(true);
     let graceful = GracefulShutdown::new();
+    // Connections still reading their first request head are not in hyper yet, so
+    // its graceful shutdown cannot close them: this tells them. (Clients open
+    // connections they never use: browsers preconnect, and HTTP client pools race a
+    // new connection against a pooled one coming free and keep the loser idle.)
+    let (closing_tx, closing) = tokio::sync::watch::channel(false);
     tokio::pin!(shutdown);
     loop {
         let (tcp, peer) = tokio::select! {
@@ -64,9 +71,10 @@ pub async fn serve(
             _ = &mut shutdown => break,
         };
         let _ = tcp.set_nodelay(true);
-        tokio::spawn(connection(tcp, peer, router.clone(), http.clone(), graceful.watcher()));
+        tokio::spawn(connection(tcp, peer, router.clone(), http.clone(), graceful.watcher(), closing.clone()));
     }
     drop(listener);
+    let _ = closing_tx.send(true);
     if tokio::time::timeout(DRAIN_LIMIT, graceful.shutdown()).await.is_err() {
         tracing::warn!("connections still open at shutdown were dropped");
     }
@@ -80,7 +88,14 @@ const MAX_HEAD: usize = 8 * 1024;
 /// A write to a stream's client that takes longer than this ends the stream.
 const STREAM_WRITE_TIMEOUT: Duration = Duration::from_secs(30);
 
-async fn connection(mut tcp: TcpStream, peer: SocketAddr, router: Router, http: Http1, watcher: Watcher) {
+async fn connection(
+    mut tcp: TcpStream,
+    peer: SocketAddr,
+    router: Router,
+    http: Http1,
+    watcher: Watcher,
+    mut closing: tokio::sync::watch::Receiver<bool>,
+) {
     // Read until the request line shows the connection is not a stream, or the
     // stream request's head is complete.
     let mut head: Vec<u8> = Vec::new();
@@ -100,10 +115,19 @@ async fn connection(mut tcp: TcpStream, peer: SocketAddr, router: Router, http: 
             }
         }
     };
-    let is_stream = match tokio::time::timeout(HEADER_READ_TIMEOUT, read_head).await {
-        Ok(s) => s,
-        Err(_) => return,
+    // A head not complete soon after shutdown begins is dropped with its connection:
+    // no request on it has been taken yet.
+    let is_stream = tokio::select! {
+        read = tokio::time::timeout(HEADER_READ_TIMEOUT, read_head) => match read {
+            Ok(s) => s,
+            Err(_) => return,
+        },
+        _ = async {
+            let _ = closing.wait_for(|c| *c).await;
+            tokio::time::sleep(HEAD_GRACE_AT_SHUTDOWN).await;
+        } => return,
     };
+    drop(closing);
     if is_stream {
         if let Some(req) = parse_head(&head, peer) {
             drop(head);

@@ -357,6 +357,31 @@ async fn rate_limit_answers_429_with_retry_after() {
     api.stop().await;
 }
 
+/// Connections that never send a request (a browser's preconnect, the loser of an
+/// HTTP client pool's connect race) must not hold shutdown up.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn shutdown_does_not_wait_for_silent_connections() {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let s = ValkeyServer::start(Backend::Module);
+    let api = Api::start(queue_api::Config::local(&s.url())).await;
+    let addr = api.base.trim_start_matches("http://").to_string();
+    let mut silent = Vec::new();
+    for _ in 0..3 {
+        silent.push(tokio::net::TcpStream::connect(&addr).await.unwrap());
+    }
+    // Half a push stream's request head (read before hyper): the rest never comes.
+    let mut partial = tokio::net::TcpStream::connect(&addr).await.unwrap();
+    partial.write_all(b"GET /api/queue/stream?queue=default&user").await.unwrap();
+    let started = Instant::now();
+    api.stop().await;
+    assert!(started.elapsed() < Duration::from_secs(5), "shutdown took {:?}", started.elapsed());
+    for mut c in silent.into_iter().chain([partial]) {
+        let mut buf = [0u8; 64];
+        let n = tokio::time::timeout(Duration::from_secs(2), c.read(&mut buf)).await.expect("closed").unwrap_or(0);
+        assert_eq!(n, 0, "the connection is closed without an answer");
+    }
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn valkey_down_gives_503_then_recovers() {
     let mut s = ValkeyServer::start(Backend::Module);
