@@ -15,7 +15,7 @@ replace the entropy placeholder below with random bytes, which ticket secrets ar
 derived from.
 ]]
 
-local VERSION = "5"
+local VERSION = "6"
 local ENTROPY = "__QUEUE_ENTROPY__"
 -- Tests load the library with this set to true: a queue's commands then read the
 -- time from the string key queue:{Q}:clock when it exists (as the module's
@@ -54,8 +54,9 @@ local FIELDS = {
   { name = "abandon_after", default = 180000, min = 0, max = 86400000 },
   { name = "opens_at", default = 0, min = 0, max = 253402300799999 },
   { name = "pow_difficulty", default = 0, min = 0, max = 32 },
+  { name = "max_waiting", default = 0, min = 0, max = 100000000 },
 }
-local SOFT_CAP, HARD_CAP, RATE, BURST, BATCH_MAX, TICKET_TTL, SESSION_LEASE, ABANDON_AFTER, OPENS_AT, POW_DIFFICULTY = 1, 2, 3, 4, 5, 6, 7, 8, 9, 10
+local SOFT_CAP, HARD_CAP, RATE, BURST, BATCH_MAX, TICKET_TTL, SESSION_LEASE, ABANDON_AFTER, OPENS_AT, POW_DIFFICULTY, MAX_WAITING = 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11
 local COUNTERS = { "promoted", "claimed", "expired", "dropped", "left", "ended", "lapsed" }
 
 -- Error texts (queue-core's QueueError); E_ARITY, E_RANGE and E_FIELD are formats.
@@ -73,6 +74,7 @@ local E_NOTICKET = "NOTICKET unknown or already used ticket"
 local E_EXPIRED = "EXPIRED ticket has expired"
 local E_INSIDE = "INSIDE user is already inside"
 local E_FULL = "FULL hard cap reached"
+local E_LINEFULL = "LINEFULL the line is full, try again later"
 -- END GENERATED
 
 local function fail(msg)
@@ -952,6 +954,21 @@ function Q:enter_pre(user, nickname, now)
   return standing_reply(user, { status = "WAITING", rank = 0, nickname = nickname, opens_at = self:setting(OPENS_AT) }, nil)
 end
 
+-- max_waiting: a newcomer is refused while that many people wait, in line or in the
+-- pre-queue (checked before anything is written). Someone already there may enter
+-- again: that moves them, it adds nobody.
+function Q:line_full(user)
+  local max = self:setting(MAX_WAITING)
+  if max <= 0 then
+    return false
+  end
+  local pre = self:opening_pending() and redis.call("HLEN", self:pre_key()) or 0
+  if self:waiting_count() + pre < max or redis.call("ZSCORE", self.waiting, user) then
+    return false
+  end
+  return not (pre > 0 and redis.call("HEXISTS", self:pre_key(), user) == 1)
+end
+
 function Q:pre_standing(user)
   if not self:opening_pending() then
     return nil
@@ -1012,6 +1029,9 @@ local function queue_enter(keys, args)
   local q, e = begin_line("queue.enter", keys, #args == 2, checks, { "waiting", "stats_key" })
   if not q then
     return e
+  end
+  if q:line_full(user) then
+    return fail(E_LINEFULL)
   end
   local now = q:now()
   if not q:open_if_due(now) then

@@ -23,6 +23,7 @@ testkit::backend_tests!(
     line_walks_the_waiting_users_in_pages,
     changes_made_behind_the_commands_are_seen_at_once,
     an_expired_key_is_seen_gone,
+    max_waiting_refuses_newcomers_only,
 );
 
 /// The test clock's start.
@@ -562,4 +563,45 @@ fn freed_slots_wait_for_a_token(b: Backend) {
     assert_eq!(field_str(&c.status("q", "d"), "status").as_deref(), Some("PROMOTED"));
     assert_eq!(field_str(&c.status("q", "e"), "status").as_deref(), Some("WAITING"));
     assert_eq!(field_int(&c.info("q"), "tokens"), 0);
+}
+
+/// `max_waiting`: past it a newcomer is refused with LINEFULL and nothing changes;
+/// those already waiting may enter again; the pre-queue counts too; 0 lifts it.
+fn max_waiting_refuses_newcomers_only(b: Backend) {
+    let (_s, mut c) = server(b);
+    closed_queue(&mut c, "q");
+    c.config_set("q", &[("max_waiting", 2)]);
+    c.enter("q", "a", "a");
+    c.enter("q", "b", "b");
+    let dump = |c: &mut Client| -> Vec<(String, Vec<u8>)> {
+        let keys: Vec<String> = redis::cmd("KEYS").arg("queue:{q}:*").query(&mut c.con).unwrap();
+        let mut all: Vec<(String, Vec<u8>)> = keys
+            .into_iter()
+            .filter(|k| !k.ends_with(":clock"))
+            .map(|k| {
+                let d: Vec<u8> = redis::cmd("DUMP").arg(&k).query(&mut c.con).unwrap();
+                (k, d)
+            })
+            .collect();
+        all.sort();
+        all
+    };
+    let before = dump(&mut c);
+    let refused = c.call("QUEUE.ENTER", &["q", "c", "c"]).unwrap_err();
+    assert_eq!(testkit::error_text(&refused), "LINEFULL the line is full, try again later");
+    assert_eq!(dump(&mut c), before, "a refused entry changes nothing");
+    assert_eq!(field_str(&c.status("q", "c"), "status").as_deref(), Some("UNKNOWN"));
+    // Someone already waiting enters again: moved to the back, nobody added.
+    assert_eq!(field_int(&c.enter("q", "a", "a"), "rank"), 2);
+    // Room again once someone leaves.
+    c.leave("q", "b");
+    assert_eq!(field_int(&c.enter("q", "c", "c"), "rank"), 2);
+    // Before an opening the pre-queue counts with the line.
+    c.config_set("q", &[("max_waiting", 3), ("opens_at", T0 + 60_000)]);
+    c.enter("q", "d", "d");
+    assert!(c.call("QUEUE.ENTER", &["q", "e", "e"]).is_err(), "a, c and d wait");
+    assert_eq!(field_str(&c.enter("q", "d", "d2"), "nickname").as_deref(), Some("d2"), "d may enter again");
+    c.config_set("q", &[("max_waiting", 0)]);
+    c.enter("q", "e", "e");
+    assert_eq!(field_int(&c.info("q"), "max_waiting"), 0);
 }

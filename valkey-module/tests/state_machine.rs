@@ -1,7 +1,7 @@
 //! Randomized state-machine test of every rule against the reference model in
 //! `reference/` (written from the README's rules, not from either implementation),
 //! on both backends. Each run is a fresh queue with random settings and a few
-//! users; each step one of ENTER (new and re-entry), STATUS, RANKS, LEAVE, PROMOTE,
+//! users; each step one of ENTER (new, re-entry, or refused while max_waiting wait), STATUS, RANKS, LEAVE, PROMOTE,
 //! CLAIM (live, used, withdrawn and made-up tickets), HEARTBEAT, END, or a move of
 //! the server's test clock (small, or just past ticket_ttl, session_lease or
 //! abandon_after). After every step, in the same round trip:
@@ -137,6 +137,7 @@ impl Run {
             ticket_ttl: rng.range(100, 3_000),
             session_lease: rng.range(100, 3_000),
             abandon_after: if rng.chance(25) { 0 } else { rng.range(300, 5_000) },
+            max_waiting: if rng.chance(50) { 0 } else { rng.range(1, 6) },
         };
         let users = (0..rng.range(3, 14)).map(|i| format!("u{i}")).collect();
         let steps = rng.range(300, 3_000) as u64;
@@ -174,6 +175,7 @@ impl Run {
             ("ticket_ttl", s.ticket_ttl),
             ("session_lease", s.session_lease),
             ("abandon_after", s.abandon_after),
+            ("max_waiting", s.max_waiting),
         ]
         .iter()
         .flat_map(|(f, v)| [f.to_string(), v.to_string()])
@@ -291,6 +293,15 @@ impl Run {
             Err(e) if matches!(op, Op::Claim(_)) => {
                 return self.check_claim_error(op, &e, now).and_then(|_| self.check_rest(replies, now));
             }
+            // A refused entry: the model must refuse it too, and the data stays as the
+            // model has it (check_rest compares them).
+            Err(e) if matches!(op, Op::Enter(..)) => {
+                let Op::Enter(u, _) = op else { unreachable!() };
+                return match self.model.refuses_entry(u) {
+                    Some(want) if want == e => self.check_rest(replies, now),
+                    want => Err(format!("ENTER {u}: error {e:?}, model {want:?}")),
+                };
+            }
             Err(e) => return Err(format!("error {e}")),
         };
         self.check_op(op, &reply, now)?;
@@ -325,6 +336,9 @@ impl Run {
     fn check_op(&mut self, op: &Op, reply: &Value, now: i64) -> Result<(), String> {
         match op {
             Op::Enter(u, n) => {
+                if let Some(e) = self.model.refuses_entry(u) {
+                    return Err(format!("ENTER {u}: entered, but the model refuses it with {e:?}"));
+                }
                 self.entries += 1;
                 self.entered.insert(u.clone(), self.entries);
                 let want = self.model.enter(u, n, now);

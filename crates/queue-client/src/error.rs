@@ -145,6 +145,7 @@ mod tests {
             (server("EXPIRED", "ticket has expired"), ClientError::Refused(QueueError::TicketExpired)),
             (server("INSIDE", "user is already inside"), ClientError::Refused(QueueError::AlreadyInside)),
             (server("FULL", "hard cap reached"), ClientError::Refused(QueueError::HardCap)),
+            (server("LINEFULL", "the line is full, try again later"), ClientError::Refused(QueueError::LineFull)),
             (
                 server("WRONGTYPE", "Operation against a key holding the wrong kind of value"),
                 ClientError::Refused(QueueError::WrongType),

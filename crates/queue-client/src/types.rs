@@ -333,7 +333,7 @@ mod tests {
         let json = serde_json::to_string(&config).unwrap();
         assert_eq!(
             json,
-            r#"{"soft_cap":7,"hard_cap":0,"rate":0,"burst":0,"batch_max":1000,"ticket_ttl":60000,"session_lease":30000,"abandon_after":180000,"opens_at":0,"pow_difficulty":0}"#
+            r#"{"soft_cap":7,"hard_cap":0,"rate":0,"burst":0,"batch_max":1000,"ticket_ttl":60000,"session_lease":30000,"abandon_after":180000,"opens_at":0,"pow_difficulty":0,"max_waiting":0}"#
         );
         let back: QueueConfig = serde_json::from_str(&json).unwrap();
         assert_eq!(back, config);

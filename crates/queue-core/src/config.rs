@@ -27,12 +27,13 @@ pub const SESSION_LEASE: usize = 6;
 pub const ABANDON_AFTER: usize = 7;
 pub const OPENS_AT: usize = 8;
 pub const POW_DIFFICULTY: usize = 9;
+pub const MAX_WAITING: usize = 10;
 
 /// The latest `opens_at` (the end of year 9999 in ms; exact in Lua's doubles).
 pub const MAX_OPENS_AT: i64 = 253_402_300_799_999;
 
 /// The schema, in the order `QUEUE.CONFIG Q GET *` and `QUEUE.INFO` list it.
-pub const FIELDS: [Field; 10] = [
+pub const FIELDS: [Field; 11] = [
     Field {
         name: "soft_cap",
         default: 1000,
@@ -86,6 +87,13 @@ pub const FIELDS: [Field; 10] = [
         min: 0,
         max: crate::pow::MAX_DIFFICULTY,
         help: "leading zero bits of the proof of work queue-api asks at entry (0: none; 16 recommended)",
+    },
+    Field {
+        name: "max_waiting",
+        default: 0,
+        min: 0,
+        max: 100_000_000,
+        help: "most people waiting (in line and in the pre-queue) before QUEUE.ENTER refuses newcomers with LINEFULL (0: no limit)",
     },
 ];
 
@@ -161,6 +169,9 @@ impl Config {
     }
     pub fn opens_at(&self) -> i64 {
         self.values[OPENS_AT]
+    }
+    pub fn max_waiting(&self) -> i64 {
+        self.values[MAX_WAITING]
     }
 }
 

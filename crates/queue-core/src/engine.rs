@@ -753,6 +753,7 @@ pub fn eta<S: Store>(s: &S, standing: &Standing) -> Option<i64> {
 pub fn enter<S: Store>(s: &mut S, user: &S::User, nickname: &[u8]) -> Result<Standing, QueueError> {
     s.check(&[Part::Waiting, Part::Stats])?;
     ensure_layout(s)?;
+    refuse_if_line_full(s, user)?;
     let now = s.now();
     crate::opening::open_if_due(s, now)?;
     if crate::opening::before_opening(s, now) {
@@ -808,6 +809,24 @@ pub fn enter<S: Store>(s: &mut S, user: &S::User, nickname: &[u8]) -> Result<Sta
     }
     add_waiter(s, user, seq, now, nickname);
     Ok(Standing::Waiting { seq, rank: waiting_count(s), seen: now, nickname: nickname.to_vec() })
+}
+
+/// `max_waiting`: a newcomer is refused while that many people wait, in line or in
+/// the pre-queue (before anything is written, so the refusal changes nothing). Someone
+/// already there may enter again: that moves them, it adds nobody.
+fn refuse_if_line_full<S: Store>(s: &S, user: &S::User) -> Result<(), QueueError> {
+    let max = s.setting(crate::config::MAX_WAITING);
+    if max <= 0 {
+        return Ok(());
+    }
+    let pre = crate::opening::pending(s).then(|| s.aux_hlen(Aux::Pre)).unwrap_or(0);
+    if waiting_count(s) + pre < max || s.waiting_score(user).is_some() {
+        return Ok(());
+    }
+    if pre > 0 && s.aux_hget(Aux::Pre, user.as_ref()).is_some() {
+        return Ok(());
+    }
+    Err(QueueError::LineFull)
 }
 
 /// QUEUE.STATUS (and each user of QUEUE.RANKS): where `user` stands; a waiting user

@@ -25,6 +25,8 @@ pub enum QueueError {
     AlreadyInside,
     /// TICKET.CLAIM: the queue's hard cap of sessions is reached.
     HardCap,
+    /// QUEUE.ENTER: `max_waiting` people already wait; a newcomer may try again later.
+    LineFull,
 }
 
 pub const MAX_NAME_LEN: usize = 64;
@@ -51,6 +53,7 @@ impl fmt::Display for QueueError {
             TicketExpired => f.write_str("EXPIRED ticket has expired"),
             AlreadyInside => f.write_str("INSIDE user is already inside"),
             HardCap => f.write_str("FULL hard cap reached"),
+            LineFull => f.write_str("LINEFULL the line is full, try again later"),
         }
     }
 }
@@ -59,7 +62,7 @@ impl std::error::Error for QueueError {}
 
 impl QueueError {
     /// The refusal a server error reply's first word names, for the errors that carry
-    /// no argument: `NOTICKET`, `EXPIRED`, `INSIDE`, `FULL` and `WRONGTYPE`. (`ERR`
+    /// no argument: `NOTICKET`, `EXPIRED`, `INSIDE`, `FULL`, `LINEFULL` and `WRONGTYPE`. (`ERR`
     /// replies carry the text of one of the others and are kept as text by clients.)
     pub fn from_code(code: &str) -> Option<QueueError> {
         Some(match code {
@@ -67,6 +70,7 @@ impl QueueError {
             "EXPIRED" => QueueError::TicketExpired,
             "INSIDE" => QueueError::AlreadyInside,
             "FULL" => QueueError::HardCap,
+            "LINEFULL" => QueueError::LineFull,
             "WRONGTYPE" => QueueError::WrongType,
             _ => return None,
         })

@@ -89,7 +89,7 @@ pub fn constants_block() -> String {
     line(format!("local COUNTERS = {{ {} }}", COUNTERS.iter().map(|c| lua_str(c)).collect::<Vec<_>>().join(", ")));
     line(String::new());
     line("-- Error texts (queue-core's QueueError); E_ARITY, E_RANGE and E_FIELD are formats.".into());
-    let errors: [(&str, String); 14] = [
+    let errors: [(&str, String); 15] = [
         ("E_ARITY", template(QueueError::Arity("%s"), &[])),
         ("E_SYNTAX", QueueError::Syntax.to_string()),
         ("E_NOT_INTEGER", QueueError::NotInteger.to_string()),
@@ -107,6 +107,7 @@ pub fn constants_block() -> String {
         ("E_EXPIRED", QueueError::TicketExpired.to_string()),
         ("E_INSIDE", QueueError::AlreadyInside.to_string()),
         ("E_FULL", QueueError::HardCap.to_string()),
+        ("E_LINEFULL", QueueError::LineFull.to_string()),
     ];
     for (name, text) in errors {
         let is_format = matches!(name, "E_ARITY" | "E_RANGE" | "E_FIELD");
@@ -151,7 +152,7 @@ mod tests {
         assert!(b.contains(r#"local E_ARITY = "ERR wrong number of arguments for '%s' command""#), "{b}");
         assert!(b.contains(r#"local E_RANGE = "ERR %s must be an integer from %d to %d""#), "{b}");
         assert!(b.contains(r#"local E_FIELD = "ERR unknown config field '%s'""#), "{b}");
-        assert!(b.contains("local SOFT_CAP, HARD_CAP, RATE, BURST, BATCH_MAX, TICKET_TTL, SESSION_LEASE, ABANDON_AFTER, OPENS_AT, POW_DIFFICULTY = 1, 2, 3, 4, 5, 6, 7, 8, 9, 10"), "{b}");
+        assert!(b.contains("local SOFT_CAP, HARD_CAP, RATE, BURST, BATCH_MAX, TICKET_TTL, SESSION_LEASE, ABANDON_AFTER, OPENS_AT, POW_DIFFICULTY, MAX_WAITING = 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11"), "{b}");
     }
 
     #[test]

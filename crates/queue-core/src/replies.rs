@@ -12,12 +12,13 @@ pub const PROMOTE: [&str; 8] =
 
 pub const CLAIM: [&str; 4] = ["nickname", "ticketId", "userId", "leaseMs"];
 
-pub const CONFIG: [&str; 10] = [
+pub const CONFIG: [&str; 11] = [
     "batch_max",
     "ticket_ttl",
     "hard_cap",
     "rate",
     "abandon_after",
+    "max_waiting",
     "pow_difficulty",
     "session_lease",
     "soft_cap",
@@ -25,11 +26,12 @@ pub const CONFIG: [&str; 10] = [
     "opens_at",
 ];
 
-pub const INFO: [&str; 23] = [
+pub const INFO: [&str; 24] = [
     "batch_max",
     "ticket_ttl",
     "active",
     "left",
+    "max_waiting",
     "tokens",
     "lapsed",
     "ended",

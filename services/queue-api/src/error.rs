@@ -33,7 +33,12 @@ pub enum ApiError {
     TooManyStreams,
     /// 429: this client address holds its most push streams (`--max-streams-per-addr`).
     TooManyStreamsFromAddress,
+    /// 503: the queue holds its `max_waiting` people; a newcomer may try again later.
+    LineFull,
 }
+
+/// Seconds a newcomer refused by a full line is asked to wait.
+pub const LINE_FULL_RETRY_AFTER: u64 = 30;
 
 /// Seconds a client refused for a stream limit is asked to wait.
 pub const STREAM_RETRY_AFTER: u64 = 5;
@@ -81,6 +86,11 @@ impl ApiError {
                 "too_many_streams",
                 format!("this address holds its most push streams; retry in {STREAM_RETRY_AFTER} s or poll the status"),
             ),
+            ApiError::LineFull => (
+                StatusCode::SERVICE_UNAVAILABLE,
+                "line_full",
+                format!("the line is full; retry in {LINE_FULL_RETRY_AFTER} s"),
+            ),
         }
     }
 }
@@ -103,6 +113,9 @@ impl IntoResponse for ApiError {
             ApiError::TooManyStreams | ApiError::TooManyStreamsFromAddress => {
                 resp.headers_mut().insert(header::RETRY_AFTER, HeaderValue::from(STREAM_RETRY_AFTER));
             }
+            ApiError::LineFull => {
+                resp.headers_mut().insert(header::RETRY_AFTER, HeaderValue::from(LINE_FULL_RETRY_AFTER));
+            }
             _ => {}
         }
         resp
@@ -113,6 +126,7 @@ impl From<ClientError> for ApiError {
     fn from(e: ClientError) -> Self {
         match e {
             ClientError::InvalidArgument(m) => ApiError::BadRequest(m.trim_start_matches("ERR ").to_string()),
+            ClientError::Refused(queue_core::QueueError::LineFull) => ApiError::LineFull,
             e if e.is_unavailable() => ApiError::Unavailable,
             e => {
                 tracing::error!(error = %e, "unexpected reply from the queue store");

@@ -23,6 +23,7 @@ pub struct Metrics {
     pub sse_streams: Gauge,
     pub pow_challenges: Counter,
     pub streams_refused: Counter,
+    pub line_full: Counter,
 }
 
 impl Default for Metrics {
@@ -46,6 +47,10 @@ impl Default for Metrics {
             streams_refused: r.counter(
                 "queue_api_streams_refused_total",
                 "Push streams refused by --max-streams or --max-streams-per-addr.",
+            ),
+            line_full: r.counter(
+                "queue_api_line_full_total",
+                "Entries refused because the queue held its max_waiting people (503).",
             ),
             registry: r,
         }

@@ -51,7 +51,7 @@ pub fn document() -> Value {
                                "422": err("missing, empty or too long nickname"),
                                "428": { "description": "the queue asks a proof of work: solve the challenge given and send the entry again with `pow`",
                                         "content": { "application/json": { "schema": { "allOf": [error, { "type": "object", "properties": { "challenge": challenge } }] } } } },
-                               "429": err("rate limited"), "503": err("queue store unreachable") } },
+                               "429": err("rate limited"), "503": err("queue store unreachable, or the line is full (the queue's max_waiting; error line_full): retry after Retry-After") } },
                 "delete": {
                 "summary": "Leave the line, or give back a ticket not yet used: the place goes to the next person at once",
                 "parameters": who,
@@ -83,7 +83,7 @@ pub fn document() -> Value {
                 "get": { "summary": "QUEUE.INFO", "parameters": queue_param, "security": [{ "bearer": [] }],
                          "responses": { "200": info, "400": err("bad queue name"), "401": err("bad or missing token"),
                                         "403": err("admin disabled"), "503": err("queue store unreachable") } },
-                "put": { "summary": "Change settings at runtime (soft_cap, hard_cap, rate, burst, batch_max, ticket_ttl, session_lease, abandon_after, pow_difficulty)",
+                "put": { "summary": "Change settings at runtime (soft_cap, hard_cap, rate, burst, batch_max, ticket_ttl, session_lease, abandon_after, opens_at, pow_difficulty, max_waiting)",
                          "parameters": queue_param, "security": [{ "bearer": [] }],
                          "requestBody": { "required": true, "content": { "application/json": { "schema": settings } } },
                          "responses": { "200": info, "400": err("malformed JSON, bad queue name, unknown field or value out of range"),

@@ -102,7 +102,12 @@ pub async fn entry(
     let addr = ip.to_string();
     crate::pow::admit(&state, &client, &queue, &addr, &body.pow).await?;
     register(&state, &client, &queue).await;
-    let standing = client.enter(&queue, &user, nickname).await?;
+    let standing = client.enter(&queue, &user, nickname).await.map_err(|e| {
+        if matches!(e, queue_client::ClientError::Refused(queue_client::QueueError::LineFull)) {
+            state.metrics.line_full.increment(1);
+        }
+        ApiError::from(e)
+    })?;
     state.metrics.promoted(&standing);
     Ok(Json(standing_json(&standing, &queue)))
 }

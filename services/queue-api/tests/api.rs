@@ -75,7 +75,35 @@ both_backends!(
     leaving_gives_the_place_away,
     reentry_with_the_kept_user_id_moves_to_the_back,
     proof_of_work_at_entry,
+    a_full_line_answers_503_with_retry_after,
 );
+
+/// `max_waiting`: a newcomer past it gets 503, error `line_full` and Retry-After;
+/// someone already waiting still gets their standing; the refusals are counted.
+async fn a_full_line_answers_503_with_retry_after(b: Backend) {
+    let s = ValkeyServer::start(b);
+    let qc = client_for(&s).await;
+    qc.config_set("default", &[("soft_cap", 0), ("max_waiting", 2)]).await.unwrap();
+    let api = Api::start(queue_api::Config::local(&s.url())).await;
+    let (_, first) = post_entry(&api, json!({ "nickname": "a" })).await;
+    post_entry(&api, json!({ "nickname": "b" })).await;
+    let r = reqwest::Client::new()
+        .post(api.url("/api/queue/entry"))
+        .json(&json!({ "nickname": "c" }))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status().as_u16(), 503);
+    assert_eq!(r.headers()["retry-after"], "30");
+    let body: Value = r.json().await.unwrap();
+    assert_eq!(body["error"], "line_full", "{body}");
+    assert_eq!(qc.info("default").await.unwrap().waiting, 2, "nobody was added");
+    let (code, again) = post_entry(&api, json!({ "nickname": "a", "userId": first["userId"] })).await;
+    assert_eq!((code, again["rank"].as_i64()), (200, Some(2)), "{again}");
+    let metrics = reqwest::get(api.url("/metrics")).await.unwrap().text().await.unwrap();
+    assert!(metrics.lines().any(|l| l == "queue_api_line_full_total 1"), "{metrics}");
+    api.stop().await;
+}
 
 /// Seed 002: entering again with the userId given before moves that person to the
 /// back of the line (one entry, not two); an id this service did not give is refused.

@@ -17,6 +17,8 @@ pub struct Settings {
     pub ticket_ttl: i64,
     pub session_lease: i64,
     pub abandon_after: i64,
+    /// 0: no limit.
+    pub max_waiting: i64,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -178,6 +180,14 @@ impl Model {
 
     fn rank_of(&self, i: usize) -> i64 {
         self.line[..=i].iter().filter(|p| matches!(p.place, Place::Waiting { .. })).count() as i64
+    }
+
+    /// The refusal QUEUE.ENTER gives instead of entering, if any: `max_waiting`
+    /// people already wait and `user` is not among those in the line (waiting or
+    /// holding a ticket), who may always enter again.
+    pub fn refuses_entry(&self, user: &str) -> Option<&'static str> {
+        let full = self.s.max_waiting > 0 && self.waiting() >= self.s.max_waiting;
+        (full && self.position(user).is_none()).then_some("LINEFULL the line is full, try again later")
     }
 
     /// QUEUE.ENTER: to the back of the line (re-entry gives up the old place and any
