@@ -819,7 +819,7 @@ fn refuse_if_line_full<S: Store>(s: &S, user: &S::User) -> Result<(), QueueError
     if max <= 0 {
         return Ok(());
     }
-    let pre = crate::opening::pending(s).then(|| s.aux_hlen(Aux::Pre)).unwrap_or(0);
+    let pre = if crate::opening::pending(s) { s.aux_hlen(Aux::Pre) } else { 0 };
     if waiting_count(s) + pre < max || s.waiting_score(user).is_some() {
         return Ok(());
     }
