@@ -39,6 +39,9 @@ pub enum HandshakeError {
     /// This client address holds its most sessions (`--max-sessions-per-addr`): as
     /// above.
     TooManyFromAddress,
+    /// 429: this client address failed the ticket check too often
+    /// (`--ticket-failures-per-minute`); Retry-After says when it may try again.
+    TooManyTicketFailures,
 }
 
 /// Seconds a client refused for a session limit is asked to wait.
@@ -53,6 +56,7 @@ impl HandshakeError {
                 StatusCode::UNAUTHORIZED
             }
             HandshakeError::AlreadyConnected => StatusCode::CONFLICT,
+            HandshakeError::TooManyTicketFailures => StatusCode::TOO_MANY_REQUESTS,
             HandshakeError::Full
             | HandshakeError::Unavailable
             | HandshakeError::ShuttingDown
@@ -77,6 +81,7 @@ impl HandshakeError {
             HandshakeError::ShuttingDown => "shutting_down",
             HandshakeError::TooManySessions => "too_many_sessions",
             HandshakeError::TooManyFromAddress => "too_many_from_address",
+            HandshakeError::TooManyTicketFailures => "too_many_ticket_failures",
         }
     }
 
@@ -95,6 +100,9 @@ impl HandshakeError {
             HandshakeError::ShuttingDown => "this server is shutting down; try again",
             HandshakeError::TooManySessions => "this server holds its most sessions; try again later",
             HandshakeError::TooManyFromAddress => "this address holds its most sessions; try again later",
+            HandshakeError::TooManyTicketFailures => {
+                "too many unknown tickets from this address; try again after Retry-After seconds"
+            }
         }
     }
 

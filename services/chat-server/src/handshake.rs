@@ -25,7 +25,7 @@ use serde::Deserialize;
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 use tokio::sync::oneshot;
 use tokio_tungstenite::tungstenite::handshake::derive_accept_key;
 use tokio_tungstenite::tungstenite::protocol::frame::coding::CloseCode;
@@ -60,7 +60,12 @@ pub async fn gameserver(
         Err(e) => {
             state.metrics.refused(e);
             tracing::debug!(reason = e.code(), "handshake refused");
-            e.into_response()
+            let mut resp = e.into_response();
+            if e == HandshakeError::TooManyTicketFailures {
+                let wait = state.ticket_failures.blocked(peer.ip(), Instant::now()).unwrap_or(1);
+                resp.headers_mut().insert(header::RETRY_AFTER, wait.into());
+            }
+            resp
         }
     }
 }
@@ -100,7 +105,17 @@ async fn accept(
     }
     let extended = matches!(params.presence.as_deref(), Some("1" | "true"));
     let ticket = params.ticket_id.filter(|t| !t.is_empty()).ok_or(HandshakeError::MissingTicket)?;
-    queue_core::keys::check_ticket(ticket.as_bytes()).map_err(|_| HandshakeError::UnknownTicket)?;
+    let ip = peer.ip();
+    if state.ticket_failures.blocked(ip, Instant::now()).is_some() {
+        return Err(HandshakeError::TooManyTicketFailures);
+    }
+    let guessed = |e: HandshakeError| {
+        if e == HandshakeError::UnknownTicket {
+            state.ticket_failures.failed(ip, Instant::now());
+        }
+        e
+    };
+    queue_core::keys::check_ticket(ticket.as_bytes()).map_err(|_| guessed(HandshakeError::UnknownTicket))?;
     // The limits come before the claim: a refused client keeps its ticket.
     let permit = match state.limits.acquire(peer.ip()) {
         Ok(permit) => permit,
@@ -113,7 +128,7 @@ async fn accept(
         }
     };
     let client = state.store.client().await.ok_or(HandshakeError::Unavailable)?;
-    let claim = claim_detached(client.clone(), queue.clone(), ticket).await?;
+    let claim = claim_detached(client.clone(), queue.clone(), ticket).await.map_err(|e| guessed(e.into()))?;
     warn_if_lease_is_short(state, &queue, &claim);
     let lease = LeaseGuard::new(client, &queue, &claim.user_id);
     let tracked = state.sessions.enter();

@@ -19,6 +19,7 @@ pub mod bus;
 pub use service_kit::conn_limit;
 pub mod error;
 pub mod frames;
+pub mod guess;
 mod handshake;
 pub mod health;
 pub mod lease;
@@ -80,6 +81,13 @@ pub struct Config {
     pub max_sessions_per_addr: u32,
     /// How often presence changes (joins, leaves) are sent to the room: all of a tick's
     /// changes in one PRESENCE_JOINED, one PRESENCE_LEFT and one system line.
+    /// Failed ticket checks (unknown, used or malformed tickets) one client address
+    /// may make per minute once its burst is spent; past it, 429 (0: no limit).
+    #[arg(long, env = "TICKET_FAILURES_PER_MINUTE", default_value_t = 10.0, value_parser = parse_non_negative)]
+    pub ticket_failures_per_minute: f64,
+    /// Failed ticket checks one client address may make at once.
+    #[arg(long, env = "TICKET_FAILURE_BURST", default_value_t = 20.0, value_parser = parse_positive)]
+    pub ticket_failure_burst: f64,
     #[arg(long, env = "PRESENCE_TICK", default_value = "200ms",
           value_parser = service_kit::duration(Duration::from_millis(10)..=Duration::from_secs(10)))]
     pub presence_tick: Duration,
@@ -125,6 +133,13 @@ fn parse_positive(s: &str) -> Result<f64, String> {
     }
 }
 
+fn parse_non_negative(s: &str) -> Result<f64, String> {
+    match s.trim().parse::<f64>() {
+        Ok(v) if v.is_finite() && v >= 0.0 => Ok(v),
+        _ => Err(format!("{s:?} is not a number from 0 up")),
+    }
+}
+
 fn parse_queue(s: &str) -> Result<String, String> {
     queue_core::keys::check_queue(s.as_bytes()).map(str::to_string).map_err(|e| e.to_string())
 }
@@ -143,6 +158,8 @@ impl Config {
             capacity: 1000,
             max_sessions: 20_000,
             max_sessions_per_addr: 1_000,
+            ticket_failures_per_minute: 10.0,
+            ticket_failure_burst: 20.0,
             presence_tick: Duration::from_millis(200),
             instance_id: None,
             health_interval: Duration::from_secs(2),
@@ -213,6 +230,8 @@ pub struct AppState {
     pub sessions: Arc<Tracker>,
     /// Open sessions against --max-sessions and --max-sessions-per-addr.
     pub limits: Arc<conn_limit::ConnLimit>,
+    /// Failed ticket checks per client address.
+    pub ticket_failures: guess::FailureLimit,
     /// Refusals with 1013 under way (bounded: past it, refusals are plain 503s).
     pub refusing: Arc<Tracker>,
     /// True while the pub/sub subscription that feeds the rooms is live.
@@ -263,6 +282,7 @@ pub async fn serve(
         latency: Arc::new(health::Latency::default()),
         sessions: Arc::new(Tracker::default()),
         limits: conn_limit::ConnLimit::new(config.max_sessions, config.max_sessions_per_addr),
+        ticket_failures: guess::FailureLimit::new(config.ticket_failures_per_minute, config.ticket_failure_burst),
         refusing: Arc::new(Tracker::default()),
         room_feed_up: Arc::new(AtomicBool::new(false)),
         shutdown: stop_rx,

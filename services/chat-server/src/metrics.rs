@@ -11,7 +11,7 @@ const SIZE_BUCKETS: [f64; 10] = [32.0, 64.0, 128.0, 256.0, 512.0, 1024.0, 2048.0
 const MESSAGE_SIZE: &str = "chatserver_message_size_bytes";
 
 /// Handshake refusals by reason (the `error` code of the refusal).
-const REFUSALS: [HandshakeError; 13] = [
+const REFUSALS: [HandshakeError; 14] = [
     HandshakeError::NotWebSocket,
     HandshakeError::BadUpgrade,
     HandshakeError::BadQuery,
@@ -25,6 +25,7 @@ const REFUSALS: [HandshakeError; 13] = [
     HandshakeError::ShuttingDown,
     HandshakeError::TooManySessions,
     HandshakeError::TooManyFromAddress,
+    HandshakeError::TooManyTicketFailures,
 ];
 
 pub struct Metrics {

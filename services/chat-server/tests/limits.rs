@@ -145,3 +145,62 @@ async fn a_crowd_joining_costs_frames_in_proportion_to_its_size() {
     }
     chat.stop().await;
 }
+
+/// The status line and headers chat-server answers a WebSocket handshake from the
+/// loopback address `from` with (read until the end of the head).
+async fn handshake_from(chat: &Chat, from: &str, ticket: &str) -> String {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let addr: std::net::SocketAddr = chat.base.trim_start_matches("http://").parse().unwrap();
+    let sock = TcpSocket::new_v4().unwrap();
+    sock.bind(format!("{from}:0").parse().unwrap()).unwrap();
+    let mut tcp = sock.connect(addr).await.unwrap();
+    let req = format!(
+        "GET /gameserver?ticketId={ticket} HTTP/1.1\r\nHost: {addr}\r\nConnection: Upgrade\r\nUpgrade: websocket\r\n\
+         Sec-WebSocket-Version: 13\r\nSec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\n\r\n"
+    );
+    tcp.write_all(req.as_bytes()).await.unwrap();
+    let mut head = Vec::new();
+    let mut buf = [0u8; 1024];
+    while !head.windows(4).any(|w| w == b"\r\n\r\n") {
+        let n = tokio::time::timeout(WAIT, tcp.read(&mut buf)).await.expect("an answer in time").unwrap();
+        assert!(n > 0, "closed before answering: {}", String::from_utf8_lossy(&head));
+        head.extend_from_slice(&buf[..n]);
+    }
+    String::from_utf8_lossy(&head).to_ascii_lowercase()
+}
+
+/// Ticket guessing: an address that keeps presenting unknown tickets is refused with
+/// 429 and Retry-After past its burst, before any claim; other addresses, and real
+/// tickets from them, are not affected; the refusals are counted.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn ticket_guessing_is_limited_per_address() {
+    let s = ValkeyServer::start(Backend::Module);
+    let qc = queue_client(&s).await;
+    let mut config = chat_server::Config::local(&s.url());
+    config.ticket_failures_per_minute = 1.0;
+    config.ticket_failure_burst = 3.0;
+    let chat = Chat::start(config).await;
+    for i in 0..3 {
+        let head = handshake_from(&chat, "127.0.0.7", &format!("1.guess{i}")).await;
+        assert!(head.starts_with("http/1.1 401"), "{head}");
+    }
+    let head = handshake_from(&chat, "127.0.0.7", "1.guess3").await;
+    assert!(head.starts_with("http/1.1 429") && head.contains("retry-after: "), "{head}");
+    // Even a real ticket waits from that address (checked before the claim, so it
+    // stays good), and is taken from another.
+    let t = ticket(&qc, "default", "u-1", "one").await;
+    assert!(handshake_from(&chat, "127.0.0.7", &t).await.starts_with("http/1.1 429"));
+    let mut ws = connect_from(&chat, "127.0.0.8", &t).await;
+    assert_eq!(first(&mut ws).await.unwrap()["type"], "PRESENCE_SNAPSHOT");
+    let metrics = chat.metrics().await;
+    let count = |reason: &str| {
+        metrics
+            .lines()
+            .find(|l| l.starts_with("chatserver_handshakes_refused_total") && l.contains(&format!("\"{reason}\"")))
+            .and_then(|l| l.rsplit(' ').next())
+            .and_then(|v| v.parse::<u64>().ok())
+    };
+    assert_eq!((count("invalid_ticket"), count("too_many_ticket_failures")), (Some(3), Some(2)), "{metrics}");
+    drop(ws);
+    chat.stop().await;
+}
