@@ -8,6 +8,7 @@
 //!   on a terminal, text or JSON lines;
 //! - [`shutdown_signal`], [`serve`]: SIGINT or SIGTERM, and an axum router served on
 //!   a listener until then, finishing the requests in flight;
+//! - [`http`]: how long a request head and a whole request may take (slow clients);
 //! - [`metrics`]: Prometheus metrics (the `metrics` crate with its Prometheus
 //!   exporter), one registry per service instance, the HTTP request histogram and
 //!   span, and the process's CPU and memory;
@@ -25,6 +26,7 @@
 
 pub mod conn_limit;
 pub mod flags;
+pub mod http;
 pub mod logging;
 pub mod metrics;
 pub mod telemetry;
@@ -35,7 +37,6 @@ pub use logging::LogFormat;
 use axum::Router;
 use std::fmt::Display;
 use std::future::Future;
-use std::net::SocketAddr;
 use std::process::ExitCode;
 use tokio::net::TcpListener;
 
@@ -90,15 +91,15 @@ pub async fn shutdown_signal() {
 
 /// Serves `router` on `listener` (handlers may ask for the peer's address with
 /// `ConnectInfo<SocketAddr>`) until `shutdown` completes, then finishes the requests
-/// in flight and returns.
+/// in flight and returns; request heads and whole requests bounded by the default
+/// [`http::HttpLimits`].
 pub async fn serve(
     listener: TcpListener,
     router: Router,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> std::io::Result<()> {
-    axum::serve(listener, router.into_make_service_with_connect_info::<SocketAddr>())
-        .with_graceful_shutdown(shutdown)
-        .await
+    let limits = http::HttpLimits::default();
+    http::serve(listener, http::with_request_timeout(router, limits.request_timeout), shutdown, limits).await
 }
 
 #[cfg(test)]
@@ -106,6 +107,7 @@ mod tests {
     use super::*;
     use axum::extract::ConnectInfo;
     use axum::routing::get;
+    use std::net::SocketAddr;
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
     #[tokio::test]

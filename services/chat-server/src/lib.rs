@@ -45,6 +45,8 @@ use tokio::sync::{watch, Notify};
 pub struct Config {
     #[command(flatten)]
     pub common: service_kit::Common,
+    #[command(flatten)]
+    pub http: service_kit::http::HttpLimits,
     /// The queue (room) of a connection whose URL names none; its health signal is
     /// published even while nobody is connected.
     #[arg(long, env = "QUEUE", default_value = "default", value_parser = parse_queue)]
@@ -149,6 +151,7 @@ impl Config {
     pub fn local(valkey_url: &str) -> Config {
         Config {
             common: service_kit::Common::local(valkey_url),
+            http: Default::default(),
             queue: "default".into(),
             heartbeat: Duration::from_secs(5),
             idle_timeout: Duration::from_secs(120),
@@ -253,6 +256,7 @@ pub fn app(state: Arc<AppState>) -> Router {
         .route("/metrics", get(routes::metrics))
         .route("/healthz", get(routes::healthz))
         .fallback(routes::not_found);
+    let router = service_kit::http::with_request_timeout(router, state.config.http.request_timeout);
     state.metrics.registry().track_http(router).with_state(state)
 }
 
@@ -296,10 +300,16 @@ pub async fn serve(
     state.metrics.registry().spawn_upkeep();
     let stop_tx = Arc::new(stop_tx);
     let stop = stop_tx.clone();
-    let served = service_kit::serve(listener, app(state.clone()), async move {
-        shutdown.await;
-        stop.send_replace(true);
-    })
+    let limits = state.config.http;
+    let served = service_kit::http::serve(
+        listener,
+        app(state.clone()),
+        async move {
+            shutdown.await;
+            stop.send_replace(true);
+        },
+        limits,
+    )
     .await;
     // Also when serving failed: the loops and sessions must come to an end.
     stop_tx.send_replace(true);

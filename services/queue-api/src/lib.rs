@@ -35,6 +35,8 @@ use tokio::sync::watch;
 pub struct Config {
     #[command(flatten)]
     pub common: service_kit::Common,
+    #[command(flatten)]
+    pub http: service_kit::http::HttpLimits,
     /// Where admitted people go: the chat page (its `?ticketId=` is added).
     #[arg(long, env = "CHAT_URL", default_value = "http://127.0.0.1:8081/")]
     pub chat_url: String,
@@ -90,6 +92,7 @@ impl Config {
     pub fn local(valkey_url: &str) -> Config {
         Config {
             common: service_kit::Common::local(valkey_url),
+            http: Default::default(),
             chat_url: "http://127.0.0.1:8081/".into(),
             admin_token: None,
             rate_limit: 20.0,
@@ -139,7 +142,9 @@ pub fn app(state: Arc<AppState>) -> Router {
     if state.config.bench_routes {
         router = router.route("/bench/noop", get(|| async { "ok" }));
     }
-    let router = state.metrics.registry().track_http(router.fallback(routes::not_found));
+    let router = router.fallback(routes::not_found);
+    let router = service_kit::http::with_request_timeout(router, state.config.http.request_timeout);
+    let router = state.metrics.registry().track_http(router);
     router.layer(DefaultBodyLimit::max(BODY_LIMIT)).with_state(state)
 }
 
@@ -174,7 +179,8 @@ pub async fn serve(
         registered: Default::default(),
         shutdown: stop_rx,
     });
-    server::serve(listener, app(state), async move {
+    let limits = state.config.http;
+    server::serve(listener, app(state), limits, async move {
         shutdown.await;
         let _ = stop_tx.send(true);
     })

@@ -34,8 +34,6 @@ use tower::ServiceExt;
 
 type Http1 = hyper::server::conn::http1::Builder;
 
-/// A request head must arrive within this (slow-header clients hold no socket longer).
-const HEADER_READ_TIMEOUT: Duration = Duration::from_secs(30);
 /// How long a request head already on its way may still take once shutdown begins.
 const HEAD_GRACE_AT_SHUTDOWN: Duration = Duration::from_millis(500);
 /// How long shutdown waits for connections still open (streams end by themselves).
@@ -46,10 +44,11 @@ const DRAIN_LIMIT: Duration = Duration::from_secs(10);
 pub async fn serve(
     listener: TcpListener,
     router: Router,
+    limits: service_kit::http::HttpLimits,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> std::io::Result<()> {
     let mut http = hyper::server::conn::http1::Builder::new();
-    http.timer(TokioTimer::new()).header_read_timeout(HEADER_READ_TIMEOUT).keep_alive(true);
+    http.timer(TokioTimer::new()).header_read_timeout(limits.header_timeout).keep_alive(true);
     let graceful = GracefulShutdown::new();
     // Connections still reading their first request head are not in hyper yet, so
     // its graceful shutdown cannot close them: this tells them. (Clients open
@@ -71,7 +70,16 @@ pub async fn serve(
             _ = &mut shutdown => break,
         };
         let _ = tcp.set_nodelay(true);
-        tokio::spawn(connection(tcp, peer, router.clone(), http.clone(), graceful.watcher(), closing.clone()));
+        let watcher = graceful.watcher();
+        tokio::spawn(connection(
+            tcp,
+            peer,
+            router.clone(),
+            http.clone(),
+            watcher,
+            closing.clone(),
+            limits.header_timeout,
+        ));
     }
     drop(listener);
     let _ = closing_tx.send(true);
@@ -95,6 +103,7 @@ async fn connection(
     http: Http1,
     watcher: Watcher,
     mut closing: tokio::sync::watch::Receiver<bool>,
+    header_timeout: Duration,
 ) {
     // Read until the request line shows the connection is not a stream, or the
     // stream request's head is complete.
@@ -118,7 +127,7 @@ async fn connection(
     // A head not complete soon after shutdown begins is dropped with its connection:
     // no request on it has been taken yet.
     let is_stream = tokio::select! {
-        read = tokio::time::timeout(HEADER_READ_TIMEOUT, read_head) => match read {
+        read = tokio::time::timeout(header_timeout, read_head) => match read {
             Ok(s) => s,
             Err(_) => return,
         },

@@ -385,6 +385,54 @@ async fn rate_limit_answers_429_with_retry_after() {
     api.stop().await;
 }
 
+/// Slow clients (slowloris): a head that does not arrive within --header-timeout
+/// closes the connection, a body that does not within --request-timeout gets 408;
+/// a push stream, once answered, is not cut by either.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn slow_clients_are_cut_off() {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let s = ValkeyServer::start(Backend::Module);
+    let mut config = queue_api::Config::local(&s.url());
+    config.http.header_timeout = Duration::from_millis(400);
+    config.http.request_timeout = Duration::from_millis(400);
+    let api = Api::start(config).await;
+    let addr = api.base.trim_start_matches("http://").to_string();
+    async fn answer(c: &mut tokio::net::TcpStream) -> String {
+        let mut all = Vec::new();
+        tokio::time::timeout(Duration::from_secs(5), c.read_to_end(&mut all)).await.expect("closed in time").ok();
+        String::from_utf8_lossy(&all).into_owned()
+    }
+    for head in ["POST /api/queue/entry HTTP/1.1\r\nHost: x\r\n", "GET /api/queue/stream?userId=x HTTP/1.1\r\n", ""] {
+        let mut c = tokio::net::TcpStream::connect(&addr).await.unwrap();
+        c.write_all(head.as_bytes()).await.unwrap();
+        assert_eq!(answer(&mut c).await, "", "{head:?}: closed without an answer");
+    }
+    let mut c = tokio::net::TcpStream::connect(&addr).await.unwrap();
+    c.write_all(b"POST /api/queue/entry HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: 40\r\n\r\n{\"nick").await.unwrap();
+    let got = answer(&mut c).await;
+    assert!(got.starts_with("HTTP/1.1 408") && got.contains("request_timeout"), "{got}");
+    // A push stream lives on past both limits.
+    client_for(&s).await.config_set("default", &[("soft_cap", 0)]).await.unwrap();
+    let (_, entered) = post_entry(&api, json!({ "nickname": "a" })).await;
+    let mut stream =
+        reqwest::get(api.url(&format!("/api/queue/stream?userId={}", entered["userId"].as_str().unwrap())))
+            .await
+            .unwrap()
+            .bytes_stream();
+    assert!(stream.next().await.is_some());
+    tokio::time::sleep(Duration::from_millis(900)).await;
+    let qc = client_for(&s).await;
+    qc.config_set("default", &[("soft_cap", 1)]).await.unwrap();
+    qc.promote("default", None).await.unwrap();
+    let mut seen = String::new();
+    while !seen.contains("promoted") {
+        let chunk = tokio::time::timeout(Duration::from_secs(5), stream.next()).await.expect("an event");
+        seen.push_str(&String::from_utf8_lossy(&chunk.expect("the stream is still open").unwrap()));
+    }
+    drop(stream);
+    api.stop().await;
+}
+
 /// Connections that never send a request (a browser's preconnect, the loser of an
 /// HTTP client pool's connect race) must not hold shutdown up.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
