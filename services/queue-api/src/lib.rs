@@ -8,6 +8,7 @@
 //! `/healthz` and `/api/openapi.json`.
 
 pub use service_kit::conn_limit;
+pub mod cors;
 pub mod error;
 pub mod extract;
 pub mod hub;
@@ -49,6 +50,11 @@ pub struct Config {
     /// Burst per client address.
     #[arg(long, env = "RATE_BURST", default_value_t = 40.0)]
     pub rate_burst: f64,
+    /// Origins whose pages may call the public queue API from a browser: a
+    /// comma-separated list (`https://shop.example`), `*` for any, empty for none
+    /// (the default: only the page this service serves).
+    #[arg(long, env = "CORS_ORIGINS", default_value = "", value_parser = cors::Origins::parse)]
+    pub cors_origins: cors::Origins,
     /// Take the client address from X-Forwarded-For (behind a trusted proxy).
     #[arg(long, env = "TRUST_PROXY", default_value_t = false)]
     pub trust_proxy: bool,
@@ -97,6 +103,7 @@ impl Config {
             admin_token: None,
             rate_limit: 20.0,
             rate_burst: 40.0,
+            cors_origins: cors::Origins::None,
             trust_proxy: false,
             push_tick: Duration::from_secs(1),
             pow_secret: None,
@@ -145,6 +152,7 @@ pub fn app(state: Arc<AppState>) -> Router {
     let router = router.fallback(routes::not_found);
     let router = service_kit::http::with_request_timeout(router, state.config.http.request_timeout);
     let router = state.metrics.registry().track_http(router);
+    let router = router.layer(axum::middleware::from_fn_with_state(state.clone(), cors::policy));
     router.layer(DefaultBodyLimit::max(BODY_LIMIT)).with_state(state)
 }
 

@@ -385,6 +385,72 @@ async fn rate_limit_answers_429_with_retry_after() {
     api.stop().await;
 }
 
+/// The cross-origin policy: none by default; with --cors-origins, preflights of the
+/// public API from a listed origin are answered and its answers carry the origin;
+/// other origins, the back office and /metrics never get CORS headers.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn cors_policy_is_explicit() {
+    let s = ValkeyServer::start(Backend::Module);
+    let http = reqwest::Client::new();
+    let preflight = |api: &Api, path: &str, origin: &str, method: &str| {
+        http.request(reqwest::Method::OPTIONS, api.url(path))
+            .header("origin", origin)
+            .header("access-control-request-method", method)
+            .header("access-control-request-headers", "content-type")
+            .send()
+    };
+    let acao =
+        |r: &reqwest::Response| r.headers().get("access-control-allow-origin").map(|v| v.to_str().unwrap().to_string());
+
+    let closed = Api::start(queue_api::Config::local(&s.url())).await;
+    let r = http
+        .post(closed.url("/api/queue/entry"))
+        .header("origin", "http://shop.example")
+        .json(&json!({"nickname": "a"}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!((r.status().as_u16(), acao(&r)), (200, None), "no CORS by default");
+    assert_eq!(acao(&preflight(&closed, "/api/queue/entry", "http://shop.example", "POST").await.unwrap()), None);
+    closed.stop().await;
+
+    let mut config = queue_api::Config::local(&s.url());
+    config.cors_origins = queue_api::cors::Origins::parse("http://shop.example").unwrap();
+    config.admin_token = Some("t".into());
+    let api = Api::start(config).await;
+    let r = preflight(&api, "/api/queue/entry", "http://shop.example", "POST").await.unwrap();
+    assert_eq!((r.status().as_u16(), acao(&r).as_deref()), (204, Some("http://shop.example")));
+    assert_eq!(r.headers()["access-control-allow-methods"], "GET, POST, DELETE");
+    assert_eq!(r.headers()["access-control-allow-headers"], "content-type");
+    let r = preflight(&api, "/api/queue/entry", "http://evil.example", "POST").await.unwrap();
+    assert_eq!((r.status().as_u16(), acao(&r)), (403, None));
+    let r = preflight(&api, "/api/queue/entry", "http://shop.example", "PUT").await.unwrap();
+    assert_eq!((r.status().as_u16(), acao(&r)), (403, None), "a method the API does not take");
+    let r = http
+        .post(api.url("/api/queue/entry"))
+        .header("origin", "http://shop.example")
+        .json(&json!({"nickname": "a"}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!((r.status().as_u16(), acao(&r).as_deref()), (200, Some("http://shop.example")));
+    let user = r.json::<Value>().await.unwrap()["userId"].as_str().unwrap().to_string();
+    let r = http
+        .get(api.url(&format!("/api/queue/status?userId={user}")))
+        .header("origin", "http://evil.example")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!((r.status().as_u16(), acao(&r)), (200, None), "answered, but a browser will not let the page read it");
+    for path in ["/api/admin/queues/default", "/metrics", "/healthz"] {
+        let r = preflight(&api, path, "http://shop.example", "GET").await.unwrap();
+        assert_eq!(acao(&r), None, "{path}");
+        let r = http.get(api.url(path)).header("origin", "http://shop.example").bearer_auth("t").send().await.unwrap();
+        assert_eq!(acao(&r), None, "{path}");
+    }
+    api.stop().await;
+}
+
 /// Slow clients (slowloris): a head that does not arrive within --header-timeout
 /// closes the connection, a body that does not within --request-timeout gets 408;
 /// a push stream, once answered, is not cut by either.
