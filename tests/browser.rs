@@ -4,7 +4,8 @@
 //! tab is in the background (hidden, its timers held back to a minute) for several
 //! times `abandon_after` (while a silent user behind is dropped), is taken to the chat page when a place frees up, and
 //! chats; a second person joins behind and leaves the line with the page's button.
-//! Both backends. `scripts/install-deps.sh`
+//! Before a queue opens, the page shows when, the commitment to the draw and a link to
+//! its proof, then the place the draw gave. Both backends. `scripts/install-deps.sh`
 //! installs Chromium, Node.js and the test's npm packages.
 
 use std::time::Duration;
@@ -14,7 +15,7 @@ use queue_cli::api::Api;
 use queue_client::Status;
 use testkit::Backend;
 
-e2e_tests!(a_person_waits_is_admitted_and_chats_in_a_real_browser);
+e2e_tests!(a_person_waits_is_admitted_and_chats_in_a_real_browser, the_page_shows_the_opening_and_its_commitment);
 
 async fn a_person_waits_is_admitted_and_chats_in_a_real_browser(backend: Backend) {
     let dir = testkit::workspace_root().join("tests/browser");
@@ -70,4 +71,36 @@ async fn a_person_waits_is_admitted_and_chats_in_a_real_browser(backend: Backend
     out.expect("the browser to close", |l| l == "CLOSED").await;
     exits_cleanly(&mut node, &out).await;
     stack.eventually("the closed page's session to end", |s| s.info()["active"] == 0).await;
+}
+
+/// A fair opening in the page: "opens in ...", the commitment queue-api publishes
+/// (the same one), a link to the proof, then a place once the draw is made.
+async fn the_page_shows_the_opening_and_its_commitment(backend: Backend) {
+    let dir = testkit::workspace_root().join("tests/browser");
+    let stack = Stack::start(backend, StackOptions { soft_cap: 0, ..Default::default() }).await;
+    let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_millis() as u64;
+    let opens_at = (now + 12_000).to_string();
+    stack.call("QUEUE.CONFIG", &[&stack.queue, "SET", "opens_at", &opens_at]);
+    // Someone already in the pre-queue, so that the draw places two.
+    let api = Api::new(Api::http_client(), &stack.api.url(), &stack.queue, None);
+    api.enter("early").await.unwrap();
+
+    let script = dir.join("opening.mjs").display().to_string();
+    let (_node, mut out) = start_piped("node", &[script, stack.api.url(), "alice".into()]);
+    out.expect("the page to say when the line opens", |l| l == "OPENS_IN").await;
+    let shown = out.expect("the commitment in the page", |l| l.starts_with("COMMITMENT ")).await;
+    let published: serde_json::Value =
+        reqwest::get(format!("{}/api/queue/opening?queue={}", stack.api.url(), stack.queue))
+            .await
+            .unwrap()
+            .json()
+            .await
+            .unwrap();
+    let commitment = published["commitment"].as_str().expect("a commitment before the opening");
+    assert_eq!(commitment.len(), 64, "{published}");
+    assert_eq!(shown, format!("COMMITMENT {commitment} /api/queue/opening?queue={}", stack.queue));
+    let ranked = out.expect("a place after the opening", |l| l.starts_with("RANKED ")).await;
+    let rank: u64 = ranked["RANKED ".len()..].parse().unwrap();
+    assert!(rank == 1 || rank == 2, "{ranked}");
+    stack.eventually("the opening to be recorded", |s| s.info()["waiting"] == 2).await;
 }
