@@ -18,7 +18,7 @@ use hyper::body::Incoming;
 use hyper_util::rt::{TokioIo, TokioTimer};
 use std::future::Future;
 use std::time::Duration;
-use tokio::net::TcpListener;
+use tokio::net::{TcpListener, TcpStream};
 use tower::ServiceExt;
 
 /// How long shutdown waits for requests in flight.
@@ -64,6 +64,30 @@ pub fn request_timed_out(limit: Duration) -> Response {
     resp
 }
 
+/// The next connection (no Nagle delay), or None once `shutdown` completes. A failed
+/// accept (out of file descriptors and the like) is logged and retried after a pause
+/// instead of spinning.
+pub async fn accept(
+    listener: &TcpListener,
+    mut shutdown: std::pin::Pin<&mut impl Future<Output = ()>>,
+) -> Option<(TcpStream, std::net::SocketAddr)> {
+    loop {
+        tokio::select! {
+            accepted = listener.accept() => match accepted {
+                Ok((tcp, peer)) => {
+                    let _ = tcp.set_nodelay(true);
+                    return Some((tcp, peer));
+                }
+                Err(e) => {
+                    tracing::warn!(error = %e, "accept failed");
+                    tokio::time::sleep(Duration::from_millis(50)).await;
+                }
+            },
+            _ = shutdown.as_mut() => return None,
+        }
+    }
+}
+
 /// Serves `router` over HTTP/1.1 (with upgrades, for WebSockets) on `listener` until
 /// `shutdown` completes, then finishes the requests in flight (at most
 /// [`DRAIN_LIMIT`]). Handlers may ask for the peer's address with
@@ -82,20 +106,7 @@ pub async fn serve(
     let (closing_tx, closing) = tokio::sync::watch::channel(false);
     let (live, mut all_gone) = tokio::sync::mpsc::channel::<()>(1);
     tokio::pin!(shutdown);
-    loop {
-        let (tcp, peer) = tokio::select! {
-            accepted = listener.accept() => match accepted {
-                Ok(a) => a,
-                Err(e) => {
-                    // Out of file descriptors and the like: wait, do not spin.
-                    tracing::warn!(error = %e, "accept failed");
-                    tokio::time::sleep(Duration::from_millis(50)).await;
-                    continue;
-                }
-            },
-            _ = &mut shutdown => break,
-        };
-        let _ = tcp.set_nodelay(true);
+    while let Some((tcp, peer)) = accept(&listener, shutdown.as_mut()).await {
         let router = router.clone();
         let service = hyper::service::service_fn(move |mut req: hyper::Request<Incoming>| {
             req.extensions_mut().insert(ConnectInfo(peer));

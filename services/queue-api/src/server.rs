@@ -37,7 +37,7 @@ type Http1 = hyper::server::conn::http1::Builder;
 /// How long a request head already on its way may still take once shutdown begins.
 const HEAD_GRACE_AT_SHUTDOWN: Duration = Duration::from_millis(500);
 /// How long shutdown waits for connections still open (streams end by themselves).
-const DRAIN_LIMIT: Duration = Duration::from_secs(10);
+use service_kit::http::DRAIN_LIMIT;
 
 /// Serves `router` on `listener` until `shutdown` resolves, then lets the requests in
 /// flight finish (at most [`DRAIN_LIMIT`]).
@@ -56,20 +56,7 @@ pub async fn serve(
     // new connection against a pooled one coming free and keep the loser idle.)
     let (closing_tx, closing) = tokio::sync::watch::channel(false);
     tokio::pin!(shutdown);
-    loop {
-        let (tcp, peer) = tokio::select! {
-            accepted = listener.accept() => match accepted {
-                Ok(a) => a,
-                Err(e) => {
-                    // Out of file descriptors and the like: wait, do not spin.
-                    tracing::warn!(error = %e, "accept failed");
-                    tokio::time::sleep(Duration::from_millis(50)).await;
-                    continue;
-                }
-            },
-            _ = &mut shutdown => break,
-        };
-        let _ = tcp.set_nodelay(true);
+    while let Some((tcp, peer)) = service_kit::http::accept(&listener, shutdown.as_mut()).await {
         let watcher = graceful.watcher();
         tokio::spawn(connection(
             tcp,
