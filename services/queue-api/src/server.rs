@@ -31,13 +31,13 @@ use std::time::Duration;
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt, ReadBuf};
 use tokio::net::{TcpListener, TcpStream};
 use tower::ServiceExt;
+// How long shutdown waits for connections still open (streams end by themselves).
+use service_kit::http::DRAIN_LIMIT;
 
 type Http1 = hyper::server::conn::http1::Builder;
 
 /// How long a request head already on its way may still take once shutdown begins.
 const HEAD_GRACE_AT_SHUTDOWN: Duration = Duration::from_millis(500);
-/// How long shutdown waits for connections still open (streams end by themselves).
-use service_kit::http::DRAIN_LIMIT;
 
 /// Serves `router` on `listener` until `shutdown` resolves, then lets the requests in
 /// flight finish (at most [`DRAIN_LIMIT`]).
