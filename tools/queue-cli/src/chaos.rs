@@ -27,7 +27,6 @@ use crate::swarm::{self, SwarmConfig};
 use rand::seq::SliceRandom;
 use rand::{Rng, SeedableRng};
 use std::collections::{BTreeMap, HashMap};
-use std::fmt::Write as _;
 use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
 use std::sync::{Arc, Mutex};
@@ -612,7 +611,39 @@ pub struct FaultOutcome {
     pub promotion_after: Option<Duration>,
     /// Managers: from the fault's start to a manager reporting that it leads.
     pub leader_after: Option<Duration>,
-    pub users_saw: BTreeMap<Outage, usize>,
+    /// Per kind: how many times, and how many users.
+    pub users_saw: BTreeMap<Outage, (usize, usize)>,
+}
+
+/// Per kind: how many events, and how many distinct users met them.
+fn tally<'a>(events: impl Iterator<Item = &'a (Instant, usize, Outage)>) -> BTreeMap<Outage, (usize, usize)> {
+    let mut users: BTreeMap<Outage, std::collections::HashSet<usize>> = BTreeMap::new();
+    let mut counts: BTreeMap<Outage, usize> = BTreeMap::new();
+    for (_, who, what) in events {
+        *counts.entry(*what).or_insert(0) += 1;
+        users.entry(*what).or_default().insert(*who);
+    }
+    counts.into_iter().map(|(k, n)| (k, (n, users[&k].len()))).collect()
+}
+
+/// "stream lost 900 (412 users), ..." or "nothing".
+fn describe(t: &BTreeMap<Outage, (usize, usize)>) -> String {
+    if t.is_empty() {
+        return "nothing".into();
+    }
+    let parts: Vec<String> = t
+        .iter()
+        .map(
+            |(k, (n, u))| {
+                if n == u {
+                    format!("{} {n}", k.as_str())
+                } else {
+                    format!("{} {n} ({u} users)", k.as_str())
+                }
+            },
+        )
+        .collect();
+    parts.join(", ")
 }
 
 fn secs_after(t: Instant, from: Instant) -> Duration {
@@ -625,7 +656,7 @@ fn outcomes(
     probes: &[(Instant, bool)],
     promoted: &[(Instant, u64)],
     leaders: &[(Instant, [Option<bool>; 2])],
-    events: &[(Instant, Outage)],
+    events: &[(Instant, usize, Outage)],
     end: Instant,
 ) -> Vec<FaultOutcome> {
     records
@@ -645,10 +676,7 @@ fn outcomes(
                     .map(|(t, _)| secs_after(*t, r.at)),
                 _ => None,
             };
-            let mut users_saw = BTreeMap::new();
-            for (_, what) in events.iter().filter(|(t, _)| within(*t)) {
-                *users_saw.entry(*what).or_insert(0) += 1;
-            }
+            let users_saw = tally(events.iter().filter(|(t, _, _)| within(*t)));
             FaultOutcome { record: r.clone(), probe_failures, entry_ok_after, promotion_after, leader_after, users_saw }
         })
         .collect()
@@ -669,7 +697,7 @@ pub struct ChaosReport {
     pub duration: Duration,
     pub outcomes: Vec<FaultOutcome>,
     pub swarm: swarm::Report,
-    pub events: BTreeMap<Outage, usize>,
+    pub events: BTreeMap<Outage, (usize, usize)>,
     pub holds: usize,
     pub holds_too_long: Vec<(Hold, Duration)>,
     pub longest_hold: Duration,
@@ -721,13 +749,7 @@ impl std::fmt::Display for ChaosReport {
         for o in &self.outcomes {
             let r = &o.record;
             let at = r.at.saturating_duration_since(self.started);
-            let mut saw = String::new();
-            for (k, n) in &o.users_saw {
-                let _ = write!(saw, "{}{} {n}", if saw.is_empty() { "" } else { ", " }, k.as_str());
-            }
-            if saw.is_empty() {
-                saw = "nothing".into();
-            }
+            let saw = describe(&o.users_saw);
             writeln!(
                 f,
                 "  {:<44} {:>6.1} {:>6.2} {:>7} {:>7} {:>7} {:>6}  {saw}",
@@ -756,11 +778,7 @@ impl std::fmt::Display for ChaosReport {
              failed; entry/promo/lead: seconds from the fault until a probe entry went through, the promoted \
              counter rose, a manager led)"
         )?;
-        let mut all = String::new();
-        for (k, n) in &self.events {
-            let _ = write!(all, "{}{} {n}", if all.is_empty() { "" } else { ", " }, k.as_str());
-        }
-        writeln!(f, "  users saw in all      {}", if all.is_empty() { "nothing".into() } else { all })?;
+        writeln!(f, "  users saw in all      {}", describe(&self.events))?;
         let mark = if self.holds_too_long.is_empty() { "ok" } else { "FAIL" };
         writeln!(
             f,
@@ -940,10 +958,7 @@ pub async fn run(cfg: ChaosConfig) -> Result<ChaosReport, String> {
             holds_too_long.push((h.clone(), d));
         }
     }
-    let mut totals = BTreeMap::new();
-    for (_, e) in &events {
-        *totals.entry(*e).or_insert(0) += 1;
-    }
+    let totals = tally(events.iter());
     let report = ChaosReport {
         seed: cfg.seed,
         started,
@@ -1026,18 +1041,23 @@ mod tests {
         let probes = [(ms(900), true), (ms(1100), false), (ms(1300), false), (ms(1900), true), (ms(5100), true)];
         let promoted = [(ms(800), 10), (ms(1200), 10), (ms(2000), 12), (ms(5200), 12), (ms(6400), 13)];
         let leaders = [(ms(5020), [Some(true), None]), (ms(5200), [None, Some(false)]), (ms(8000), [None, Some(true)])];
-        let events =
-            [(ms(1200), Outage::EntryRetried), (ms(1250), Outage::EntryRetried), (ms(5500), Outage::StreamLost)];
+        let events = [
+            (ms(1200), 4, Outage::EntryRetried),
+            (ms(1250), 4, Outage::EntryRetried),
+            (ms(1260), 9, Outage::EntryRetried),
+            (ms(5500), 4, Outage::StreamLost),
+        ];
         let o = outcomes(&records, &probes, &promoted, &leaders, &events, ms(10_000));
         assert_eq!(o[0].probe_failures, 2);
         assert_eq!(o[0].entry_ok_after, Some(Duration::from_millis(900)));
         assert_eq!(o[0].promotion_after, Some(Duration::from_millis(1000)));
         assert_eq!(o[0].leader_after, None, "not a manager fault");
-        assert_eq!(o[0].users_saw.get(&Outage::EntryRetried), Some(&2));
+        assert_eq!(o[0].users_saw.get(&Outage::EntryRetried), Some(&(3, 2)));
+        assert_eq!(describe(&o[0].users_saw), "entry retried 3 (2 users)");
         assert_eq!(o[1].entry_ok_after, Some(Duration::from_millis(100)));
         assert_eq!(o[1].promotion_after, Some(Duration::from_millis(1400)));
         // The sample 20 ms after the SIGSTOP still came from the stopped leader: skipped.
         assert_eq!(o[1].leader_after, Some(Duration::from_millis(3000)));
-        assert_eq!(o[1].users_saw.get(&Outage::StreamLost), Some(&1));
+        assert_eq!(describe(&o[1].users_saw), "stream lost 1");
     }
 }

@@ -62,7 +62,7 @@ impl Outage {
 /// Timestamped outage events, shared by every user of a swarm.
 #[derive(Debug)]
 pub struct OutageLog {
-    events: Mutex<Vec<(Instant, Outage)>>,
+    events: Mutex<Vec<(Instant, usize, Outage)>>,
     /// How long a promoted user keeps trying to claim its ticket (the ticket's TTL).
     pub claim_for: Duration,
     /// Journeys a user may start over before giving up with an error.
@@ -74,11 +74,13 @@ impl OutageLog {
         OutageLog { events: Mutex::new(Vec::new()), claim_for, max_attempts }
     }
 
-    pub fn note(&self, what: Outage) {
-        self.events.lock().unwrap().push((Instant::now(), what));
+    /// Notes that user number `who` met `what`.
+    pub fn note(&self, who: usize, what: Outage) {
+        self.events.lock().unwrap().push((Instant::now(), who, what));
     }
 
-    pub fn events(&self) -> Vec<(Instant, Outage)> {
+    /// (when, which user, what), in the order noted.
+    pub fn events(&self) -> Vec<(Instant, usize, Outage)> {
         self.events.lock().unwrap().clone()
     }
 }

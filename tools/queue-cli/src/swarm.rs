@@ -578,11 +578,11 @@ async fn walk(shared: &Arc<Shared>, who: usize, plan: &Plan, forwarded_for: Opti
             Ok(()) => return Ok(()),
             Err(Stop::Error(e)) => return Err(e),
             Err(Stop::Lost(what, e)) => {
-                log.note(what);
+                log.note(who, what);
                 if round >= log.max_attempts {
                     return Err(format!("{e} (gave up after {round} journeys)"));
                 }
-                log.note(Outage::Reentered);
+                log.note(who, Outage::Reentered);
                 shared.with(|l| {
                     let p = &mut l.people[who];
                     p.generation += 1;
@@ -630,7 +630,7 @@ async fn journey_once(
             .await;
         match (r, chaos) {
             (Err(e), Some((log, _))) if e.is_outage() && Instant::now() < shared.deadline => {
-                log.note(Outage::EntryRetried);
+                log.note(who, Outage::EntryRetried);
                 back_off().await;
             }
             (r, _) => break r.map_err(|e| format!("entry: {e}"))?,
@@ -712,7 +712,7 @@ async fn wait(
     let (user, every, deadline) = (&entered.user_id, shared.cfg.poll_every, shared.deadline);
     let follow = async move {
         match chaos {
-            Some(log) => follow_through_outages(api, user, plan.polling, every, deadline, log, on_update).await,
+            Some(log) => follow_through_outages(who, api, user, plan.polling, every, deadline, log, on_update).await,
             None => api.follow(user, plan.polling, every, deadline, on_update).await,
         }
     };
@@ -731,7 +731,7 @@ async fn wait(
                             (Ok(left), _) => left,
                             // The click went nowhere: the page is closed instead.
                             (Err(e), Some(log)) if e.is_outage() => {
-                                log.note(Outage::LeaveFailed);
+                                log.note(who, Outage::LeaveFailed);
                                 false
                             }
                             (Err(e), _) => return Err(format!("leaving the line: {e}")),
@@ -753,7 +753,9 @@ async fn wait(
 /// be opened or breaks is noted, the status polled once, and the stream opened again
 /// (polling users poll throughout); failed polls are noted and tried again, until
 /// `deadline`.
+#[allow(clippy::too_many_arguments)]
 async fn follow_through_outages(
+    who: usize,
     api: &Api,
     user: &str,
     polling_only: bool,
@@ -767,7 +769,7 @@ async fn follow_through_outages(
         if !polling_only {
             match api.stream(user, deadline, &mut on_update).await {
                 Ok(Some(done)) => return Ok(done),
-                Ok(None) | Err(_) => log.note(Outage::StreamLost),
+                Ok(None) | Err(_) => log.note(who, Outage::StreamLost),
             }
         }
         match api.status(user).await {
@@ -781,7 +783,7 @@ async fn follow_through_outages(
                 continue;
             }
             Err(e) => {
-                log.note(Outage::PollFailed);
+                log.note(who, Outage::PollFailed);
                 last_error = Some(e);
             }
         }
@@ -875,7 +877,7 @@ async fn chat_session(
         match chaos {
             // chat-server down or without Valkey: try again while the ticket lives.
             Some(log) if all_outages && Instant::now() < promoted_at + log.claim_for => {
-                log.note(Outage::ClaimRetried);
+                log.note(who, Outage::ClaimRetried);
                 back_off().await;
             }
             _ => break (sockets, refusals),
