@@ -883,7 +883,8 @@ async fn chat_session(
             _ => break (sockets, refusals),
         }
     };
-    for extra in sockets.drain(1..) {
+    // Every session past the first (none when every handshake was refused).
+    for extra in sockets.split_off(sockets.len().min(1)) {
         chat::leave(*extra).await;
     }
     let Some(ws) = sockets.pop() else {
