@@ -373,10 +373,18 @@ pub struct Hold {
     pub gone: Instant,
 }
 
+/// One probe entry.
+#[derive(Debug, Clone, Copy)]
+pub struct Probe {
+    pub sent: Instant,
+    pub answered: Instant,
+    pub ok: bool,
+}
+
 #[derive(Default)]
 struct Monitor {
-    /// Probe entries: when sent, whether answered.
-    probes: Vec<(Instant, bool)>,
+    /// Probe entries: when sent, when answered (or given up), whether it went through.
+    probes: Vec<Probe>,
     /// Successful samples of the promoted counter.
     promoted: Vec<(Instant, u64)>,
     open_holds: HashMap<(char, String), Instant>,
@@ -395,7 +403,7 @@ async fn probe_loop(mon: Arc<Mutex<Monitor>>, http: reqwest::Client, api: String
         let sent = Instant::now();
         let r = tokio::time::timeout(Duration::from_secs(2), a.enter("probe")).await;
         let ok = matches!(r, Ok(Ok(_)));
-        mon.lock().unwrap().probes.push((sent, ok));
+        mon.lock().unwrap().probes.push(Probe { sent, answered: Instant::now(), ok });
         if let Ok(Ok(s)) = r {
             // Leave at once, so the probe holds no place and no slot.
             for _ in 0..5 {
@@ -605,8 +613,11 @@ async fn inject(
 pub struct FaultOutcome {
     pub record: FaultRecord,
     pub probe_failures: usize,
-    /// From the fault's start to the first probe entry answered that was sent after it.
+    /// From the fault's start to the answer of the first probe entry sent after it
+    /// that went through.
     pub entry_ok_after: Option<Duration>,
+    /// The longest a probe entry sent in this fault's time waited for its answer.
+    pub slowest_probe: Option<Duration>,
     /// From the fault's start to the first rise of the promoted counter seen after it.
     pub promotion_after: Option<Duration>,
     /// Managers: from the fault's start to a manager reporting that it leads.
@@ -653,7 +664,7 @@ fn secs_after(t: Instant, from: Instant) -> Duration {
 /// Works out each fault's outcome from what the monitors recorded.
 fn outcomes(
     records: &[FaultRecord],
-    probes: &[(Instant, bool)],
+    probes: &[Probe],
     promoted: &[(Instant, u64)],
     leaders: &[(Instant, [Option<bool>; 2])],
     events: &[(Instant, usize, Outage)],
@@ -665,8 +676,9 @@ fn outcomes(
         .map(|(i, r)| {
             let until = records.get(i + 1).map(|n| n.at).unwrap_or(end);
             let within = |t: Instant| t >= r.at && t < until;
-            let probe_failures = probes.iter().filter(|(t, ok)| within(*t) && !ok).count();
-            let entry_ok_after = probes.iter().find(|(t, ok)| *t >= r.at && *ok).map(|(t, _)| secs_after(*t, r.at));
+            let probe_failures = probes.iter().filter(|p| within(p.sent) && !p.ok).count();
+            let entry_ok_after = probes.iter().find(|p| p.sent >= r.at && p.ok).map(|p| secs_after(p.answered, r.at));
+            let slowest_probe = probes.iter().filter(|p| within(p.sent)).map(|p| p.answered - p.sent).max();
             let promotion_after =
                 promoted.windows(2).find(|w| w[1].0 >= r.at && w[1].1 > w[0].1).map(|w| secs_after(w[1].0, r.at));
             let leader_after = match r.fault {
@@ -677,7 +689,15 @@ fn outcomes(
                 _ => None,
             };
             let users_saw = tally(events.iter().filter(|(t, _, _)| within(*t)));
-            FaultOutcome { record: r.clone(), probe_failures, entry_ok_after, promotion_after, leader_after, users_saw }
+            FaultOutcome {
+                record: r.clone(),
+                probe_failures,
+                entry_ok_after,
+                slowest_probe,
+                promotion_after,
+                leader_after,
+                users_saw,
+            }
         })
         .collect()
 }
@@ -743,8 +763,8 @@ impl std::fmt::Display for ChaosReport {
         )?;
         writeln!(
             f,
-            "  {:<44} {:>6} {:>6} {:>7} {:>7} {:>7} {:>6}  what users saw (until the next fault)",
-            "fault", "at s", "down s", "probe x", "entry s", "promo s", "lead s"
+            "  {:<44} {:>6} {:>6} {:>7} {:>7} {:>7} {:>7} {:>6}  what users saw (until the next fault)",
+            "fault", "at s", "down s", "probe x", "slow s", "entry s", "promo s", "lead s"
         )?;
         for o in &self.outcomes {
             let r = &o.record;
@@ -752,11 +772,12 @@ impl std::fmt::Display for ChaosReport {
             let saw = describe(&o.users_saw);
             writeln!(
                 f,
-                "  {:<44} {:>6.1} {:>6.2} {:>7} {:>7} {:>7} {:>6}  {saw}",
+                "  {:<44} {:>6.1} {:>6.2} {:>7} {:>7} {:>7} {:>7} {:>6}  {saw}",
                 format!("{} ({})", r.fault, r.target),
                 at.as_secs_f64(),
                 r.restored.saturating_duration_since(r.at).as_secs_f64(),
                 o.probe_failures,
+                opt_secs(o.slowest_probe),
                 opt_secs(o.entry_ok_after),
                 opt_secs(o.promotion_after),
                 opt_secs(o.leader_after),
@@ -775,7 +796,7 @@ impl std::fmt::Display for ChaosReport {
         writeln!(
             f,
             "  (at: seconds into the run; down: until restarted/resumed; probe x: probe entries that \
-             failed; entry/promo/lead: seconds from the fault until a probe entry went through, the promoted \
+             failed; slow: the longest a probe waited for its answer; entry/promo/lead: seconds from the fault until a probe entry sent after it was answered, the promoted \
              counter rose, a manager led)"
         )?;
         writeln!(f, "  users saw in all      {}", describe(&self.events))?;
@@ -1038,7 +1059,14 @@ mod tests {
             counters_read: true,
         };
         let records = [rec(Fault::Kill(Service::Api), 1000), rec(Fault::StopLeader, 5000)];
-        let probes = [(ms(900), true), (ms(1100), false), (ms(1300), false), (ms(1900), true), (ms(5100), true)];
+        let probe = |sent, answered, ok| Probe { sent: ms(sent), answered: ms(answered), ok };
+        let probes = [
+            probe(900, 905, true),
+            probe(1100, 1102, false),
+            probe(1300, 1302, false),
+            probe(1500, 1950, true),
+            probe(5100, 5103, true),
+        ];
         let promoted = [(ms(800), 10), (ms(1200), 10), (ms(2000), 12), (ms(5200), 12), (ms(6400), 13)];
         let leaders = [(ms(5020), [Some(true), None]), (ms(5200), [None, Some(false)]), (ms(8000), [None, Some(true)])];
         let events = [
@@ -1049,12 +1077,13 @@ mod tests {
         ];
         let o = outcomes(&records, &probes, &promoted, &leaders, &events, ms(10_000));
         assert_eq!(o[0].probe_failures, 2);
-        assert_eq!(o[0].entry_ok_after, Some(Duration::from_millis(900)));
+        assert_eq!(o[0].entry_ok_after, Some(Duration::from_millis(950)), "until the answer came");
+        assert_eq!(o[0].slowest_probe, Some(Duration::from_millis(450)));
         assert_eq!(o[0].promotion_after, Some(Duration::from_millis(1000)));
         assert_eq!(o[0].leader_after, None, "not a manager fault");
         assert_eq!(o[0].users_saw.get(&Outage::EntryRetried), Some(&(3, 2)));
         assert_eq!(describe(&o[0].users_saw), "entry retried 3 (2 users)");
-        assert_eq!(o[1].entry_ok_after, Some(Duration::from_millis(100)));
+        assert_eq!(o[1].entry_ok_after, Some(Duration::from_millis(103)));
         assert_eq!(o[1].promotion_after, Some(Duration::from_millis(1400)));
         // The sample 20 ms after the SIGSTOP still came from the stopped leader: skipped.
         assert_eq!(o[1].leader_after, Some(Duration::from_millis(3000)));
