@@ -588,6 +588,7 @@ async fn walk(shared: &Arc<Shared>, who: usize, plan: &Plan, forwarded_for: Opti
                     p.generation += 1;
                     p.steadfast = false;
                     p.phase = Phase::Entering;
+                    (p.eta_at_entry, p.eta_at_rank10) = (None, None);
                 });
                 round += 1;
             }
