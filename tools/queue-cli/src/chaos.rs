@@ -179,7 +179,8 @@ impl Proc {
 
     fn signal(&self, sig: &str) -> bool {
         let Some(pid) = self.child.as_ref().map(Child::id) else { return false };
-        Command::new("kill").arg(format!("-{sig}")).arg(pid.to_string()).status().is_ok_and(|s| s.success())
+        // The shell's own kill: no procps needed.
+        Command::new("sh").arg("-c").arg(format!("kill -{sig} {pid}")).status().is_ok_and(|s| s.success())
     }
 
     /// Whether the process has exited by itself.
