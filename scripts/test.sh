@@ -1,12 +1,16 @@
 #!/usr/bin/env bash
 # Runs every test: installs what is missing, builds everything once in release
 # (the module is a cdylib that `cargo test` alone would not build), then runs the
-# unit tests and the integration tests against real valkey-server processes, then
+# unit tests and the integration tests against real valkey-server processes, a
+# reduced chaos run (bench/chaos.sh), then
 # fuzzes queue-api's HTTP API from its OpenAPI document (schemathesis).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/install-deps.sh
 cargo build --release --workspace --all-targets
 cargo test --release --workspace
+# The reduced chaos run: 300 users while each service is killed -9 and restarted
+# once, Valkey twice (AOF everysec, then always) and the leading manager SIGSTOPped.
+REDUCED=1 bash bench/chaos.sh
 # queue-api's HTTP API fuzzed from its OpenAPI document, on both backends.
 bash scripts/fuzz-api.sh

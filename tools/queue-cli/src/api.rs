@@ -17,6 +17,14 @@ pub enum ApiError {
     Transport(String),
 }
 
+impl ApiError {
+    /// A failure a person would retry after a moment: no answer, or the server's own
+    /// trouble (5xx: Valkey unreachable, shutting down).
+    pub fn is_outage(&self) -> bool {
+        matches!(self, ApiError::Transport(_) | ApiError::Refused(500..=599, _))
+    }
+}
+
 impl std::fmt::Display for ApiError {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
@@ -89,7 +97,16 @@ impl Api {
     /// `POST /api/queue/entry`. When the queue asks a proof of work (428 with a
     /// challenge), solves the challenge given and sends the entry again with it.
     pub async fn enter(&self, nickname: &str) -> Result<Standing, ApiError> {
+        self.enter_as(nickname, None).await
+    }
+
+    /// [`Api::enter`] naming the userId (a UUID): an entry sent again after its answer
+    /// was lost moves that same person to the back instead of entering a second one.
+    pub async fn enter_as(&self, nickname: &str, user_id: Option<&str>) -> Result<Standing, ApiError> {
         let mut body = serde_json::json!({ "nickname": nickname, "queue": self.queue });
+        if let Some(id) = user_id {
+            body["userId"] = serde_json::json!(id);
+        }
         for _ in 0..MAX_PROOFS {
             let r = self.request(reqwest::Method::POST, "/api/queue/entry").json(&body).timeout(REQUEST_TIMEOUT);
             let resp = r.send().await.map_err(transport)?;
@@ -190,7 +207,7 @@ impl Api {
     /// Reads the push stream: `Ok(Some(standing))` at a terminal event, `Ok(None)` when
     /// the stream ended without one (server shutting down), `Err` when it could not be
     /// opened or broke.
-    async fn stream(
+    pub async fn stream(
         &self,
         user: &str,
         deadline: Instant,

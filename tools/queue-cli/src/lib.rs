@@ -4,8 +4,10 @@
 //! is its command line.
 
 pub mod api;
+pub mod chaos;
 pub mod chat;
 pub mod join;
+pub mod outage;
 pub mod stats;
 pub mod swarm;
 pub mod verify;

@@ -1,6 +1,6 @@
 use clap::{Args, Parser, Subcommand};
 use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
-use queue_cli::{join, swarm, verify};
+use queue_cli::{chaos, join, swarm, verify};
 use std::process::ExitCode;
 use std::time::Duration;
 
@@ -59,6 +59,65 @@ enum Command {
         /// Also print where this userId was placed (fails if it is not in the opening).
         #[arg(long)]
         user_id: Option<String>,
+    },
+    /// The chaos run: starts its own stack (valkey-server with the module and AOF, two
+    /// queue-managers, queue-api, chat-server) on free loopback ports, runs a swarm
+    /// through it and kills -9 / restarts / SIGSTOPs the services on a seeded schedule;
+    /// prints what users saw and how long each recovery took, the audits and the
+    /// held-slots check. Exit 0 pass, 1 an audit failed, 2 users unfinished or the
+    /// stack did not come back.
+    Chaos {
+        /// How many virtual users.
+        #[arg(long, default_value_t = 2000)]
+        users: usize,
+        /// Arrivals per second (faults fall within the arrivals).
+        #[arg(long, default_value_t = 20.0)]
+        rate: f64,
+        /// The queue's soft cap (small, so that a line forms).
+        #[arg(long, default_value_t = 40)]
+        soft_cap: u64,
+        /// Mean seconds an admitted user stays in the chat.
+        #[arg(long, default_value_t = 2.0)]
+        stay_secs: f64,
+        /// kill -9 and restarts of each of queue-api, chat-server and the leading manager.
+        #[arg(long, default_value_t = 3)]
+        kills: u32,
+        /// kill -9 and AOF restarts of valkey-server (appendfsync everysec, always, ...).
+        #[arg(long, default_value_t = 3)]
+        valkey_restarts: u32,
+        /// SIGSTOPs of the leading queue-manager, each for twice its lease plus a second.
+        #[arg(long, default_value_t = 1)]
+        stops: u32,
+        /// The queue's ticket_ttl, ms.
+        #[arg(long, default_value_t = 8000)]
+        ticket_ttl_ms: u64,
+        /// The queue's session_lease, ms (chat-server heartbeats every second).
+        #[arg(long, default_value_t = 5000)]
+        session_lease_ms: u64,
+        /// The queue's abandon_after, ms.
+        #[arg(long, default_value_t = 30000)]
+        abandon_after_ms: u64,
+        /// The managers' leader lease, ms.
+        #[arg(long, default_value_t = 2000)]
+        lease_ms: u64,
+        /// The first fault comes this many seconds after the start.
+        #[arg(long, default_value_t = 5.0)]
+        first_fault_secs: f64,
+        /// Seed for the schedule and the crowd.
+        #[arg(long, default_value_t = 1)]
+        seed: u64,
+        /// Stop the swarm after this many seconds whatever the state.
+        #[arg(long, default_value_t = 600.0)]
+        timeout_secs: f64,
+        /// Where queue-api, queue-manager and chat-server are (default: beside this binary).
+        #[arg(long)]
+        bin_dir: Option<std::path::PathBuf>,
+        /// The module (default: libvalkey_queue.so in --bin-dir).
+        #[arg(long)]
+        module: Option<std::path::PathBuf>,
+        /// The valkey-server to run.
+        #[arg(long, default_value = "valkey-server")]
+        valkey_server: String,
     },
     Swarm {
         #[command(flatten)]
@@ -152,6 +211,71 @@ async fn main() -> ExitCode {
                 }
             }
         }
+        Command::Chaos {
+            users,
+            rate,
+            soft_cap,
+            stay_secs,
+            kills,
+            valkey_restarts,
+            stops,
+            ticket_ttl_ms,
+            session_lease_ms,
+            abandon_after_ms,
+            lease_ms,
+            first_fault_secs,
+            seed,
+            timeout_secs,
+            bin_dir,
+            module,
+            valkey_server,
+        } => {
+            if rate <= 0.0 || !rate.is_finite() {
+                eprintln!("error: --rate must be a positive number");
+                return ExitCode::from(64);
+            }
+            let _ = rlimit::increase_nofile_limit(u64::MAX);
+            let bin_dir = bin_dir
+                .or_else(|| std::env::current_exe().ok()?.parent().map(|p| p.to_path_buf()))
+                .unwrap_or_else(|| "target/release".into());
+            let module = module.unwrap_or_else(|| bin_dir.join("libvalkey_queue.so"));
+            let cfg = chaos::ChaosConfig {
+                users,
+                rate,
+                soft_cap,
+                stay: secs(stay_secs),
+                kills,
+                valkey_restarts,
+                stops,
+                ticket_ttl: Duration::from_millis(ticket_ttl_ms),
+                session_lease: Duration::from_millis(session_lease_ms),
+                abandon_after: Duration::from_millis(abandon_after_ms),
+                manager_lease: Duration::from_millis(lease_ms),
+                first_fault_after: secs(first_fault_secs),
+                seed,
+                timeout: secs(timeout_secs),
+                bin_dir,
+                module,
+                valkey_server,
+            };
+            let run = chaos::run(cfg);
+            tokio::select! {
+                r = run => match r {
+                    Ok(report) => {
+                        print!("{report}");
+                        ExitCode::from(report.exit_code())
+                    }
+                    Err(e) => {
+                        eprintln!("error: {e}");
+                        ExitCode::from(2)
+                    }
+                },
+                _ = tokio::signal::ctrl_c() => {
+                    eprintln!("interrupted: stopping the stack");
+                    ExitCode::from(130)
+                }
+            }
+        }
         Command::Verify { api, queue, user_id } => ExitCode::from(verify::run(&api, &queue, user_id.as_deref()).await),
         Command::Swarm {
             target,
@@ -201,6 +325,7 @@ async fn main() -> ExitCode {
                 nickname_prefix,
                 forwarded_for: !no_forwarded_for,
                 seed,
+                outages: None,
             };
             let bar = ProgressBar::with_draw_target(Some(users as u64), ProgressDrawTarget::stderr());
             if quiet {
