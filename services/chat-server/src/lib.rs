@@ -84,8 +84,10 @@ pub struct Config {
     /// How often presence changes (joins, leaves) are sent to the room: all of a tick's
     /// changes in one PRESENCE_JOINED, one PRESENCE_LEFT and one system line.
     /// Failed ticket checks (unknown, used or malformed tickets) one client address
-    /// may make per minute once its burst is spent; past it, 429 (0: no limit).
-    #[arg(long, env = "TICKET_FAILURES_PER_MINUTE", default_value_t = 10.0, value_parser = parse_non_negative)]
+    /// may make per minute once its burst is spent; past it, 429. 0 (the default): no
+    /// limit, since behind a proxy or load balancer every client has its address; set
+    /// it where chat-server sees the clients' own addresses.
+    #[arg(long, env = "TICKET_FAILURES_PER_MINUTE", default_value_t = 0.0, value_parser = parse_non_negative)]
     pub ticket_failures_per_minute: f64,
     /// Failed ticket checks one client address may make at once.
     #[arg(long, env = "TICKET_FAILURE_BURST", default_value_t = 20.0, value_parser = parse_positive)]
@@ -161,7 +163,7 @@ impl Config {
             capacity: 1000,
             max_sessions: 20_000,
             max_sessions_per_addr: 1_000,
-            ticket_failures_per_minute: 10.0,
+            ticket_failures_per_minute: 0.0,
             ticket_failure_burst: 20.0,
             presence_tick: Duration::from_millis(200),
             instance_id: None,
