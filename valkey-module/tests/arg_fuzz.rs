@@ -134,7 +134,8 @@ const QUEUES: [&str; 6] = ["fz", "fz2", "open", "wt", "wt2", "empty"];
 const OTHER_QUEUES: [&str; 3] = ["n", "a.b:c-d_E9", "qqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqq"];
 const USERS: u64 = 10;
 /// Valid userIds outside the u0.. pool.
-const OTHER_USERS: [&str; 4] = ["z", "user@example.org", "a.b:c-d_e", "uuuuuuuuuuuuuuuuuuuuuuuuuuuuuuuuuuuuuuuuuuuuuuuuuuuuuuuuuuuuuuuu"];
+const OTHER_USERS: [&str; 4] =
+    ["z", "user@example.org", "a.b:c-d_e", "uuuuuuuuuuuuuuuuuuuuuuuuuuuuuuuuuuuuuuuuuuuuuuuuuuuuuuuuuuuuuuuu"];
 const FIELDS: [&str; 10] = [
     "soft_cap",
     "hard_cap",
@@ -175,9 +176,18 @@ impl Gen {
             // Rare: a megabyte (about one vector in 2,000).
             4 if self.rng.chance(1) => vec![b'u'; 1 << 20],
             4 => vec![0xff, 0xfe, b'a'],
-            5 => b(self.pick(&["\u{1F600}\u{1F600}\u{1F600}\u{1F600}\u{1F600}\u{1F600}\u{1F600}\u{1F600}x", "\u{7f}", "a\u{85}b", "\u{202e}rtl", "n\u{0}n"])),
+            5 => b(self.pick(&[
+                "\u{1F600}\u{1F600}\u{1F600}\u{1F600}\u{1F600}\u{1F600}\u{1F600}\u{1F600}x",
+                "\u{7f}",
+                "a\u{85}b",
+                "\u{202e}rtl",
+                "n\u{0}n",
+            ])),
             6..=10 => self.number(),
-            11 => b(self.pick(&["MAX", "max", "Max", "SET", "set", "GET", "get", "PROOF", "proof", "LIMIT", "COUNT", "FROB", "NX", "--", "-"])),
+            11 => b(self.pick(&[
+                "MAX", "max", "Max", "SET", "set", "GET", "get", "PROOF", "proof", "LIMIT", "COUNT", "FROB", "NX",
+                "--", "-",
+            ])),
             12 => b(self.pick(&FIELDS)),
             13 => b(self.pick(&["colour", "SOFT_CAP", "soft-cap", "soft_cap ", "layout", "*", ""])),
             14 => self.ticket(),
@@ -251,8 +261,8 @@ impl Gen {
     fn nickname(&mut self) -> Vec<u8> {
         match self.rng.below(10) {
             0..=5 => b(self.pick(&["alice", "bob", "Zoë", "名前", "x", "a b c", "émile"])),
-            6 => "é".repeat(16).into_bytes(),  // 32 bytes: the longest allowed
-            7 => "é".repeat(17).into_bytes(),  // 34 bytes
+            6 => "é".repeat(16).into_bytes(), // 32 bytes: the longest allowed
+            7 => "é".repeat(17).into_bytes(), // 34 bytes
             8 => b(self.pick(&["", "a\tb", "a\nb", "\u{1b}[31m", "\u{7f}", "bad\u{0}", "\u{85}"])),
             _ => vec![0xc3, 0x28, b'a'], // invalid UTF-8
         }
@@ -301,14 +311,19 @@ impl Gen {
             }
             "QUEUE.LINE" => {
                 for _ in 0..2 {
-                    let v = if self.rng.chance(60) { self.rng.range(0, 30).to_string().into_bytes() } else { self.number() };
+                    let v = if self.rng.chance(60) {
+                        self.rng.range(0, 30).to_string().into_bytes()
+                    } else {
+                        self.number()
+                    };
                     a.push(v);
                 }
             }
             "QUEUE.PROMOTE" => {
                 if self.rng.chance(60) {
                     a.push(b(self.pick(&["MAX", "max", "MAX", "Max"])));
-                    let v = if self.rng.chance(50) { self.rng.range(0, 5).to_string().into_bytes() } else { self.number() };
+                    let v =
+                        if self.rng.chance(50) { self.rng.range(0, 5).to_string().into_bytes() } else { self.number() };
                     a.push(v);
                 }
             }
@@ -566,10 +581,8 @@ fn run(backend: Backend) {
                 let opened_before = if q.is_some() { Some(c.read()?) } else { None };
                 let reply = c.read()?;
                 let opened_after = if q.is_some() { Some(c.read()?) } else { None };
-                let opened = matches!(
-                    (opened_before, opened_after),
-                    (Some(Reply::Bulk(None)), Some(Reply::Bulk(Some(_))))
-                );
+                let opened =
+                    matches!((opened_before, opened_after), (Some(Reply::Bulk(None)), Some(Reply::Bulk(Some(_)))));
                 Ok((reply, opened, digest(c.read())?))
             })();
             let (reply, opened, after) = match step {
@@ -620,8 +633,8 @@ fn run(backend: Backend) {
     }
     let secs = started.elapsed().as_secs_f64();
     // A fresh connection must be answered too: the process is alive and serving.
-    let alive = crashed.is_none()
-        && matches!(Resp::connect(server.port).call(&[b"PING"]), Reply::Status(p) if p == "PONG");
+    let alive =
+        crashed.is_none() && matches!(Resp::connect(server.port).call(&[b"PING"]), Reply::Status(p) if p == "PONG");
     let crashes = u64::from(!alive);
     println!(
         "arg-fuzz {name}: {sent} vectors sent, {refused} refused, {accepted} accepted, {crashes} crashes, \
