@@ -149,6 +149,9 @@ const FIELDS: [&str; 10] = [
     "opens_at",
 ];
 
+/// A command line, and the queue it names when that is valid and in the key position.
+type Vector = (Vec<Vec<u8>>, Option<Vec<u8>>);
+
 struct Gen {
     rng: Rng,
     tickets: Vec<String>,
@@ -354,9 +357,9 @@ impl Gen {
             _ => unreachable!("{cmd}"),
         }
         // Now and then an argument swapped for a nasty one, or the arity broken.
-        for i in 0..a.len() {
+        for x in a.iter_mut() {
             if self.rng.chance(6) {
-                a[i] = self.nasty();
+                *x = self.nasty();
             }
         }
         match self.rng.below(100) {
@@ -377,7 +380,7 @@ impl Gen {
 
     /// The full command line for the backend, and the queue it names (when that is a
     /// valid name in the key position).
-    fn vector(&mut self, backend: Backend) -> (Vec<Vec<u8>>, Option<Vec<u8>>) {
+    fn vector(&mut self, backend: Backend) -> Vector {
         const CMDS: [&str; 12] = [
             "QUEUE.ENTER",
             "QUEUE.STATUS",
@@ -549,7 +552,7 @@ fn run(backend: Backend) {
     let mut crashed = None;
     'batches: while sent < vectors {
         let n = BATCH.min(vectors - sent);
-        let batch: Vec<(Vec<Vec<u8>>, Option<Vec<u8>>)> = (0..n).map(|_| g.vector(backend)).collect();
+        let batch: Vec<Vector> = (0..n).map(|_| g.vector(backend)).collect();
         let io = (|| -> std::io::Result<()> {
             c.send(&[b("DEBUG"), b("DIGEST")])?;
             for (v, q) in &batch {
@@ -622,6 +625,9 @@ fn run(backend: Backend) {
                 _ => accepted += 1,
             }
             before = after;
+        }
+        if sent.is_multiple_of(100_000) {
+            println!("arg-fuzz {name}: {sent} vectors, {:.0} s", started.elapsed().as_secs_f64());
         }
         match c.read() {
             Ok(Reply::Status(p)) if p == "PONG" => {}

@@ -806,11 +806,13 @@ async fn chat_server_survives_hostile_websocket_clients() {
     for g in &goods {
         let deadline = Instant::now() + Duration::from_secs(15);
         while Instant::now() < deadline {
-            let got = g.got.lock().unwrap();
-            if sent.iter().all(|(nick, n)| got.get(nick).map_or(0, |v| v.len() as u64) >= *n) {
+            let complete = {
+                let got = g.got.lock().unwrap();
+                sent.iter().all(|(nick, n)| got.get(nick).map_or(0, |v| v.len() as u64) >= *n)
+            };
+            if complete {
                 break;
             }
-            drop(got);
             tokio::time::sleep(Duration::from_millis(50)).await;
         }
         let got = g.got.lock().unwrap();
