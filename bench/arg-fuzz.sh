@@ -1,0 +1,27 @@
+#!/usr/bin/env bash
+# The argument fuzzer of valkey-module/tests/arg_fuzz.rs at length: generated
+# argument vectors for every command, pipelined against a pre-populated server with
+# the module and one with the Lua library (both at once), each vector between two
+# DEBUG DIGESTs of the whole dataset. Prints, per backend: vectors sent, refused,
+# accepted, crashes, state changes on refusal, unclear errors, time, the seed (replay:
+# ARG_FUZZ_SEED=<seed> with the same VECTORS) and the most frequent refusals; exits
+# 1 on any crash, state change on refusal or unclear error.
+#   bash bench/arg-fuzz.sh                    # 1,000,000 vectors per backend
+#   VECTORS=100000 bash bench/arg-fuzz.sh     # a quick run
+# CI runs 20,000 per backend as a plain test (cargo test -p valkey-queue --test arg_fuzz).
+set -euo pipefail
+root="$(cd "$(dirname "$0")/.." && pwd)"
+cd "$root"
+VECTORS=${VECTORS:-1000000}
+command -v valkey-server >/dev/null 2>&1 || bash scripts/install-deps.sh
+cargo build --release -q -p valkey-queue
+cargo test --release -q -p valkey-queue --test arg_fuzz --no-run 2>/dev/null
+echo "arg fuzz: $VECTORS vectors per backend (module, Lua library), both at once"
+start=$(date +%s)
+set +e
+ARG_FUZZ_VECTORS=$VECTORS cargo test --release -q -p valkey-queue --test arg_fuzz -- --nocapture --test-threads 2 2>&1 |
+  grep -E '^arg-fuzz|^ +[0-9]+  |panicked|refused with|unclear error|stopped answering' | sed 's/^/  /'
+status=${PIPESTATUS[0]}
+set -e
+echo "  wall time $(( $(date +%s) - start )) s for $((2 * VECTORS)) vectors"
+exit $(( status == 0 ? 0 : 1 ))
