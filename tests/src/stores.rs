@@ -49,6 +49,36 @@ impl Services {
         Services { api, chat, manager }
     }
 
+    /// Starts the services each with its own Valkey flags: chat-server's,
+    /// queue-manager's and queue-api's, in that order.
+    pub async fn start_each(valkey: [Vec<String>; 3], queues: &[String], opts: &StackOptions) -> Services {
+        let [chat_flags, manager_flags, api_flags] = valkey;
+        let s = |v: &str| v.to_string();
+        let chat = spawn("chat-server", &[chat_flags, vec![s("--queue"), queues[0].clone()]].concat(), |h| {
+            h["valkey"] == "up" && h["room"] == "up"
+        })
+        .await;
+        let manager_args =
+            [manager_flags, vec![s("--queues"), queues.join(","), s("--tick"), format!("{}ms", opts.manager_tick_ms)]]
+                .concat();
+        let manager = spawn("queue-manager", &manager_args, |h| h["leader"] == true).await;
+        let api_args = [
+            api_flags,
+            vec![
+                s("--chat-url"),
+                chat.url(),
+                s("--admin-token"),
+                s(ADMIN_TOKEN),
+                s("--trust-proxy"),
+                s("--push-tick"),
+                format!("{}ms", opts.push_tick_ms),
+            ],
+        ]
+        .concat();
+        let api = spawn("queue-api", &api_args, |h| h["valkey"] == "up").await;
+        Services { api, chat, manager }
+    }
+
     /// Whether every service process is still running.
     pub fn all_running(&mut self) -> bool {
         [&mut self.api, &mut self.chat, &mut self.manager].iter_mut().all(|s| s.child.try_wait().unwrap().is_none())
@@ -73,6 +103,18 @@ pub async fn swarm(services: &Services, queue: &str, extra: &[&str]) -> (Option<
 /// A report's numeric field.
 pub fn n(report: &serde_json::Value, field: &str) -> u64 {
     report[field].as_u64().unwrap_or_else(|| panic!("{field} missing in {report:#}"))
+}
+
+/// The audits about fairness and capacity (the others count availability: errors,
+/// people who gave up after a refused entry).
+pub const SAFETY_AUDITS: [&str; 5] =
+    ["fifo_inversions", "rank_rises", "over_capacity", "server_over_capacity", "double_claims"];
+
+/// Panics unless every safety audit of `report` is zero.
+pub fn assert_safe(report: &serde_json::Value) {
+    for zero in SAFETY_AUDITS {
+        assert_eq!(n(report, zero), 0, "{zero}: {report:#}");
+    }
 }
 
 /// Panics unless every audit of `report` is zero and the swarm exited 0.
