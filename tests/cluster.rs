@@ -37,8 +37,26 @@ fn options() -> StackOptions {
 /// A small swarm's arguments: `users` people, some abandoning, racing and polling.
 fn swarm_args(users: u32, seed: u32) -> Vec<String> {
     let mut a: Vec<String> = [
-        "--rate", "40", "--stay-secs", "0.3", "--messages", "1", "--abandon", "0.1", "--abandon-within-secs", "1",
-        "--race", "0.2", "--replay", "1", "--polling", "0.2", "--poll-secs", "0.3", "--timeout-secs", "180",
+        "--rate",
+        "40",
+        "--stay-secs",
+        "0.3",
+        "--messages",
+        "1",
+        "--abandon",
+        "0.1",
+        "--abandon-within-secs",
+        "1",
+        "--race",
+        "0.2",
+        "--replay",
+        "1",
+        "--polling",
+        "0.2",
+        "--poll-secs",
+        "0.3",
+        "--timeout-secs",
+        "180",
     ]
     .iter()
     .map(|s| s.to_string())
@@ -169,17 +187,29 @@ async fn failovers_during_a_swarm(backend: Backend) {
     let a: Vec<&str> = args.iter().map(String::as_str).collect();
     let run = swarm(&services, &q, &a);
     // Entries acknowledged right before the kill: how many does the new primary know?
-    let probe = tokio::spawn(probe_entries(api.clone(), q.clone(), Duration::from_millis(2500)));
+    // On a second queue of the same shard that forgets nobody (no abandonment, long
+    // tickets), so that a 404 afterwards can only be a lost write.
+    let probe_q = cluster
+        .queues_per_shard("probe", 1)
+        .into_iter()
+        .flatten()
+        .find(|p| cluster.owner(p).port == cluster.nodes[victim].port)
+        .unwrap();
+    let set = ["soft_cap", "1", "ticket_ttl", "600000", "abandon_after", "600000"];
+    cluster
+        .owner(&probe_q)
+        .client()
+        .call("QUEUE.CONFIG", &[&[probe_q.as_str(), "SET"][..], &set[..]].concat())
+        .unwrap();
+    let probe = tokio::spawn(probe_entries(api.clone(), probe_q.clone(), Duration::from_millis(2500)));
     let crash = async {
         tokio::time::sleep(Duration::from_millis(1500)).await;
         let killed = Instant::now();
         cluster.kill(victim);
         let promoted = async {
             loop {
-                let role: String = redis::cmd("INFO")
-                    .arg("replication")
-                    .query(&mut cluster.nodes[replica].conn())
-                    .unwrap_or_default();
+                let role: String =
+                    redis::cmd("INFO").arg("replication").query(&mut cluster.nodes[replica].conn()).unwrap_or_default();
                 if role.contains("role:master") {
                     return killed.elapsed();
                 }
@@ -207,12 +237,16 @@ async fn failovers_during_a_swarm(backend: Backend) {
     let mut lost = 0;
     let http = reqwest::Client::new();
     for user in &acked {
-        let r = http.get(format!("{api}/api/queue/status?userId={user}&queue={q}")).send().await.unwrap();
+        let r = http.get(format!("{api}/api/queue/status?userId={user}&queue={probe_q}")).send().await.unwrap();
         if r.status() == reqwest::StatusCode::NOT_FOUND {
             lost += 1;
         }
     }
-    eprintln!("kill -9 failover ({backend:?}): {lost} of {} entries acknowledged before the kill were lost", acked.len());
+    eprintln!(
+        "kill -9 failover ({backend:?}): {lost} of {} entries acknowledged before the kill were lost",
+        acked.len()
+    );
+    assert!(lost <= acked.len());
 }
 
 /// Enters people into `queue` one after another for `for_how_long`; the userIds

@@ -30,9 +30,10 @@ impl Services {
     pub async fn start(valkey: &[String], queues: &[String], opts: &StackOptions) -> Services {
         let s = |v: &str| v.to_string();
         let with = |extra: Vec<String>| [valkey.to_vec(), extra].concat();
-        let chat =
-            spawn("chat-server", &with(vec![s("--queue"), queues[0].clone()]), |h| h["valkey"] == "up" && h["room"] == "up")
-                .await;
+        let chat = spawn("chat-server", &with(vec![s("--queue"), queues[0].clone()]), |h| {
+            h["valkey"] == "up" && h["room"] == "up"
+        })
+        .await;
         let manager_args =
             with(vec![s("--queues"), queues.join(","), s("--tick"), format!("{}ms", opts.manager_tick_ms)]);
         let manager = spawn("queue-manager", &manager_args, |h| h["leader"] == true).await;

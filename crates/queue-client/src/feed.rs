@@ -121,7 +121,8 @@ impl Feed {
         }
         let options = ConnectOptions { connection_timeout: limit.min(Duration::from_secs(2)), ..Default::default() };
         let (tx, pushes) = mpsc::unbounded_channel();
-        let client = cluster_builder(target, &options)?.use_protocol(redis::ProtocolVersion::RESP3).push_sender(tx).build()?;
+        let client =
+            cluster_builder(target, &options)?.use_protocol(redis::ProtocolVersion::RESP3).push_sender(tx).build()?;
         let conn = tokio::time::timeout(limit, client.get_async_connection()).await.map_err(|_| timed_out())??;
         let sharded =
             Arc::new(Sharded { conn, channels: Mutex::new(BTreeSet::new()), deadline: options.response_timeout });

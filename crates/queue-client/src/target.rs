@@ -161,7 +161,9 @@ mod tests {
         let t = Target::parse("redis://a:1, redis://b:2/", true, TlsFiles::default()).unwrap();
         assert_eq!(t.urls, ["redis://a:1", "redis://b:2/"]);
         assert!(t.cluster && !t.is_tls());
-        assert!(Target::parse("redis://a:1,redis://b:2", false, TlsFiles::default()).unwrap_err().contains("--cluster"));
+        assert!(Target::parse("redis://a:1,redis://b:2", false, TlsFiles::default())
+            .unwrap_err()
+            .contains("--cluster"));
         assert!(Target::parse(" , ", false, TlsFiles::default()).unwrap_err().contains("no URL"));
         assert!(Target::parse("http://x", false, TlsFiles::default()).is_err());
         assert!(Target::parse("rediss://a:1,redis://b:2", true, TlsFiles::default()).unwrap_err().contains("mixes"));

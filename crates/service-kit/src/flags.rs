@@ -9,8 +9,8 @@ use clap::builder::TypedValueParser;
 use clap::error::ErrorKind;
 use std::ffi::{OsStr, OsString};
 use std::net::SocketAddr;
-use std::path::PathBuf;
 use std::ops::RangeInclusive;
+use std::path::PathBuf;
 use std::time::Duration;
 
 /// The flags every service takes. The listen address has no default here: each service

@@ -100,11 +100,7 @@ impl Cluster {
         }
         let cluster = Cluster { nodes, ranges };
         let known = wait_for(Duration::from_secs(30), || {
-            cluster
-                .nodes
-                .iter()
-                .all(|n| parse_nodes(&cluster_nodes(&mut n.conn())).len() == total)
-                .then_some(())
+            cluster.nodes.iter().all(|n| parse_nodes(&cluster_nodes(&mut n.conn())).len() == total).then_some(())
         });
         assert!(known.is_some(), "the nodes did not meet");
         let ids: Vec<String> = cluster.nodes.iter().map(|n| my_id(&mut n.conn())).collect();

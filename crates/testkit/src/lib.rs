@@ -275,15 +275,14 @@ impl ValkeyServer {
                 .args(tls)
                 .args(["--unixsocket", self.dir.path().join("valkey.sock").to_str().unwrap()]),
         };
-        cmd.args(["--bind", "127.0.0.1", "--save", "", "--daemonize", "no"])
-            .args([
-                "--dir",
-                self.dir.path().to_str().unwrap(),
-                "--enable-debug-command",
-                "yes",
-                "--logfile",
-                "server.log",
-            ]);
+        cmd.args(["--bind", "127.0.0.1", "--save", "", "--daemonize", "no"]).args([
+            "--dir",
+            self.dir.path().to_str().unwrap(),
+            "--enable-debug-command",
+            "yes",
+            "--logfile",
+            "server.log",
+        ]);
         if self.backend == Backend::Module {
             cmd.arg("--loadmodule").arg(module_path()).args(&self.module_args);
         }

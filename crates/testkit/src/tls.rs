@@ -25,11 +25,30 @@ impl Pki {
     pub fn new() -> Pki {
         let dir = tempfile::tempdir().expect("tempdir");
         let d = dir.path();
-        std::fs::write(d.join("server.ext"), "subjectAltName=IP:127.0.0.1,DNS:localhost\nextendedKeyUsage=serverAuth,clientAuth\n")
-            .unwrap();
+        std::fs::write(
+            d.join("server.ext"),
+            "subjectAltName=IP:127.0.0.1,DNS:localhost\nextendedKeyUsage=serverAuth,clientAuth\n",
+        )
+        .unwrap();
         std::fs::write(d.join("client.ext"), "extendedKeyUsage=clientAuth\n").unwrap();
         openssl(d, &["genrsa", "-out", "ca.key", "2048"]);
-        openssl(d, &["req", "-x509", "-new", "-key", "ca.key", "-sha256", "-days", "2", "-subj", "/CN=test CA", "-out", "ca.crt"]);
+        openssl(
+            d,
+            &[
+                "req",
+                "-x509",
+                "-new",
+                "-key",
+                "ca.key",
+                "-sha256",
+                "-days",
+                "2",
+                "-subj",
+                "/CN=test CA",
+                "-out",
+                "ca.crt",
+            ],
+        );
         for who in ["server", "client"] {
             let key = format!("{who}.key");
             let csr = format!("{who}.csr");
@@ -40,8 +59,22 @@ impl Pki {
             openssl(
                 d,
                 &[
-                    "x509", "-req", "-in", &csr, "-CA", "ca.crt", "-CAkey", "ca.key", "-CAcreateserial", "-days", "2",
-                    "-sha256", "-extfile", &ext, "-out", &crt,
+                    "x509",
+                    "-req",
+                    "-in",
+                    &csr,
+                    "-CA",
+                    "ca.crt",
+                    "-CAkey",
+                    "ca.key",
+                    "-CAcreateserial",
+                    "-days",
+                    "2",
+                    "-sha256",
+                    "-extfile",
+                    &ext,
+                    "-out",
+                    &crt,
                 ],
             );
         }
@@ -76,7 +109,10 @@ impl Pki {
         let d = self.dir.path();
         if !d.join("other.crt").exists() {
             openssl(d, &["genrsa", "-out", "other.key", "2048"]);
-            openssl(d, &["req", "-x509", "-new", "-key", "other.key", "-days", "2", "-subj", "/CN=other", "-out", "other.crt"]);
+            openssl(
+                d,
+                &["req", "-x509", "-new", "-key", "other.key", "-days", "2", "-subj", "/CN=other", "-out", "other.crt"],
+            );
         }
         self.file("other.crt")
     }

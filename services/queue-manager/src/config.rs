@@ -9,12 +9,7 @@ use std::time::Duration;
 /// The admission loop of the waiting room: calls QUEUE.PROMOTE on every queue, with
 /// one active leader among its replicas.
 #[derive(Debug, Clone, Parser)]
-#[command(
-    name = "queue-manager",
-    version,
-    about,
-    mut_arg("listen", service_kit::default_listen("127.0.0.1:9091")),
-)]
+#[command(name = "queue-manager", version, about, mut_arg("listen", service_kit::default_listen("127.0.0.1:9091")))]
 pub struct Flags {
     #[command(flatten)]
     pub common: Common,
