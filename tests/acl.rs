@@ -25,7 +25,7 @@ const MODULE_RULES: [(&str, &str); 3] = [
 /// any queue name, and the commands the library's functions call, on `queue:*` keys
 /// (its announcements need `&queue:{*}:promoted` on every service).
 const LUA_SELECTOR: &str = "(+fcall +fcall_ro ~*)";
-const LUA_COMMANDS: &str = "+get +set +del +type +time +hget +hgetall +hlen +hset +hdel +lrange +rpush +zadd +zcard +zcount +zrange +zrank +zrem +zscore +publish";
+const LUA_COMMANDS: &str = "+get +set +del +type +time +hget +hgetall +hlen +hset +hdel +lrange +rpush +zadd +zcard +zcount +zrange +zrank +zrem +zscore +publish +spublish";
 
 fn rule(backend: Backend, service: &str) -> String {
     let base = MODULE_RULES.iter().find(|(s, _)| *s == service).unwrap().1;

@@ -7,12 +7,12 @@
 //! prints how long recovery took and what was lost.
 
 use e2e::stores::{assert_clean, assert_safe, n, swarm, Services};
-use e2e::{e2e_tests, StackOptions};
+use e2e::{client_binary, e2e_tests, exits_cleanly, start_piped, type_line, StackOptions};
 use std::time::{Duration, Instant};
 use testkit::cluster::Cluster;
 use testkit::Backend;
 
-e2e_tests!(swarm_on_every_shard, failovers_during_a_swarm);
+e2e_tests!(journey_on_a_cluster, swarm_on_every_shard, failovers_during_a_swarm);
 
 /// Starts the cluster, configures one queue per shard and starts the services.
 async fn setup(backend: Backend, opts: &StackOptions) -> (Cluster, Vec<String>, Services) {
@@ -70,8 +70,10 @@ async fn swarm_on_every_shard(backend: Backend) {
     // Every shard holds a queue.
     let owners: std::collections::BTreeSet<u16> = queues.iter().map(|q| cluster.owner(q).port).collect();
     assert_eq!(owners.len(), 3, "one queue per shard");
+    // CI runs 60 people per queue; bench/cluster-swarm.sh sets more.
+    let users: u32 = std::env::var("CLUSTER_SWARM_USERS").ok().and_then(|v| v.parse().ok()).unwrap_or(60);
     let runs = queues.iter().enumerate().map(|(i, q)| {
-        let args = swarm_args(60, i as u32 + 1);
+        let args = swarm_args(users, i as u32 + 1);
         let services = &services;
         async move {
             let a: Vec<&str> = args.iter().map(String::as_str).collect();
@@ -80,8 +82,8 @@ async fn swarm_on_every_shard(backend: Backend) {
     });
     for (q, (code, r, stderr)) in futures_join(runs).await {
         assert_clean(code, &r, &stderr);
-        assert_eq!(n(&r, "entered"), 60, "{q}: {r:#}");
-        assert_eq!(n(&r, "admitted") + n(&r, "abandoned"), 60, "{q}: {r:#}");
+        assert_eq!(n(&r, "entered"), u64::from(users), "{q}: {r:#}");
+        assert_eq!(n(&r, "admitted") + n(&r, "abandoned"), u64::from(users), "{q}: {r:#}");
         assert!(n(&r, "messages_echoed") > 0, "chat went through the shard's room: {q}: {r:#}");
         eprintln!("cluster swarm {q} ({backend:?}): {}", summary(&r));
     }
@@ -268,4 +270,36 @@ async fn probe_entries(api: String, queue: String, for_how_long: Duration) -> Ve
         }
     }
     acked
+}
+
+/// `queue-cli join` on the last shard's queue with a soft cap of 1: alice is let in
+/// and chats, bob waits at rank 1, and when alice quits her freed place goes to bob at
+/// once (announced on the shard with SPUBLISH), who chats in the same room.
+async fn journey_on_a_cluster(backend: Backend) {
+    let opts = StackOptions { soft_cap: 1, ..Default::default() };
+    let (_cluster, queues, services) = setup(backend, &opts).await;
+    let q = queues[2].clone();
+    let join = |nickname: &str| {
+        let args: Vec<String> = ["join", "--api", &services.api.url(), "--chat", &services.chat.url()]
+            .iter()
+            .map(|s| s.to_string())
+            .chain(["--queue".to_string(), q.clone(), "--nickname".to_string(), nickname.to_string()])
+            .collect();
+        start_piped(client_binary(), &args)
+    };
+    let (mut alice, mut alice_out) = join("alice");
+    alice_out.expect("connected", |l| l.starts_with("connected to chat as alice")).await;
+    let (mut bob, mut bob_out) = join("bob");
+    bob_out.expect("waiting at rank 1", |l| l.starts_with("waiting: rank 1")).await;
+    type_line(&mut alice, "hello from shard three").await;
+    alice_out.expect("her own message, through the room", |l| l.ends_with("alice: hello from shard three")).await;
+    type_line(&mut alice, "/quit").await;
+    alice_out.expect("leaving", |l| l == "left the chat").await;
+    exits_cleanly(&mut alice, &alice_out).await;
+    bob_out.expect("admitted", |l| l.starts_with("admitted: ticket ")).await;
+    bob_out.expect("connected", |l| l.starts_with("connected to chat as bob")).await;
+    type_line(&mut bob, "hi").await;
+    bob_out.expect("his message", |l| l.ends_with("bob: hi")).await;
+    type_line(&mut bob, "/quit").await;
+    exits_cleanly(&mut bob, &bob_out).await;
 }

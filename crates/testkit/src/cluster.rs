@@ -105,9 +105,9 @@ impl Cluster {
         assert!(known.is_some(), "the nodes did not meet");
         let ids: Vec<String> = cluster.nodes.iter().map(|n| my_id(&mut n.conn())).collect();
         for r in 0..replicas {
-            for p in 0..primaries {
+            for (p, id) in ids.iter().enumerate().take(primaries) {
                 let replica = &cluster.nodes[primaries * (1 + r) + p];
-                redis::cmd("CLUSTER").arg("REPLICATE").arg(&ids[p]).query::<()>(&mut replica.conn()).unwrap();
+                redis::cmd("CLUSTER").arg("REPLICATE").arg(id).query::<()>(&mut replica.conn()).unwrap();
             }
         }
         cluster.wait_healthy(Duration::from_secs(60));
