@@ -324,6 +324,23 @@ mod tests {
     }
 
     #[test]
+    fn valkey_connection_flags() {
+        let s = parse(&[]).unwrap();
+        let t = s.common.valkey_target().unwrap();
+        assert_eq!((t.urls.len(), t.cluster, t.is_tls()), (1, false, false));
+        let s = parse(&["--valkey-url", "redis://a:1,redis://b:2", "--cluster"]).unwrap();
+        assert_eq!(s.common.valkey_target().unwrap(), queue_client::Target::cluster(["redis://a:1", "redis://b:2"]));
+        let s = parse(&["--valkey-url", "redis://a:1,redis://b:2"]).unwrap();
+        assert!(s.common.valkey_target().unwrap_err().contains("--cluster"));
+        let e = parse(&["--valkey-client-cert", "c.pem"]).unwrap_err();
+        assert!(e.contains("--valkey-client-key"), "{e}");
+        let s = parse(&["--valkey-url", "redis://a:1", "--valkey-ca-file", "ca.pem"]).unwrap();
+        assert!(s.common.valkey_target().unwrap_err().contains("rediss://"));
+        let s = parse(&["--valkey-url", "rediss://svc:pw@a:1", "--valkey-ca-file", "/nonexistent/ca.pem"]).unwrap();
+        assert!(s.common.valkey_target().unwrap_err().contains("no such file"));
+    }
+
+    #[test]
     fn durations_need_a_unit_and_stay_in_range() {
         for bad in ["100", "50ms", "61s", "soon"] {
             let e = parse(&["--tick", bad]).unwrap_err();
