@@ -679,7 +679,12 @@ function Q:fill_freed(now)
   if promoted + dropped > 0 then
     local payload = string.format('{"queue":"%s","promoted":%s,"waiting":%s,"atMs":%s}', self.name, fmt(promoted),
       fmt(self:waiting_count()), fmt(now))
-    redis.call("PUBLISH", self.prefix .. K_PROMOTED, payload)
+    -- On a cluster the services listen with sharded pub/sub (SSUBSCRIBE on the queue's
+    -- shard); on one server by pattern. Sharded first: when nobody heard it that way,
+    -- PUBLISH (one server, or a cluster whose services use no sharded feed).
+    if redis.call("SPUBLISH", self.prefix .. K_PROMOTED, payload) == 0 then
+      redis.call("PUBLISH", self.prefix .. K_PROMOTED, payload)
+    end
   end
   return promoted
 end

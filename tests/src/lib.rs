@@ -2,6 +2,8 @@
 //! Lua library) and the real `chat-server`, `queue-manager` and `queue-api` binaries from
 //! target/release, each on a free port and waited for until its /healthz says ready.
 
+pub mod stores;
+
 use serde_json::Value;
 use std::collections::HashMap;
 use std::path::PathBuf;

@@ -267,11 +267,19 @@ impl Server {
         }
     }
 
-    /// PUBLISH `message` on `channel` (to this server's subscribers; in a cluster,
-    /// to every node's).
+    /// Publishes `message` on `channel`: on one server PUBLISH (pattern subscribers);
+    /// in a cluster SPUBLISH, to the subscribers of the channel's shard (the channel
+    /// carries the queue's hash tag), instead of a broadcast to every node.
     pub fn publish(&self, channel: Str, message: Str) {
         // SAFETY: valid ctx and strings.
-        unsafe { raw::RedisModule_PublishMessage.unwrap()(self.ctx, channel.0, message.0) };
+        unsafe {
+            let flags = raw::RedisModule_GetContextFlags.unwrap()(self.ctx);
+            if flags & raw::REDISMODULE_CTX_FLAGS_CLUSTER as c_int != 0 {
+                raw::RedisModule_PublishMessageShard.unwrap()(self.ctx, channel.0, message.0);
+            } else {
+                raw::RedisModule_PublishMessage.unwrap()(self.ctx, channel.0, message.0);
+            }
+        }
     }
 
     pub fn notify(&self, event: &CStr, key: Str) {

@@ -1,6 +1,7 @@
 //! Pub/sub on the queues' channels: every channel carries its queue's hash tag, so on
 //! a cluster it lives in the queue's slot and is published with SPUBLISH (PUBLISH on
-//! a single server). Subscriptions are by pattern, on one server.
+//! a single server). [`Subscription`] is by pattern, on one server;
+//! [`crate::feed::Feed`] listens on one server or a cluster.
 //!
 //! Channels: a queue's promotion announcements ([`crate::events`],
 //! `queue:{Q}:promoted`) and the chat rooms (`chat:{Q}:room`, [`keys::room_channel`]).
@@ -34,7 +35,7 @@ impl Subscription {
     /// Opens a connection to the server at `url` (giving up after `connect_timeout`,
     /// if any) and subscribes to the channels matching `pattern`.
     pub async fn pattern(url: &str, pattern: &str, connect_timeout: Option<Duration>) -> Result<Self, ClientError> {
-        let client = redis::Client::open(url)?;
+        let client = crate::Target::single(url).client()?;
         let mut pubsub = match connect_timeout {
             Some(limit) => tokio::time::timeout(limit, client.get_async_pubsub())
                 .await

@@ -10,6 +10,8 @@ use redis::cluster_routing::{MultipleNodeRoutingInfo, RoutingInfo, SingleNodeRou
 use redis::{Cmd, RedisError, RedisResult, Value};
 use std::time::Duration;
 
+use crate::Target;
+
 /// How the client connects and how long it waits.
 #[derive(Debug, Clone)]
 pub struct ConnectOptions {
@@ -71,6 +73,22 @@ pub(crate) struct Conn {
     deadline: Duration,
 }
 
+/// A cluster client for `target` (its seeds, TLS certificates, ACL user from the URLs).
+pub(crate) fn cluster_builder(target: &Target, options: &ConnectOptions) -> RedisResult<ClusterClientBuilder> {
+    crate::target::install_crypto();
+    let max_wait = options.reconnect_max_delay.as_millis() as u64;
+    let mut builder = ClusterClientBuilder::new(target.urls.iter().map(String::as_str))
+        .connection_timeout(options.connection_timeout)
+        .response_timeout(options.response_timeout)
+        .retries(u32::try_from(options.reconnect_retries).unwrap_or(u32::MAX))
+        .min_retry_wait(max_wait.min(100))
+        .max_retry_wait(max_wait);
+    if let Some(certs) = target.certificates()? {
+        builder = builder.certs(certs);
+    }
+    Ok(builder)
+}
+
 fn timed_out(after: Duration) -> RedisError {
     RedisError::from(std::io::Error::new(std::io::ErrorKind::TimedOut, format!("no reply within {after:?}")))
 }
@@ -78,21 +96,30 @@ fn timed_out(after: Duration) -> RedisError {
 impl Conn {
     /// A reconnecting connection to one server.
     pub(crate) async fn single(url: &str, options: &ConnectOptions) -> RedisResult<Conn> {
-        let client = redis::Client::open(url)?;
+        Conn::single_client(redis::Client::open(url)?, options).await
+    }
+
+    /// The connection `target` names: one server or a cluster, TLS or not.
+    pub(crate) async fn open(target: &Target, options: &ConnectOptions) -> RedisResult<Conn> {
+        if target.cluster {
+            Conn::cluster_target(target, options).await
+        } else {
+            Conn::single_client(target.client()?, options).await
+        }
+    }
+
+    async fn single_client(client: redis::Client, options: &ConnectOptions) -> RedisResult<Conn> {
         let manager = ConnectionManager::new_with_config(client, options.manager_config()).await?;
         Ok(Conn { link: Link::Single(manager), deadline: options.response_timeout })
     }
 
     /// A connection to a cluster, found from any of `urls`.
     pub(crate) async fn cluster(urls: &[String], options: &ConnectOptions) -> RedisResult<Conn> {
-        let max_wait = options.reconnect_max_delay.as_millis() as u64;
-        let client = ClusterClientBuilder::new(urls.iter().map(String::as_str))
-            .connection_timeout(options.connection_timeout)
-            .response_timeout(options.response_timeout)
-            .retries(u32::try_from(options.reconnect_retries).unwrap_or(u32::MAX))
-            .min_retry_wait(max_wait.min(100))
-            .max_retry_wait(max_wait)
-            .build()?;
+        Conn::cluster_target(&Target::cluster(urls.iter().cloned()), options).await
+    }
+
+    async fn cluster_target(target: &Target, options: &ConnectOptions) -> RedisResult<Conn> {
+        let client = cluster_builder(target, options)?.build()?;
         let connection = client.get_async_connection().await?;
         Ok(Conn { link: Link::Cluster(connection), deadline: options.response_timeout })
     }
@@ -150,6 +177,14 @@ impl Conn {
                     .collect()
             }
         }
+    }
+
+    /// The primaries of the current topology (`Node::Only` on one server).
+    pub(crate) async fn primaries(&self) -> RedisResult<Vec<Node>> {
+        if !self.is_cluster() {
+            return Ok(vec![Node::Only]);
+        }
+        Ok(self.send_to_primaries(&redis::cmd("PING")).await?.into_iter().map(|(node, _)| node).collect())
     }
 
     /// Sends a command to one primary.

@@ -6,8 +6,8 @@
 //! sharded pub/sub works), payload [`QueueEvent`] as JSON. Published with PUBLISH on a
 //! single server and SPUBLISH on a cluster.
 
-use crate::announce::Subscription;
-use crate::{ClientError, QueueClient};
+use crate::feed::Feed;
+use crate::{ClientError, QueueClient, Target};
 use queue_core::keys;
 use serde::{Deserialize, Serialize};
 use std::time::Duration;
@@ -43,10 +43,17 @@ impl QueueClient {
     }
 }
 
-/// Receives every queue's events from one server, reconnecting (with backoff) when
-/// the server goes away; events sent while disconnected are lost, which is why
-/// subscribers also refresh on a timer.
-pub fn subscribe_all(url: String) -> mpsc::Receiver<QueueEvent> {
+/// How often a cluster subscriber looks for queues it does not listen to yet.
+pub const CLUSTER_DISCOVER_EVERY: Duration = Duration::from_secs(2);
+
+/// Receives every queue's events from what `target` names. On one server this is
+/// [`subscribe_all`]. On a cluster, sharded pub/sub has no patterns: the subscriber
+/// finds the queues (the registry and every primary's keys, every
+/// [`CLUSTER_DISCOVER_EVERY`]) and SSUBSCRIBEs to each one's channel on its shard.
+pub fn subscribe_target(target: Target) -> mpsc::Receiver<QueueEvent> {
+    if !target.cluster {
+        return subscribe_all_target(target);
+    }
     let (tx, rx) = mpsc::channel(1024);
     tokio::spawn(async move {
         let mut delay = Duration::from_millis(100);
@@ -54,7 +61,65 @@ pub fn subscribe_all(url: String) -> mpsc::Receiver<QueueEvent> {
             if tx.is_closed() {
                 return;
             }
-            if let Ok(mut events) = Subscription::pattern(&url, PROMOTED_PATTERN, None).await {
+            match sharded_round(&target, &tx).await {
+                Ok(()) => return,
+                Err(e) => tracing::warn!(error = %e, "event subscription unavailable; retrying"),
+            }
+            tokio::time::sleep(delay).await;
+            delay = (delay * 2).min(Duration::from_secs(5));
+        }
+    });
+    rx
+}
+
+/// One sharded subscription with its discovery loop; Ok once nobody listens.
+async fn sharded_round(target: &Target, tx: &mpsc::Sender<QueueEvent>) -> Result<(), ClientError> {
+    let (mut feed, channels) = Feed::open(target, PROMOTED_PATTERN, Some(Duration::from_secs(5))).await?;
+    let client = QueueClient::connect_target(target, crate::LazyClient::service_options()).await?;
+    let discover = async {
+        loop {
+            let mut queues = client.scan_queues().await.unwrap_or_default();
+            queues.extend(client.registered_queues().await.unwrap_or_default());
+            for q in queues.iter().filter(|q| keys::check_queue(q.as_bytes()).is_ok()) {
+                if let Err(e) = channels.add(&promoted_channel(q)).await {
+                    tracing::debug!(queue = q, error = %e, "cannot subscribe yet");
+                }
+            }
+            tokio::time::sleep(CLUSTER_DISCOVER_EVERY).await;
+        }
+    };
+    let forward = async {
+        while let Some(heard) = feed.next().await {
+            if let Ok(event) = serde_json::from_slice::<QueueEvent>(&heard.payload) {
+                if tx.send(event).await.is_err() {
+                    return true;
+                }
+            }
+        }
+        false
+    };
+    tokio::select! {
+        () = discover => unreachable!("the discovery loop never ends"),
+        done = forward => if done { Ok(()) } else { Err(ClientError::Unavailable("the event feed closed".into())) },
+    }
+}
+
+/// Receives every queue's events from one server, reconnecting (with backoff) when
+/// the server goes away; events sent while disconnected are lost, which is why
+/// subscribers also refresh on a timer.
+pub fn subscribe_all(url: String) -> mpsc::Receiver<QueueEvent> {
+    subscribe_all_target(Target::single(url))
+}
+
+fn subscribe_all_target(target: Target) -> mpsc::Receiver<QueueEvent> {
+    let (tx, rx) = mpsc::channel(1024);
+    tokio::spawn(async move {
+        let mut delay = Duration::from_millis(100);
+        loop {
+            if tx.is_closed() {
+                return;
+            }
+            if let Ok((mut events, _)) = Feed::open(&target, PROMOTED_PATTERN, None).await {
                 delay = Duration::from_millis(100);
                 while let Some(heard) = events.next().await {
                     if let Ok(event) = serde_json::from_slice::<QueueEvent>(&heard.payload) {

@@ -2,7 +2,7 @@
 //! "unavailable") while Valkey is not reachable yet. Once made, the client keeps it
 //! and reconnects by itself.
 
-use crate::{ConnectOptions, QueueClient};
+use crate::{ConnectOptions, QueueClient, Target};
 use std::sync::Arc;
 use std::time::Duration;
 use tokio::sync::RwLock;
@@ -10,8 +10,8 @@ use tokio::sync::RwLock;
 /// A [`QueueClient`] being connected in the background.
 #[derive(Clone)]
 pub struct LazyClient {
-    /// The Valkey URL.
-    pub url: String,
+    /// What it connects to.
+    pub target: Target,
     client: Arc<RwLock<Option<QueueClient>>>,
 }
 
@@ -30,13 +30,19 @@ impl LazyClient {
     /// Starts connecting to `url` in the background, retrying with backoff (must be
     /// called inside a tokio runtime).
     pub fn connect(url: String) -> LazyClient {
-        let lazy = LazyClient { url, client: Arc::new(RwLock::new(None)) };
+        LazyClient::connect_target(Target::single(url))
+    }
+
+    /// Starts connecting to `target` (one server or a cluster, TLS, ACL user) in the
+    /// background, retrying with backoff (must be called inside a tokio runtime).
+    pub fn connect_target(target: Target) -> LazyClient {
+        let lazy = LazyClient { target, client: Arc::new(RwLock::new(None)) };
         let l = lazy.clone();
         tokio::spawn(async move {
             let options = LazyClient::service_options();
             let mut delay = Duration::from_millis(200);
             loop {
-                match QueueClient::connect_with(&l.url, options.clone()).await {
+                match QueueClient::connect_target(&l.target, options.clone()).await {
                     Ok(c) => {
                         tracing::info!(backend = ?c.backend(), "connected to the queue store");
                         *l.client.write().await = Some(c);

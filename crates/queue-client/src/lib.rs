@@ -30,6 +30,7 @@ mod challenge;
 mod conn;
 mod error;
 pub mod events;
+pub mod feed;
 mod health;
 mod lazy;
 mod lease;
@@ -37,6 +38,7 @@ mod library;
 mod presence;
 mod registry;
 mod reply;
+mod target;
 mod types;
 
 pub use backend::Backend;
@@ -44,6 +46,7 @@ pub use conn::ConnectOptions;
 pub use error::{ClientError, QueueError};
 pub use lazy::LazyClient;
 pub use library::LIBRARY_VERSION;
+pub use target::{redact, Target, TlsFiles};
 pub use types::{Claim, LinePage, Opening, PromoteReport, QueueConfig, QueueInfo, Standing, Status};
 
 use conn::Conn;
@@ -147,6 +150,13 @@ impl QueueClient {
     /// [`QueueClient::connect_cluster`] with explicit timeouts and retry settings.
     pub async fn connect_cluster_with(urls: &[String], options: ConnectOptions) -> Result<QueueClient, ClientError> {
         let conn = Conn::cluster(urls, &options).await.map_err(connect_error)?;
+        QueueClient::start(conn).await
+    }
+
+    /// Connects to what `target` names (one server or a cluster, TLS, an ACL user)
+    /// and detects the backend.
+    pub async fn connect_target(target: &Target, options: ConnectOptions) -> Result<QueueClient, ClientError> {
+        let conn = Conn::open(target, &options).await.map_err(connect_error)?;
         QueueClient::start(conn).await
     }
 

@@ -28,9 +28,17 @@ impl QueueClient {
 
     /// The queues with someone in line or inside: a `SCAN ... TYPE zset` for the
     /// `waiting` and `sessions` keys of validly named queues ([`keys::queue_of`]).
-    /// A keyless SCAN sees one node only, so on a cluster the answer is partial.
+    /// On a cluster every primary is scanned (the primaries of the current topology,
+    /// so resharding and failover are followed from one call to the next).
     pub async fn scan_queues(&self) -> Result<BTreeSet<String>, ClientError> {
         let mut found = BTreeSet::new();
+        for node in self.conn.primaries().await? {
+            self.scan_node(&node, &mut found).await?;
+        }
+        Ok(found)
+    }
+
+    async fn scan_node(&self, node: &crate::conn::Node, found: &mut BTreeSet<String>) -> Result<(), ClientError> {
         let mut cursor = "0".to_string();
         loop {
             let mut cmd = redis::cmd("SCAN");
@@ -41,7 +49,7 @@ impl QueueClient {
                 .arg(SCAN_COUNT)
                 .arg("TYPE")
                 .arg("zset");
-            let mut reply = array(self.raw(&cmd).await?, "SCAN")?;
+            let mut reply = array(self.conn.send_to(node, &cmd).await?, "SCAN")?;
             if reply.len() != 2 {
                 return Err(ClientError::protocol("SCAN: expected [cursor, keys]"));
             }
@@ -49,7 +57,7 @@ impl QueueClient {
             found.extend(batch.iter().filter_map(|k| keys::queue_of(k)).map(str::to_string));
             cursor = reply::text(&reply[0]).unwrap_or_default();
             if cursor == "0" || cursor.is_empty() {
-                return Ok(found);
+                return Ok(());
             }
         }
     }

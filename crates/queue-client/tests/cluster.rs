@@ -113,3 +113,43 @@ async fn bare_cluster_gets_the_library_on_every_primary() {
     assert_eq!(second.enter(&queues[2], "late", "n").await.unwrap().status, Status::Promoted);
     assert_eq!(installed_version(&mut nodes[2].conn()), LIBRARY_VERSION);
 }
+
+/// On a cluster the queue's announcements go over sharded pub/sub: the engine's own
+/// (a freed place filled inside LEAVE) and the services' (a chat room), each heard by a feed that SSUBSCRIBEd
+/// to the channel on its shard, for a queue on every primary.
+async fn sharded_announcements(backend: testkit::Backend) {
+    use queue_client::events::{promoted_channel, QueueEvent};
+    use queue_client::feed::Feed;
+    let nodes = start_cluster(backend);
+    let target = queue_client::Target::cluster(urls(&nodes));
+    let client = QueueClient::connect_target(&target, Default::default()).await.unwrap();
+    let (mut feed, channels) = Feed::open(&target, queue_core::keys::PROMOTED_PATTERN, None).await.unwrap();
+    assert!(channels.is_sharded());
+    for q in queue_per_node(&nodes, "ann") {
+        channels.add(&promoted_channel(&q)).await.unwrap();
+        channels.add(&queue_core::keys::room_channel(&q)).await.unwrap();
+        // A place freed inside a command (LEAVE) is filled and announced by the engine.
+        client.config_set(&q, &[("soft_cap", 1)]).await.unwrap();
+        client.enter(&q, "u1", "n").await.unwrap();
+        client.enter(&q, "u2", "n").await.unwrap();
+        client.leave(&q, "u1").await.unwrap();
+        let heard = tokio::time::timeout(Duration::from_secs(5), feed.next()).await.unwrap().unwrap();
+        assert_eq!(heard.channel, promoted_channel(&q));
+        let event: QueueEvent = serde_json::from_slice(&heard.payload).unwrap();
+        assert_eq!((event.queue.as_str(), event.promoted), (q.as_str(), 1));
+        assert_eq!(client.status(&q, "u2").await.unwrap().status, Status::Promoted);
+        assert_eq!(client.publish_room(&q, "hello").await.unwrap(), 1, "one sharded subscriber");
+        let heard = tokio::time::timeout(Duration::from_secs(5), feed.next()).await.unwrap().unwrap();
+        assert_eq!((heard.channel, heard.payload), (queue_core::keys::room_channel(&q), b"hello".to_vec()));
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn module_sharded_announcements() {
+    sharded_announcements(testkit::Backend::Module).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn lua_sharded_announcements() {
+    sharded_announcements(testkit::Backend::Lua).await;
+}

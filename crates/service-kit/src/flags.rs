@@ -10,15 +10,30 @@ use clap::error::ErrorKind;
 use std::ffi::{OsStr, OsString};
 use std::net::SocketAddr;
 use std::ops::RangeInclusive;
+use std::path::PathBuf;
 use std::time::Duration;
 
 /// The flags every service takes. The listen address has no default here: each service
 /// names its own with [`default_listen`].
 #[derive(Debug, Clone, clap::Args)]
 pub struct Common {
-    /// Valkey URL (redis://host:port/).
+    /// Valkey URL: redis://[user:password@]host:port/, rediss:// for TLS; with
+    /// --cluster, seed nodes, comma-separated.
     #[arg(long, env = "VALKEY_URL", default_value = "redis://127.0.0.1:6379/")]
     pub valkey_url: String,
+    /// Valkey is a cluster (--valkey-url names seed nodes).
+    #[arg(long, env = "VALKEY_CLUSTER")]
+    pub cluster: bool,
+    /// With rediss://: the CA that signed the servers' certificates (PEM), instead of
+    /// the system's trust store.
+    #[arg(long, env = "VALKEY_CA_FILE")]
+    pub valkey_ca_file: Option<PathBuf>,
+    /// With rediss://: this client's certificate (PEM), for servers that ask for one.
+    #[arg(long, env = "VALKEY_CLIENT_CERT", requires = "valkey_client_key")]
+    pub valkey_client_cert: Option<PathBuf>,
+    /// With rediss://: the key of --valkey-client-cert (PEM).
+    #[arg(long, env = "VALKEY_CLIENT_KEY", requires = "valkey_client_cert")]
+    pub valkey_client_key: Option<PathBuf>,
     /// Address to listen on.
     #[arg(long, env = "LISTEN")]
     pub listen: SocketAddr,
@@ -32,9 +47,45 @@ impl Common {
     pub fn local(valkey_url: &str) -> Common {
         Common {
             valkey_url: valkey_url.to_string(),
+            cluster: false,
+            valkey_ca_file: None,
+            valkey_client_cert: None,
+            valkey_client_key: None,
             listen: SocketAddr::from(([127, 0, 0, 1], 0)),
             log_format: LogFormat::Text,
         }
+    }
+}
+
+impl Common {
+    /// For tests: what `target` names, any free loopback port, text logs.
+    pub fn local_target(target: &queue_client::Target) -> Common {
+        Common {
+            valkey_url: target.urls.join(","),
+            cluster: target.cluster,
+            valkey_ca_file: target.tls.ca_file.clone(),
+            valkey_client_cert: target.tls.client_cert.clone(),
+            valkey_client_key: target.tls.client_key.clone(),
+            ..Common::local("")
+        }
+    }
+
+    /// The store these flags name, checked (a usage error otherwise).
+    pub fn valkey_target(&self) -> Result<queue_client::Target, String> {
+        let tls = queue_client::TlsFiles {
+            ca_file: self.valkey_ca_file.clone(),
+            client_cert: self.valkey_client_cert.clone(),
+            client_key: self.valkey_client_key.clone(),
+        };
+        queue_client::Target::parse(&self.valkey_url, self.cluster, tls)
+    }
+
+    /// [`Common::valkey_target`] for flags already checked at startup.
+    pub fn target(&self) -> queue_client::Target {
+        self.valkey_target().unwrap_or_else(|e| {
+            tracing::error!("{e}");
+            queue_client::Target::single(self.valkey_url.clone())
+        })
     }
 }
 
@@ -270,6 +321,23 @@ mod tests {
             parse(&["--tick", "250ms", "--beat", "2m 30s", "--log-format", "json", "--listen", "0.0.0.0:1"]).unwrap();
         assert_eq!((s.tick, s.beat), (Duration::from_millis(250), Duration::from_secs(150)));
         assert_eq!((s.common.log_format, s.common.listen.port()), (LogFormat::Json, 1));
+    }
+
+    #[test]
+    fn valkey_connection_flags() {
+        let s = parse(&[]).unwrap();
+        let t = s.common.valkey_target().unwrap();
+        assert_eq!((t.urls.len(), t.cluster, t.is_tls()), (1, false, false));
+        let s = parse(&["--valkey-url", "redis://a:1,redis://b:2", "--cluster"]).unwrap();
+        assert_eq!(s.common.valkey_target().unwrap(), queue_client::Target::cluster(["redis://a:1", "redis://b:2"]));
+        let s = parse(&["--valkey-url", "redis://a:1,redis://b:2"]).unwrap();
+        assert!(s.common.valkey_target().unwrap_err().contains("--cluster"));
+        let e = parse(&["--valkey-client-cert", "c.pem"]).unwrap_err();
+        assert!(e.contains("--valkey-client-key"), "{e}");
+        let s = parse(&["--valkey-url", "redis://a:1", "--valkey-ca-file", "ca.pem"]).unwrap();
+        assert!(s.common.valkey_target().unwrap_err().contains("rediss://"));
+        let s = parse(&["--valkey-url", "rediss://svc:pw@a:1", "--valkey-ca-file", "/nonexistent/ca.pem"]).unwrap();
+        assert!(s.common.valkey_target().unwrap_err().contains("no such file"));
     }
 
     #[test]

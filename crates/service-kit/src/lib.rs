@@ -47,11 +47,13 @@ pub async fn start<F: Flags>() -> (F::Config, TcpListener) {
     let common = flags.common().clone();
     let name = F::command().get_name().to_string();
     logging::init(common.log_format, &name);
+    let target = common.valkey_target().unwrap_or_else(|e| flags::usage_error::<F>(e));
     let config = flags.into_config().unwrap_or_else(|e| flags::usage_error::<F>(e));
     match TcpListener::bind(common.listen).await {
         Ok(listener) => {
             let listen = listener.local_addr().map_or_else(|_| common.listen.to_string(), |a| a.to_string());
-            tracing::info!(%listen, valkey = %common.valkey_url, "{name} listening");
+            let valkey = target.display();
+            tracing::info!(%listen, %valkey, cluster = target.cluster, tls = target.is_tls(), "{name} listening");
             (config, listener)
         }
         Err(e) => {

@@ -2,6 +2,9 @@
 //! loopback ports in temp dirs, with the queue module loaded or the Lua library
 //! installed, stopped when the guard drops. Polls with deadlines; never sleeps blindly.
 
+pub mod cluster;
+pub mod tls;
+
 use redis::{Connection, Value};
 use std::collections::HashMap;
 use std::net::TcpListener;
@@ -158,9 +161,17 @@ pub struct ServerBuilder {
     module_args: Vec<String>,
     dir: Option<tempfile::TempDir>,
     test_clock: bool,
+    tls: Option<Vec<String>>,
 }
 
 impl ServerBuilder {
+    /// TLS only (`--port 0`, `--tls-port`), with `pki`'s server certificate; clients
+    /// must show a certificate signed by its CA when `mutual`. `url()` is then a
+    /// `rediss://` URL, and `conn()` goes through a unix socket.
+    pub fn tls(mut self, pki: &tls::Pki, mutual: bool) -> Self {
+        self.tls = Some(pki.server_args(0, mutual).split_off(4));
+        self
+    }
     /// An extra server argument, e.g. `.arg("--appendonly").arg("yes")`.
     pub fn arg(mut self, a: impl Into<String>) -> Self {
         self.args.push(a.into());
@@ -202,6 +213,7 @@ impl ServerBuilder {
             args: self.args,
             module_args: self.module_args,
             test_clock: self.test_clock,
+            tls: self.tls,
         };
         s.spawn();
         s
@@ -217,11 +229,13 @@ pub struct ValkeyServer {
     args: Vec<String>,
     module_args: Vec<String>,
     test_clock: bool,
+    /// TLS arguments (files, client auth), when TLS only.
+    tls: Option<Vec<String>>,
 }
 
 impl ValkeyServer {
     pub fn builder(backend: Backend) -> ServerBuilder {
-        ServerBuilder { backend, args: Vec::new(), module_args: Vec::new(), dir: None, test_clock: false }
+        ServerBuilder { backend, args: Vec::new(), module_args: Vec::new(), dir: None, test_clock: false, tls: None }
     }
 
     pub fn start(backend: Backend) -> ValkeyServer {
@@ -253,16 +267,22 @@ impl ValkeyServer {
 
     fn try_spawn(&mut self) -> Result<(), String> {
         let mut cmd = Command::new(server_binary());
-        cmd.current_dir(self.dir.path())
-            .args(["--port", &self.port.to_string(), "--bind", "127.0.0.1", "--save", "", "--daemonize", "no"])
-            .args([
-                "--dir",
-                self.dir.path().to_str().unwrap(),
-                "--enable-debug-command",
-                "yes",
-                "--logfile",
-                "server.log",
-            ]);
+        cmd.current_dir(self.dir.path());
+        match &self.tls {
+            None => cmd.args(["--port", &self.port.to_string()]),
+            Some(tls) => cmd
+                .args(["--port", "0", "--tls-port", &self.port.to_string()])
+                .args(tls)
+                .args(["--unixsocket", self.dir.path().join("valkey.sock").to_str().unwrap()]),
+        };
+        cmd.args(["--bind", "127.0.0.1", "--save", "", "--daemonize", "no"]).args([
+            "--dir",
+            self.dir.path().to_str().unwrap(),
+            "--enable-debug-command",
+            "yes",
+            "--logfile",
+            "server.log",
+        ]);
         if self.backend == Backend::Module {
             cmd.arg("--loadmodule").arg(module_path()).args(&self.module_args);
         }
@@ -275,7 +295,7 @@ impl ValkeyServer {
             if child.try_wait().ok().flatten().is_some() {
                 return Some(false);
             }
-            let mut c = redis::Client::open(format!("redis://127.0.0.1:{port}/")).ok()?.get_connection().ok()?;
+            let mut c = redis::Client::open(self.admin_url()).ok()?.get_connection().ok()?;
             let info: String = redis::cmd("INFO").arg("server").arg("persistence").query(&mut c).ok()?;
             let line = |l: &str| info.lines().any(|x| x.trim() == l);
             if !line(&format!("process_id:{pid}")) {
@@ -312,17 +332,40 @@ impl ValkeyServer {
     }
 
     pub fn url(&self) -> String {
-        format!("redis://127.0.0.1:{}/", self.port)
+        let scheme = if self.tls.is_some() { "rediss" } else { "redis" };
+        format!("{scheme}://127.0.0.1:{}/", self.port)
+    }
+
+    /// The URL `conn()` uses: the TCP port, or a TLS-only server's unix socket.
+    pub fn admin_url(&self) -> String {
+        match self.tls {
+            None => self.url(),
+            Some(_) => format!("redis+unix://{}", self.dir.path().join("valkey.sock").display()),
+        }
+    }
+
+    /// Whether the process was started and not killed since.
+    pub fn is_running(&self) -> bool {
+        self.child.is_some()
+    }
+
+    /// A RESP2 connection, or why none could be made (a dead or stalled server).
+    pub fn try_conn(&self) -> redis::RedisResult<Connection> {
+        let c = redis::Client::open(self.admin_url())?.get_connection_with_timeout(Duration::from_secs(2))?;
+        c.set_read_timeout(Some(Duration::from_secs(5)))?;
+        Ok(c)
     }
 
     /// A RESP2 connection.
     pub fn conn(&self) -> Connection {
-        redis::Client::open(self.url()).unwrap().get_connection().expect("connect")
+        redis::Client::open(self.admin_url()).unwrap().get_connection().expect("connect")
     }
 
     /// A RESP3 connection.
     pub fn conn3(&self) -> Connection {
-        redis::Client::open(format!("{}?protocol=resp3", self.url())).unwrap().get_connection().expect("connect")
+        let url = self.admin_url();
+        let sep = if url.contains('?') { '&' } else { '?' };
+        redis::Client::open(format!("{url}{sep}protocol=resp3")).unwrap().get_connection().expect("connect")
     }
 
     /// Kills the process abruptly (SIGKILL), as a crash would.

@@ -5,14 +5,17 @@
 //! delivery path for all, so every socket sees the room's frames in the same order.
 //!
 //! The channel carries the queue's hash tag, so on a cluster it lives in the queue's
-//! slot (SPUBLISH). The subscriber is one dedicated pub/sub connection per instance
-//! (PSUBSCRIBE `chat:{*}:room`, [`keys::ROOM_PATTERN`]), reconnected with backoff;
-//! after a reconnection the local sockets of each room get a fresh
-//! `PRESENCE_SNAPSHOT`, since deltas sent meanwhile were lost.
+//! slot (SPUBLISH). On one server the subscriber is one dedicated pub/sub connection
+//! per instance (PSUBSCRIBE `chat:{*}:room`, [`keys::ROOM_PATTERN`]); on a cluster it
+//! is sharded pub/sub (SSUBSCRIBE), room by room: a session's room is subscribed on
+//! its shard before the session is served ([`join_room`]), so a room's traffic stays
+//! on its queue's shard. Reconnected with backoff; after a reconnection the local
+//! sockets of each room get a fresh `PRESENCE_SNAPSHOT`, since deltas sent meanwhile
+//! were lost.
 
 use crate::frames;
 use crate::AppState;
-use queue_client::announce::Subscription;
+use queue_client::feed::Feed;
 use queue_client::ClientError;
 use queue_core::keys;
 use serde::Deserialize;
@@ -70,9 +73,23 @@ pub async fn subscribe(state: Arc<AppState>) {
     }
 }
 
+/// Listens to `queue`'s room (on a cluster: SSUBSCRIBE on its shard, awaited, so
+/// that the session hears its own first frames); nothing to do on one server.
+pub async fn join_room(state: &AppState, queue: &str) {
+    let channels = state.rooms.channels();
+    if let Err(e) = channels.add(&keys::room_channel(queue)).await {
+        tracing::warn!(queue, error = %e, "cannot subscribe to the room yet; the feed retries");
+    }
+}
+
 /// One subscription, until its connection drops.
 async fn listen(state: &Arc<AppState>, first: bool) -> Result<(), ClientError> {
-    let mut rooms = Subscription::rooms(&state.config.common.valkey_url, Some(Duration::from_secs(2))).await?;
+    let target = state.config.common.target();
+    let (mut rooms, channels) = Feed::open(&target, keys::ROOM_PATTERN, Some(Duration::from_secs(2))).await?;
+    for queue in state.rooms.queues() {
+        channels.add(&keys::room_channel(&queue)).await?;
+    }
+    state.rooms.set_channels(channels);
     state.room_feed_up.store(true, Ordering::SeqCst);
     if !first {
         tokio::spawn(resync(state.clone()));

@@ -281,7 +281,7 @@ pub async fn serve(
     let instance_id = config.instance_id.clone().filter(|s| !s.is_empty()).unwrap_or_else(random_instance_id);
     let (stop_tx, stop_rx) = watch::channel(false);
     let state = Arc::new(AppState {
-        store: queue_client::LazyClient::connect(config.common.valkey_url.clone()),
+        store: queue_client::LazyClient::connect_target(config.common.target()),
         instance_id,
         rooms: Arc::new(room::Rooms::default()),
         metrics: Arc::new(metrics::Metrics::default()),

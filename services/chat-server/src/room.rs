@@ -41,6 +41,8 @@ pub struct Room {
 #[derive(Default)]
 pub struct Rooms {
     rooms: Mutex<HashMap<String, Arc<Room>>>,
+    /// The room feed's channels (sharded on a cluster: each room subscribed by name).
+    channels: Mutex<queue_client::feed::Channels>,
     next_id: AtomicU64,
     local: AtomicUsize,
 }
@@ -78,6 +80,16 @@ impl Rooms {
                 })
             })
             .clone()
+    }
+
+    /// The current room feed's channels.
+    pub fn channels(&self) -> queue_client::feed::Channels {
+        self.channels.lock().unwrap().clone()
+    }
+
+    /// A new room feed's channels.
+    pub fn set_channels(&self, channels: queue_client::feed::Channels) {
+        *self.channels.lock().unwrap() = channels;
     }
 
     /// Adds a session to its room; it hears every frame delivered from now on.

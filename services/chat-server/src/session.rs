@@ -199,6 +199,7 @@ pub async fn run<S>(
     // Join the local feed before announcing and before reading the snapshot: every
     // change after the snapshot's read then arrives as a delta.
     let mut member = state.rooms.join(&queue, &claim.user_id);
+    Box::pin(crate::bus::join_room(&state, &queue)).await;
     tracing::info!(queue, user = claim.user_id, nickname = claim.nickname, "joined");
     announce(&state, &queue, &claim, true);
     let mut conn = Conn { ws, state: state.clone(), extended };

@@ -165,11 +165,11 @@ pub async fn serve(
 ) -> std::io::Result<()> {
     let metrics = Arc::new(metrics::Metrics::default());
     metrics.registry().spawn_upkeep();
-    let store = store::Store::connect(config.common.valkey_url.clone());
+    let store = store::Store::connect(config.common.target());
     let hub = hub::Hub::new(store.clone(), config.push_tick, metrics.clone());
     let (stop_tx, stop_rx) = watch::channel(false);
     // Promotion announcements wake the matching queue's push streams at once.
-    let mut events = queue_client::events::subscribe_all(config.common.valkey_url.clone());
+    let mut events = queue_client::events::subscribe_target(config.common.target());
     let hub_events = hub.clone();
     tokio::spawn(async move {
         while let Some(e) = events.recv().await {

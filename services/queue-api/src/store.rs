@@ -2,14 +2,15 @@
 //! 503 while Valkey is unreachable).
 
 use crate::error::ApiError;
-use queue_client::{LazyClient, QueueClient};
+use queue_client::{LazyClient, QueueClient, Target};
 
 #[derive(Clone)]
 pub struct Store(LazyClient);
 
 impl Store {
-    pub fn connect(url: String) -> Store {
-        Store(LazyClient::connect(url))
+    /// Connects in the background to what `target` names (one server or a cluster).
+    pub fn connect(target: Target) -> Store {
+        Store(LazyClient::connect_target(target))
     }
 
     /// The client, or 503 while the first connection is not made yet.

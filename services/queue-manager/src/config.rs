@@ -9,19 +9,10 @@ use std::time::Duration;
 /// The admission loop of the waiting room: calls QUEUE.PROMOTE on every queue, with
 /// one active leader among its replicas.
 #[derive(Debug, Clone, Parser)]
-#[command(
-    name = "queue-manager",
-    version,
-    about,
-    mut_arg("listen", service_kit::default_listen("127.0.0.1:9091")),
-    mut_arg("valkey_url", |a| a.help("Valkey URL; several, comma-separated, with --cluster"))
-)]
+#[command(name = "queue-manager", version, about, mut_arg("listen", service_kit::default_listen("127.0.0.1:9091")))]
 pub struct Flags {
     #[command(flatten)]
     pub common: Common,
-    /// Valkey is a cluster (the URLs are seed nodes).
-    #[arg(long, env = "VALKEY_CLUSTER")]
-    pub cluster: bool,
     /// Time between two promotion rounds (100ms to 60s).
     #[arg(long, env = "TICK", default_value = "1s", value_parser = duration(ms(100)..=secs(60)))]
     pub tick: Duration,
@@ -80,6 +71,9 @@ pub struct Config {
     pub valkey_urls: Vec<String>,
     /// Whether `valkey_urls` name a cluster.
     pub cluster: bool,
+    /// The store, TLS files included (`valkey_urls` and `cluster` are its parts,
+    /// kept for callers that set them directly; [`Config::store`] reconciles them).
+    pub target: queue_client::Target,
     /// Where the HTTP server listens (used by [`crate::run`]).
     pub listen: SocketAddr,
     /// Time between two promotion rounds.
@@ -101,9 +95,11 @@ pub struct Config {
 impl Config {
     /// The flags' defaults (whatever the environment says), for the server at `url`.
     pub fn new(url: impl Into<String>) -> Config {
+        let url: String = url.into();
         Config {
-            valkey_urls: vec![url.into()],
+            valkey_urls: vec![url.clone()],
             cluster: false,
+            target: queue_client::Target::single(url),
             listen: SocketAddr::from(([127, 0, 0, 1], 9091)),
             tick: Duration::from_secs(1),
             lease: Duration::from_secs(3),
@@ -112,6 +108,13 @@ impl Config {
             adaptive: None,
             freeze: None,
         }
+    }
+}
+
+impl Config {
+    /// What to connect to: the target, with `valkey_urls` and `cluster` as set.
+    pub fn store(&self) -> queue_client::Target {
+        queue_client::Target { urls: self.valkey_urls.clone(), cluster: self.cluster, tls: self.target.tls.clone() }
     }
 }
 
@@ -132,14 +135,7 @@ impl service_kit::Flags for Flags {
 
     /// Checks the flags together and makes the configuration.
     fn into_config(self) -> Result<Config, String> {
-        let urls: Vec<String> =
-            self.common.valkey_url.split(',').map(|u| u.trim().to_string()).filter(|u| !u.is_empty()).collect();
-        if urls.is_empty() {
-            return Err("--valkey-url: no URL given".into());
-        }
-        if urls.len() > 1 && !self.cluster {
-            return Err("--valkey-url: several URLs need --cluster".into());
-        }
+        let target = self.common.valkey_target()?;
         let mut queues = Vec::new();
         for q in self.queues.iter().map(|q| q.trim()).filter(|q| !q.is_empty()) {
             if crate::discovery::valid(q).is_none() {
@@ -166,8 +162,9 @@ impl service_kit::Flags for Flags {
             adjust_every: self.adjust_every,
         });
         Ok(Config {
-            valkey_urls: urls,
-            cluster: self.cluster,
+            valkey_urls: target.urls.clone(),
+            cluster: target.cluster,
+            target,
             listen: self.common.listen,
             tick: self.tick,
             lease: self.lease,

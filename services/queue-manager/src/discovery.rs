@@ -4,10 +4,10 @@
 //! Sources, merged:
 //! - the queues named with `--queues` (always served, even before anyone enters);
 //! - the set `queue-registry`, where queue-api adds every queue it serves;
-//! - on a single server, a `SCAN ... TYPE zset` for `queue:{*}` keys whose suffix is
-//!   `waiting` or `sessions`: any queue with someone in line or inside. On a cluster
-//!   a keyless SCAN would see one node only, so there the first two sources are the
-//!   list (queue-api registers what it serves).
+//! - a `SCAN ... TYPE zset` for `queue:{*}` keys whose suffix is `waiting` or
+//!   `sessions`: any queue with someone in line or inside. On a cluster every primary
+//!   of the current topology is scanned, each discovery anew, so queues moved by
+//!   resharding or served by a promoted replica are found without a restart.
 //!
 //! Names are checked like the commands check them; anything else found is ignored.
 
@@ -33,8 +33,6 @@ pub async fn discover(client: &QueueClient, fixed: &[String]) -> Result<BTreeSet
         Err(ClientError::Refused(QueueError::WrongType)) => {}
         Err(e) => return Err(e),
     }
-    if !client.is_cluster() {
-        found.extend(client.scan_queues().await?);
-    }
+    found.extend(client.scan_queues().await?);
     Ok(found)
 }

@@ -208,13 +208,8 @@ async fn connect(state: &ManagerState, stop: &watch::Receiver<bool>) -> Result<O
     };
     let mut backoff = Backoff::new(Duration::from_millis(100), Duration::from_secs(5));
     loop {
-        let attempt = async {
-            if config.cluster {
-                QueueClient::connect_cluster_with(&config.valkey_urls, options.clone()).await
-            } else {
-                QueueClient::connect_with(&config.valkey_urls[0], options.clone()).await
-            }
-        };
+        let target = config.store();
+        let attempt = QueueClient::connect_target(&target, options.clone());
         let result = tokio::select! {
             r = attempt => r,
             _ = stopped(stop.clone()) => return Ok(None),

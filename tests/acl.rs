@@ -1,0 +1,137 @@
+//! Least-privilege ACL users, one per service, with the rules the README gives: each
+//! service runs a swarm under its own user (both backends) with nothing it needs
+//! refused, and each user is refused everything else tried here.
+
+use e2e::stores::{assert_clean, swarm, Services};
+use e2e::{e2e_tests, StackOptions};
+use testkit::{Backend, ValkeyServer};
+
+e2e_tests!(each_service_under_its_own_rule);
+
+/// With the module: what each service reads or publishes, on its keys and channels,
+/// and, in a selector, the queue commands (category `queue`) on any queue name (a
+/// queue command's key is the bare queue name; the module touches only that queue's
+/// `queue:{Q}:*` keys).
+const MODULE_RULES: [(&str, &str); 3] = [
+    ("queue-api", "-@all +ping +sadd +set +psubscribe ~queue:* ~queue-registry resetchannels &queue:{*}:promoted (+@queue ~*)"),
+    (
+        "queue-manager",
+        "-@all +ping +get +set +eval +pexpire +del +scan +smembers +hgetall +publish ~queue:* ~queue-registry ~queue-manager:leader resetchannels &queue:{*}:promoted (+@queue ~*)",
+    ),
+    ("chat-server", "-@all +ping +zrange +hgetall +hset +hdel +publish +psubscribe ~queue:* resetchannels &chat:{*}:room (+@queue ~*)"),
+];
+
+/// With the Lua library, instead of the module's selector: FCALL and FCALL_RO on
+/// any queue name, and the commands the library's functions call, on `queue:*` keys
+/// (its announcements need `&queue:{*}:promoted` on every service).
+const LUA_SELECTOR: &str = "(+fcall +fcall_ro ~*)";
+const LUA_COMMANDS: &str = "+get +set +del +type +time +hget +hgetall +hlen +hset +hdel +lrange +rpush +zadd +zcard +zcount +zrange +zrank +zrem +zscore +publish +spublish";
+
+fn rule(backend: Backend, service: &str) -> String {
+    let base = MODULE_RULES.iter().find(|(s, _)| *s == service).unwrap().1;
+    match backend {
+        Backend::Module => base.to_string(),
+        _ => base
+            .replace("(+@queue ~*)", &format!("{LUA_COMMANDS} {LUA_SELECTOR}"))
+            .replace("&chat:{*}:room", "&chat:{*}:room &queue:{*}:promoted"),
+    }
+}
+
+/// Splits a rule into ACL SETUSER arguments (a selector in parentheses is one).
+fn rule_args(rule: &str) -> Vec<String> {
+    let mut out = Vec::new();
+    let mut rest = rule;
+    while let Some(open) = rest.find('(') {
+        out.extend(rest[..open].split_whitespace().map(str::to_string));
+        let close = rest[open..].find(')').unwrap() + open;
+        out.push(rest[open..=close].to_string());
+        rest = &rest[close + 1..];
+    }
+    out.extend(rest.split_whitespace().map(str::to_string));
+    out
+}
+
+/// Probes the client makes and handles when refused (it then asks another way).
+const EXPECTED_PROBES: [&str; 3] = ["module|list", "function|list", "client|setinfo"];
+
+async fn each_service_under_its_own_rule(backend: Backend) {
+    let valkey = ValkeyServer::start(backend);
+    let mut admin = valkey.conn();
+    for service in ["queue-api", "queue-manager", "chat-server"] {
+        let r = rule(backend, service);
+        let mut cmd = redis::cmd("ACL");
+        cmd.arg("SETUSER").arg(service).arg("reset").arg("on").arg(">pw");
+        for part in rule_args(&r) {
+            cmd.arg(part);
+        }
+        cmd.query::<()>(&mut admin).unwrap_or_else(|e| panic!("{service}: {r}: {e}"));
+    }
+    let _: () = redis::cmd("ACL").arg("LOG").arg("RESET").query(&mut admin).unwrap();
+    let opts = StackOptions { soft_cap: 5, ..Default::default() };
+    valkey.client().call("QUEUE.CONFIG", &["default", "SET", "soft_cap", "5"]).unwrap();
+    let url = |user: &str| format!("redis://{user}:pw@127.0.0.1:{}/", valkey.port);
+    // Each service with its own user: start them one by one with their URL.
+    let services = Services::start_each(
+        [
+            vec!["--valkey-url".to_string(), url("chat-server")],
+            vec!["--valkey-url".to_string(), url("queue-manager")],
+            vec!["--valkey-url".to_string(), url("queue-api")],
+        ],
+        &["default".to_string()],
+        &opts,
+    )
+    .await;
+    let args = ["--users", "40", "--rate", "40", "--stay-secs", "0.2", "--messages", "1", "--timeout-secs", "120"];
+    let (code, r, stderr) = swarm(&services, "default", &args).await;
+    assert_clean(code, &r, &stderr);
+
+    // Nothing the services needed was refused (besides the probes they handle).
+    let log: Vec<redis::Value> = redis::cmd("ACL").arg("LOG").query(&mut admin).unwrap();
+    let refusals: Vec<String> = log
+        .iter()
+        .map(|e| {
+            let f = testkit::fields(e);
+            format!(
+                "{} {} {}",
+                testkit::field_str(&f, "username").unwrap_or_default(),
+                testkit::field_str(&f, "reason").unwrap_or_default(),
+                testkit::field_str(&f, "object").unwrap_or_default()
+            )
+        })
+        .filter(|line| !EXPECTED_PROBES.iter().any(|p| line.ends_with(p)))
+        .collect();
+    assert!(refusals.is_empty(), "refused while serving: {refusals:#?}");
+
+    // And everything else is refused.
+    for service in ["queue-api", "queue-manager", "chat-server"] {
+        let mut c = redis::Client::open(url(service)).unwrap().get_connection().unwrap();
+        let mut refused = |args: &[&str]| {
+            let e = redis::cmd(args[0]).arg(&args[1..]).query::<redis::Value>(&mut c).unwrap_err();
+            assert_eq!(e.code(), Some("NOPERM"), "{service} {args:?}: {e}");
+        };
+        refused(&["FLUSHALL"]);
+        refused(&["CONFIG", "GET", "*"]);
+        refused(&["KEYS", "*"]);
+        refused(&["GET", "someone-elses-key"]);
+        refused(&["SET", "someone-elses-key", "x"]);
+        refused(&["PUBLISH", "other-channel", "x"]);
+        refused(&["ACL", "LIST"]);
+        refused(&["FUNCTION", "FLUSH"]);
+        if service != "queue-manager" {
+            refused(&["SET", "queue-manager:leader", "x"]);
+            refused(&["EVAL", "return 1", "0"]);
+        }
+        if service != "chat-server" {
+            refused(&["PUBLISH", "chat:{default}:room", "x"]);
+        }
+    }
+}
+
+#[test]
+fn the_readme_gives_these_rules() {
+    let readme = std::fs::read_to_string(testkit::workspace_root().join("README.md")).unwrap();
+    for (service, r) in MODULE_RULES {
+        assert!(readme.contains(r), "README lacks {service}'s rule: {r}");
+    }
+    assert!(readme.contains(LUA_COMMANDS) && readme.contains(LUA_SELECTOR), "README lacks the Lua library's rule");
+}
