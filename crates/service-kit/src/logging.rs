@@ -38,8 +38,7 @@ fn filter() -> EnvFilter {
 pub fn init(format: LogFormat, binary: &str) {
     // Traces take spans at info and above, and the Valkey command spans (debug).
     let traced = Targets::new().with_default(LevelFilter::INFO).with_target("queue_client", LevelFilter::DEBUG);
-    let otel =
-        crate::telemetry::tracer(binary).map(|t| tracing_opentelemetry::layer().with_tracer(t).with_filter(traced));
+    let otel = crate::telemetry::tracer(binary).map(|t| crate::telemetry::layer(t).with_filter(traced));
     let ansi = std::io::stdout().is_terminal();
     let text =
         (format == LogFormat::Text).then(|| tracing_subscriber::fmt::layer().with_ansi(ansi).with_filter(filter()));
