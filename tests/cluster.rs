@@ -72,8 +72,9 @@ async fn swarm_on_every_shard(backend: Backend) {
     assert_eq!(owners.len(), 3, "one queue per shard");
     // CI runs 60 people per queue; bench/cluster-swarm.sh sets more.
     let users: u32 = std::env::var("CLUSTER_SWARM_USERS").ok().and_then(|v| v.parse().ok()).unwrap_or(60);
+    let seed: u32 = std::env::var("CLUSTER_SWARM_SEED").ok().and_then(|v| v.parse().ok()).unwrap_or(0);
     let runs = queues.iter().enumerate().map(|(i, q)| {
-        let args = swarm_args(users, i as u32 + 1);
+        let args = swarm_args(users, seed * 10 + i as u32 + 1);
         let services = &services;
         async move {
             let a: Vec<&str> = args.iter().map(String::as_str).collect();
