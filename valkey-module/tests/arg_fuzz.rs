@@ -394,21 +394,7 @@ impl Gen {
     /// The full command line for the backend, and the queue it names (when that is a
     /// valid name in the key position).
     fn vector(&mut self, backend: Backend) -> Vector {
-        const CMDS: [&str; 12] = [
-            "QUEUE.ENTER",
-            "QUEUE.STATUS",
-            "QUEUE.RANKS",
-            "QUEUE.LINE",
-            "QUEUE.LEAVE",
-            "QUEUE.PROMOTE",
-            "TICKET.CLAIM",
-            "SESSION.HEARTBEAT",
-            "SESSION.END",
-            "QUEUE.INFO",
-            "QUEUE.CONFIG",
-            "QUEUE.OPENING",
-        ];
-        let cmd = self.pick(&CMDS);
+        let cmd = self.pick(&testkit::COMMANDS);
         let args = self.args(cmd);
         let mut v = Vec::with_capacity(args.len() + 3);
         if backend == Backend::Module {

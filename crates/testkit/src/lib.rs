@@ -24,7 +24,7 @@ pub enum Backend {
 }
 
 /// Every queue command, as the module names them.
-pub const COMMANDS: [&str; 11] = [
+pub const COMMANDS: [&str; 12] = [
     "QUEUE.ENTER",
     "QUEUE.STATUS",
     "QUEUE.RANKS",
@@ -36,6 +36,7 @@ pub const COMMANDS: [&str; 11] = [
     "SESSION.END",
     "QUEUE.INFO",
     "QUEUE.CONFIG",
+    "QUEUE.OPENING",
 ];
 
 /// A small deterministic generator (xorshift64*), so a failure replays exactly.

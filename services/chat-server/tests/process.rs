@@ -4,83 +4,15 @@
 mod common;
 
 use common::*;
-use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 use testkit::{Backend, ValkeyServer};
-
-struct Process {
-    child: Child,
-    port: u16,
-}
-
-impl Process {
-    async fn start(valkey_url: &str, extra: &[&str]) -> Process {
-        // A port free now may be taken before the child binds it: try a few.
-        for _ in 0..5 {
-            let port = free_port();
-            let child = Command::new(env!("CARGO_BIN_EXE_chat-server"))
-                .args(["--valkey-url", valkey_url, "--listen", &format!("127.0.0.1:{port}")])
-                .args(extra)
-                .env("RUST_LOG", "warn")
-                .stdin(Stdio::null())
-                .stdout(Stdio::null())
-                .spawn()
-                .expect("start chat-server");
-            let mut p = Process { child, port };
-            let base = p.base();
-            let deadline = Instant::now() + WAIT;
-            while Instant::now() < deadline && p.child.try_wait().unwrap().is_none() {
-                let ready = async {
-                    let h: serde_json::Value = reqwest::get(format!("{base}/healthz")).await.ok()?.json().await.ok()?;
-                    (h["valkey"] == "up" && h["room"] == "up").then_some(())
-                };
-                if ready.await.is_some() {
-                    return p;
-                }
-                tokio::time::sleep(Duration::from_millis(50)).await;
-            }
-            let _ = p.child.kill();
-            let _ = p.child.wait();
-        }
-        panic!("chat-server did not come up");
-    }
-
-    fn base(&self) -> String {
-        format!("http://127.0.0.1:{}", self.port)
-    }
-
-    fn ws(&self) -> String {
-        format!("ws://127.0.0.1:{}", self.port)
-    }
-
-    fn signal(&self, sig: &str) {
-        let ok = Command::new("kill").args([sig, &self.child.id().to_string()]).status().unwrap().success();
-        assert!(ok, "kill {sig}");
-    }
-
-    /// Waits for the process to exit; its status.
-    async fn exited(&mut self) -> std::process::ExitStatus {
-        eventually("chat-server to exit", || {
-            let s = self.child.try_wait().unwrap();
-            async move { s }
-        })
-        .await
-    }
-}
-
-impl Drop for Process {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn kill_9_leaks_nothing_because_leases_lapse() {
     let s = ValkeyServer::start(Backend::Module);
     let qc = queue_client(&s).await;
     qc.config_set("default", &[("session_lease", 1000)]).await.unwrap();
-    let mut p = Process::start(&s.url(), &["--heartbeat", "200ms"]).await;
+    let mut p = Process::start(&s.url(), &["--heartbeat", "200ms"], "warn").await;
     let (mut a, _) = Client::join(&game_url(&p.ws(), &ticket(&qc, "default", "u-a", "alice").await, None)).await;
     let (_b, _) = Client::join(&game_url(&p.ws(), &ticket(&qc, "default", "u-b", "bob").await, None)).await;
     // Heartbeats keep the 1 s leases alive well past their length.
@@ -106,7 +38,7 @@ async fn kill_9_leaks_nothing_because_leases_lapse() {
 async fn sigterm_closes_sockets_and_ends_every_lease() {
     let s = ValkeyServer::start(Backend::Module);
     let qc = queue_client(&s).await;
-    let mut p = Process::start(&s.url(), &["--instance-id", "chat-term"]).await;
+    let mut p = Process::start(&s.url(), &["--instance-id", "chat-term"], "warn").await;
     let (mut a, _) = Client::join(&game_url(&p.ws(), &ticket(&qc, "default", "u-a", "alice").await, None)).await;
     let (mut b, _) = Client::join(&game_url(&p.ws(), &ticket(&qc, "default", "u-b", "bob").await, None)).await;
     assert_eq!(qc.info("default").await.unwrap().active, 2);

@@ -24,7 +24,6 @@ use common::*;
 use futures_util::{SinkExt, StreamExt};
 use serde_json::{json, Value};
 use std::collections::BTreeMap;
-use std::process::{Child, Command, Stdio};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 use testkit::{Backend, Rng, ValkeyServer};
@@ -42,68 +41,6 @@ const PROTOCOL_LIMIT: usize = 64 * 1024;
 const GOOD: usize = 4;
 const NEVER_READERS: usize = 4;
 const CONCURRENCY: usize = 48;
-
-struct Process {
-    child: Child,
-    port: u16,
-}
-
-impl Process {
-    async fn start(valkey_url: &str, extra: &[&str]) -> Process {
-        for _ in 0..5 {
-            let port = free_port();
-            let child = Command::new(env!("CARGO_BIN_EXE_chat-server"))
-                .args(["--valkey-url", valkey_url, "--listen", &format!("127.0.0.1:{port}")])
-                .args(extra)
-                .env("RUST_LOG", "error")
-                .stdin(Stdio::null())
-                .stdout(Stdio::null())
-                .spawn()
-                .expect("start chat-server");
-            let mut p = Process { child, port };
-            let base = format!("http://127.0.0.1:{port}");
-            let deadline = Instant::now() + WAIT;
-            while Instant::now() < deadline && p.child.try_wait().unwrap().is_none() {
-                let ready = async {
-                    let h: Value = reqwest::get(format!("{base}/healthz")).await.ok()?.json().await.ok()?;
-                    (h["valkey"] == "up" && h["room"] == "up").then_some(())
-                };
-                if ready.await.is_some() {
-                    return p;
-                }
-                tokio::time::sleep(Duration::from_millis(50)).await;
-            }
-            let _ = p.child.kill();
-            let _ = p.child.wait();
-        }
-        panic!("chat-server did not come up");
-    }
-
-    fn alive(&mut self) -> bool {
-        self.child.try_wait().unwrap().is_none()
-    }
-
-    /// (VmRSS, VmHWM) in KiB.
-    fn memory(&self) -> (u64, u64) {
-        let status = std::fs::read_to_string(format!("/proc/{}/status", self.child.id())).unwrap_or_default();
-        let field = |name: &str| {
-            status
-                .lines()
-                .find(|l| l.starts_with(name))
-                .and_then(|l| l.split_whitespace().nth(1))
-                .and_then(|v| v.parse().ok())
-                .unwrap_or(0)
-        };
-        (field("VmRSS:"), field("VmHWM:"))
-    }
-}
-
-impl Drop for Process {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
 
 // ------------------------------------------------------------------ framing
 
@@ -606,10 +543,11 @@ async fn chat_server_survives_hostile_websocket_clients() {
             "--message-burst",
             "200",
         ],
+        "error",
     )
     .await;
     let port = p.port;
-    let ws_base = format!("ws://127.0.0.1:{port}");
+    let ws_base = p.ws();
 
     // The good sessions: connected first, chatting throughout.
     let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
