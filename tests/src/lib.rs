@@ -127,33 +127,9 @@ impl Stack {
         let mut c = valkey.client();
         let set = ["soft_cap", &values[0], "ticket_ttl", &values[1], "abandon_after", &values[2]];
         c.call("QUEUE.CONFIG", &[&[queue.as_str(), "SET"][..], &set[..]].concat()).expect("configure the queue");
-        let url = valkey.url();
-        let s = |v: &str| v.to_string();
-        let chat = spawn("chat-server", &[s("--valkey-url"), url.clone(), s("--queue"), queue.clone()], |h| {
-            h["valkey"] == "up" && h["room"] == "up"
-        })
-        .await;
-        let manager_args = [
-            s("--valkey-url"),
-            url.clone(),
-            s("--queues"),
-            queue.clone(),
-            s("--tick"),
-            format!("{}ms", opts.manager_tick_ms),
-        ];
-        let manager = spawn("queue-manager", &manager_args, |h| h["leader"] == true).await;
-        let api_args = [
-            s("--valkey-url"),
-            url,
-            s("--chat-url"),
-            chat.url(),
-            s("--admin-token"),
-            s(ADMIN_TOKEN),
-            s("--trust-proxy"),
-            s("--push-tick"),
-            format!("{}ms", opts.push_tick_ms),
-        ];
-        let api = spawn("queue-api", &api_args, |h| h["valkey"] == "up").await;
+        let flags = ["--valkey-url".to_string(), valkey.url()];
+        let stores::Services { api, chat, manager } =
+            stores::Services::start(&flags, std::slice::from_ref(&queue), &opts).await;
         Stack { api, chat, manager, valkey, queue }
     }
 

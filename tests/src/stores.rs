@@ -28,26 +28,7 @@ impl Services {
     /// Starts the three services with `valkey` (e.g. `--valkey-url a,b,c --cluster`),
     /// the manager serving `queues`, and waits until each is ready.
     pub async fn start(valkey: &[String], queues: &[String], opts: &StackOptions) -> Services {
-        let s = |v: &str| v.to_string();
-        let with = |extra: Vec<String>| [valkey.to_vec(), extra].concat();
-        let chat = spawn("chat-server", &with(vec![s("--queue"), queues[0].clone()]), |h| {
-            h["valkey"] == "up" && h["room"] == "up"
-        })
-        .await;
-        let manager_args =
-            with(vec![s("--queues"), queues.join(","), s("--tick"), format!("{}ms", opts.manager_tick_ms)]);
-        let manager = spawn("queue-manager", &manager_args, |h| h["leader"] == true).await;
-        let api_args = with(vec![
-            s("--chat-url"),
-            chat.url(),
-            s("--admin-token"),
-            s(ADMIN_TOKEN),
-            s("--trust-proxy"),
-            s("--push-tick"),
-            format!("{}ms", opts.push_tick_ms),
-        ]);
-        let api = spawn("queue-api", &api_args, |h| h["valkey"] == "up").await;
-        Services { api, chat, manager }
+        Services::start_each([valkey.to_vec(), valkey.to_vec(), valkey.to_vec()], queues, opts).await
     }
 
     /// Starts the services each with its own Valkey flags: chat-server's,
