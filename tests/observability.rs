@@ -267,6 +267,40 @@ async fn spans_from_every_service_and_every_panel_and_rule_evaluates() {
     if let Err(e) = all_traced() {
         panic!("{e}");
     }
+    // A caller's traceparent decides: kept (flag 01), the request's spans join the
+    // caller's trace under its span; not kept (00), the request makes no span at all.
+    let http = reqwest::Client::new();
+    let status = |trace: &'static str, flags: &'static str| {
+        let http = http.clone();
+        let url = format!("{}/api/queue/status?userId=nobody", stack.api.url());
+        async move {
+            let header = format!("00-{trace}-00f067aa0ba902b7-{flags}");
+            let resp = http.get(url).header("traceparent", header).send().await.unwrap();
+            assert_eq!(resp.status(), 404, "an unknown user");
+        }
+    };
+    let (kept, dropped) = ("4bf92f3577b34da6a3ce929d0e0e4736", "5bf92f3577b34da6a3ce929d0e0e4737");
+    // The unkept one first: spans are exported in the order they end, so any span of
+    // it would arrive no later than the kept one's.
+    status(dropped, "00").await;
+    status(kept, "01").await;
+    let hex = |id: &[u8]| id.iter().map(|b| format!("{b:02x}")).collect::<String>();
+    let deadline = Instant::now() + WAIT;
+    loop {
+        let spans = got.of("queue-api");
+        let of = |trace: &str| spans.iter().filter(|s| hex(&s.trace_id) == trace).cloned().collect::<Vec<_>>();
+        let (in_kept, in_dropped) = (of(kept), of(dropped));
+        let server = in_kept.iter().find(|s| s.name == "GET /api/queue/status");
+        let child = in_kept.iter().find(|s| s.name == "QUEUE.STATUS");
+        if let (Some(server), Some(child)) = (server, child) {
+            assert_eq!(hex(&server.parent_span_id), "00f067aa0ba902b7");
+            assert_eq!(child.parent_span_id, server.span_id);
+            assert!(in_dropped.is_empty(), "an unsampled request made spans: {in_dropped:?}");
+            break;
+        }
+        assert!(Instant::now() < deadline, "no spans of the caller's trace: {in_kept:?}");
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
     let entry = got.of("queue-api").into_iter().find(|s| s.name == "POST /api/queue/entry").unwrap();
     assert_eq!(attr(&entry, "http.response.status_code").as_deref(), Some("200"));
 

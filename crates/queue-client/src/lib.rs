@@ -52,7 +52,31 @@ pub use types::{Claim, LinePage, Opening, PromoteReport, QueueConfig, QueueInfo,
 use conn::Conn;
 use error::is_missing_command;
 use redis::{Cmd, Value};
+use std::future::Future;
 use std::sync::Arc;
+
+tokio::task_local! {
+    /// Set while a request that was not sampled for tracing runs: its commands make
+    /// no spans (a span nobody exports still costs its building).
+    static UNTRACED: ();
+}
+
+/// Runs `f` with no command spans: for a request its server decided not to trace.
+pub fn untraced<F: Future>(f: F) -> impl Future<Output = F::Output> {
+    UNTRACED.scope((), f)
+}
+
+/// `f` traced the way the current task is: for work a request hands to a task of its own.
+pub fn tracing_as_now<F: Future>(f: F) -> impl Future<Output = F::Output> {
+    let untraced = UNTRACED.try_with(|_| ()).is_ok();
+    async move {
+        if untraced {
+            UNTRACED.scope((), f).await
+        } else {
+            f.await
+        }
+    }
+}
 
 /// The queue commands, each with its module name and its function twin.
 #[derive(Debug, Clone, Copy)]
@@ -213,16 +237,20 @@ impl QueueClient {
     /// or `error`.
     async fn run(&self, op: Op, queue: &str, args: &[&str]) -> Result<Value, ClientError> {
         use tracing::Instrument;
-        let span = tracing::debug_span!(
-            "valkey command",
-            otel.name = op.command(),
-            otel.kind = "client",
-            db.system.name = "valkey",
-            db.operation.name = op.command(),
-            queue,
-            outcome = tracing::field::Empty,
-            otel.status_code = tracing::field::Empty,
-        );
+        let span = if UNTRACED.try_with(|_| ()).is_ok() {
+            tracing::Span::none()
+        } else {
+            tracing::debug_span!(
+                "valkey command",
+                otel.name = op.command(),
+                otel.kind = "client",
+                db.system.name = "valkey",
+                db.operation.name = op.command(),
+                queue,
+                outcome = tracing::field::Empty,
+                otel.status_code = tracing::field::Empty,
+            )
+        };
         let result = self.dispatch(op, queue, args).instrument(span.clone()).await;
         if !span.is_disabled() {
             let outcome = match &result {

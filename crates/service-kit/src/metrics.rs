@@ -185,6 +185,14 @@ async fn track(State(registry): State<Registry>, req: Request, next: Next) -> Re
     use tracing_opentelemetry::OpenTelemetrySpanExt;
     let route = req.extensions().get::<MatchedPath>().map_or("unmatched".to_string(), |p| p.as_str().to_string());
     let method = req.method().to_string();
+    let traceparent = req.headers().get("traceparent").and_then(|v| v.to_str().ok());
+    if crate::telemetry::sample_request(traceparent) == Some(false) {
+        // Not traced: no span for the request nor for its Valkey commands.
+        let start = Instant::now();
+        let resp = queue_client::untraced(next.run(req)).await;
+        registry.record_request(method, route, resp.status(), start);
+        return resp;
+    }
     let span = tracing::info_span!(
         "http request",
         otel.name = format!("{method} {route}"),
@@ -204,13 +212,20 @@ async fn track(State(registry): State<Registry>, req: Request, next: Next) -> Re
     if resp.status().is_server_error() {
         span.record("otel.status_code", "ERROR");
     }
-    let labels = vec![
-        Label::new("method", method),
-        Label::new("uri", route),
-        Label::new("status", resp.status().as_u16().to_string()),
-    ];
-    registry.recorder.register_histogram(&Key::from_parts(HTTP_REQUESTS, labels), &METADATA).record(start.elapsed());
+    registry.record_request(method, route, resp.status(), start);
     resp
+}
+
+impl Registry {
+    /// One request into [`HTTP_REQUESTS`].
+    fn record_request(&self, method: String, route: String, status: axum::http::StatusCode, start: Instant) {
+        let labels = vec![
+            Label::new("method", method),
+            Label::new("uri", route),
+            Label::new("status", status.as_u16().to_string()),
+        ];
+        self.recorder.register_histogram(&Key::from_parts(HTTP_REQUESTS, labels), &METADATA).record(start.elapsed());
+    }
 }
 
 #[cfg(test)]

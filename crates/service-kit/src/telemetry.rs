@@ -8,14 +8,24 @@
 //! background thread drains in batches; a span that finds the queue full is dropped and counted
 //! ([`dropped_spans`], exposed as `otel_spans_dropped_total`), so a slow or
 //! unreachable collector never blocks or slows a request.
+//!
+//! Sampling (`OTEL_TRACES_SAMPLER`, `OTEL_TRACES_SAMPLER_ARG`, the standard values) is
+//! decided for each HTTP request before any of its spans is made
+//! ([`sample_request`]): a request that is not kept makes no span at all, neither its
+//! own nor its Valkey commands', so a tenth of the traces costs about a tenth of
+//! tracing everything. Spans that are not part of a request (the manager's ticks)
+//! go through the same sampler inside the SDK.
 
 use crossbeam_queue::ArrayQueue;
-use opentelemetry::trace::TracerProvider as _;
-use opentelemetry::Context;
+use opentelemetry::trace::{Link, SamplingResult, SpanKind, TraceId, TracerProvider as _};
+use opentelemetry::{Context, KeyValue};
 use opentelemetry_otlp::{Protocol, WithExportConfig};
 use opentelemetry_sdk::error::{OTelSdkError, OTelSdkResult};
-use opentelemetry_sdk::trace::{SdkTracerProvider, Span, SpanData, SpanExporter, SpanProcessor, Tracer};
+use opentelemetry_sdk::trace::{
+    Sampler, SdkTracerProvider, ShouldSample, Span, SpanData, SpanExporter, SpanProcessor, Tracer,
+};
 use opentelemetry_sdk::Resource;
+use std::cell::Cell;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::mpsc::{self, Receiver, RecvTimeoutError, SyncSender};
 use std::sync::{Arc, Mutex, OnceLock};
@@ -31,6 +41,7 @@ pub const BATCH_DELAY: Duration = Duration::from_millis(500);
 static DROPPED: AtomicU64 = AtomicU64::new(0);
 static EXPORTED: AtomicU64 = AtomicU64::new(0);
 static PROVIDER: OnceLock<SdkTracerProvider> = OnceLock::new();
+static SAMPLING: OnceLock<Sampling> = OnceLock::new();
 
 /// Spans dropped because the export queue was full (or the exporter gone), since start.
 pub fn dropped_spans() -> u64 {
@@ -70,6 +81,126 @@ pub fn settings(binary: &str, var: impl Fn(&str) -> Option<String>) -> Option<Se
     Some(Settings { service_name: set("OTEL_SERVICE_NAME").unwrap_or_else(|| binary.to_string()), protocol })
 }
 
+/// Which traces are kept: `OTEL_TRACES_SAMPLER` and `OTEL_TRACES_SAMPLER_ARG`.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Sampling {
+    /// The share of new traces kept (0 to 1).
+    pub ratio: f64,
+    /// A request that comes with a `traceparent` follows its sampled flag.
+    pub parent_based: bool,
+}
+
+impl Default for Sampling {
+    /// The standard default, `parentbased_always_on`.
+    fn default() -> Self {
+        Sampling { ratio: 1.0, parent_based: true }
+    }
+}
+
+/// Reads the sampler through `var`, with the SDK's readings: `always_on`,
+/// `always_off`, `traceidratio`, `parentbased_always_on`, `parentbased_always_off`,
+/// `parentbased_traceidratio` (a missing or bad ratio is 1); anything else, or
+/// nothing, is `parentbased_always_on`.
+pub fn sampling(var: impl Fn(&str) -> Option<String>) -> Sampling {
+    let ratio = || {
+        var("OTEL_TRACES_SAMPLER_ARG")
+            .and_then(|r| r.trim().parse::<f64>().ok())
+            .filter(|r| r.is_finite())
+            .map_or(1.0, |r| r.clamp(0.0, 1.0))
+    };
+    let (ratio, parent_based) = match var("OTEL_TRACES_SAMPLER").as_deref().map(str::trim) {
+        Some("always_on") => (1.0, false),
+        Some("always_off") => (0.0, false),
+        Some("traceidratio") => (ratio(), false),
+        Some("parentbased_always_off") => (0.0, true),
+        Some("parentbased_traceidratio") => (ratio(), true),
+        _ => (1.0, true),
+    };
+    Sampling { ratio, parent_based }
+}
+
+impl Sampling {
+    /// Whether a request is traced, given its `traceparent` header.
+    pub fn keeps(&self, traceparent: Option<&str>, draw: impl FnOnce() -> f64) -> bool {
+        if self.parent_based {
+            if let Some(sampled) = traceparent.and_then(sampled_flag) {
+                return sampled;
+            }
+        }
+        self.ratio >= 1.0 || (self.ratio > 0.0 && draw() < self.ratio)
+    }
+}
+
+/// The sampled flag of a W3C `traceparent` (`00-{trace}-{span}-{flags}`), if well formed.
+fn sampled_flag(header: &str) -> Option<bool> {
+    let mut parts = header.trim().split('-');
+    let (version, trace, span, flags) = (parts.next()?, parts.next()?, parts.next()?, parts.next()?);
+    let hex = |s: &str, n: usize| s.len() == n && s.bytes().all(|b| b.is_ascii_hexdigit());
+    if !hex(version, 2) || version == "ff" || !hex(trace, 32) || !hex(span, 16) || !hex(flags, 2) {
+        return None;
+    }
+    if trace.bytes().all(|b| b == b'0') || span.bytes().all(|b| b == b'0') {
+        return None;
+    }
+    Some(u8::from_str_radix(flags, 16).ok()? & 1 == 1)
+}
+
+/// A uniform draw in [0, 1) from a per-thread xorshift generator (no lock, no system call).
+fn draw() -> f64 {
+    thread_local! {
+        static STATE: Cell<u64> = Cell::new({
+            use std::hash::BuildHasher;
+            std::collections::hash_map::RandomState::new().hash_one(std::thread::current().id()) | 1
+        });
+    }
+    STATE.with(|s| {
+        let mut x = s.get();
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        s.set(x);
+        (x >> 11) as f64 / (1u64 << 53) as f64
+    })
+}
+
+/// Whether this HTTP request is traced: `None` when the process exports no traces
+/// (its spans are then made as usual, for the logs), else the sampler's decision,
+/// taken before any of the request's spans is made.
+pub fn sample_request(traceparent: Option<&str>) -> Option<bool> {
+    Some(SAMPLING.get()?.keeps(traceparent, draw))
+}
+
+/// The SDK's sampler: a server span was kept by [`sample_request`] already (a kept
+/// request is kept whole); every other span by the configured sampler.
+#[derive(Debug, Clone)]
+struct RequestsDecided(Sampler);
+
+impl ShouldSample for RequestsDecided {
+    fn should_sample(
+        &self,
+        parent: Option<&Context>,
+        trace_id: TraceId,
+        name: &str,
+        kind: &SpanKind,
+        attributes: &[KeyValue],
+        links: &[Link],
+    ) -> SamplingResult {
+        let sampler = if *kind == SpanKind::Server { &Sampler::AlwaysOn } else { &self.0 };
+        sampler.should_sample(parent, trace_id, name, kind, attributes, links)
+    }
+}
+
+impl Sampling {
+    fn sampler(&self) -> Sampler {
+        let root = Sampler::TraceIdRatioBased(self.ratio);
+        if self.parent_based {
+            Sampler::ParentBased(Box::new(root))
+        } else {
+            root
+        }
+    }
+}
+
 /// Builds the process's tracer from the environment, or `None` (nothing exported).
 pub(crate) fn tracer(binary: &str) -> Option<Tracer> {
     let s = settings(binary, |k| std::env::var(k).ok())?;
@@ -81,7 +212,10 @@ pub(crate) fn tracer(binary: &str) -> Option<Tracer> {
         }
     };
     opentelemetry::global::set_text_map_propagator(opentelemetry_sdk::propagation::TraceContextPropagator::new());
+    let sampling = sampling(|k| std::env::var(k).ok());
+    let _ = SAMPLING.set(sampling);
     let provider = SdkTracerProvider::builder()
+        .with_sampler(RequestsDecided(sampling.sampler()))
         .with_span_processor(BoundedProcessor::new(exporter))
         .with_resource(Resource::builder().with_service_name(s.service_name.clone()).build())
         .build();
@@ -293,6 +427,50 @@ mod tests {
         assert_eq!((s.service_name.as_str(), s.protocol), ("front", Protocol::HttpJson));
         let grpc = env(&[("OTEL_EXPORTER_OTLP_ENDPOINT", "http://x:4317"), ("OTEL_EXPORTER_OTLP_PROTOCOL", "grpc")]);
         assert_eq!(settings("queue-api", grpc), None);
+    }
+
+    #[test]
+    fn sampler_from_the_environment() {
+        let on = Sampling { ratio: 1.0, parent_based: true };
+        assert_eq!(sampling(env(&[])), on);
+        assert_eq!(sampling(env(&[("OTEL_TRACES_SAMPLER", "nonsense")])), on);
+        assert_eq!(
+            sampling(env(&[("OTEL_TRACES_SAMPLER", "always_off")])),
+            Sampling { ratio: 0.0, parent_based: false }
+        );
+        let tenth = env(&[("OTEL_TRACES_SAMPLER", "parentbased_traceidratio"), ("OTEL_TRACES_SAMPLER_ARG", "0.1")]);
+        assert_eq!(sampling(tenth), Sampling { ratio: 0.1, parent_based: true });
+        let bad = env(&[("OTEL_TRACES_SAMPLER", "traceidratio"), ("OTEL_TRACES_SAMPLER_ARG", "lots")]);
+        assert_eq!(sampling(bad), Sampling { ratio: 1.0, parent_based: false });
+        let over = env(&[("OTEL_TRACES_SAMPLER", "traceidratio"), ("OTEL_TRACES_SAMPLER_ARG", "7")]);
+        assert_eq!(sampling(over).ratio, 1.0);
+    }
+
+    #[test]
+    fn a_request_follows_its_parent_else_the_ratio() {
+        let kept = "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01";
+        let not_kept = "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-00";
+        let tenth = Sampling { ratio: 0.1, parent_based: true };
+        assert!(tenth.keeps(Some(kept), || 0.99));
+        assert!(!tenth.keeps(Some(not_kept), || 0.0));
+        // A malformed header counts as none.
+        for bad in [
+            "",
+            "00-xyz",
+            "00-00000000000000000000000000000000-b7ad6b7169203331-01",
+            "ff-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01",
+        ] {
+            assert!(tenth.keeps(Some(bad), || 0.05), "{bad}");
+            assert!(!tenth.keeps(Some(bad), || 0.5), "{bad}");
+        }
+        // Not parent-based: the ratio alone.
+        let ratio_only = Sampling { ratio: 0.1, parent_based: false };
+        assert!(!ratio_only.keeps(Some(kept), || 0.5));
+        assert!(Sampling { ratio: 1.0, parent_based: false }.keeps(Some(not_kept), || 0.999));
+        assert!(!Sampling { ratio: 0.0, parent_based: true }.keeps(None, || 0.0));
+        // The draw is uniform enough: a tenth of 100,000 within 3%.
+        let kept = (0..100_000).filter(|_| tenth.keeps(None, draw)).count();
+        assert!((9_700..=10_300).contains(&kept), "{kept}");
     }
 
     /// An exporter that says when an export starts and blocks until released,

@@ -206,14 +206,14 @@ fn refuse_with_1013(
 async fn claim_detached(client: QueueClient, queue: String, ticket: String) -> Result<Claim, ClientError> {
     let (tx, rx) = oneshot::channel();
     tokio::spawn(
-        async move {
+        // The claim belongs to the handshake's trace (or to none, like it).
+        queue_client::tracing_as_now(async move {
             let claimed = client.claim(&queue, &ticket).await;
             if let Err(Ok(claim)) = tx.send(claimed) {
                 tracing::debug!(queue, user = claim.user_id, "client left during the claim; ending its session");
                 let _ = client.end_session(&queue, &claim.user_id).await;
             }
-        }
-        // The claim belongs to the handshake's trace.
+        })
         .instrument(tracing::Span::current()),
     );
     rx.await.unwrap_or_else(|_| Err(ClientError::Unavailable("the claim did not complete".into())))
