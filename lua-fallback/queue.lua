@@ -15,7 +15,7 @@ replace the entropy placeholder below with random bytes, which ticket secrets ar
 derived from.
 ]]
 
-local VERSION = "6"
+local VERSION = "7"
 local ENTROPY = "__QUEUE_ENTROPY__"
 -- Tests load the library with this set to true: a queue's commands then read the
 -- time from the string key queue:{Q}:clock when it exists (as the module's
@@ -57,7 +57,7 @@ local FIELDS = {
   { name = "max_waiting", default = 0, min = 0, max = 100000000 },
 }
 local SOFT_CAP, HARD_CAP, RATE, BURST, BATCH_MAX, TICKET_TTL, SESSION_LEASE, ABANDON_AFTER, OPENS_AT, POW_DIFFICULTY, MAX_WAITING = 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11
-local COUNTERS = { "promoted", "claimed", "expired", "dropped", "left", "ended", "lapsed" }
+local COUNTERS = { "promoted", "claimed", "expired", "dropped", "left", "ended", "lapsed", "slot_wait_ms" }
 
 -- Error texts (queue-core's QueueError); E_ARITY, E_RANGE and E_FIELD are formats.
 local E_ARITY = "ERR wrong number of arguments for '%s' command"
@@ -653,7 +653,7 @@ end
 
 -- A slot was just freed inside a command: the head of the line gets the free tickets
 -- now (soft cap, token bucket, batch_max), announced at once (engine::fill_freed).
-function Q:fill_freed(now)
+function Q:fill_freed(now, freed_at)
   if not self:check(ALL_PARTS) or not self:ensure_layout() or self:waiting_count() <= 0 or self:before_opening(now) then
     return 0
   end
@@ -673,6 +673,7 @@ function Q:fill_freed(now)
   if promoted > 0 then
     local w = self:rate_window()
     self:save_rate_window(w, record_window(w, now, promoted))
+    self:note_slot_wait(freed_at or {}, promoted, now)
   end
   self:add_stat("promoted", promoted)
   self:add_stat("dropped", dropped)
@@ -692,27 +693,32 @@ end
 -- A claim found ticket seq expired: expired tickets (this one too) and leases go now,
 -- and the slots they held go to the head of the line.
 function Q:expire_claimed(seq, now)
-  self:reap(now)
+  local _, _, freed_at = self:reap(now)
   local rec = self:record(seq)
   if rec and rec.promoted then
     local user = self:user_at(seq)
     if user then
       self:remove(user, seq, true)
       self:add_stat("expired", 1)
+      freed_at[#freed_at + 1] = rec.expiry
+      table.sort(freed_at)
     end
   end
-  self:fill_freed(now)
+  self:fill_freed(now, freed_at)
 end
 
 -- Drops expired tickets (in issue order, up to the first still good) and leases.
+-- Returns how many of each, and when the slots they held became free (their
+-- deadlines, oldest first).
 function Q:reap(now)
-  local gone = {}
+  local gone, freed_at = {}, {}
   local p_max = self:p_max()
   if p_max > 0 then
     self:scan_waiting("-inf", fmt(p_max), math.huge, function(user, seq)
       local rec = self:record(seq)
       if rec and rec.promoted and rec.expiry <= now then
         gone[#gone + 1] = { user, seq }
+        freed_at[#freed_at + 1] = rec.expiry
         return true
       end
       return false
@@ -721,13 +727,26 @@ function Q:reap(now)
   for _, g in ipairs(gone) do
     self:remove(g[1], g[2], true)
   end
-  local lapsed = read("ZRANGE", self.sessions, "-inf", fmt(now), "BYSCORE") or {}
-  for _, u in ipairs(lapsed) do
-    self:close_session(u)
+  local lapsed = read("ZRANGE", self.sessions, "-inf", fmt(now), "BYSCORE", "WITHSCORES") or {}
+  for i = 1, #lapsed, 2 do
+    freed_at[#freed_at + 1] = tonumber(lapsed[i + 1])
+    self:close_session(lapsed[i])
   end
   self:add_stat("expired", #gone)
-  self:add_stat("lapsed", #lapsed)
-  return #gone, #lapsed
+  self:add_stat("lapsed", #lapsed / 2)
+  table.sort(freed_at)
+  return #gone, #lapsed / 2, freed_at
+end
+
+-- How long the slots `promoted` people just filled had been empty: the oldest of
+-- freed_at (slots freed by an expiry) first; a slot freed inside the command itself
+-- waited nothing (engine::note_slot_wait).
+function Q:note_slot_wait(freed_at, promoted, now)
+  local waited = 0
+  for i = 1, math.min(promoted, #freed_at) do
+    waited = waited + math.max(now - freed_at[i], 0)
+  end
+  self:add_stat("slot_wait_ms", waited)
 end
 
 function Q:live_sessions(now)
@@ -1066,7 +1085,7 @@ local function queue_enter(keys, args)
   local seq = q:next_seq()
 
   if may_admit_now then
-    q:reap(now)
+    local _, _, freed_at = q:reap(now)
     local free = free_slots(q:setting(SOFT_CAP), redis.call("ZCARD", q.sessions), q:joining())
     local bucket = q:setting(RATE) > 0 and q:bucket(now) or nil
     if free > 0 and (bucket == nil or whole(bucket) >= 1) then
@@ -1077,6 +1096,7 @@ local function queue_enter(keys, args)
         q:save_bucket({ milli = bucket.milli - 1000, at = bucket.at })
       end
       q:add_stat("promoted", 1)
+      q:note_slot_wait(freed_at, 1, now)
       return standing_reply(user, { status = "PROMOTED", ticket = ticket, nickname = nickname }, nil)
     end
   end
@@ -1234,7 +1254,7 @@ local function queue_promote(keys, args)
     max = 0
   end
 
-  local tickets_expired, leases_expired = q:reap(now)
+  local tickets_expired, leases_expired, freed_at = q:reap(now)
   local free = free_slots(soft_cap, redis.call("ZCARD", q.sessions), q:joining())
   local bucket = q:setting(RATE) > 0 and q:bucket(now) or nil
   local n = math.min(free, q:setting(BATCH_MAX))
@@ -1254,6 +1274,7 @@ local function queue_promote(keys, args)
   end
   local w = q:rate_window()
   q:save_rate_window(w, record_window(w, now, promoted))
+  q:note_slot_wait(freed_at, promoted, now)
   q:add_stat("promoted", promoted)
   q:add_stat("dropped", dropped)
 

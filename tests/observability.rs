@@ -176,11 +176,12 @@ fn grafana_to_promql(expr: &str) -> String {
 }
 
 /// Panels that must show data once the system has served a crowd.
-const CORE_PANELS: [&str; 11] = [
+const CORE_PANELS: [&str; 12] = [
     "Waiting users",
     "Joining users (tickets out)",
     "Current users against soft cap",
     "Promotions per second",
+    "Free slot to promotion",
     "Entry and status requests by status code",
     "Entry and status latency",
     "Chat sessions",

@@ -24,6 +24,7 @@ testkit::backend_tests!(
     changes_made_behind_the_commands_are_seen_at_once,
     an_expired_key_is_seen_gone,
     max_waiting_refuses_newcomers_only,
+    slot_wait_counts_how_long_expired_slots_stood_empty,
 );
 
 /// The test clock's start.
@@ -604,4 +605,52 @@ fn max_waiting_refuses_newcomers_only(b: Backend) {
     c.config_set("q", &[("max_waiting", 0)]);
     c.enter("q", "e", "e");
     assert_eq!(field_int(&c.info("q"), "max_waiting"), 0);
+}
+
+/// `slot_wait_ms`: a slot freed by an expiry (a ticket not claimed, a lease not
+/// renewed) stands empty from its deadline until a promotion fills it; the oldest
+/// are filled first; a slot freed inside a command (SESSION.END) waits nothing.
+fn slot_wait_counts_how_long_expired_slots_stood_empty(b: Backend) {
+    let (_s, mut c) = server(b);
+    c.config_set("q", &[("soft_cap", 2), ("ticket_ttl", 1_000), ("session_lease", 5_000)]);
+    let wait = |c: &mut Client| field_int(&c.info("q"), "slot_wait_ms");
+    let ta = field_str(&c.enter("q", "a", "n"), "ticketId").expect("a is let in at once");
+    c.claim("q", &ta).unwrap();
+    // b's ticket expires at T0 + 1000 unclaimed; a's lease ends at T0 + 5000.
+    assert!(field_str(&c.enter("q", "b", "n"), "ticketId").is_some());
+    for u in ["c", "d", "e"] {
+        c.enter("q", u, "n");
+    }
+    assert_eq!(wait(&mut c), 0);
+    c.set_clock("q", T0 + 1_300);
+    let r = c.promote("q", None);
+    assert_eq!((field_int(&r, "tickets_expired"), field_int(&r, "promoted")), (1, 1));
+    assert_eq!(wait(&mut c), 300, "b's slot stood empty from its expiry to this PROMOTE");
+    // c's ticket (issued at T0 + 1300) expires at T0 + 2300, a's lease at T0 + 5000:
+    // both are gone at T0 + 5200, and MAX 1 fills only the older slot.
+    c.set_clock("q", T0 + 5_200);
+    let r = c.promote("q", Some(1));
+    assert_eq!((field_int(&r, "tickets_expired"), field_int(&r, "leases_expired")), (1, 1));
+    assert_eq!(wait(&mut c), 300 + 2_900, "c's slot: from T0 + 2300");
+    // The other freed slot is filled by the next PROMOTE: not counted (only slots
+    // freed by this command's own housekeeping are).
+    assert_eq!(field_int(&c.promote("q", None), "promoted"), 1);
+    assert_eq!(wait(&mut c), 3_200);
+    // A slot freed by SESSION.END goes at once: nothing waited.
+    let t = field_str(&c.status("q", "d"), "ticketId").unwrap();
+    c.claim("q", &t).unwrap();
+    c.enter("q", "f", "n");
+    assert_eq!(c.end("q", "d"), 1);
+    assert_eq!(wait(&mut c), 3_200);
+    // A claim that finds its ticket expired hands the expired slots on at once, each
+    // counted from its own deadline.
+    let te = field_str(&c.status("q", "e"), "ticketId").unwrap();
+    assert_eq!(field_str(&c.status("q", "f"), "status").as_deref(), Some("PROMOTED"));
+    c.enter("q", "g", "n");
+    c.enter("q", "h", "n");
+    c.set_clock("q", T0 + 6_500);
+    assert!(c.claim("q", &te).is_err(), "e's ticket expired at T0 + 6200");
+    // e's and f's tickets both went (both expiring at T0 + 6200): g and h are in.
+    assert_eq!(field_str(&c.status("q", "h"), "status").as_deref(), Some("PROMOTED"));
+    assert_eq!(wait(&mut c), 3_200 + 2 * 300);
 }

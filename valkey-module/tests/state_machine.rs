@@ -535,6 +535,7 @@ impl Run {
             ("left", c.left),
             ("ended", c.ended),
             ("lapsed", c.lapsed),
+            ("slot_wait_ms", c.slot_wait_ms),
         ];
         for (f, want) in checks {
             let got = int(f);

@@ -286,6 +286,10 @@ pub struct QueueInfo {
     pub ended: u64,
     /// Sessions whose lease ran out.
     pub lapsed: u64,
+    /// Milliseconds the slots freed by an expiry stayed empty until a promotion filled
+    /// them, summed (0 from a server older than the counter).
+    #[serde(default)]
+    pub slot_wait_ms: u64,
 }
 
 impl QueueInfo {
@@ -307,6 +311,7 @@ impl QueueInfo {
             left: f.u64("left")?,
             ended: f.u64("ended")?,
             lapsed: f.u64("lapsed")?,
+            slot_wait_ms: f.u64("slot_wait_ms").unwrap_or(0),
         })
     }
 }
@@ -353,6 +358,7 @@ mod tests {
             left: 10,
             ended: 11,
             lapsed: 12,
+            slot_wait_ms: 13,
         };
         let json = serde_json::to_value(info).unwrap();
         assert_eq!(

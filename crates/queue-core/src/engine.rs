@@ -65,6 +65,7 @@ pub mod stat {
     pub const LEFT: &str = "left";
     pub const ENDED: &str = "ended";
     pub const LEASES_EXPIRED: &str = "lapsed";
+    pub const SLOT_WAIT_MS: &str = "slot_wait_ms";
     /// 1 while an opening is scheduled (its seed drawn, not yet opened): the one
     /// field every command reads to know whether to open the queue first.
     pub const OPENING: &str = "opening";
@@ -302,7 +303,7 @@ pub struct Info {
     pub admission_rate_per_min: i64,
     pub config: Config,
     /// In the order of `replies::COUNTERS`.
-    pub counters: [i64; 7],
+    pub counters: [i64; 8],
 }
 
 impl Info {
@@ -637,7 +638,7 @@ fn admit_head<S: Store>(s: &mut S, n: i64, abandon_after: i64, now: i64) -> (i64
 /// time-based work (expiries, the abandonment sweep) stays with PROMOTE. Does
 /// nothing when nobody waits or the line's keys are not of their types. Returns how
 /// many were promoted.
-pub fn fill_freed<S: Store>(s: &mut S, now: i64) -> i64 {
+pub fn fill_freed<S: Store>(s: &mut S, now: i64, freed_at: &[i64]) -> i64 {
     if s.check(&ALL_PARTS).is_err()
         || ensure_layout(s).is_err()
         || waiting_count(s) <= 0
@@ -658,6 +659,7 @@ pub fn fill_freed<S: Store>(s: &mut S, now: i64) -> i64 {
     }
     if promoted > 0 {
         record_admissions(s, now, promoted);
+        note_slot_wait(s, freed_at, promoted, now);
     }
     add_stat(s, stat::PROMOTED, promoted);
     add_stat(s, stat::DROPPED, dropped);
@@ -677,22 +679,33 @@ pub fn announcement(queue: &str, promoted: i64, waiting: i64, at_ms: i64) -> Str
     format!(r#"{{"queue":"{queue}","promoted":{promoted},"waiting":{waiting},"atMs":{at_ms}}}"#)
 }
 
-/// Drops expired tickets and leases; returns (tickets, leases) dropped.
+/// What housekeeping dropped: expired tickets and leases, and when the slots they
+/// held became free (their deadlines, oldest first).
+#[derive(Debug, Default)]
+pub struct Reaped {
+    pub tickets: i64,
+    pub leases: i64,
+    pub freed_at: Vec<i64>,
+}
+
+/// Drops expired tickets and leases.
 ///
 /// Tickets are examined from the head of the line, in the order they were issued, up
 /// to the first that is still good: after `ticket_ttl` was lowered a newer ticket may
 /// expire first, and is then counted a little longer (never accepted: a claim checks
 /// its own expiry).
-pub fn reap<S: Store>(s: &mut S, now: i64) -> (i64, i64) {
+pub fn reap<S: Store>(s: &mut S, now: i64) -> Reaped {
     let mut gone = Vec::new();
+    let mut freed_at = Vec::new();
     let top = p_max(s);
     if top > 0 {
-        s.waiting_scan(i64::MIN, top, |user, seq| {
-            let done = matches!(record(s, seq), Some(Rec::Promoted { expiry, .. }) if expiry <= now);
-            if done {
+        s.waiting_scan(i64::MIN, top, |user, seq| match record(s, seq) {
+            Some(Rec::Promoted { expiry, .. }) if expiry <= now => {
                 gone.push((user, seq));
+                freed_at.push(expiry);
+                true
             }
-            done
+            _ => false,
         });
     }
     for (user, seq) in &gone {
@@ -701,6 +714,7 @@ pub fn reap<S: Store>(s: &mut S, now: i64) -> (i64, i64) {
     let expired = gone.len() as i64;
     let lapsed = s.sessions_ended_by(now);
     for u in &lapsed {
+        freed_at.push(s.session_expiry(u).unwrap_or(now));
         s.close_session(u);
     }
     let lapsed = lapsed.len() as i64;
@@ -708,7 +722,16 @@ pub fn reap<S: Store>(s: &mut S, now: i64) -> (i64, i64) {
     add_stat(s, stat::LEASES_EXPIRED, lapsed);
     s.count(Event::TicketsExpired, expired);
     s.count(Event::LeasesExpired, lapsed);
-    (expired, lapsed)
+    freed_at.sort_unstable();
+    Reaped { tickets: expired, leases: lapsed, freed_at }
+}
+
+/// Counts how long the slots `promoted` people just filled had been empty: the
+/// oldest of `freed_at` (slots freed by an expiry) are filled first; a slot freed
+/// inside the command itself waited nothing.
+fn note_slot_wait<S: Store>(s: &mut S, freed_at: &[i64], promoted: i64, now: i64) {
+    let waited: i64 = freed_at.iter().take(promoted.max(0) as usize).map(|t| (now - t).max(0)).sum();
+    add_stat(s, stat::SLOT_WAIT_MS, waited);
 }
 
 /// Live sessions as of `now`, without writing.
@@ -784,14 +807,14 @@ pub fn enter<S: Store>(s: &mut S, user: &S::User, nickname: &[u8]) -> Result<Sta
     }
     // A ticket given back by re-entering goes to the head of the line at once.
     if old_holds {
-        fill_freed(s, now);
+        fill_freed(s, now, &[]);
     }
     let may_admit_now = waiting_count(s) == 0 && soft_cap > 0;
     let seq = next_seq(s);
     s.count(Event::Entered, 1);
 
     if may_admit_now {
-        reap(s, now);
+        let reaped = reap(s, now);
         let cfg = config(s);
         let free = admission::free_slots(cfg.soft_cap(), s.sessions_len(), joining(s));
         let bucket = (cfg.rate() > 0).then(|| bucket(s, now));
@@ -803,6 +826,7 @@ pub fn enter<S: Store>(s: &mut S, user: &S::User, nickname: &[u8]) -> Result<Sta
                 save_bucket(s, b.take(1));
             }
             add_stat(s, stat::PROMOTED, 1);
+            note_slot_wait(s, &reaped.freed_at, 1, now);
             s.count(Event::Promoted, 1);
             return Ok(Standing::Promoted { ticket, nickname: nickname.to_vec() });
         }
@@ -916,7 +940,7 @@ pub fn leave<S: Store>(s: &mut S, user: &S::User) -> Result<bool, QueueError> {
     s.count(Event::Left, 1);
     if was_promoted {
         let now = s.now();
-        fill_freed(s, now);
+        fill_freed(s, now, &[]);
     }
     Ok(true)
 }
@@ -931,7 +955,8 @@ pub fn promote<S: Store>(s: &mut S, max: Option<i64>) -> Result<Promotion, Queue
     let now = s.now();
     crate::opening::open_if_due(s, now)?;
 
-    let (tickets_expired, leases_expired) = reap(s, now);
+    let reaped = reap(s, now);
+    let (tickets_expired, leases_expired) = (reaped.tickets, reaped.leases);
     let free = admission::free_slots(cfg.soft_cap(), s.sessions_len(), joining(s));
     let bucket = (cfg.rate() > 0).then(|| bucket(s, now));
     // Nobody is promoted before the opening.
@@ -945,6 +970,7 @@ pub fn promote<S: Store>(s: &mut S, max: Option<i64>) -> Result<Promotion, Queue
         save_bucket(s, b.take(promoted));
     }
     record_admissions(s, now, promoted);
+    note_slot_wait(s, &reaped.freed_at, promoted, now);
     add_stat(s, stat::PROMOTED, promoted);
     add_stat(s, stat::DROPPED, dropped);
     s.count(Event::Promoted, promoted);
@@ -1032,17 +1058,19 @@ pub fn claim<S: Store>(s: &mut S, ticket_id: &[u8]) -> Result<Claimed<S::User>, 
 /// A claim found ticket `seq` expired: expired tickets (this one too) and leases are
 /// dropped now, as PROMOTE would, and the slots they held go to the head of the line.
 fn expire_claimed<S: Store>(s: &mut S, seq: i64, now: i64) {
-    reap(s, now);
+    let mut freed_at = reap(s, now).freed_at;
     // After ticket_ttl was lowered a newer ticket may expire before older ones, which
     // the reaper (in issue order) has not reached: this one goes all the same.
-    if record(s, seq).is_some_and(|r| matches!(r, Rec::Promoted { .. })) {
+    if let Some(Rec::Promoted { expiry, .. }) = record(s, seq) {
         if let Some(user) = user_at(s, seq) {
             remove(s, &user, seq, true);
             add_stat(s, stat::TICKETS_EXPIRED, 1);
             s.count(Event::TicketsExpired, 1);
+            freed_at.push(expiry);
+            freed_at.sort_unstable();
         }
     }
-    fill_freed(s, now);
+    fill_freed(s, now, &freed_at);
 }
 
 /// SESSION.HEARTBEAT: extends each live lease (true), false where none is live.
@@ -1071,7 +1099,7 @@ pub fn end<S: Store>(s: &mut S, user: &S::User) -> Result<bool, QueueError> {
         add_stat(s, stat::ENDED, 1);
         s.count(Event::Ended, 1);
         let now = s.now();
-        fill_freed(s, now);
+        fill_freed(s, now, &[]);
     }
     Ok(ended)
 }

@@ -26,13 +26,14 @@ pub const CONFIG: [&str; 11] = [
     "opens_at",
 ];
 
-pub const INFO: [&str; 24] = [
+pub const INFO: [&str; 25] = [
     "batch_max",
     "ticket_ttl",
     "active",
     "left",
     "max_waiting",
     "tokens",
+    "slot_wait_ms",
     "lapsed",
     "ended",
     "claimed",
@@ -56,8 +57,11 @@ pub const INFO: [&str; 24] = [
 /// QUEUE.OPENING's map.
 pub const OPENING: [&str; 6] = ["state", "openedAt", "seed", "entrants", "commitment", "opensAt"];
 
-/// Counters QUEUE.INFO shows (stats hash fields of the same names).
-pub const COUNTERS: [&str; 7] = ["promoted", "claimed", "expired", "dropped", "left", "ended", "lapsed"];
+/// Counters QUEUE.INFO shows (stats hash fields of the same names). `slot_wait_ms`:
+/// the milliseconds slots freed by an expiry (a ticket's or a lease's) stayed empty
+/// before a promotion filled them, summed over the slots filled.
+pub const COUNTERS: [&str; 8] =
+    ["promoted", "claimed", "expired", "dropped", "left", "ended", "lapsed", "slot_wait_ms"];
 
 #[cfg(test)]
 mod tests {

@@ -29,7 +29,7 @@ pub struct Snapshot {
 type Field = fn(&QueueInfo) -> u64;
 
 /// Per-queue series: name, whether a counter (else a gauge), help, value.
-const QUEUE_SERIES: [(&str, bool, &str, Field); 8] = [
+const QUEUE_SERIES: [(&str, bool, &str, Field); 9] = [
     ("queue_waiting_users", false, "Users waiting in line.", |i| i.waiting),
     ("queue_joining_users", false, "Users holding a ticket they have not used yet.", |i| i.joining),
     ("queue_current_users", false, "Users inside the downstream server (live session leases).", |i| i.active),
@@ -40,6 +40,12 @@ const QUEUE_SERIES: [(&str, bool, &str, Field); 8] = [
     ("queue_tickets_issued_total", true, "Tickets issued.", |i| i.promoted),
     ("queue_tickets_expired_total", true, "Tickets that expired unclaimed.", |i| i.expired),
     ("queue_dropped_users_total", true, "Waiting users dropped for going silent.", |i| i.dropped),
+    (
+        "queue_slot_wait_milliseconds_total",
+        true,
+        "Milliseconds slots freed by an expiry stood empty until a promotion filled them, summed over slots.",
+        |i| i.slot_wait_ms,
+    ),
 ];
 
 /// Renders a scrape.
@@ -109,6 +115,7 @@ mod tests {
             left: 0,
             ended: 0,
             lapsed: 0,
+            slot_wait_ms: 1500,
         }
     }
 
@@ -132,6 +139,7 @@ mod tests {
             ("queue_tickets_issued_total", 7.0),
             ("queue_tickets_expired_total", 1.0),
             ("queue_dropped_users_total", 6.0),
+            ("queue_slot_wait_milliseconds_total", 1500.0),
         ];
         for (name, v) in want {
             assert_eq!(value(&text, name, Some("a")), Some(v), "{name}");

@@ -94,6 +94,8 @@ pub struct Counters {
     pub left: i64,
     pub ended: i64,
     pub lapsed: i64,
+    /// Milliseconds the slots freed by an expiry stayed empty until filled.
+    pub slot_wait_ms: i64,
 }
 
 pub const NOTICKET: &str = "NOTICKET unknown or already used ticket";
@@ -140,24 +142,40 @@ impl Model {
         self.s.abandon_after > 0 && now - seen > self.s.abandon_after
     }
 
-    /// Housekeeping: expired tickets and leases go, their places come back.
-    fn reap(&mut self, now: i64) -> (i64, i64) {
-        let before = self.line.len();
+    /// Housekeeping: expired tickets and leases go, their places come back. Returns
+    /// how many of each, and the moments the places became free (the deadlines).
+    fn reap(&mut self, now: i64) -> (i64, i64, Vec<i64>) {
+        let mut freed = Vec::new();
+        for p in &self.line {
+            if let Place::Ticket { expiry, .. } = p.place {
+                if expiry <= now {
+                    freed.push(expiry);
+                }
+            }
+        }
+        let tickets = freed.len() as i64;
         self.line.retain(|p| !matches!(p.place, Place::Ticket { expiry, .. } if expiry <= now));
-        let tickets = (before - self.line.len()) as i64;
-        let before = self.sessions.len();
+        freed.extend(self.sessions.values().filter(|s| s.lease <= now).map(|s| s.lease));
+        let leases = freed.len() as i64 - tickets;
         self.sessions.retain(|_, s| s.lease > now);
-        let leases = (before - self.sessions.len()) as i64;
         self.counters.expired += tickets;
         self.counters.lapsed += leases;
-        (tickets, leases)
+        (tickets, leases, freed)
+    }
+
+    /// `promoted` people just took places: those freed longest ago go first, each
+    /// having stood empty since it was freed (places freed inside the command: not
+    /// at all).
+    fn note_slot_wait(&mut self, mut freed: Vec<i64>, promoted: i64, now: i64) {
+        freed.sort();
+        self.counters.slot_wait_ms += freed.iter().take(promoted as usize).map(|t| now - t).sum::<i64>();
     }
 
     /// A slot freed inside a command (a session ended, a ticket holder left or
     /// re-entered, a claim found its ticket expired): the first waiting people get the
     /// free tickets at once, up to batch_max; silent waiters met on the way are
     /// dropped, never promoted.
-    fn fill(&mut self, now: i64) {
+    fn fill(&mut self, now: i64, freed: Vec<i64>) {
         if self.waiting() == 0 {
             return;
         }
@@ -176,6 +194,7 @@ impl Model {
             i += 1;
         }
         self.counters.promoted += promoted;
+        self.note_slot_wait(freed, promoted, now);
     }
 
     fn rank_of(&self, i: usize) -> i64 {
@@ -196,13 +215,14 @@ impl Model {
     pub fn enter(&mut self, user: &str, nickname: &str, now: i64) -> Standing {
         if let Some(i) = self.position(user) {
             if matches!(self.line.remove(i).place, Place::Ticket { .. }) {
-                self.fill(now);
+                self.fill(now, Vec::new());
             }
         }
         let admit_now = self.waiting() == 0 && self.s.soft_cap > 0;
         if admit_now {
-            self.reap(now);
+            let (_, _, freed) = self.reap(now);
             if self.free_slots(self.sessions.len() as i64) > 0 {
+                self.note_slot_wait(freed, 1, now);
                 self.line.push(Person {
                     user: user.into(),
                     nickname: nickname.into(),
@@ -252,7 +272,7 @@ impl Model {
                 let gone = self.line.remove(i);
                 self.counters.left += 1;
                 if matches!(gone.place, Place::Ticket { .. }) {
-                    self.fill(now);
+                    self.fill(now, Vec::new());
                 }
                 1
             }
@@ -262,7 +282,7 @@ impl Model {
 
     /// QUEUE.PROMOTE [MAX n].
     pub fn promote(&mut self, max: Option<i64>, now: i64) -> PromoteOutcome {
-        let (tickets_expired, leases_expired) = self.reap(now);
+        let (tickets_expired, leases_expired, freed) = self.reap(now);
         let mut n = self.free_slots(self.sessions.len() as i64).min(self.s.batch_max);
         if let Some(m) = max {
             n = n.min(m);
@@ -287,6 +307,7 @@ impl Model {
         }
         self.counters.promoted += promoted.len() as i64;
         self.counters.dropped += dropped;
+        self.note_slot_wait(freed, promoted.len() as i64, now);
         let active = self.sessions.len() as i64;
         PromoteOutcome {
             promoted,
@@ -320,8 +341,8 @@ impl Model {
         let Place::Ticket { expiry, .. } = self.line[i].place else { unreachable!() };
         if expiry <= now {
             // Housekeeping happens now, and the freed places go to the head of the line.
-            self.reap(now);
-            self.fill(now);
+            let (_, _, freed) = self.reap(now);
+            self.fill(now, freed);
             return ClaimOutcome::Error(EXPIRED);
         }
         let user = self.line[i].user.clone();
@@ -357,7 +378,7 @@ impl Model {
     pub fn end(&mut self, user: &str, now: i64) -> i64 {
         if self.sessions.remove(user).is_some() {
             self.counters.ended += 1;
-            self.fill(now);
+            self.fill(now, Vec::new());
             1
         } else {
             0
