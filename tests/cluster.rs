@@ -7,7 +7,7 @@
 //! prints how long recovery took and what was lost.
 
 use e2e::stores::{assert_clean, assert_safe, n, swarm, Services};
-use e2e::{client_binary, e2e_tests, exits_cleanly, start_piped, type_line, StackOptions};
+use e2e::{client_binary, e2e_tests, exits_cleanly, start_piped, type_line, StackOptions, CROWD};
 use std::time::{Duration, Instant};
 use testkit::cluster::Cluster;
 use testkit::Backend;
@@ -41,31 +41,8 @@ fn options() -> StackOptions {
 
 /// A small swarm's arguments: `users` people, some abandoning, racing and polling.
 fn swarm_args(users: u32, seed: u32) -> Vec<String> {
-    let mut a: Vec<String> = [
-        "--rate",
-        "40",
-        "--stay-secs",
-        "0.3",
-        "--messages",
-        "1",
-        "--abandon",
-        "0.1",
-        "--abandon-within-secs",
-        "1",
-        "--race",
-        "0.2",
-        "--replay",
-        "1",
-        "--polling",
-        "0.2",
-        "--poll-secs",
-        "0.3",
-        "--timeout-secs",
-        "180",
-    ]
-    .iter()
-    .map(|s| s.to_string())
-    .collect();
+    let mut a: Vec<String> = ["--rate", "40"].into_iter().chain(CROWD).map(String::from).collect();
+    a.extend(["--timeout-secs", "180"].map(String::from));
     a.extend(["--users".into(), users.to_string(), "--seed".into(), seed.to_string()]);
     a
 }

@@ -3,7 +3,7 @@
 //! tickets, every entry paying a proof of work; the report's audits must all be zero. And the audit can fail: told a soft
 //! cap lower than the server's, the swarm reports the breach and exits 1.
 
-use e2e::{client_binary, e2e_tests, Stack, StackOptions, ADMIN_TOKEN};
+use e2e::{client_binary, e2e_tests, Stack, StackOptions, ADMIN_TOKEN, CROWD};
 use serde_json::Value;
 use testkit::Backend;
 
@@ -31,32 +31,11 @@ async fn three_hundred_users_through_a_soft_cap_of_ten(backend: Backend) {
     let opts = StackOptions { soft_cap: 10, ticket_ttl_ms: 3000, abandon_after_ms: 2000, ..Default::default() };
     let stack = Stack::start(backend, opts).await;
     stack.call("QUEUE.CONFIG", &[&stack.queue, "SET", "pow_difficulty", "10"]);
-    let args = [
-        "--users",
-        "300",
-        "--rate",
-        "100",
-        "--stay-secs",
-        "0.3",
-        "--messages",
-        "1",
-        "--abandon",
-        "0.1",
-        "--abandon-within-secs",
-        "1",
-        "--race",
-        "0.2",
-        "--replay",
-        "1",
-        "--polling",
-        "0.2",
-        "--poll-secs",
-        "0.3",
-        "--admin-token",
-        ADMIN_TOKEN,
-        "--timeout-secs",
-        "240",
-    ];
+    let args: Vec<&str> = ["--users", "300", "--rate", "100"]
+        .into_iter()
+        .chain(CROWD)
+        .chain(["--admin-token", ADMIN_TOKEN, "--timeout-secs", "240"])
+        .collect();
     let (code, r, stderr) = swarm(&stack, &args).await;
     let summary = format!("{r:#}\n{stderr}");
     for zero in ["fifo_inversions", "rank_rises", "over_capacity", "server_over_capacity", "double_claims"] {

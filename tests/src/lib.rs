@@ -16,6 +16,27 @@ pub const WAIT: Duration = Duration::from_secs(30);
 
 pub const ADMIN_TOKEN: &str = "e2e-admin";
 
+/// A test swarm's crowd: short stays, a message each, a tenth abandoning, claim races
+/// and replays, a fifth polling instead of streaming.
+pub const CROWD: [&str; 16] = [
+    "--stay-secs",
+    "0.3",
+    "--messages",
+    "1",
+    "--abandon",
+    "0.1",
+    "--abandon-within-secs",
+    "1",
+    "--race",
+    "0.2",
+    "--replay",
+    "1",
+    "--polling",
+    "0.2",
+    "--poll-secs",
+    "0.3",
+];
+
 /// Queue settings and service timings for a stack.
 #[derive(Clone, Debug)]
 pub struct StackOptions {

@@ -129,6 +129,16 @@ impl Sampling {
         }
         self.ratio >= 1.0 || (self.ratio > 0.0 && draw() < self.ratio)
     }
+
+    /// The SDK sampler for spans outside requests.
+    fn sampler(&self) -> Sampler {
+        let root = Sampler::TraceIdRatioBased(self.ratio);
+        if self.parent_based {
+            Sampler::ParentBased(Box::new(root))
+        } else {
+            root
+        }
+    }
 }
 
 /// The sampled flag of a W3C `traceparent` (`00-{trace}-{span}-{flags}`), if well formed.
@@ -187,17 +197,6 @@ impl ShouldSample for RequestsDecided {
     ) -> SamplingResult {
         let sampler = if *kind == SpanKind::Server { &Sampler::AlwaysOn } else { &self.0 };
         sampler.should_sample(parent, trace_id, name, kind, attributes, links)
-    }
-}
-
-impl Sampling {
-    fn sampler(&self) -> Sampler {
-        let root = Sampler::TraceIdRatioBased(self.ratio);
-        if self.parent_based {
-            Sampler::ParentBased(Box::new(root))
-        } else {
-            root
-        }
     }
 }
 

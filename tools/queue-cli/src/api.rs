@@ -37,6 +37,18 @@ impl std::fmt::Display for ApiError {
 
 impl std::error::Error for ApiError {}
 
+/// What one poll of a standing gave ([`Api::poll_once`]).
+#[derive(Debug)]
+pub enum Polled {
+    /// No longer waiting: promoted, active, or unknown.
+    Done(Standing),
+    /// Still waiting (told to `on_update`).
+    Waiting,
+    /// Rate limited; the wait it asked for has passed.
+    RateLimited,
+    Failed(ApiError),
+}
+
 /// How an update reached the client.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Via {
@@ -187,21 +199,32 @@ impl Api {
         }
         let mut last_error = None;
         while Instant::now() < deadline {
-            match self.status(user).await {
-                Ok(s) if s.status == Status::Waiting => {
-                    last_error = None;
-                    on_update(&s, Via::Poll);
-                }
-                Ok(s) => return Ok(s),
-                Err(ApiError::RateLimited(secs)) => {
-                    tokio::time::sleep(Duration::from_secs(secs.max(1))).await;
-                    continue;
-                }
-                Err(e) => last_error = Some(e),
+            match self.poll_once(user, &mut on_update).await {
+                Polled::Done(s) => return Ok(s),
+                Polled::Waiting => last_error = None,
+                Polled::RateLimited => continue,
+                Polled::Failed(e) => last_error = Some(e),
             }
             tokio::time::sleep(poll_every).await;
         }
         Err(last_error.unwrap_or_else(|| ApiError::Transport("gave up waiting: deadline passed".into())))
+    }
+
+    /// One poll of `user`'s standing while following it: a waiting standing goes to
+    /// `on_update`; a rate limit is slept out here (poll again at once).
+    pub async fn poll_once(&self, user: &str, on_update: &mut impl FnMut(&Standing, Via)) -> Polled {
+        match self.status(user).await {
+            Ok(s) if s.status == Status::Waiting => {
+                on_update(&s, Via::Poll);
+                Polled::Waiting
+            }
+            Ok(s) => Polled::Done(s),
+            Err(ApiError::RateLimited(secs)) => {
+                tokio::time::sleep(Duration::from_secs(secs.max(1))).await;
+                Polled::RateLimited
+            }
+            Err(e) => Polled::Failed(e),
+        }
     }
 
     /// Reads the push stream: `Ok(Some(standing))` at a terminal event, `Ok(None)` when

@@ -22,7 +22,7 @@
 //! given at rank 10 or better (waits under a second count as one second, the
 //! estimate's own unit); estimates that were missing (null) are counted apart.
 
-use crate::api::{Api, ApiError, Via};
+use crate::api::{Api, ApiError, Polled, Via};
 use crate::chat::{self, Handshake, Incoming};
 use crate::outage::{self, Outage, OutageLog};
 use crate::stats::Percentiles;
@@ -773,17 +773,11 @@ async fn follow_through_outages(
                 Ok(None) | Err(_) => log.note(who, Outage::StreamLost),
             }
         }
-        match api.status(user).await {
-            Ok(s) if s.status == Status::Waiting => {
-                last_error = None;
-                on_update(&s, Via::Poll);
-            }
-            Ok(s) => return Ok(s),
-            Err(ApiError::RateLimited(secs)) => {
-                tokio::time::sleep(Duration::from_secs(secs.max(1))).await;
-                continue;
-            }
-            Err(e) => {
+        match api.poll_once(user, &mut on_update).await {
+            Polled::Done(s) => return Ok(s),
+            Polled::Waiting => last_error = None,
+            Polled::RateLimited => continue,
+            Polled::Failed(e) => {
                 log.note(who, Outage::PollFailed);
                 last_error = Some(e);
             }
