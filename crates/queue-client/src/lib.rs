@@ -66,6 +66,12 @@ pub fn untraced<F: Future>(f: F) -> impl Future<Output = F::Output> {
     UNTRACED.scope((), f)
 }
 
+/// Whether the queue commands called here now would make spans: false inside
+/// [`untraced`] and when no subscriber takes the current span.
+pub fn traced_now() -> bool {
+    UNTRACED.try_with(|_| ()).is_err() && !tracing::Span::current().is_disabled()
+}
+
 /// `f` traced the way the current task is: for work a request hands to a task of its own.
 pub fn tracing_as_now<F: Future>(f: F) -> impl Future<Output = F::Output> {
     let untraced = UNTRACED.try_with(|_| ()).is_ok();

@@ -8,6 +8,7 @@
 //! `/healthz` and `/api/openapi.json`.
 
 pub use service_kit::conn_limit;
+pub mod batch;
 pub mod cors;
 pub mod error;
 pub mod extract;
@@ -119,6 +120,8 @@ pub struct AppState {
     pub config: Config,
     pub store: store::Store,
     pub hub: Arc<hub::Hub>,
+    /// Status reads gathered into one `QUEUE.RANKS` call per queue.
+    pub statuses: Arc<batch::StatusBatcher>,
     pub limiter: limit::RateLimiter,
     /// Open push streams, in all and per client address.
     pub streams: Arc<conn_limit::ConnLimit>,
@@ -183,6 +186,7 @@ pub async fn serve(
         config,
         store,
         hub,
+        statuses: Default::default(),
         metrics,
         registered: Default::default(),
         shutdown: stop_rx,

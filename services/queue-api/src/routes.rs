@@ -4,9 +4,10 @@ use crate::error::ApiError;
 use crate::extract::{EntryRequest, Field, JsonBody, SettingsRequest};
 use crate::AppState;
 use axum::extract::{ConnectInfo, FromRequestParts, Path, Query, State};
+use axum::http::request::Parts;
 use axum::http::{header, HeaderMap};
 use axum::response::sse::{Event, KeepAlive, Sse};
-use axum::response::{Html, Response};
+use axum::response::{Html, IntoResponse, Response};
 use axum::Json;
 use futures_util::Stream;
 use queue_client::{Standing, Status};
@@ -20,24 +21,33 @@ type St = State<Arc<AppState>>;
 /// The queue of seed 000's contract, used when a request names none.
 pub const DEFAULT_QUEUE: &str = "default";
 
-fn client_ip(state: &AppState, peer: SocketAddr, headers: &HeaderMap) -> IpAddr {
-    if state.config.trust_proxy {
-        let forwarded = headers.get("x-forwarded-for").and_then(|v| v.to_str().ok());
-        if let Some(ip) = forwarded.and_then(|v| v.split(',').next()).and_then(|v| v.trim().parse().ok()) {
-            return ip;
+/// The client's address: the peer's, or with `--trust-proxy` the first address of
+/// X-Forwarded-For. Read from the request in place (no copy of its headers).
+pub struct ClientIp(pub IpAddr);
+
+impl FromRequestParts<Arc<AppState>> for ClientIp {
+    type Rejection = ApiError;
+
+    async fn from_request_parts(parts: &mut Parts, state: &Arc<AppState>) -> Result<Self, ApiError> {
+        if state.config.trust_proxy {
+            let forwarded = parts.headers.get("x-forwarded-for").and_then(|v| v.to_str().ok());
+            if let Some(ip) = forwarded.and_then(|v| v.split(',').next()).and_then(|v| v.trim().parse().ok()) {
+                return Ok(ClientIp(ip));
+            }
         }
+        // The server puts the peer's address on every request it serves.
+        let peer = parts.extensions.get::<ConnectInfo<SocketAddr>>().map(|c| c.0.ip());
+        Ok(ClientIp(peer.unwrap_or(IpAddr::V4(std::net::Ipv4Addr::UNSPECIFIED))))
     }
-    peer.ip()
 }
 
-/// Takes a token for the client's address; the address.
-fn rate_limit(state: &AppState, peer: SocketAddr, headers: &HeaderMap) -> Result<IpAddr, ApiError> {
-    let ip = client_ip(state, peer, headers);
-    state.limiter.check(ip).map_err(|secs| {
+/// Takes a token for the client's address.
+fn rate_limit(state: &AppState, ClientIp(ip): &ClientIp) -> Result<IpAddr, ApiError> {
+    state.limiter.check(*ip).map_err(|secs| {
         state.metrics.rate_limited.increment(1);
         ApiError::TooManyRequests(secs)
     })?;
-    Ok(ip)
+    Ok(*ip)
 }
 
 fn queue_name(q: Option<&str>) -> Result<String, ApiError> {
@@ -54,26 +64,48 @@ fn strip(e: queue_core::QueueError) -> String {
     e.to_string().trim_start_matches("ERR ").to_string()
 }
 
-/// A standing as the REST contract shows it, with the queue's name added.
-fn standing_json(s: &Standing, queue: &str) -> Value {
-    let mut v = serde_json::to_value(s).expect("serializable");
-    v["queue"] = json!(queue);
-    // How sure the estimate is (wide near the head of the line, narrow far back).
-    if let (Status::Waiting, Some(eta)) = (s.status, s.estimated_wait_seconds) {
-        let (low, high) = queue_core::admission::wait_range(eta as i64, s.rank as i64);
-        v["estimatedWaitRange"] = json!({ "low": low, "high": high });
+/// A standing as the REST contract shows it, with the queue's name added and, while
+/// waiting with an estimate, how sure the estimate is (`estimatedWaitRange`: wide near
+/// the head of the line, narrow far back). Serialized straight from the standing.
+#[derive(serde::Serialize)]
+struct StandingBody<'a> {
+    #[serde(flatten)]
+    standing: &'a Standing,
+    queue: &'a str,
+    #[serde(rename = "estimatedWaitRange", skip_serializing_if = "Option::is_none")]
+    range: Option<WaitRange>,
+}
+
+#[derive(serde::Serialize)]
+struct WaitRange {
+    low: i64,
+    high: i64,
+}
+
+impl<'a> StandingBody<'a> {
+    fn new(s: &'a Standing, queue: &'a str) -> StandingBody<'a> {
+        let range = match (s.status, s.estimated_wait_seconds) {
+            (Status::Waiting, Some(eta)) => {
+                let (low, high) = queue_core::admission::wait_range(eta as i64, s.rank as i64);
+                Some(WaitRange { low, high })
+            }
+            _ => None,
+        };
+        StandingBody { standing: s, queue, range }
     }
-    v
+}
+
+fn standing_json(s: &Standing, queue: &str) -> Value {
+    serde_json::to_value(StandingBody::new(s, queue)).expect("serializable")
 }
 
 /// `POST /api/queue/entry {nickname, queue?}` -> `{status, rank, userId, ...}`.
 pub async fn entry(
     State(state): St,
-    ConnectInfo(peer): ConnectInfo<SocketAddr>,
-    headers: HeaderMap,
+    from: ClientIp,
     body: Result<JsonBody<EntryRequest>, ApiError>,
 ) -> Result<Json<Value>, ApiError> {
-    let ip = rate_limit(&state, peer, &headers)?;
+    let ip = rate_limit(&state, &from)?;
     state.metrics.entry_requests.increment(1);
     let JsonBody(body) = body?;
     let nickname = match &body.nickname {
@@ -122,13 +154,8 @@ pub struct QueueQuery {
 /// `GET /api/queue/challenge?queue=`: a proof-of-work challenge for this client
 /// address (`{difficulty, challenge, expiresAt}`; difficulty 0 and no challenge when
 /// the queue asks none).
-pub async fn challenge(
-    State(state): St,
-    ConnectInfo(peer): ConnectInfo<SocketAddr>,
-    headers: HeaderMap,
-    q: QueueQuery,
-) -> Result<Json<Value>, ApiError> {
-    let ip = rate_limit(&state, peer, &headers)?;
+pub async fn challenge(State(state): St, from: ClientIp, q: QueueQuery) -> Result<Json<Value>, ApiError> {
+    let ip = rate_limit(&state, &from)?;
     let queue = queue_name(q.queue.as_deref())?;
     let client = state.store.client().await?;
     let difficulty = state.pow.difficulty(&client, &queue).await?;
@@ -168,7 +195,13 @@ impl WhoQuery {
 
 async fn lookup(state: &AppState, q: &WhoQuery) -> Result<(String, Standing), ApiError> {
     let (user, queue) = q.parse()?;
-    let standing = state.store.client().await?.status(&queue, &user).await?;
+    let client = state.store.client().await?;
+    // A traced request reads on its own, so that its trace shows its own command.
+    let standing = if queue_client::traced_now() {
+        client.status(&queue, &user).await?
+    } else {
+        state.statuses.status(&client, &queue, user).await?
+    };
     if standing.status == Status::Unknown {
         return Err(ApiError::NotFound("unknown user: not waiting, promoted or inside".into()));
     }
@@ -176,30 +209,20 @@ async fn lookup(state: &AppState, q: &WhoQuery) -> Result<(String, Standing), Ap
 }
 
 /// `GET /api/queue/status?userId=&queue=` -> `{status, rank, ticketId, ...}`.
-pub async fn status(
-    State(state): St,
-    ConnectInfo(peer): ConnectInfo<SocketAddr>,
-    headers: HeaderMap,
-    q: WhoQuery,
-) -> Result<Json<Value>, ApiError> {
-    rate_limit(&state, peer, &headers)?;
+pub async fn status(State(state): St, from: ClientIp, q: WhoQuery) -> Result<Response, ApiError> {
+    rate_limit(&state, &from)?;
     state.metrics.status_requests.increment(1);
     let (queue, standing) = lookup(&state, &q).await?;
     state.metrics.promoted(&standing);
-    Ok(Json(standing_json(&standing, &queue)))
+    Ok(Json(StandingBody::new(&standing, &queue)).into_response())
 }
 
 /// `DELETE /api/queue/entry?userId=&queue=`: gives up a place in line (or a ticket
 /// not yet used), so it goes to the next person at once instead of when the place
 /// lapses. 404 when the user is neither waiting nor holding a ticket (already
 /// inside: leaving is closing the chat connection).
-pub async fn leave(
-    State(state): St,
-    ConnectInfo(peer): ConnectInfo<SocketAddr>,
-    headers: HeaderMap,
-    q: WhoQuery,
-) -> Result<Json<Value>, ApiError> {
-    rate_limit(&state, peer, &headers)?;
+pub async fn leave(State(state): St, from: ClientIp, q: WhoQuery) -> Result<Json<Value>, ApiError> {
+    rate_limit(&state, &from)?;
     state.metrics.leave_requests.increment(1);
     let (user, queue) = q.parse()?;
     if !state.store.client().await?.leave(&queue, &user).await? {
@@ -232,11 +255,10 @@ fn event_for(s: &Standing, queue: &str, total_waiting: Option<u64>) -> Event {
 /// `promoted` with the ticket (or `active` / `unknown`), after which the stream ends.
 pub async fn stream(
     State(state): St,
-    ConnectInfo(peer): ConnectInfo<SocketAddr>,
-    headers: HeaderMap,
+    from: ClientIp,
     q: WhoQuery,
 ) -> Result<Sse<impl Stream<Item = Result<Event, std::convert::Infallible>>>, ApiError> {
-    let ip = rate_limit(&state, peer, &headers)?;
+    let ip = rate_limit(&state, &from)?;
     // The stream's place is held until it ends (the permit lives in the stream).
     let permit = state.streams.acquire(ip).map_err(|why| {
         state.metrics.streams_refused.increment(1);

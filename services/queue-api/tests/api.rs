@@ -76,7 +76,90 @@ both_backends!(
     reentry_with_the_kept_user_id_moves_to_the_back,
     proof_of_work_at_entry,
     a_full_line_answers_503_with_retry_after,
+    concurrent_status_reads_each_see_the_line_after_they_arrive,
 );
+
+/// Every status answer in a burst of concurrent requests (many people, some asked
+/// about several times at once) matches the line as the rules make it, and a burst
+/// sent after a change sees the change: reads are gathered into shared calls, never
+/// served from an earlier answer. With Valkey gone the burst gets 503s, and then
+/// answers again.
+async fn concurrent_status_reads_each_see_the_line_after_they_arrive(b: Backend) {
+    let mut s = ValkeyServer::start(b);
+    let qc = client_for(&s).await;
+    qc.config_set("default", &[("soft_cap", 0), ("abandon_after", 0)]).await.unwrap();
+    let mut config = queue_api::Config::local(&s.url());
+    config.rate_limit = 0.0;
+    let api = Api::start(config).await;
+    let http = reqwest::Client::new();
+    // The model: people in entry order; the first `promoted` of them hold tickets.
+    let people: Vec<String> = (0..60).map(|i| format!("person-{i}")).collect();
+    for p in &people {
+        qc.enter("default", p, "n").await.unwrap();
+    }
+    let burst = |asked: Vec<usize>| {
+        let (http, api, people) = (http.clone(), api.url("/api/queue/status?userId="), people.clone());
+        async move {
+            let calls = asked.iter().map(|&i| {
+                let (http, url) = (http.clone(), format!("{api}{}", people[i]));
+                async move {
+                    let r = http.get(url).send().await.unwrap();
+                    (i, r.status().as_u16(), r.json::<Value>().await.unwrap())
+                }
+            });
+            futures_util::future::join_all(calls).await
+        }
+    };
+    // Everyone, each three times, shuffled by a fixed stride, all at once.
+    let asked: Vec<usize> = (0..180).map(|k| (k * 37) % 60).collect();
+    for promoted in [0usize, 7, 20] {
+        if promoted > 0 {
+            qc.config_set("default", &[("soft_cap", promoted as i64)]).await.unwrap();
+            qc.promote("default", None).await.unwrap();
+        }
+        for (i, code, v) in burst(asked.clone()).await {
+            assert_eq!(code, 200, "{v}");
+            assert_eq!(v["userId"], json!(people[i]), "{v}");
+            if i < promoted {
+                assert_eq!((v["status"].clone(), v["rank"].clone()), (json!("PROMOTED"), json!(0)), "{i}: {v}");
+                assert!(v["ticketId"].is_string(), "{v}");
+            } else {
+                let rank = i - promoted + 1;
+                assert_eq!((v["status"].clone(), v["rank"].clone()), (json!("WAITING"), json!(rank)), "{i}: {v}");
+            }
+        }
+    }
+    // Someone nobody knows, among people who are known.
+    let (code, v) = get_json(&api.url("/api/queue/status?userId=nobody")).await;
+    assert_eq!((code, v["error"].clone()), (404, json!("not_found")), "{v}");
+    if b == Backend::Module {
+        // The 540 reads and the lone one went to Valkey in fewer calls.
+        let info: String = redis::cmd("INFO").arg("commandstats").query(&mut s.conn()).unwrap();
+        let calls: u64 = info
+            .lines()
+            .find_map(|l| l.strip_prefix("cmdstat_queue.ranks:calls="))
+            .and_then(|l| l.split(',').next()?.parse().ok())
+            .expect("QUEUE.RANKS was called");
+        assert!(calls < 541, "{calls} calls for 541 reads");
+    }
+    s.kill();
+    for (_, code, v) in burst((0..20).collect()).await {
+        assert_eq!(code, 503, "{v}");
+    }
+    s.restart();
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        let (code, v) = get_json(&api.url(&format!("/api/queue/status?userId={}", people[59]))).await;
+        if code != 503 {
+            // The restarted server kept nothing (no persistence in tests).
+            assert_eq!((code, v["error"].clone()), (404, json!("not_found")), "{v}");
+            break;
+        }
+        assert!(Instant::now() < deadline, "did not recover: {code} {v}");
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    api.stop().await;
+}
 
 /// `max_waiting`: a newcomer past it gets 503, error `line_full` and Retry-After;
 /// someone already waiting still gets their standing; the refusals are counted.
