@@ -4,7 +4,8 @@
 # Chromium, Node.js and the browser test's npm packages (tests/browser, playwright-core
 # driving Debian's chromium), the benchmarks' Python package (valkey), schemathesis,
 # and for docker/ and the observability test: prometheus (with promtool), docker.io,
-# docker-compose and debootstrap, openssl (the TLS tests make a private CA). (scripts/test-valkey9.sh fetches a second server version.)
+# docker-compose and debootstrap, openssl (the TLS tests make a private CA), make and
+# gcc (jemalloc's build). (scripts/test-valkey9.sh fetches a second server version.)
 # Idempotent: does nothing when everything is already present.
 set -euo pipefail
 
@@ -25,6 +26,9 @@ command -v dockerd >/dev/null 2>&1 || need_apt+=(docker.io)
 command -v docker-compose >/dev/null 2>&1 || need_apt+=(docker-compose)
 command -v debootstrap >/dev/null 2>&1 || need_apt+=(debootstrap)
 command -v openssl >/dev/null 2>&1 || need_apt+=(openssl)
+# jemalloc (the services' allocator) is built from source by its crate: make and a C compiler.
+command -v make >/dev/null 2>&1 || need_apt+=(make)
+command -v cc >/dev/null 2>&1 || need_apt+=(gcc)
 
 if [ ${#need_apt[@]} -gt 0 ]; then
   src=/etc/apt/sources.list.d/debian.sources

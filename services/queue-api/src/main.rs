@@ -1,5 +1,7 @@
+// jemalloc: faster than the system allocator on the request path and smaller per
+// open stream (bench/README.md, "Which allocator").
 #[global_allocator]
-static ALLOC: mimalloc::MiMalloc = mimalloc::MiMalloc;
+static ALLOC: tikv_jemallocator::Jemalloc = tikv_jemallocator::Jemalloc;
 
 #[tokio::main]
 async fn main() -> std::process::ExitCode {
