@@ -257,7 +257,7 @@ async fn spans_from_every_service_and_every_panel_and_rule_evaluates() {
             }
         }
         parent_and_child("queue-api", "POST /api/queue/entry", "QUEUE.ENTER")?;
-        parent_and_child("queue-api", "GET /api/queue/status", "QUEUE.STATUS")?;
+        parent_and_child("queue-api", "GET /api/queue/status", "QUEUE.RANKS")?;
         parent_and_child("chat-server", "GET /gameserver", "TICKET.CLAIM")?;
         parent_and_child("queue-manager", "GET /metrics", "QUEUE.INFO")
     };
@@ -292,7 +292,7 @@ async fn spans_from_every_service_and_every_panel_and_rule_evaluates() {
         let of = |trace: &str| spans.iter().filter(|s| hex(&s.trace_id) == trace).cloned().collect::<Vec<_>>();
         let (in_kept, in_dropped) = (of(kept), of(dropped));
         let server = in_kept.iter().find(|s| s.name == "GET /api/queue/status");
-        let child = in_kept.iter().find(|s| s.name == "QUEUE.STATUS");
+        let child = in_kept.iter().find(|s| s.name == "QUEUE.RANKS");
         if let (Some(server), Some(child)) = (server, child) {
             assert_eq!(hex(&server.parent_span_id), "00f067aa0ba902b7");
             assert_eq!(child.parent_span_id, server.span_id);

@@ -66,10 +66,43 @@ pub fn untraced<F: Future>(f: F) -> impl Future<Output = F::Output> {
     UNTRACED.scope((), f)
 }
 
-/// Whether the queue commands called here now would make spans: false inside
-/// [`untraced`] and when no subscriber takes the current span.
-pub fn traced_now() -> bool {
-    UNTRACED.try_with(|_| ()).is_err() && !tracing::Span::current().is_disabled()
+/// Runs `call`, a queue command made for the current task (by it, or on its behalf in
+/// a call shared with others), in a `debug` span named after `command` (traced when
+/// the service exports traces and the task is not [`untraced`]) with the queue and
+/// the outcome: `ok`, `refused` (the queue's own refusal) or `error`.
+pub async fn in_command_span<T>(
+    command: &str,
+    queue: &str,
+    call: impl Future<Output = Result<T, ClientError>>,
+) -> Result<T, ClientError> {
+    use tracing::Instrument;
+    let span = if UNTRACED.try_with(|_| ()).is_ok() {
+        tracing::Span::none()
+    } else {
+        tracing::debug_span!(
+            "valkey command",
+            otel.name = command,
+            otel.kind = "client",
+            db.system.name = "valkey",
+            db.operation.name = command,
+            queue,
+            outcome = tracing::field::Empty,
+            otel.status_code = tracing::field::Empty,
+        )
+    };
+    let result = call.instrument(span.clone()).await;
+    if !span.is_disabled() {
+        let outcome = match &result {
+            Ok(_) => "ok",
+            Err(ClientError::Refused(_)) => "refused",
+            Err(_) => "error",
+        };
+        span.record("outcome", outcome);
+        if outcome == "error" {
+            span.record("otel.status_code", "ERROR");
+        }
+    }
+    result
 }
 
 /// `f` traced the way the current task is: for work a request hands to a task of its own.
@@ -242,34 +275,7 @@ impl QueueClient {
     /// queue, the command and its outcome: `ok`, `refused` (the queue's own refusal)
     /// or `error`.
     async fn run(&self, op: Op, queue: &str, args: &[&str]) -> Result<Value, ClientError> {
-        use tracing::Instrument;
-        let span = if UNTRACED.try_with(|_| ()).is_ok() {
-            tracing::Span::none()
-        } else {
-            tracing::debug_span!(
-                "valkey command",
-                otel.name = op.command(),
-                otel.kind = "client",
-                db.system.name = "valkey",
-                db.operation.name = op.command(),
-                queue,
-                outcome = tracing::field::Empty,
-                otel.status_code = tracing::field::Empty,
-            )
-        };
-        let result = self.dispatch(op, queue, args).instrument(span.clone()).await;
-        if !span.is_disabled() {
-            let outcome = match &result {
-                Ok(_) => "ok",
-                Err(ClientError::Refused(_)) => "refused",
-                Err(_) => "error",
-            };
-            span.record("outcome", outcome);
-            if outcome == "error" {
-                span.record("otel.status_code", "ERROR");
-            }
-        }
-        result
+        in_command_span(op.command(), queue, self.dispatch(op, queue, args)).await
     }
 
     async fn dispatch(&self, op: Op, queue: &str, args: &[&str]) -> Result<Value, ClientError> {

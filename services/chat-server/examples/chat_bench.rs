@@ -24,6 +24,9 @@ use tokio::sync::mpsc;
 use tokio_tungstenite::tungstenite::protocol::WebSocketConfig;
 use tokio_tungstenite::tungstenite::Message;
 
+/// Loopback source addresses the sessions are spread over.
+const SOURCES: usize = 16;
+
 /// chatserver_messages_sent_total of the server at `base` (ws://host:port).
 async fn frames_sent(base: &str) -> u64 {
     let url = format!("{}/metrics", base.replacen("ws://", "http://", 1));
@@ -133,13 +136,20 @@ async fn main() {
     let frames = Arc::new(AtomicU64::new(0));
     let (marks_tx, mut marks) = mpsc::unbounded_channel::<Instant>();
     let opening = Instant::now();
-    let sinks: Vec<_> = futures_util::stream::iter(tickets)
-        .map(|t| {
+    let server: std::net::SocketAddr = base.trim_start_matches("ws://").parse().expect("ws://host:port");
+    let sinks: Vec<_> = futures_util::stream::iter(tickets.into_iter().enumerate())
+        .map(|(i, t)| {
             let url = format!("{base}/gameserver?ticketId={t}");
             let (frames, marks_tx) = (frames.clone(), marks_tx.clone());
             async move {
+                // From one of SOURCES loopback addresses: a run right after another bench
+                // finds that one's closed ports still in TIME_WAIT, and one source address
+                // has only some 28,000 ephemeral ports.
+                let sock = tokio::net::TcpSocket::new_v4().unwrap();
+                sock.bind(format!("127.0.0.{}:0", 1 + i % SOURCES).parse().unwrap()).unwrap();
+                let tcp = sock.connect(server).await.expect("connect");
                 let config = WebSocketConfig::default().read_buffer_size(4096).write_buffer_size(0);
-                let (ws, _) = tokio_tungstenite::connect_async_with_config(url.as_str(), Some(config), false)
+                let (ws, _) = tokio_tungstenite::client_async_with_config(url.as_str(), tcp, Some(config))
                     .await
                     .expect("handshake");
                 let (sink, mut stream) = ws.split();

@@ -4,7 +4,9 @@
 //! counts them as heard from the same way), and every call is sent after the requests
 //! in it arrived, so an answer is never older than its request: this is batching, not
 //! caching. One call per queue is under way at a time, so the batches grow with the
-//! load and a busy queue costs Valkey one command for many requests.
+//! load and a busy queue costs Valkey one command for many requests. A traced
+//! request's trace shows its read as a `QUEUE.RANKS` span, from its arrival in the
+//! batch to its answer.
 
 use queue_client::{ClientError, QueueClient, Standing};
 use std::collections::HashMap;
@@ -48,9 +50,13 @@ impl StatusBatcher {
             !std::mem::replace(&mut p.busy, true)
         };
         if start {
-            tokio::spawn(self.clone().drain(client.clone(), queue.to_string()));
+            // The shared call belongs to no request: no span of its own.
+            tokio::spawn(queue_client::untraced(self.clone().drain(client.clone(), queue.to_string())));
         }
-        rx.await.unwrap_or_else(|_| Err(ClientError::Unavailable("the status read was dropped".into())))
+        // A traced request's span for its read covers the wait and the shared call.
+        let read =
+            async { rx.await.unwrap_or_else(|_| Err(ClientError::Unavailable("the status read was dropped".into()))) };
+        queue_client::in_command_span("QUEUE.RANKS", queue, read).await
     }
 
     /// Asks for what waits on `queue`, batch after batch, until nothing does.

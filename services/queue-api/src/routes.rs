@@ -196,12 +196,7 @@ impl WhoQuery {
 async fn lookup(state: &AppState, q: &WhoQuery) -> Result<(String, Standing), ApiError> {
     let (user, queue) = q.parse()?;
     let client = state.store.client().await?;
-    // A traced request reads on its own, so that its trace shows its own command.
-    let standing = if queue_client::traced_now() {
-        client.status(&queue, &user).await?
-    } else {
-        state.statuses.status(&client, &queue, user).await?
-    };
+    let standing = state.statuses.status(&client, &queue, user).await?;
     if standing.status == Status::Unknown {
         return Err(ApiError::NotFound("unknown user: not waiting, promoted or inside".into()));
     }
