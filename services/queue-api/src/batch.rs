@@ -42,6 +42,7 @@ impl StatusBatcher {
         let (tx, rx) = oneshot::channel();
         let start = {
             let mut queues = self.queues.lock().unwrap();
+            // Looked up by &str first: no String made per request.
             if !queues.contains_key(queue) {
                 queues.insert(queue.to_string(), Pending::default());
             }
@@ -72,19 +73,20 @@ impl StatusBatcher {
                 let n = p.waiting.len().min(MAX_BATCH);
                 p.waiting.drain(..n).collect()
             };
-            // Each user asked once, however many of its requests wait.
+            // Each user asked once, however many of its requests wait: `slots[k]` is
+            // where the k-th request's user is in `users`.
             let mut index: HashMap<&str, usize> = HashMap::with_capacity(batch.len());
             let mut users: Vec<&str> = Vec::with_capacity(batch.len());
-            for (user, _) in &batch {
-                index.entry(user.as_str()).or_insert_with(|| {
-                    users.push(user.as_str());
-                    users.len() - 1
-                });
-            }
+            let slots: Vec<usize> = batch
+                .iter()
+                .map(|(user, _)| {
+                    *index.entry(user.as_str()).or_insert_with(|| {
+                        users.push(user.as_str());
+                        users.len() - 1
+                    })
+                })
+                .collect();
             let answer = client.ranks(&queue, &users).await;
-            let slots: Vec<usize> = batch.iter().map(|(u, _)| index[u.as_str()]).collect();
-            drop(index);
-            drop(users);
             match answer {
                 Ok(standings) => {
                     for ((_, reply), i) in batch.into_iter().zip(slots) {

@@ -95,16 +95,12 @@ impl<'a> StandingBody<'a> {
     }
 }
 
-fn standing_json(s: &Standing, queue: &str) -> Value {
-    serde_json::to_value(StandingBody::new(s, queue)).expect("serializable")
-}
-
 /// `POST /api/queue/entry {nickname, queue?}` -> `{status, rank, userId, ...}`.
 pub async fn entry(
     State(state): St,
     from: ClientIp,
     body: Result<JsonBody<EntryRequest>, ApiError>,
-) -> Result<Json<Value>, ApiError> {
+) -> Result<Response, ApiError> {
     let ip = rate_limit(&state, &from)?;
     state.metrics.entry_requests.increment(1);
     let JsonBody(body) = body?;
@@ -141,7 +137,7 @@ pub async fn entry(
         ApiError::from(e)
     })?;
     state.metrics.promoted(&standing);
-    Ok(Json(standing_json(&standing, &queue)))
+    Ok(Json(StandingBody::new(&standing, &queue)).into_response())
 }
 
 /// `?queue=`.
@@ -237,7 +233,7 @@ fn event_for(s: &Standing, queue: &str, total_waiting: Option<u64>) -> Event {
         Status::Active => "active",
         Status::Unknown => "unknown",
     };
-    let mut v = standing_json(s, queue);
+    let mut v = serde_json::to_value(StandingBody::new(s, queue)).expect("serializable");
     if let (Status::Waiting, Some(total)) = (s.status, total_waiting) {
         // Never fewer than the rank shown beside it (the total is read apart).
         v["totalWaiting"] = json!(total.max(s.rank));
