@@ -25,6 +25,7 @@
 #![warn(missing_docs)]
 
 pub mod announce;
+pub mod backoffice;
 mod backend;
 mod challenge;
 mod conn;

@@ -35,6 +35,11 @@ pub enum ApiError {
     TooManyStreamsFromAddress,
     /// 503: the queue holds its `max_waiting` people; a newcomer may try again later.
     LineFull,
+    /// 400 or 422 about one field of a body (named in the reply's `field`, so that a
+    /// form shows the message at that field).
+    AtField(StatusCode, String, String),
+    /// 409: the request does not fit the state (resuming a queue not paused).
+    Conflict(String),
 }
 
 /// Seconds a newcomer refused by a full line is asked to wait.
@@ -91,6 +96,11 @@ impl ApiError {
                 "line_full",
                 format!("the line is full; retry in {LINE_FULL_RETRY_AFTER} s"),
             ),
+            ApiError::AtField(status, _, m) => {
+                let code = if *status == StatusCode::UNPROCESSABLE_ENTITY { "invalid" } else { "bad_request" };
+                (*status, code, m.clone())
+            }
+            ApiError::Conflict(m) => (StatusCode::CONFLICT, "conflict", m.clone()),
         }
     }
 }
@@ -101,6 +111,9 @@ impl IntoResponse for ApiError {
         let mut body = json!({ "error": code, "message": message });
         if let ApiError::ProofRequired(_, challenge) = &self {
             body["challenge"] = challenge.clone();
+        }
+        if let ApiError::AtField(_, field, _) = &self {
+            body["field"] = json!(field);
         }
         let mut resp = (status, Json(body)).into_response();
         match self {

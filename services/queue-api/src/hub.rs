@@ -12,7 +12,7 @@ use crate::metrics::Metrics;
 use crate::store::Store;
 use queue_client::{Standing, Status};
 use std::collections::{HashMap, HashSet};
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 use tokio::sync::{watch, Notify};
@@ -33,9 +33,45 @@ struct QueueWatch {
     wake: Notify,
     /// Users waiting in the queue as of the last refresh (`UNKNOWN` before the first).
     waiting: AtomicU64,
+    /// Whether admission is paused (soft cap 0) as of the last refresh.
+    paused: AtomicBool,
+    /// The total and the pause as last published to streams: changed when the total
+    /// moved noticeably ([`noticeable`]) or the pause flipped, so that a stream tells
+    /// its person even when their own rank stayed.
+    summary: watch::Sender<Summary>,
 }
 
 const UNKNOWN: u64 = u64::MAX;
+
+/// What every stream of a queue shows beside its own standing.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Summary {
+    pub total: Option<u64>,
+    pub paused: bool,
+}
+
+/// Whether the total moved enough since `shown` to tell everyone: any change of a
+/// line under 100, a hundredth of it beyond (a line of a million sends its streams
+/// at most one such event per 10,000 people come or gone, not one per person).
+fn noticeable(shown: Option<u64>, now: u64) -> bool {
+    shown.is_none_or(|s| s.abs_diff(now) * 100 >= s.max(1))
+}
+
+impl QueueWatch {
+    /// Takes what one QUEUE.INFO said: the total and the pause, published when noticeable.
+    fn note(&self, waiting: u64, paused: bool) {
+        self.waiting.store(waiting, Ordering::Relaxed);
+        self.paused.store(paused, Ordering::Relaxed);
+        self.summary.send_if_modified(|s| {
+            if noticeable(s.total, waiting) || s.paused != paused {
+                *s = Summary { total: Some(waiting), paused };
+                true
+            } else {
+                false
+            }
+        });
+    }
+}
 
 pub struct Hub {
     queues: Mutex<HashMap<String, Arc<QueueWatch>>>,
@@ -51,12 +87,25 @@ pub struct Subscription {
     user: String,
     watch: Arc<QueueWatch>,
     pub updates: watch::Receiver<Option<Standing>>,
+    /// Changes when the queue's total or pause changed noticeably.
+    pub summary: watch::Receiver<Summary>,
 }
 
 impl Subscription {
     /// How many wait in the queue, as of the last refresh (seed 001's total), if known.
     pub fn total_waiting(&self) -> Option<u64> {
         Some(self.watch.waiting.load(Ordering::Relaxed)).filter(|&w| w != UNKNOWN)
+    }
+
+    /// Whether admission is paused (soft cap 0), as of the last refresh.
+    pub fn paused(&self) -> bool {
+        self.watch.paused.load(Ordering::Relaxed)
+    }
+
+    /// Takes the queue's counts read by the stream itself (before the queue's first
+    /// refresh, so that its first event has the total too).
+    pub fn note(&self, info: &queue_client::QueueInfo) {
+        self.watch.note(info.waiting, info.config.soft_cap() == 0);
     }
 }
 
@@ -85,6 +134,8 @@ impl Hub {
                         watched: Mutex::default(),
                         wake: Notify::new(),
                         waiting: AtomicU64::new(UNKNOWN),
+                        paused: AtomicBool::new(false),
+                        summary: watch::channel(Summary { total: None, paused: false }).0,
                     });
                     queues.insert(queue.to_string(), w.clone());
                     (w, true)
@@ -103,7 +154,8 @@ impl Hub {
         }
         watch.wake.notify_one();
         self.metrics.sse_streams.increment(1.0);
-        Subscription { hub: self.clone(), queue: queue.to_string(), user: user.to_string(), watch, updates }
+        let summary = watch.summary.subscribe();
+        Subscription { hub: self.clone(), queue: queue.to_string(), user: user.to_string(), watch, updates, summary }
     }
 
     fn unsubscribe(&self, queue: &str, user: &str) {
@@ -151,7 +203,7 @@ async fn refresher(hub: Arc<Hub>, queue: String, watch: Arc<QueueWatch>) {
             // abandon_after and the line's length, read every time (one small call).
             let info = client.info(&queue).await.ok();
             if let Some(i) = &info {
-                watch.waiting.store(i.waiting, Ordering::Relaxed);
+                watch.note(i.waiting, i.config.soft_cap() == 0);
             }
             let period = touch_period(info.as_ref().map(|i| i.config.0.abandon_after()), hub.tick);
             let touch = touched.is_none_or(|t| t.elapsed() >= period);
@@ -283,6 +335,18 @@ async fn walk_line(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_total_is_told_when_it_moved_noticeably() {
+        assert!(noticeable(None, 0), "the first total is always told");
+        assert!(noticeable(Some(0), 1));
+        assert!(noticeable(Some(5), 4), "every change of a short line");
+        assert!(!noticeable(Some(5), 5));
+        assert!(!noticeable(Some(1000), 1009));
+        assert!(noticeable(Some(1000), 1010));
+        assert!(noticeable(Some(1000), 990));
+        assert!(!noticeable(Some(1_000_000), 1_009_999));
+    }
 
     #[test]
     fn touches_come_at_a_quarter_of_abandon_after_within_bounds() {

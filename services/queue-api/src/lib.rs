@@ -8,19 +8,24 @@
 //! `/healthz` and `/api/openapi.json`.
 
 pub use service_kit::conn_limit;
+mod admin;
+mod brand;
 pub mod batch;
 pub mod cors;
 pub mod error;
 pub mod extract;
 pub mod hub;
+pub mod i18n;
 pub mod limit;
 pub mod metrics;
 mod openapi;
 mod opening;
+pub mod pages;
 pub mod pow;
 mod routes;
 mod server;
 pub mod store;
+pub mod templates;
 
 use axum::extract::DefaultBodyLimit;
 use axum::routing::{get, post};
@@ -42,6 +47,16 @@ pub struct Config {
     /// Where admitted people go: the chat page (its `?ticketId=` is added).
     #[arg(long, env = "CHAT_URL", default_value = "http://127.0.0.1:8081/")]
     pub chat_url: String,
+    /// `QUEUE=URL` (repeatable): where the page sends QUEUE's admitted people (with
+    /// `ticketId`, `queue` and `return`), e.g. the gate's `/gate/claim`; other queues
+    /// go to --chat-url.
+    #[arg(long = "admit-url", env = "ADMIT_URLS", value_delimiter = ',', value_parser = pages::AdmitUrl::parse)]
+    pub admit_url: Vec<pages::AdmitUrl>,
+    /// A directory whose index.html replaces the waiting-room page (docs/pages.md
+    /// lists its variables; its other files are served under assets/). Checked at
+    /// start: an unknown variable is an error.
+    #[arg(long, env = "TEMPLATES", value_parser = templates::Pages::from_flag)]
+    pub templates: Option<templates::Pages>,
     /// Bearer token for the back office; without one the back office is disabled.
     #[arg(long, env = "ADMIN_TOKEN")]
     pub admin_token: Option<String>,
@@ -101,6 +116,8 @@ impl Config {
             common: service_kit::Common::local(valkey_url),
             http: Default::default(),
             chat_url: "http://127.0.0.1:8081/".into(),
+            admit_url: Vec::new(),
+            templates: None,
             admin_token: None,
             rate_limit: 20.0,
             rate_burst: 40.0,
@@ -139,13 +156,26 @@ pub const BODY_LIMIT: usize = 16 * 1024;
 
 pub fn app(state: Arc<AppState>) -> Router {
     let mut router = Router::new()
-        .route("/", get(routes::page))
+        .route("/", get(pages::room))
+        .route("/app.js", get(pages::app_js))
+        .route("/app.css", get(pages::app_css))
+        .route("/pow-worker.js", get(pages::pow_worker_js))
+        .route("/brand.css", get(pages::brand_css))
+        .route("/i18n/{file}", get(pages::messages))
+        .route("/assets/{name}", get(pages::asset))
+        .route("/admin", get(pages::admin_page))
+        .route("/admin.js", get(pages::admin_js))
+        .route("/admin.css", get(pages::admin_css))
+        .route("/api/admin/queues", get(admin::list))
+        .route("/api/admin/queues/{queue}/brand", axum::routing::put(admin::put_brand))
+        .route("/api/admin/queues/{queue}/pause", post(admin::pause))
+        .route("/api/admin/queues/{queue}/resume", post(admin::resume))
         .route("/api/queue/entry", post(routes::entry).delete(routes::leave))
         .route("/api/queue/status", get(routes::status))
         .route("/api/queue/stream", get(routes::stream))
         .route("/api/queue/opening", get(opening::opening))
         .route("/api/queue/challenge", get(routes::challenge))
-        .route("/api/admin/queues/{queue}", get(routes::admin_get).put(routes::admin_put))
+        .route("/api/admin/queues/{queue}", get(admin::get).put(admin::put))
         .route("/api/openapi.json", get(routes::openapi))
         .route("/metrics", get(routes::metrics))
         .route("/healthz", get(routes::healthz));

@@ -77,6 +77,15 @@ impl Metrics {
         &self.registry
     }
 
+    /// Back-office changes, by action (settings, brand, pause, resume).
+    pub fn admin_change(&self, action: &'static str) -> Counter {
+        self.registry.counter_with(
+            "queue_api_admin_changes_total",
+            "Changes made through the back office, by action (each also an audit line in the logs).",
+            &[("action", action)],
+        )
+    }
+
     /// Entries refused for their proof of work, by reason (missing, expired,
     /// too_easy, malformed, forged, unsolved, used).
     pub fn pow_refused(&self, reason: &'static str) -> Counter {

@@ -1,13 +1,13 @@
 //! The handlers.
 
 use crate::error::ApiError;
-use crate::extract::{EntryRequest, Field, JsonBody, SettingsRequest};
+use crate::extract::{EntryRequest, Field, JsonBody};
+use crate::hub::Summary;
 use crate::AppState;
-use axum::extract::{ConnectInfo, FromRequestParts, Path, Query, State};
+use axum::extract::{ConnectInfo, FromRequestParts, Query, State};
 use axum::http::request::Parts;
-use axum::http::{header, HeaderMap};
 use axum::response::sse::{Event, KeepAlive, Sse};
-use axum::response::{Html, IntoResponse, Response};
+use axum::response::{IntoResponse, Response};
 use axum::Json;
 use futures_util::Stream;
 use queue_client::{Standing, Status};
@@ -50,7 +50,7 @@ fn rate_limit(state: &AppState, ClientIp(ip): &ClientIp) -> Result<IpAddr, ApiEr
     Ok(*ip)
 }
 
-fn queue_name(q: Option<&str>) -> Result<String, ApiError> {
+pub(crate) fn queue_name(q: Option<&str>) -> Result<String, ApiError> {
     let q = q.unwrap_or(DEFAULT_QUEUE);
     queue_core::keys::check_queue(q.as_bytes()).map(str::to_string).map_err(|e| ApiError::BadRequest(strip(e)))
 }
@@ -164,7 +164,7 @@ pub async fn challenge(State(state): St, from: ClientIp, q: QueueQuery) -> Resul
 }
 
 /// Adds the queue to the discovery set the queue-manager reads (once per instance).
-async fn register(state: &AppState, client: &queue_client::QueueClient, queue: &str) {
+pub(crate) async fn register(state: &AppState, client: &queue_client::QueueClient, queue: &str) {
     if state.registered.lock().unwrap().contains(queue) {
         return;
     }
@@ -225,8 +225,9 @@ pub async fn leave(State(state): St, from: ClientIp, q: WhoQuery) -> Result<Json
 }
 
 /// A stream's event; `position` events also carry how many wait in all (seed 001's
-/// total), when known, as `totalWaiting`.
-fn event_for(s: &Standing, queue: &str, total_waiting: Option<u64>) -> Event {
+/// total), when known, as `totalWaiting`, and whether admission is paused (soft cap
+/// 0) as `admissionPaused`.
+fn event_for(s: &Standing, queue: &str, summary: Summary) -> Event {
     let name = match s.status {
         Status::Waiting => "position",
         Status::Promoted => "promoted",
@@ -234,16 +235,84 @@ fn event_for(s: &Standing, queue: &str, total_waiting: Option<u64>) -> Event {
         Status::Unknown => "unknown",
     };
     let mut v = serde_json::to_value(StandingBody::new(s, queue)).expect("serializable");
-    if let (Status::Waiting, Some(total)) = (s.status, total_waiting) {
-        // Never fewer than the rank shown beside it (the total is read apart).
-        v["totalWaiting"] = json!(total.max(s.rank));
+    if s.status == Status::Waiting {
+        if let Some(total) = summary.total {
+            // Never fewer than the rank shown beside it (the total is read apart).
+            v["totalWaiting"] = json!(total.max(s.rank));
+        }
+        v["admissionPaused"] = json!(summary.paused);
     }
     Event::default().event(name).data(v.to_string())
 }
 
+/// One push stream's state between events.
+struct Follow {
+    sub: crate::hub::Subscription,
+    _permit: crate::conn_limit::Permit,
+    shutdown: tokio::sync::watch::Receiver<bool>,
+    queue: String,
+    /// A standing not yet looked at.
+    pending: Option<Standing>,
+    /// The last standing sent, and the total and pause sent with it.
+    last: Option<(Standing, Summary)>,
+    done: bool,
+}
+
+impl Follow {
+    fn summary(&self) -> Summary {
+        Summary { total: self.sub.total_waiting(), paused: self.sub.paused() }
+    }
+
+    /// The next event: a changed standing, or the last one again when the queue's
+    /// total or pause changed noticeably while waiting; None when the stream ends.
+    async fn next(&mut self) -> Option<Event> {
+        if self.done {
+            return None;
+        }
+        loop {
+            if let Some(s) = self.pending.take() {
+                if self.last.as_ref().map(|(l, _)| l) != Some(&s) {
+                    return Some(self.send(s));
+                }
+            }
+            tokio::select! {
+                changed = self.sub.updates.changed() => {
+                    if changed.is_err() {
+                        return None;
+                    }
+                    self.pending = self.sub.updates.borrow_and_update().clone();
+                }
+                changed = self.sub.summary.changed() => {
+                    if changed.is_err() {
+                        return None;
+                    }
+                    self.sub.summary.borrow_and_update();
+                    let now = self.summary();
+                    if let Some((s, sent)) = &self.last {
+                        if s.status == Status::Waiting && *sent != now {
+                            return Some(self.send(s.clone()));
+                        }
+                    }
+                }
+                _ = self.shutdown.changed() => return None,
+            }
+        }
+    }
+
+    fn send(&mut self, s: Standing) -> Event {
+        let summary = self.summary();
+        self.done = s.status != Status::Waiting;
+        let ev = event_for(&s, &self.queue, summary);
+        self.last = Some((s, summary));
+        ev
+    }
+}
+
 /// `GET /api/queue/stream?userId=&queue=`: server-sent events. `position` whenever
-/// rank or estimated wait change (with `totalWaiting`, how many wait in all), then
-/// `promoted` with the ticket (or `active` / `unknown`), after which the stream ends.
+/// rank or estimated wait change, or the queue's total (`totalWaiting`, in every
+/// position event from the first) or pause (`admissionPaused`) changed noticeably;
+/// then `promoted` with the ticket (or `active` / `unknown`), after which the stream
+/// ends.
 pub async fn stream(
     State(state): St,
     from: ClientIp,
@@ -260,99 +329,26 @@ pub async fn stream(
     })?;
     let (queue, first) = lookup(&state, &q).await?;
     let sub = state.hub.subscribe(&queue, &first.user_id);
-    let shutdown = state.shutdown.clone();
-    let init = (Some(first), (sub, permit), shutdown, queue, None::<Standing>, false);
-    let events = futures_util::stream::unfold(
-        init,
-        |(mut pending, (mut sub, permit), mut shutdown, queue, mut last, done)| async move {
-            if done {
-                return None;
-            }
-            loop {
-                if let Some(s) = pending.take() {
-                    if last.as_ref() != Some(&s) {
-                        let terminal = s.status != Status::Waiting;
-                        let ev = event_for(&s, &queue, sub.total_waiting());
-                        last = Some(s);
-                        return Some((Ok(ev), (None, (sub, permit), shutdown, queue, last, terminal)));
-                    }
-                }
-                tokio::select! {
-                    changed = sub.updates.changed() => {
-                        if changed.is_err() {
-                            return None;
-                        }
-                        pending = sub.updates.borrow_and_update().clone();
-                    }
-                    _ = shutdown.changed() => return None,
-                }
-            }
-        },
-    );
-    Ok(Sse::new(events).keep_alive(KeepAlive::default()))
-}
-
-/// The waiting-room page.
-pub async fn page(State(state): St) -> Html<String> {
-    let chat = serde_json::to_string(&state.config.chat_url).expect("a string");
-    Html(include_str!("../static/index.html").replace("\"__CHAT_URL__\"", &chat))
-}
-
-fn authorize(state: &AppState, headers: &HeaderMap) -> Result<(), ApiError> {
-    let Some(token) = state.config.admin_token.as_deref().filter(|t| !t.is_empty()) else {
-        return Err(ApiError::AdminDisabled);
+    if sub.total_waiting().is_none() {
+        // The queue's first stream here: its refresher has not read the total yet.
+        if let Ok(Ok(info)) = async { Ok::<_, ApiError>(state.store.client().await?.info(&queue).await) }.await {
+            sub.note(&info);
+        }
+    }
+    let follow = Follow {
+        sub,
+        _permit: permit,
+        shutdown: state.shutdown.clone(),
+        queue,
+        pending: Some(first),
+        last: None,
+        done: false,
     };
-    let given =
-        headers.get(header::AUTHORIZATION).and_then(|v| v.to_str().ok()).and_then(|v| v.strip_prefix("Bearer "));
-    // Compared as SHA-256 digests, every byte, so the time taken says nothing about
-    // how much of the token (or of its length) a guess got right.
-    use sha2::{Digest, Sha256};
-    let (want, got) = (Sha256::digest(token.as_bytes()), Sha256::digest(given.unwrap_or("").as_bytes()));
-    let differ = want.iter().zip(got.iter()).fold(0u8, |a, (x, y)| a | (x ^ y));
-    if given.is_some() && std::hint::black_box(differ) == 0 {
-        Ok(())
-    } else {
-        Err(ApiError::Unauthorized)
-    }
-}
-
-/// `GET /api/admin/queues/{queue}`: QUEUE.INFO as JSON.
-pub async fn admin_get(
-    State(state): St,
-    headers: HeaderMap,
-    Path(queue): Path<String>,
-) -> Result<Json<Value>, ApiError> {
-    authorize(&state, &headers)?;
-    let queue = queue_name(Some(&queue))?;
-    let info = state.store.client().await?.info(&queue).await?;
-    Ok(Json(json!({ "queue": queue, "info": info })))
-}
-
-/// `PUT /api/admin/queues/{queue}` `{"soft_cap": 500, "rate": 20, ...}`: changes
-/// settings at runtime (all or none), then answers like GET.
-pub async fn admin_put(
-    State(state): St,
-    headers: HeaderMap,
-    Path(queue): Path<String>,
-    body: Result<JsonBody<SettingsRequest>, ApiError>,
-) -> Result<Json<Value>, ApiError> {
-    authorize(&state, &headers)?;
-    let queue = queue_name(Some(&queue))?;
-    let JsonBody(SettingsRequest(settings)) = body?;
-    if settings.is_empty() {
-        return Err(ApiError::Invalid("name at least one setting".into()));
-    }
-    let mut pairs = Vec::new();
-    for (field, v) in &settings {
-        // JSON says 500 and 500.0 alike.
-        let whole = v.as_f64().filter(|f| f.fract() == 0.0 && f.abs() < 9.0e15).map(|f| f as i64);
-        let n = v.as_i64().or(whole).ok_or_else(|| ApiError::Invalid(format!("{field} must be an integer")))?;
-        pairs.push((field.as_str(), n));
-    }
-    let client = state.store.client().await?;
-    client.config_set(&queue, &pairs).await?;
-    let info = client.info(&queue).await?;
-    Ok(Json(json!({ "queue": queue, "info": info })))
+    let events = futures_util::stream::unfold(follow, |mut f| async move {
+        let ev = f.next().await?;
+        Some((Ok(ev), f))
+    });
+    Ok(Sse::new(events).keep_alive(KeepAlive::default()))
 }
 
 pub async fn openapi() -> Json<Value> {

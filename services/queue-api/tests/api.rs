@@ -640,7 +640,12 @@ async fn page_openapi_metrics() {
     config.chat_url = "http://chat.example.test/room".into();
     let api = Api::start(config).await;
     let page = reqwest::get(api.url("/")).await.unwrap().text().await.unwrap();
-    assert!(page.contains("http://chat.example.test/room") && page.contains("EventSource"));
+    assert!(
+        page.contains("data-admit-url=\"http://chat.example.test/room\"") && page.contains("src=\"app.js\""),
+        "{page}"
+    );
+    let script = reqwest::get(api.url("/app.js")).await.unwrap().text().await.unwrap();
+    assert!(script.contains("EventSource"));
     let (code, doc) = get_json(&api.url("/api/openapi.json")).await;
     assert_eq!(code, 200);
     assert!(doc["paths"]["/api/queue/entry"]["post"].is_object());

@@ -1,0 +1,257 @@
+//! The back office's API (`/api/admin/...`, bearer token): every queue with its live
+//! counts, one queue's counts, settings and branding, changing settings and
+//! branding, pausing and resuming admission. Every change is an audit line in the
+//! logs (target `audit`: queue, action, what changed from what to what) and counted
+//! in `queue_api_admin_changes_total{action}`.
+//!
+//! Which queues there are: the discovery set queue-api keeps (`queue-registry`, every
+//! queue someone entered through this service, or that the back office changed). It
+//! is one small set, read with one call on a single server or a cluster alike; a
+//! SCAN of the keyspace would walk every key of every line (millions of chunk keys) on
+//! every primary at each refresh of the page, and miss a queue configured but empty.
+
+use crate::brand::{self, Brand};
+use crate::error::ApiError;
+use crate::extract::{JsonBody, SettingsRequest};
+use crate::routes::{queue_name, register};
+use crate::AppState;
+use axum::extract::{Path, State};
+use axum::http::{header, HeaderMap, StatusCode};
+use axum::Json;
+use queue_client::{QueueClient, QueueInfo};
+use serde_json::{json, Map, Value};
+use std::sync::Arc;
+
+type St = State<Arc<AppState>>;
+
+/// Most queues the listing reads the counts of (a bound on one request's work).
+const MAX_LISTED: usize = 500;
+
+pub(crate) fn authorize(state: &AppState, headers: &HeaderMap) -> Result<(), ApiError> {
+    let Some(token) = state.config.admin_token.as_deref().filter(|t| !t.is_empty()) else {
+        return Err(ApiError::AdminDisabled);
+    };
+    let given =
+        headers.get(header::AUTHORIZATION).and_then(|v| v.to_str().ok()).and_then(|v| v.strip_prefix("Bearer "));
+    // Compared as SHA-256 digests, every byte, so the time taken says nothing about
+    // how much of the token (or of its length) a guess got right.
+    use sha2::{Digest, Sha256};
+    let (want, got) = (Sha256::digest(token.as_bytes()), Sha256::digest(given.unwrap_or("").as_bytes()));
+    let differ = want.iter().zip(got.iter()).fold(0u8, |a, (x, y)| a | (x ^ y));
+    if given.is_some() && std::hint::black_box(differ) == 0 {
+        Ok(())
+    } else {
+        Err(ApiError::Unauthorized)
+    }
+}
+
+/// Writes the audit line and counts the change.
+fn audit(state: &AppState, queue: &str, action: &'static str, changes: Value) {
+    tracing::info!(target: "audit", queue, action, changes = %changes, "back-office change");
+    state.metrics.admin_change(action).increment(1);
+}
+
+/// The estimated wait of the last person in line, as the line's own estimate makes it.
+fn last_in_line_wait(info: &QueueInfo) -> Option<i64> {
+    queue_core::admission::estimated_wait_seconds(info.waiting as i64, info.admission_rate_per_min as i64)
+}
+
+/// One queue's live counts, as the listing and the queue's page show them.
+fn counts(queue: &str, info: &QueueInfo, paused_soft_cap: Option<i64>) -> Value {
+    json!({
+        "queue": queue,
+        "waiting": info.waiting,
+        "ticketsOut": info.joining,
+        "inside": info.active,
+        "admittedPerMinute": info.admission_rate_per_min,
+        "lastInLineWaitSeconds": last_in_line_wait(info),
+        "softCap": info.config.soft_cap(),
+        "opensAt": Some(info.config.opens_at()).filter(|&t| t > 0),
+        "paused": info.config.soft_cap() == 0,
+        "pausedSoftCap": paused_soft_cap,
+    })
+}
+
+/// `GET /api/admin/queues`: every known queue with its live counts.
+pub async fn list(State(state): St, headers: HeaderMap) -> Result<Json<Value>, ApiError> {
+    authorize(&state, &headers)?;
+    let client = state.store.client().await?;
+    let mut names: Vec<String> = client
+        .registered_queues()
+        .await?
+        .into_iter()
+        .filter(|q| queue_core::keys::check_queue(q.as_bytes()).is_ok())
+        .collect();
+    names.sort();
+    let truncated = names.len() > MAX_LISTED;
+    names.truncate(MAX_LISTED);
+    let reads = names.iter().map(|q| {
+        let client = client.clone();
+        async move { (client.info(q).await, client.paused_soft_cap(q).await) }
+    });
+    let mut queues = Vec::with_capacity(names.len());
+    for (q, (info, paused)) in names.iter().zip(futures_util::future::join_all(reads).await) {
+        queues.push(counts(q, &info?, paused?));
+    }
+    let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_millis() as u64);
+    Ok(Json(json!({ "queues": queues, "truncated": truncated, "at": now })))
+}
+
+async fn queue_body(client: &QueueClient, queue: &str) -> Result<Value, ApiError> {
+    let (info, brand, paused) = tokio::join!(client.info(queue), client.brand(queue), client.paused_soft_cap(queue));
+    let info = info?;
+    let mut v = json!({ "queue": queue, "info": info, "brand": Brand::from_stored(&brand?) });
+    v["counts"] = counts(queue, &info, paused?);
+    Ok(v)
+}
+
+/// `GET /api/admin/queues/{queue}`: QUEUE.INFO as JSON, with the queue's branding and
+/// live counts.
+pub async fn get(State(state): St, headers: HeaderMap, Path(queue): Path<String>) -> Result<Json<Value>, ApiError> {
+    authorize(&state, &headers)?;
+    let queue = queue_name(Some(&queue))?;
+    Ok(Json(queue_body(&state.store.client().await?, &queue).await?))
+}
+
+/// A setting's value: an integer (JSON says 500 and 500.0 alike).
+fn integer(v: &Value) -> Option<i64> {
+    let whole = v.as_f64().filter(|f| f.fract() == 0.0 && f.abs() < 9.0e15).map(|f| f as i64);
+    v.as_i64().or(whole)
+}
+
+/// The settings as pairs, each checked against the schema; the first bad one is an
+/// error naming its field (400 unknown or out of range, 422 not an integer).
+fn checked_settings(settings: &Map<String, Value>) -> Result<Vec<(String, i64)>, ApiError> {
+    let mut pairs = Vec::new();
+    for (name, v) in settings {
+        let at = |status, message: String| ApiError::AtField(status, name.clone(), message);
+        let strip = |e: queue_core::QueueError| e.to_string().trim_start_matches("ERR ").to_string();
+        let field = queue_core::config::field(name.as_bytes()).map_err(|e| at(StatusCode::BAD_REQUEST, strip(e)))?;
+        let n = integer(v).ok_or_else(|| at(StatusCode::UNPROCESSABLE_ENTITY, format!("{name} must be an integer")))?;
+        queue_core::config::check_value(field, n.to_string().as_bytes())
+            .map_err(|e| at(StatusCode::BAD_REQUEST, strip(e)))?;
+        pairs.push((name.clone(), n));
+    }
+    Ok(pairs)
+}
+
+/// `PUT /api/admin/queues/{queue}` `{"soft_cap": 500, "rate": 20, ...}`: changes
+/// settings at runtime (all or none), then answers like GET. Setting a soft cap above
+/// 0 while paused ends the pause (the new cap is the one to keep).
+pub async fn put(
+    State(state): St,
+    headers: HeaderMap,
+    Path(queue): Path<String>,
+    body: Result<JsonBody<SettingsRequest>, ApiError>,
+) -> Result<Json<Value>, ApiError> {
+    authorize(&state, &headers)?;
+    let queue = queue_name(Some(&queue))?;
+    let JsonBody(SettingsRequest(settings)) = body?;
+    if settings.is_empty() {
+        return Err(ApiError::Invalid("name at least one setting".into()));
+    }
+    let pairs = checked_settings(&settings)?;
+    let client = state.store.client().await?;
+    let before = client.config_get(&queue).await?;
+    client.config_set(&queue, &pairs).await.map_err(|e| at_named_field(e, &pairs))?;
+    register(&state, &client, &queue).await;
+    if pairs.iter().any(|(f, n)| f == "soft_cap" && *n > 0) {
+        client.forget_pause(&queue).await?;
+    }
+    let changes: Map<String, Value> =
+        pairs.iter().map(|(f, n)| (f.clone(), json!({ "from": before.get(f), "to": n }))).collect();
+    audit(&state, &queue, "settings", Value::Object(changes));
+    Ok(Json(queue_body(&client, &queue).await?))
+}
+
+/// A refusal of QUEUE.CONFIG SET that names one of the fields sent (a rule between
+/// fields) is shown at that field.
+fn at_named_field(e: queue_client::ClientError, pairs: &[(String, i64)]) -> ApiError {
+    match ApiError::from(e) {
+        ApiError::BadRequest(m) => match pairs.iter().find(|(f, _)| m.contains(f.as_str())) {
+            Some((f, _)) => ApiError::AtField(StatusCode::BAD_REQUEST, f.clone(), m),
+            None => ApiError::BadRequest(m),
+        },
+        other => other,
+    }
+}
+
+/// `PUT /api/admin/queues/{queue}/brand` `{"title": "...", "accent": "#123456", ...}`:
+/// sets the named branding settings; an empty string or null removes one. All or
+/// none: the first bad value is an error naming its field.
+pub async fn put_brand(
+    State(state): St,
+    headers: HeaderMap,
+    Path(queue): Path<String>,
+    body: Result<JsonBody<SettingsRequest>, ApiError>,
+) -> Result<Json<Value>, ApiError> {
+    authorize(&state, &headers)?;
+    let queue = queue_name(Some(&queue))?;
+    let JsonBody(SettingsRequest(settings)) = body?;
+    if settings.is_empty() {
+        return Err(ApiError::Invalid(format!("name at least one branding setting ({})", brand::names())));
+    }
+    let (mut set, mut clear) = (Vec::new(), Vec::new());
+    for (name, v) in &settings {
+        let at = |m: String| ApiError::AtField(StatusCode::UNPROCESSABLE_ENTITY, name.clone(), m);
+        if !brand::FIELDS.iter().any(|(n, ..)| n == name) {
+            return Err(at(format!("unknown setting {name}; the branding settings are {}", brand::names())));
+        }
+        match v {
+            Value::Null => clear.push(name.as_str()),
+            Value::String(s) if s.trim().is_empty() => clear.push(name.as_str()),
+            Value::String(s) => set.push((name.as_str(), brand::check(name, s).map_err(at)?)),
+            _ => return Err(at(format!("{name} must be a string (empty or null removes it)"))),
+        }
+    }
+    let client = state.store.client().await?;
+    let before = Brand::from_stored(&client.brand(&queue).await?);
+    let pairs: Vec<(&str, &str)> = set.iter().map(|(n, v)| (*n, v.as_str())).collect();
+    client.set_brand(&queue, &pairs, &clear).await?;
+    register(&state, &client, &queue).await;
+    let mut changes = Map::new();
+    for (n, v) in &pairs {
+        changes.insert(n.to_string(), json!({ "from": before.get(n), "to": v }));
+    }
+    for n in &clear {
+        changes.insert(n.to_string(), json!({ "from": before.get(n), "to": null }));
+    }
+    audit(&state, &queue, "brand", Value::Object(changes));
+    Ok(Json(queue_body(&client, &queue).await?))
+}
+
+/// `POST /api/admin/queues/{queue}/pause`: stops admission (soft cap 0), remembering
+/// the soft cap it had for resume. Pausing a paused queue changes nothing.
+pub async fn pause(State(state): St, headers: HeaderMap, Path(queue): Path<String>) -> Result<Json<Value>, ApiError> {
+    authorize(&state, &headers)?;
+    let queue = queue_name(Some(&queue))?;
+    let client = state.store.client().await?;
+    let soft_cap = client.config_get(&queue).await?.soft_cap();
+    if client.paused_soft_cap(&queue).await?.is_some() && soft_cap == 0 {
+        return Ok(Json(queue_body(&client, &queue).await?));
+    }
+    // A record left by a pause that a settings change ended is replaced.
+    client.forget_pause(&queue).await?;
+    client.remember_pause(&queue, soft_cap).await?;
+    client.config_set(&queue, &[("soft_cap", 0)]).await?;
+    register(&state, &client, &queue).await;
+    audit(&state, &queue, "pause", json!({ "soft_cap": { "from": soft_cap, "to": 0 } }));
+    state.hub.wake(&queue);
+    Ok(Json(queue_body(&client, &queue).await?))
+}
+
+/// `POST /api/admin/queues/{queue}/resume`: restores the soft cap the pause replaced;
+/// 409 when the queue is not paused.
+pub async fn resume(State(state): St, headers: HeaderMap, Path(queue): Path<String>) -> Result<Json<Value>, ApiError> {
+    authorize(&state, &headers)?;
+    let queue = queue_name(Some(&queue))?;
+    let client = state.store.client().await?;
+    let Some(soft_cap) = client.paused_soft_cap(&queue).await? else {
+        return Err(ApiError::Conflict("the queue is not paused (pause it first)".into()));
+    };
+    client.config_set(&queue, &[("soft_cap", soft_cap)]).await?;
+    client.forget_pause(&queue).await?;
+    audit(&state, &queue, "resume", json!({ "soft_cap": { "from": 0, "to": soft_cap } }));
+    state.hub.wake(&queue);
+    Ok(Json(queue_body(&client, &queue).await?))
+}

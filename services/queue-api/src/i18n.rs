@@ -1,0 +1,113 @@
+//! The waiting room's languages: one messages file per language under
+//! `static/i18n/` (`en.json`, `ko.json`, ...; adding a file adds a language, see
+//! build.rs), every visible string by key. The page's language comes from `?lang=`,
+//! else the best match of `Accept-Language`, else English.
+
+use std::collections::BTreeMap;
+use std::sync::LazyLock;
+
+mod files {
+    include!(concat!(env!("OUT_DIR"), "/languages.rs"));
+}
+
+/// The language every other one must match key for key, and the fallback.
+pub const DEFAULT: &str = "en";
+
+/// One language: its tag, messages by key, and the file as served.
+pub struct Language {
+    pub tag: &'static str,
+    pub messages: BTreeMap<String, String>,
+    pub source: &'static str,
+}
+
+static LANGUAGES: LazyLock<Vec<Language>> = LazyLock::new(|| {
+    files::FILES
+        .iter()
+        .map(|&(tag, source)| {
+            let messages = serde_json::from_str(source)
+                .unwrap_or_else(|e| panic!("static/i18n/{tag}.json is not an object of strings: {e}"));
+            Language { tag, messages, source }
+        })
+        .collect()
+});
+
+/// Every language, in tag order.
+pub fn languages() -> &'static [Language] {
+    &LANGUAGES
+}
+
+/// The language with this tag (`ko`, `ko-KR` and `KO` alike), if there is one.
+pub fn find(tag: &str) -> Option<&'static Language> {
+    let primary = tag.split(['-', '_']).next()?.trim().to_ascii_lowercase();
+    languages().iter().find(|l| l.tag == primary)
+}
+
+/// The fallback language.
+pub fn default_language() -> &'static Language {
+    find(DEFAULT).expect("static/i18n/en.json exists")
+}
+
+/// The page's language: `?lang=` when it names one, else the `Accept-Language` entry
+/// with the highest weight that names one (weights as RFC 9110 reads them; ties in the
+/// header's order), else English.
+pub fn choose(query: Option<&str>, accept_language: Option<&str>) -> &'static Language {
+    if let Some(l) = query.and_then(find) {
+        return l;
+    }
+    let mut wanted: Vec<(f32, usize, &str)> = accept_language
+        .unwrap_or("")
+        .split(',')
+        .enumerate()
+        .filter_map(|(i, item)| {
+            let mut parts = item.split(';');
+            let tag = parts.next()?.trim();
+            let q = parts
+                .find_map(|p| p.trim().strip_prefix("q=").map(|q| q.trim().parse::<f32>().unwrap_or(0.0)))
+                .unwrap_or(1.0);
+            (!tag.is_empty() && q > 0.0).then_some((q, i, tag))
+        })
+        .collect();
+    wanted.sort_by(|a, b| b.0.total_cmp(&a.0).then(a.1.cmp(&b.1)));
+    wanted.iter().find_map(|(_, _, tag)| find(tag)).unwrap_or_else(default_language)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_language_has_the_same_messages_as_english() {
+        let en = default_language();
+        assert!(languages().len() >= 2, "English and Korean at least");
+        for l in languages() {
+            let keys: Vec<_> = l.messages.keys().collect();
+            assert_eq!(keys, en.messages.keys().collect::<Vec<_>>(), "{}.json has other keys than en.json", l.tag);
+            // A placeholder in English is in every translation, and no other.
+            for (k, v) in &l.messages {
+                assert_eq!(placeholders(v), placeholders(&en.messages[k]), "{}.json {k}", l.tag);
+                assert!(!v.trim().is_empty(), "{}.json {k} is empty", l.tag);
+            }
+        }
+    }
+
+    fn placeholders(s: &str) -> Vec<&str> {
+        let mut found: Vec<&str> =
+            s.split('{').skip(1).filter_map(|p| p.split_once('}').map(|(name, _)| name)).collect();
+        found.sort();
+        found
+    }
+
+    #[test]
+    fn language_from_query_then_header_then_english() {
+        let tag = |q: Option<&str>, h: Option<&str>| choose(q, h).tag;
+        assert_eq!(tag(None, None), "en");
+        assert_eq!(tag(None, Some("ko-KR,ko;q=0.9,en-US;q=0.8,en;q=0.7")), "ko");
+        assert_eq!(tag(None, Some("fr-FR, en;q=0.5, ko;q=0.8")), "ko", "by weight, not order");
+        assert_eq!(tag(None, Some("fr, de")), "en", "nothing matches");
+        assert_eq!(tag(None, Some("ko;q=0, en")), "en", "q=0 means not wanted");
+        assert_eq!(tag(Some("en"), Some("ko")), "en", "the query wins");
+        assert_eq!(tag(Some("KO"), None), "ko");
+        assert_eq!(tag(Some("xx"), Some("ko")), "ko", "an unknown ?lang= is ignored");
+        assert_eq!(tag(None, Some(";;,,q=")), "en");
+    }
+}

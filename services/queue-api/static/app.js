@@ -1,0 +1,321 @@
+"use strict";
+// The waiting room's script. The page comes rendered in its language (the server
+// chose it from ?lang= or Accept-Language); the messages of that language come from
+// its messages file (data-messages), numbers, durations and times are formatted for
+// it with Intl. Every URL is relative, so the page works under a path prefix (the
+// gate serves it under /gate/room/). Nothing inline: the page is served with a
+// Content-Security-Policy of default-src 'self'.
+(() => {
+  const $ = (id) => document.getElementById(id);
+  const data = document.body.dataset;
+  const queue = data.queue || "default";
+  const lang = document.documentElement.lang || "en";
+  const ticketTtl = Number(data.ticketTtl) || null;
+  const params = new URLSearchParams(location.search);
+  const returnTo = params.get("return");
+
+  let M = {};
+  // A message with its {placeholders} filled in.
+  const t = (key, vars) => (M[key] ?? key).replace(/\{(\w+)\}/g, (_, k) => String(vars?.[k] ?? ""));
+  const number = (n) => new Intl.NumberFormat(lang).format(n);
+  const percent = (f) => new Intl.NumberFormat(lang, { style: "percent", maximumFractionDigits: 0 }).format(f);
+  const unit = (n, u) => new Intl.NumberFormat(lang, { style: "unit", unit: u, unitDisplay: "long" }).format(n);
+  // "40 seconds", "3 minutes", "1 hour 5 minutes" (or "40초", "3분", ...).
+  function duration(s) {
+    if (s < 90) return unit(Math.max(0, Math.round(s)), "second");
+    const m = Math.round(s / 60);
+    if (m < 90) return unit(m, "minute");
+    const h = Math.floor(m / 60), rest = m % 60;
+    return rest ? unit(h, "hour") + " " + unit(rest, "minute") : unit(h, "hour");
+  }
+  const clock = (ms) => new Intl.DateTimeFormat(lang, { dateStyle: "medium", timeStyle: "short" }).format(new Date(ms));
+
+  // Where this tab stands in line survives a reload (not a new tab or another device),
+  // with the place it had on entering (the progress bar runs from there to the front).
+  const saved = "waiting-room:" + queue;
+  const savedEntry = saved + ":entry";
+  // Each follow() gets a new generation; anything older (a stream, a poll) stops.
+  let generation = 0;
+  let stream = null;
+  // The latest total and pause the stream told (polls do not carry them).
+  let total = null;
+  let paused = false;
+  let lastAnnounced = "";
+
+  const who = (userId) => "userId=" + encodeURIComponent(userId) + "&queue=" + encodeURIComponent(queue);
+  const show_ = (el, on) => { el.hidden = !on; };
+
+  function stopFollowing() {
+    generation += 1;
+    if (stream) { stream.close(); stream = null; }
+  }
+
+  function languages() {
+    const nav = $("languages");
+    const tags = (data.languages || "").split(" ").filter(Boolean);
+    if (tags.length < 2) return;
+    for (const tag of tags) {
+      const a = document.createElement("a");
+      const p = new URLSearchParams(location.search);
+      p.set("lang", tag);
+      a.href = "?" + p.toString();
+      a.lang = tag;
+      a.hreflang = tag;
+      let name = tag;
+      try { name = new Intl.DisplayNames([tag], { type: "language" }).of(tag); } catch (_) { /* the tag then */ }
+      a.textContent = name;
+      if (tag === lang) a.setAttribute("aria-current", "true");
+      nav.append(a);
+    }
+  }
+
+  function waitText(s, range) {
+    if (paused) return t("paused");
+    if (s == null) return t("nobody_let_in");
+    const wait = duration(s);
+    if (range && range.high > range.low && duration(range.low) !== duration(range.high)) {
+      return t("eta_range", { wait, low: duration(range.low), high: duration(range.high) });
+    }
+    return t("eta", { wait });
+  }
+
+  // Fair opening: before the queue opens, a pre-queue (rank 0, `opensAt`) shows
+  // "opens in ..." and the commitment published for the draw, with a link to the proof
+  // (`queue-cli verify` checks it after the opening).
+  let openingTimer = null;
+  let openingCommitment = null;
+  function showOpening(standing) {
+    if (openingTimer) { clearInterval(openingTimer); openingTimer = null; }
+    const box = $("opening");
+    if (standing.status !== "WAITING" || standing.opensAt == null) { box.textContent = ""; return false; }
+    const proofUrl = "api/queue/opening?queue=" + encodeURIComponent(queue);
+    const render = () => {
+      const left = Math.max(0, Math.round((standing.opensAt - Date.now()) / 1000));
+      box.textContent = "";
+      const line = document.createElement("div");
+      line.textContent = left > 0 ? t("opens_in", { wait: duration(left) }) + " " + t("opens_at", { time: clock(standing.opensAt) })
+        : t("opening_now");
+      box.append(line);
+      if (openingCommitment) {
+        const c = document.createElement("div");
+        c.append(t("commitment") + " ");
+        const code = document.createElement("code");
+        code.textContent = openingCommitment;
+        c.append(code, " (");
+        const a = document.createElement("a");
+        a.href = proofUrl;
+        a.textContent = t("proof");
+        c.append(a, ")");
+        box.append(c);
+      }
+    };
+    $("rank").textContent = "—";
+    $("total").textContent = "";
+    $("eta").textContent = "";
+    show_($("next"), false);
+    render();
+    openingTimer = setInterval(render, 1000);
+    if (!openingCommitment) {
+      fetch(proofUrl).then((r) => r.json()).then((o) => { openingCommitment = o.commitment || null; render(); })
+        .catch(() => {});
+    }
+    return true;
+  }
+
+  function show(standing) {
+    show_($("wait"), true);
+    if (typeof standing.totalWaiting === "number") total = standing.totalWaiting;
+    if (typeof standing.admissionPaused === "boolean") paused = standing.admissionPaused;
+    if (showOpening(standing)) { show_($("leave"), true); return; }
+    if (standing.status !== "WAITING") return;
+    const rank = standing.rank;
+    const entry = Math.max(Number(sessionStorage.getItem(savedEntry)) || 0, rank);
+    sessionStorage.setItem(savedEntry, String(entry));
+    $("rank").textContent = number(rank);
+    $("total").textContent = total != null ? t("total", { total: number(Math.max(total, rank)) }) : "";
+    const done = entry > 0 ? (entry - rank) / entry : 0;
+    $("progress").value = Math.round(done * 100);
+    $("progress").setAttribute("aria-valuetext", t("progress_text", { percent: percent(done) }));
+    $("progress-text").textContent = t("progress_text", { percent: percent(done) });
+    show_($("next"), rank === 1 && !paused);
+    $("eta").textContent = waitText(standing.estimatedWaitSeconds, standing.estimatedWaitRange);
+    // Said once per change of place (the live region reads it out).
+    const said = t("place_label") + ": " + number(rank) + (total != null ? " (" + $("total").textContent + ")" : "");
+    if (said !== lastAnnounced) { lastAnnounced = said; $("announce").textContent = said; }
+    show_($("leave"), true);
+  }
+
+  function admitUrl(standing) {
+    const url = new URL(data.admitUrl || "/", location.href);
+    url.searchParams.set("ticketId", standing.ticketId);
+    url.searchParams.set("queue", queue);
+    if (returnTo) url.searchParams.set("return", returnTo);
+    return url;
+  }
+
+  function admitted(standing) {
+    stopFollowing();
+    sessionStorage.removeItem(saved);
+    sessionStorage.removeItem(savedEntry);
+    show_($("wait"), true);
+    show_($("leave"), false);
+    show_($("next"), false);
+    const url = admitUrl(standing);
+    $("rank").textContent = t("your_turn");
+    $("total").textContent = "";
+    $("progress").value = 100;
+    $("progress-text").textContent = "";
+    $("eta").textContent = "";
+    const destination = url.host === location.host ? location.host : url.host;
+    $("state").textContent = t("sending", { destination, ttl: ticketTtl ? duration(ticketTtl) : "—" });
+    $("continue").href = url.toString();
+    show_($("turn"), true);
+    // A moment to read where they are going; at once in a background tab.
+    if (document.visibilityState === "hidden") location.assign(url.toString());
+    else setTimeout(() => location.assign(url.toString()), 1500);
+  }
+
+  function outOfLine(message) {
+    stopFollowing();
+    sessionStorage.removeItem(saved);
+    sessionStorage.removeItem(savedEntry);
+    show_($("leave"), false);
+    show_($("next"), false);
+    $("rank").textContent = "—";
+    $("total").textContent = "";
+    $("eta").textContent = "";
+    $("state").textContent = message;
+    show_($("enter"), true);
+  }
+
+  const lost = () => outOfLine(t("lost"));
+
+  // Push updates. When the stream breaks, ask at once, then every few seconds, and
+  // open the stream again a little later. The place is kept as long as the stream is
+  // open or a request arrives within the queue's abandon_after (3 minutes by default):
+  // a tab in the background, whose timers the browser may hold back to one a minute,
+  // keeps it through the stream alone, or through a poll a minute at worst.
+  function follow(userId) {
+    stopFollowing();
+    const mine = generation;
+    sessionStorage.setItem(saved, userId);
+    show_($("enter"), false);
+    show_($("wait"), true);
+    const es = new EventSource("api/queue/stream?" + who(userId));
+    stream = es;
+    es.addEventListener("position", (e) => show(JSON.parse(e.data)));
+    es.addEventListener("promoted", (e) => admitted(JSON.parse(e.data)));
+    es.addEventListener("unknown", () => lost());
+    es.addEventListener("active", () => { stopFollowing(); $("state").textContent = t("inside"); });
+    es.onerror = () => {
+      if (stream !== es) return;
+      es.close();
+      stream = null;
+      poll(userId, mine, Date.now() + 5000);
+    };
+  }
+
+  async function poll(userId, mine, reopenAt) {
+    if (mine !== generation) return;
+    try {
+      const r = await fetch("api/queue/status?" + who(userId));
+      if (mine !== generation) return;
+      if (r.status === 404) return lost();
+      if (r.ok) {
+        const s = await r.json();
+        if (s.status === "PROMOTED") return admitted(s);
+        show(s);
+      }
+    } catch (_) { /* keep trying */ }
+    if (mine !== generation) return;
+    if (Date.now() >= reopenAt) return follow(userId);
+    setTimeout(() => poll(userId, mine, reopenAt), 3000);
+  }
+
+  // A queue may ask a proof of work at entry (bot resistance): the answer 428 brings a
+  // challenge, solved in a Web Worker (the page stays responsive) and sent along.
+  function solve(challenge, difficulty) {
+    return new Promise((resolve, reject) => {
+      const w = new Worker("pow-worker.js");
+      w.onmessage = (e) => { w.terminate(); resolve(e.data); };
+      w.onerror = (e) => { w.terminate(); reject(e); };
+      w.postMessage({ challenge, difficulty });
+    });
+  }
+  // How long the last proof took, in ms (shown to tests; null when none was asked).
+  window.lastProofMs = null;
+
+  async function enter() {
+    $("error").textContent = "";
+    // Entering again with the id this tab was given moves that person to the back
+    // rather than making a second entry.
+    const entry = { nickname: $("nickname").value, queue, userId: sessionStorage.getItem(saved) || undefined };
+    sessionStorage.removeItem(savedEntry);
+    try {
+      let r, body;
+      for (let tries = 0; ; tries++) {
+        r = await fetch("api/queue/entry", {
+          method: "POST",
+          headers: { "Content-Type": "application/json" },
+          body: JSON.stringify(entry),
+        });
+        body = await r.json();
+        if (r.status !== 428 || tries >= 3 || !body.challenge) break;
+        $("state").textContent = t("checking");
+        const started = performance.now();
+        const nonce = await solve(body.challenge.challenge, body.challenge.difficulty);
+        window.lastProofMs = Math.round(performance.now() - started);
+        entry.pow = { challenge: body.challenge.challenge, nonce };
+      }
+      $("state").textContent = "";
+      if (!r.ok) { $("error").textContent = body.message || t("error_join"); return; }
+      show_($("enter"), false);
+      show(body);
+      if (body.status === "PROMOTED") admitted(body); else follow(body.userId);
+    } catch (_) {
+      $("error").textContent = t("error_network");
+    }
+  }
+
+  async function leave() {
+    const userId = sessionStorage.getItem(saved);
+    if (!userId) return;
+    $("leave").disabled = true;
+    try {
+      const r = await fetch("api/queue/entry?" + who(userId), { method: "DELETE" });
+      if (r.ok || r.status === 404) outOfLine(t("left"));
+      else $("error").textContent = t("error_leave");
+    } catch (_) {
+      $("error").textContent = t("error_network");
+    }
+    $("leave").disabled = false;
+  }
+
+  // Handlers first (a form submitted before they are there would reload the page),
+  // then the messages, then the stream of a place kept through a reload.
+  function start() {
+    const messages = fetch(data.messages).then((r) => r.json()).then((m) => { M = m; })
+      .catch(() => { /* the keys then; the page's own text is rendered already */ });
+    $("enter").addEventListener("submit", (e) => { e.preventDefault(); messages.then(enter); });
+    $("leave").addEventListener("click", leave);
+    // Back in front: catch up at once rather than at the next (held back) timer.
+    document.addEventListener("visibilitychange", () => {
+      const userId = sessionStorage.getItem(saved);
+      if (document.visibilityState === "visible" && userId && !stream) follow(userId);
+    });
+    const announce = document.createElement("div");
+    announce.id = "announce";
+    announce.className = "sr-only";
+    $("live").prepend(announce);
+    const logo = $("logo");
+    if (logo.getAttribute("src")) show_(logo, true);
+    languages();
+    messages.then(() => {
+      const resumed = sessionStorage.getItem(saved);
+      if (resumed) follow(resumed);
+      document.body.dataset.ready = "true";
+    });
+  }
+
+  start();
+})();
