@@ -1,0 +1,103 @@
+//! Forward auth (`/gate/auth`) for a proxy already in front of the app, in each
+//! proxy's convention:
+//!
+//! - nginx `auth_request`: the original URI in `X-Original-URI`; a refusal is 401
+//!   with `Location` (nginx treats any 3xx from the auth call as an error;
+//!   `auth_request_set` + `error_page 401` make the redirect);
+//! - Traefik ForwardAuth, Caddy `forward_auth`: `X-Forwarded-Uri/-Host/-Proto`; a
+//!   refusal is the 302 itself, which they return to the client as is;
+//! - Envoy `ext_authz` (HTTP service with `path_prefix: /gate/auth`): the original
+//!   path after the prefix, the original method and Host; a refusal is the 302.
+//!
+//! An admission is 200 with `X-Queue-User` and `X-Queue-Name` (and `Set-Cookie`
+//! when the token was renewed) for the proxy to copy upstream. Also the JWKS and the
+//! health check.
+
+use crate::answer::{self, Convention};
+use crate::decide::{Decision, Incoming};
+use crate::proxy::{last_forwarded_for, QUEUE_NAME, QUEUE_USER};
+use crate::{now_ms, Gate};
+use axum::extract::{ConnectInfo, Request, State};
+use axum::http::{header, HeaderValue, StatusCode};
+use axum::response::{IntoResponse, Response};
+use std::net::SocketAddr;
+use std::sync::Arc;
+
+/// Tells the proxy (and tests) what the gate decided.
+pub const DECISION_HEADER: &str = "x-queue-decision";
+
+pub async fn auth(State(gate): State<Arc<Gate>>, ConnectInfo(peer): ConnectInfo<SocketAddr>, req: Request) -> Response {
+    let headers = req.headers();
+    let text = |name: &str| headers.get(name).and_then(|v| v.to_str().ok());
+    let envoy_path = req.uri().path().strip_prefix("/gate/auth").filter(|p| p.starts_with('/'));
+    let (original, convention) = if let Some(u) = text("x-original-uri") {
+        (u.to_string(), Convention::Nginx)
+    } else if let Some(u) = text("x-forwarded-uri") {
+        (u.to_string(), Convention::Redirect)
+    } else if let Some(p) = envoy_path {
+        let q = req.uri().query().map(|q| format!("?{q}")).unwrap_or_default();
+        (format!("{p}{q}"), Convention::Redirect)
+    } else {
+        return answer::error(
+            StatusCode::BAD_REQUEST,
+            "no_original_uri",
+            "Forward auth needs the original request: X-Original-URI (nginx), X-Forwarded-Uri (Traefik, Caddy) or the path after /gate/auth (Envoy).",
+            headers,
+        );
+    };
+    let host = text("x-forwarded-host").or_else(|| text("host")).unwrap_or("");
+    let https = text("x-forwarded-proto").is_some_and(|p| p.eq_ignore_ascii_case("https"));
+    let client = crate::rules::canonical_ip(last_forwarded_for(headers).unwrap_or(peer.ip()));
+    let path = original.split(['?', '#']).next().unwrap_or("/");
+    let incoming = Incoming { host, path, headers, client: Some(client), https };
+    let decision = gate.decide(&incoming, now_ms());
+    let outcome = decision.outcome();
+    let mut resp = match decision {
+        Decision::Admit { verified, renewed, .. } => {
+            let mut resp = StatusCode::OK.into_response();
+            let h = resp.headers_mut();
+            if let (Ok(u), Ok(q)) =
+                (HeaderValue::from_str(&verified.claims.sub), HeaderValue::from_str(&verified.claims.aud))
+            {
+                h.insert(QUEUE_USER, u);
+                h.insert(QUEUE_NAME, q);
+            }
+            if let Some(cookie) = renewed {
+                h.insert(header::SET_COOKIE, cookie);
+            }
+            resp
+        }
+        Decision::Pass(_) => StatusCode::OK.into_response(),
+        Decision::Refuse { queue, outcome } => gate.to_waiting_room(&queue, outcome, &original, headers, convention),
+        // nginx turns any answer but 2xx, 401 and 403 into a 500.
+        Decision::BadPath => {
+            let status = if convention == Convention::Nginx { StatusCode::FORBIDDEN } else { StatusCode::BAD_REQUEST };
+            answer::error(status, "bad_path", "This path cannot be read.", headers)
+        }
+    };
+    resp.headers_mut().insert(DECISION_HEADER, HeaderValue::from_static(outcome.as_str()));
+    answer::no_store(&mut resp);
+    resp
+}
+
+/// `/.well-known/jwks.json`: the public keys, for apps that verify tokens themselves.
+pub async fn jwks(State(gate): State<Arc<Gate>>) -> Response {
+    (
+        [
+            (header::CONTENT_TYPE, HeaderValue::from_static("application/jwk-set+json")),
+            (header::CACHE_CONTROL, HeaderValue::from_static("public, max-age=300")),
+        ],
+        gate.config.keys.jwks().to_string(),
+    )
+        .into_response()
+}
+
+/// Health: 200 while Valkey answers, 503 otherwise (the gate still decides for
+/// admitted people then; the body says so).
+pub async fn healthz(State(gate): State<Arc<Gate>>) -> Response {
+    let up = gate.health.is_up();
+    let fail_open = gate.health.fail_open(now_ms());
+    let body = serde_json::json!({ "status": if up { "ok" } else { "degraded" }, "valkey": up, "failOpen": fail_open });
+    let status = if up { StatusCode::OK } else { StatusCode::SERVICE_UNAVAILABLE };
+    (status, axum::Json(body)).into_response()
+}

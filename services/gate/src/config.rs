@@ -1,0 +1,306 @@
+//! Flags (with environment-variable fallbacks) and the configuration they make.
+
+use crate::rules::{self, QueueSettings, Rules};
+use crate::token::Keys;
+use clap::Parser;
+use service_kit::http::HttpLimits;
+use service_kit::{duration, Common};
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+/// The waiting room in front of any app. As a reverse proxy (--upstream) it forwards
+/// admitted requests and sends everyone else to the waiting room; without --upstream
+/// it answers forward-auth calls (GET /gate/auth) from nginx auth_request, Traefik
+/// ForwardAuth, Caddy forward_auth or Envoy ext_authz. Promoted people claim their
+/// ticket once at /gate/claim and get an admission token (a JWT, as a cookie or a
+/// Bearer token); the gate renews their session lease while they are active.
+///
+/// Endpoints: /gate/auth, /gate/claim, /gate/leave, /gate/room/ (the waiting room,
+/// proxied to --queue-api), /.well-known/jwks.json, /gate/healthz, /gate/metrics
+/// (and /healthz, /metrics without --upstream). See docs/gate.md.
+#[derive(Debug, Clone, Parser)]
+#[command(
+    name = "queue-gate",
+    version,
+    about,
+    long_about,
+    mut_arg("listen", service_kit::default_listen("127.0.0.1:8090"))
+)]
+pub struct Flags {
+    #[command(flatten)]
+    pub common: Common,
+    #[command(flatten)]
+    pub http: HttpLimits,
+    /// Reverse-proxy mode: the app's base URL (http://host:port); without it the gate
+    /// answers only its own endpoints (forward-auth mode).
+    #[arg(long, env = "GATE_UPSTREAM")]
+    pub upstream: Option<String>,
+    /// How long the app may take to begin its answer (else 504) (100ms to 1h).
+    #[arg(long, env = "GATE_UPSTREAM_TIMEOUT", default_value = "60s", value_parser = duration(ms(100)..=secs(3600)))]
+    pub upstream_timeout: Duration,
+    /// A gated route, [HOST]/PREFIX=QUEUE (repeatable; env: comma-separated), e.g.
+    /// /checkout=drop-42 or shop.example.com/tickets/=concert. A prefix matches whole
+    /// path segments; the longest prefix wins, a route with a host before one without.
+    #[arg(long = "route", env = "GATE_ROUTES", value_delimiter = ',')]
+    pub routes: Vec<String>,
+    /// A TOML rules file (routes, bypasses, per-queue idle and max session; see
+    /// docs/gate.md), read on top of the flags.
+    #[arg(long, env = "GATE_RULES")]
+    pub rules: Option<PathBuf>,
+    /// What a request no route matches gets: pass, or queue:NAME.
+    #[arg(long, env = "GATE_UNMATCHED", default_value = "pass")]
+    pub unmatched: String,
+    /// A path prefix that never waits (repeatable; env: comma-separated), on top of
+    /// /healthz, /favicon.ico, /robots.txt and static assets by extension.
+    #[arg(long = "bypass-path", env = "GATE_BYPASS_PATHS", value_delimiter = ',')]
+    pub bypass_paths: Vec<String>,
+    /// File extensions that never wait (comma-separated; "" for none).
+    #[arg(
+        long,
+        env = "GATE_STATIC_EXTENSIONS",
+        value_delimiter = ',',
+        default_value = "css,js,mjs,map,png,jpg,jpeg,gif,svg,ico,webp,avif,woff,woff2,ttf,otf"
+    )]
+    pub static_extensions: Vec<String>,
+    /// A secret that lets staff and monitoring through: header `X-Queue-Bypass: S`
+    /// or cookie `queue_bypass=S`.
+    #[arg(long, env = "GATE_BYPASS_SECRET", hide_env_values = true)]
+    pub bypass_secret: Option<String>,
+    /// Client networks that never wait, CIDR (repeatable; env: comma-separated).
+    #[arg(long = "bypass-network", env = "GATE_BYPASS_NETWORKS", value_delimiter = ',')]
+    pub bypass_networks: Vec<String>,
+    /// queue-api's base URL: the gate serves the waiting room same-origin by
+    /// proxying /gate/room/* to it.
+    #[arg(long, env = "QUEUE_API")]
+    pub queue_api: Option<String>,
+    /// Where unadmitted people are sent, with ?queue=Q&return=PATH appended.
+    #[arg(long, env = "GATE_WAITING_ROOM", default_value = "/gate/room/")]
+    pub waiting_room: String,
+    /// A PKCS#8 PEM private key, Ed25519 (EdDSA) or P-256 (ES256) (repeatable; env:
+    /// comma-separated). The first signs, all verify. Without one, a key is made at
+    /// start (tokens then die with the process and other instances refuse them).
+    #[arg(long = "key", env = "GATE_KEYS", value_delimiter = ',')]
+    pub keys: Vec<PathBuf>,
+    /// Writes a new Ed25519 private key (PKCS#8 PEM) to this file and exits.
+    #[arg(long, value_name = "FILE")]
+    pub write_key: Option<PathBuf>,
+    /// Lifetime of an admission token (10s to 1d); renewed when a third is left.
+    #[arg(long, env = "GATE_TOKEN_TTL", default_value = "10m", value_parser = duration(secs(10)..=secs(86_400)))]
+    pub token_ttl: Duration,
+    /// Someone not seen for this long is no longer renewed and the slot returns
+    /// (1s to 1d; per queue in the rules file).
+    #[arg(long, env = "GATE_IDLE", default_value = "5m", value_parser = duration(secs(1)..=secs(86_400)))]
+    pub idle: Duration,
+    /// The longest session, after which a person queues again (0: no limit; per
+    /// queue in the rules file).
+    #[arg(long, env = "GATE_MAX_SESSION", default_value = "0", value_parser = duration(Duration::ZERO..=secs(366 * 86_400)))]
+    pub max_session: Duration,
+    /// Time between two lease renewals (100ms to 1m): one SESSION.HEARTBEAT per queue
+    /// per tick; a lapsed lease ends access within a tick.
+    #[arg(long, env = "GATE_TICK", default_value = "1s", value_parser = duration(ms(100)..=secs(60)))]
+    pub tick: Duration,
+    /// The admission cookie's name.
+    #[arg(long, env = "GATE_COOKIE_NAME", default_value = "queue_admission")]
+    pub cookie_name: String,
+    /// The admission cookie's Domain (for a waiting room on a sibling host); host-only
+    /// when unset.
+    #[arg(long, env = "GATE_COOKIE_DOMAIN")]
+    pub cookie_domain: Option<String>,
+    /// Let unadmitted requests through once Valkey has been unreachable this long
+    /// (0: never, the default).
+    #[arg(long, env = "GATE_FAIL_OPEN", default_value = "0", value_parser = duration(Duration::ZERO..=secs(86_400)))]
+    pub fail_open: Duration,
+    /// Trust X-Forwarded-For/-Proto/-Host from the client (the gate runs behind a
+    /// proxy of yours): the client address is the last X-Forwarded-For entry.
+    #[arg(long, env = "GATE_TRUST_PROXY")]
+    pub trust_proxy: bool,
+}
+
+const fn ms(n: u64) -> Duration {
+    Duration::from_millis(n)
+}
+
+const fn secs(n: u64) -> Duration {
+    Duration::from_secs(n)
+}
+
+/// Everything the gate runs with.
+#[derive(Debug, Clone)]
+pub struct Config {
+    pub target: queue_client::Target,
+    pub limits: HttpLimits,
+    pub upstream: Option<hyper::Uri>,
+    pub upstream_timeout: Duration,
+    pub rules: Rules,
+    pub bypass_secret: Option<String>,
+    pub queue_api: Option<hyper::Uri>,
+    pub waiting_room: String,
+    pub keys: Arc<Keys>,
+    pub token_ttl: Duration,
+    pub tick: Duration,
+    pub cookie_name: String,
+    pub cookie_domain: Option<String>,
+    pub fail_open: Option<Duration>,
+    pub trust_proxy: bool,
+}
+
+impl Config {
+    /// The defaults for Valkey at `url`, forward-auth mode, a fresh key, no routes.
+    pub fn new(url: &str) -> Config {
+        Config {
+            target: queue_client::Target::single(url.to_string()),
+            limits: HttpLimits::default(),
+            upstream: None,
+            upstream_timeout: secs(60),
+            rules: Rules::new(QueueSettings { idle: secs(300), max_session: None }),
+            bypass_secret: None,
+            queue_api: None,
+            waiting_room: "/gate/room/".into(),
+            keys: Arc::new(Keys::ephemeral()),
+            token_ttl: secs(600),
+            tick: secs(1),
+            cookie_name: "queue_admission".into(),
+            cookie_domain: None,
+            fail_open: None,
+            trust_proxy: false,
+        }
+    }
+}
+
+/// A base URL for proxying: http, a host, no query.
+pub fn parse_base_url(what: &str, s: &str) -> Result<hyper::Uri, String> {
+    let uri: hyper::Uri = s.parse().map_err(|e| format!("{what} {s:?}: {e}"))?;
+    if uri.scheme_str() != Some("http") || uri.host().is_none() {
+        return Err(format!(
+            "{what} {s:?}: expected http://host[:port][/path] (put TLS in front of the gate, not behind it)"
+        ));
+    }
+    if uri.query().is_some() {
+        return Err(format!("{what} {s:?}: no query allowed"));
+    }
+    Ok(uri)
+}
+
+impl service_kit::Flags for Flags {
+    type Config = Config;
+
+    fn common(&self) -> &Common {
+        &self.common
+    }
+
+    fn into_config(self) -> Result<Config, String> {
+        if let Some(path) = &self.write_key {
+            let pem = crate::token::der_to_pem(&crate::token::generate_ed25519_pkcs8());
+            write_private(path, &pem).map_err(|e| format!("--write-key {}: {e}", path.display()))?;
+            println!("wrote a new Ed25519 key to {}", path.display());
+            std::process::exit(0);
+        }
+        let defaults =
+            QueueSettings { idle: self.idle, max_session: (!self.max_session.is_zero()).then_some(self.max_session) };
+        let mut rules = Rules::new(defaults);
+        rules.unmatched = rules::parse_unmatched(&self.unmatched)?;
+        for r in &self.routes {
+            rules.add_route(rules::parse_route(r)?);
+        }
+        for p in &self.bypass_paths {
+            let p = p.trim();
+            if !p.starts_with('/') {
+                return Err(format!("--bypass-path {p:?}: must start with /"));
+            }
+            rules
+                .bypass_paths
+                .push(rules::normalize_path(p).ok_or_else(|| format!("--bypass-path {p:?}: not a path"))?);
+        }
+        for n in &self.bypass_networks {
+            rules.bypass_networks.push(rules::parse_network(n)?);
+        }
+        rules.static_extensions = self
+            .static_extensions
+            .iter()
+            .map(|e| e.trim().trim_start_matches('.').to_ascii_lowercase())
+            .filter(|e| !e.is_empty())
+            .collect();
+        if let Some(path) = &self.rules {
+            rules.load_file(path)?;
+        }
+        if rules.routes().is_empty() && rules.unmatched == rules::Unmatched::Pass {
+            tracing::warn!("no --route, --rules or --unmatched queue:NAME: every request passes without a queue");
+        }
+        let keys = if self.keys.is_empty() {
+            tracing::warn!("no --key: signing with a key made at start (tokens die with this process; give every instance the same --key)");
+            Keys::ephemeral()
+        } else {
+            Keys::from_files(&self.keys)?
+        };
+        if self.bypass_secret.as_deref().is_some_and(|s| s.len() < 16) {
+            return Err("--bypass-secret: use at least 16 characters".into());
+        }
+        let cookie_ok = |s: &str| !s.is_empty() && s.bytes().all(|b| b.is_ascii_alphanumeric() || b"_-.".contains(&b));
+        if !cookie_ok(&self.cookie_name) {
+            return Err(format!("--cookie-name {:?}: letters, digits, _ - . only", self.cookie_name));
+        }
+        if let Some(d) = &self.cookie_domain {
+            if !cookie_ok(d) {
+                return Err(format!("--cookie-domain {d:?}: a domain name"));
+            }
+        }
+        let waiting_room = self.waiting_room.clone();
+        if !(waiting_room.starts_with('/')
+            || waiting_room.starts_with("https://")
+            || waiting_room.starts_with("http://"))
+        {
+            return Err(format!("--waiting-room {waiting_room:?}: a path (/gate/room/) or an http(s) URL"));
+        }
+        Ok(Config {
+            target: self.common.target(),
+            limits: self.http,
+            upstream: self.upstream.as_deref().map(|u| parse_base_url("--upstream", u)).transpose()?,
+            upstream_timeout: self.upstream_timeout,
+            rules,
+            bypass_secret: self.bypass_secret,
+            queue_api: self.queue_api.as_deref().map(|u| parse_base_url("--queue-api", u)).transpose()?,
+            waiting_room,
+            keys: Arc::new(keys),
+            token_ttl: self.token_ttl,
+            tick: self.tick,
+            cookie_name: self.cookie_name,
+            cookie_domain: self.cookie_domain,
+            fail_open: (!self.fail_open.is_zero()).then_some(self.fail_open),
+            trust_proxy: self.trust_proxy,
+        })
+    }
+}
+
+fn write_private(path: &std::path::Path, text: &str) -> std::io::Result<()> {
+    use std::io::Write;
+    use std::os::unix::fs::OpenOptionsExt;
+    let mut f = std::fs::OpenOptions::new().write(true).create_new(true).mode(0o600).open(path)?;
+    f.write_all(text.as_bytes())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use service_kit::Flags as _;
+
+    fn parse(args: &[&str]) -> Result<Config, String> {
+        service_kit::flags::try_parse_args::<Flags>(args).map_err(|e| e.to_string())?.into_config()
+    }
+
+    #[test]
+    fn flags_make_the_config() {
+        let c = parse(&["--route", "/checkout=drop-42", "--route", "a.test/tickets/=concert", "--max-session", "30m"])
+            .unwrap();
+        assert_eq!(c.rules.queue_for("a.test", "/tickets/1"), Some("concert"));
+        assert_eq!(c.rules.settings("x").max_session, Some(secs(1800)));
+        assert_eq!(c.token_ttl, secs(600));
+        assert!(c.upstream.is_none() && c.fail_open.is_none());
+        assert!(parse(&["--upstream", "https://x"]).is_err());
+        assert!(parse(&["--upstream", "http://127.0.0.1:3000"]).is_ok());
+        assert!(parse(&["--bypass-secret", "short"]).is_err());
+        assert!(parse(&["--unmatched", "queue:bad name"]).is_err());
+        assert!(parse(&["--key", "/nonexistent/key.pem"]).unwrap_err().contains("key file"));
+        assert!(parse(&["--waiting-room", "javascript:alert(1)"]).is_err());
+    }
+}

@@ -1,0 +1,243 @@
+//! The decision for one request, shared by the proxy and forward auth: pure and
+//! cheap (no Valkey call): the rules, then the tokens the request carries, verified
+//! once and cached, their times compared and their session looked up in memory.
+
+use crate::rules::normalize_path;
+use crate::sessions::{State, Verified};
+use crate::{EndReason, EndRequest, Gate};
+use axum::http::{HeaderMap, HeaderValue};
+use std::net::IpAddr;
+use std::sync::Arc;
+
+/// Header and cookie that carry the bypass secret.
+pub const BYPASS_HEADER: &str = "x-queue-bypass";
+pub const BYPASS_COOKIE: &str = "queue_bypass";
+
+/// The request as the gate sees it.
+#[derive(Debug, Clone, Copy)]
+pub struct Incoming<'a> {
+    /// The original Host (port allowed).
+    pub host: &'a str,
+    /// The original path, raw (as sent, percent escapes and all), without the query.
+    pub path: &'a str,
+    pub headers: &'a HeaderMap,
+    /// The client's address, when known.
+    pub client: Option<IpAddr>,
+    /// Whether the client came over HTTPS (the cookie is then Secure).
+    pub https: bool,
+}
+
+/// Every outcome, for the decision counter; the refusals say why.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum Outcome {
+    Admitted,
+    Bypass,
+    Unmatched,
+    FailOpen,
+    /// No token for this queue: sent to wait.
+    Waiting,
+    /// A token for another queue only.
+    OtherQueue,
+    /// Not a token of ours: malformed, unknown key, bad signature.
+    Invalid,
+    Expired,
+    /// Ended by the app or by leaving.
+    Ended,
+    /// The lease lapsed in Valkey.
+    Lapsed,
+    /// Past the queue's longest session.
+    MaxSession,
+    /// A path that is not one (control characters, bad escapes).
+    BadPath,
+}
+
+impl Outcome {
+    pub const ALL: [Outcome; 12] = [
+        Outcome::Admitted,
+        Outcome::Bypass,
+        Outcome::Unmatched,
+        Outcome::FailOpen,
+        Outcome::Waiting,
+        Outcome::OtherQueue,
+        Outcome::Invalid,
+        Outcome::Expired,
+        Outcome::Ended,
+        Outcome::Lapsed,
+        Outcome::MaxSession,
+        Outcome::BadPath,
+    ];
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Outcome::Admitted => "admitted",
+            Outcome::Bypass => "bypass",
+            Outcome::Unmatched => "unmatched",
+            Outcome::FailOpen => "fail_open",
+            Outcome::Waiting => "waiting",
+            Outcome::OtherQueue => "other_queue",
+            Outcome::Invalid => "invalid",
+            Outcome::Expired => "expired",
+            Outcome::Ended => "ended",
+            Outcome::Lapsed => "lapsed",
+            Outcome::MaxSession => "max_session",
+            Outcome::BadPath => "bad_path",
+        }
+    }
+}
+
+/// What to do with the request.
+pub enum Decision {
+    /// Let it through without an admission (bypass, unmatched, fail-open).
+    Pass(Outcome),
+    /// An admitted person; `renewed` is the Set-Cookie with a fresh token when the
+    /// old one nears expiry.
+    Admit { verified: Arc<Verified>, token: String, renewed: Option<HeaderValue> },
+    /// Send to the waiting room of `queue`.
+    Refuse { queue: String, outcome: Outcome },
+    /// The path cannot be read (400).
+    BadPath,
+}
+
+impl Decision {
+    pub fn outcome(&self) -> Outcome {
+        match self {
+            Decision::Pass(o) => *o,
+            Decision::Admit { .. } => Outcome::Admitted,
+            Decision::Refuse { outcome, .. } => *outcome,
+            Decision::BadPath => Outcome::BadPath,
+        }
+    }
+}
+
+/// Equal strings in time independent of where they differ.
+fn same_secret(a: &[u8], b: &[u8]) -> bool {
+    a.len() == b.len() && a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
+}
+
+impl Gate {
+    /// Decides `req` at `now_ms`, counting the outcome.
+    pub fn decide(&self, req: &Incoming, now_ms: u64) -> Decision {
+        let decision = self.decide_uncounted(req, now_ms);
+        self.metrics.decided(decision.outcome());
+        decision
+    }
+
+    fn decide_uncounted(&self, req: &Incoming, now_ms: u64) -> Decision {
+        let Some(path) = normalize_path(req.path) else { return Decision::BadPath };
+        let rules = &self.config.rules;
+        if let Some(secret) = &self.config.bypass_secret {
+            let given = req
+                .headers
+                .get(BYPASS_HEADER)
+                .map(|v| v.as_bytes())
+                .or_else(|| crate::cookie::cookie(req.headers, BYPASS_COOKIE).map(str::as_bytes));
+            if given.is_some_and(|g| same_secret(g, secret.as_bytes())) {
+                return Decision::Pass(Outcome::Bypass);
+            }
+        }
+        if rules.bypass(&path, req.client).is_some() {
+            return Decision::Pass(Outcome::Bypass);
+        }
+        let Some(queue) = rules.queue_for(req.host, &path) else { return Decision::Pass(Outcome::Unmatched) };
+        let now_s = now_ms / 1000;
+        let mut why = Outcome::Waiting;
+        for token in crate::cookie::tokens(req.headers, &self.config.cookie_name) {
+            let refused = match self.table.lookup(token, &self.config.keys, now_ms) {
+                Err(_) => Outcome::Invalid,
+                Ok(v) if v.claims.aud != queue => Outcome::OtherQueue,
+                Ok(v) if v.claims.exp <= now_s => Outcome::Expired,
+                Ok(v) => match v.session.state() {
+                    State::Ended => Outcome::Ended,
+                    State::Lapsed => Outcome::Lapsed,
+                    State::TooLong => Outcome::MaxSession,
+                    State::Live => {
+                        if self.past_max_session(&v, now_s) {
+                            Outcome::MaxSession
+                        } else {
+                            v.session.touch(now_ms);
+                            let renewed = self.renewal(&v, req, now_ms);
+                            return Decision::Admit { verified: v, token: token.to_string(), renewed };
+                        }
+                    }
+                },
+            };
+            why = why.max(refused);
+        }
+        if self.health.fail_open(now_ms) {
+            return Decision::Pass(Outcome::FailOpen);
+        }
+        Decision::Refuse { queue: queue.to_string(), outcome: why }
+    }
+
+    /// Whether the session has run past its queue's longest time; the first request
+    /// to find out ends it.
+    fn past_max_session(&self, v: &Verified, now_s: u64) -> bool {
+        let Some(max) = self.config.rules.settings(&v.claims.aud).max_session else { return false };
+        if v.claims.auth_time + max.as_secs() > now_s {
+            return false;
+        }
+        if v.session.finish(State::TooLong) {
+            tracing::info!(queue = v.claims.aud, user = v.claims.sub, "longest session reached; ending it");
+            self.end_session(&v.claims.aud, &v.claims.sub, EndReason::MaxSession);
+        }
+        true
+    }
+
+    /// A Set-Cookie with a fresh token once a third of the lifetime is left, while
+    /// Valkey answers (a token is renewed only while its lease can be).
+    fn renewal(&self, v: &Verified, req: &Incoming, now_ms: u64) -> Option<HeaderValue> {
+        let ttl = self.config.token_ttl.as_secs();
+        let now_s = now_ms / 1000;
+        if v.claims.exp.saturating_sub(now_s) * 3 > ttl || !self.health.is_up() {
+            return None;
+        }
+        let mut claims = v.claims.clone();
+        claims.iat = now_s;
+        claims.exp = now_s + ttl;
+        if let Some(max) = self.config.rules.settings(&claims.aud).max_session {
+            claims.exp = claims.exp.min(claims.auth_time + max.as_secs()).max(now_s + 1);
+        }
+        let fresh = self.config.keys.sign(&claims);
+        self.table.session_for(&claims, now_ms);
+        self.metrics.renewed.increment(1);
+        Some(self.cookie_with(req.headers, &claims.aud, Some(fresh), req.https, now_s))
+    }
+
+    /// The Set-Cookie holding the request's tokens for other queues (still valid) and
+    /// `token` for `queue` (none: the cookie loses `queue`'s token).
+    pub fn cookie_with(
+        &self,
+        headers: &HeaderMap,
+        queue: &str,
+        token: Option<String>,
+        https: bool,
+        now_s: u64,
+    ) -> HeaderValue {
+        let mut keep: Vec<String> = Vec::new();
+        let mut max_exp = 0;
+        if let Some(value) = crate::cookie::cookie(headers, &self.config.cookie_name) {
+            for t in value.split(crate::cookie::SEPARATOR).take(crate::cookie::MAX_TOKENS) {
+                if let Ok(v) = self.table.lookup(t, &self.config.keys, now_s * 1000) {
+                    if v.claims.aud != queue && v.claims.exp > now_s && !keep.iter().any(|k| k == t) {
+                        max_exp = max_exp.max(v.claims.exp);
+                        keep.push(t.to_string());
+                    }
+                }
+            }
+        }
+        if let Some(t) = token {
+            max_exp = max_exp.max(now_s + self.config.token_ttl.as_secs());
+            keep.push(t);
+        }
+        if keep.len() > crate::cookie::MAX_TOKENS {
+            keep.drain(..keep.len() - crate::cookie::MAX_TOKENS);
+        }
+        self.cookie.set(&keep, max_exp.saturating_sub(now_s), https)
+    }
+
+    /// Marks nothing: queues SESSION.END for `user` of `queue` (the ender task calls it).
+    pub fn end_session(&self, queue: &str, user: &str, reason: EndReason) {
+        self.metrics.ended(reason);
+        let _ = self.ends.send(EndRequest { queue: queue.to_string(), user: user.to_string(), reason });
+    }
+}

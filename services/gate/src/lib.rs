@@ -1,0 +1,158 @@
+//! queue-gate: the waiting room in front of anyone's app.
+//!
+//! Two ways to use it, sharing everything below: a reverse proxy in front of the app
+//! ([`proxy`], with `--upstream`), or a forward-auth endpoint for a proxy already there
+//! ([`auth`], `GET /gate/auth`). Either way a request is decided by [`decide`] from
+//! the rules ([`rules`]) and the admission token ([`token`], cached in [`sessions`])
+//! without any Valkey call; promoted people claim their ticket at `/gate/claim`
+//! ([`claim`]); the leases of the people seen are renewed once per tick per queue
+//! ([`lease`]). See docs/gate.md.
+
+pub mod answer;
+pub mod auth;
+pub mod claim;
+pub mod config;
+pub mod cookie;
+pub mod decide;
+pub mod health;
+pub mod lease;
+pub mod metrics;
+pub mod proxy;
+pub mod returns;
+pub mod rules;
+pub mod sessions;
+pub mod token;
+
+pub use config::{Config, Flags};
+
+use axum::routing::{any, get};
+use axum::Router;
+use queue_client::LazyClient;
+use std::future::Future;
+use std::sync::Arc;
+use tokio::net::TcpListener;
+use tokio::sync::{mpsc, watch};
+
+/// Why a session is ended by the gate (SESSION.END).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum EndReason {
+    /// The app answered `Queue-Session: end`.
+    App,
+    /// The person left at `/gate/leave`.
+    Leave,
+    /// Past the queue's longest session.
+    MaxSession,
+}
+
+impl EndReason {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            EndReason::App => "app",
+            EndReason::Leave => "leave",
+            EndReason::MaxSession => "max_session",
+        }
+    }
+}
+
+/// A session to end in Valkey.
+#[derive(Debug)]
+pub struct EndRequest {
+    pub queue: String,
+    pub user: String,
+    pub reason: EndReason,
+}
+
+/// What every handler and loop shares.
+pub struct Gate {
+    pub config: Config,
+    pub store: LazyClient,
+    pub table: sessions::Table,
+    pub health: health::StoreHealth,
+    pub metrics: metrics::Metrics,
+    pub cookie: cookie::CookieSpec,
+    /// Sessions to end with SESSION.END, by the ender task (never on a request's path).
+    pub ends: mpsc::UnboundedSender<EndRequest>,
+    pub http: proxy::HttpClient,
+}
+
+/// Milliseconds since the epoch.
+pub fn now_ms() -> u64 {
+    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_millis() as u64)
+}
+
+impl Gate {
+    /// The gate for `config`, connecting to Valkey in the background; the receiver
+    /// takes the sessions to end ([`lease::end_loop`]).
+    pub fn new(config: Config) -> (Arc<Gate>, mpsc::UnboundedReceiver<EndRequest>) {
+        let (ends, ended) = mpsc::unbounded_channel();
+        let gate = Gate {
+            store: LazyClient::connect_target(config.target.clone()),
+            table: sessions::Table::default(),
+            health: health::StoreHealth::new(config.fail_open, now_ms()),
+            metrics: metrics::Metrics::new(),
+            cookie: cookie::CookieSpec { name: config.cookie_name.clone(), domain: config.cookie_domain.clone() },
+            ends,
+            http: proxy::client(),
+            config,
+        };
+        (Arc::new(gate), ended)
+    }
+
+    /// The idle time of `queue`, in milliseconds.
+    pub fn idle_ms(&self, queue: &str) -> u64 {
+        self.config.rules.settings(queue).idle.as_millis() as u64
+    }
+}
+
+/// The gate's routes: its own endpoints, and in proxy mode everything else forwarded.
+pub fn app(gate: Arc<Gate>) -> Router {
+    let limit = gate.config.limits.request_timeout;
+    let own = Router::new()
+        .route("/gate/auth", any(auth::auth))
+        .route("/gate/auth/{*rest}", any(auth::auth))
+        .route("/gate/claim", get(claim::claim))
+        .route("/gate/leave", get(claim::leave).post(claim::leave))
+        .route("/.well-known/jwks.json", get(auth::jwks))
+        .route("/gate/healthz", get(auth::healthz))
+        .route("/gate/metrics", get(metrics::metrics));
+    let own = if gate.config.upstream.is_none() {
+        own.route("/healthz", get(auth::healthz)).route("/metrics", get(metrics::metrics))
+    } else {
+        own
+    };
+    // The gate's own answers are bounded by --request-timeout; proxied requests by
+    // --upstream-timeout (an upload may take longer than the gate's own requests).
+    let own = service_kit::http::with_request_timeout(own, limit);
+    let room = Router::new().route("/gate/room", any(proxy::room)).route("/gate/room/{*rest}", any(proxy::room));
+    let router = own.merge(room);
+    let router = if gate.config.upstream.is_some() { router.fallback(proxy::forward) } else { router };
+    gate.metrics.registry.track_http(router.with_state(gate.clone()))
+}
+
+/// Serves the gate on `listener` until `shutdown` completes, then finishes the
+/// requests in flight and returns.
+pub async fn serve(
+    listener: TcpListener,
+    config: Config,
+    shutdown: impl Future<Output = ()> + Send + 'static,
+) -> std::io::Result<()> {
+    let limits = config.limits;
+    let (gate, ended) = Gate::new(config);
+    gate.metrics.registry.spawn_upkeep();
+    let (stop_tx, stop_rx) = watch::channel(false);
+    let ticker = tokio::spawn(lease::tick_loop(gate.clone(), stop_rx.clone()));
+    let ender = tokio::spawn(lease::end_loop(gate.clone(), ended, stop_rx));
+    tracing::info!(
+        mode = if gate.config.upstream.is_some() { "proxy" } else { "forward-auth" },
+        kid = gate.config.keys.signing_kid(),
+        alg = gate.config.keys.signing_alg().name(),
+        routes = gate.config.rules.routes().len(),
+        "queue-gate ready"
+    );
+    let result = service_kit::http::serve(listener, app(gate.clone()), shutdown, limits).await;
+    let _ = stop_tx.send(true);
+    let _ = ticker.await;
+    // Sessions ended by the last requests still get their SESSION.END.
+    let _ = tokio::time::timeout(std::time::Duration::from_secs(5), ender).await;
+    result
+}

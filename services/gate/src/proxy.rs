@@ -1,0 +1,375 @@
+//! Reverse-proxy mode (`--upstream`): every request that is not the gate's own is
+//! decided ([`crate::decide`]) and, when it may pass, forwarded with its body
+//! streamed both ways (never buffered), hop-by-hop headers dropped,
+//! `X-Forwarded-For/-Proto/-Host` set and WebSocket (any) upgrades carried through.
+//! The waiting room is served the same way under `/gate/room/` from `--queue-api`.
+
+use crate::answer::{self, Convention};
+use crate::decide::{Decision, Incoming};
+use crate::sessions::State;
+use crate::{now_ms, EndReason, Gate};
+use axum::body::Body;
+use axum::extract::{ConnectInfo, Request, State as AxumState};
+use axum::http::{header, HeaderMap, HeaderName, HeaderValue, StatusCode, Uri};
+use axum::response::{IntoResponse, Response};
+use hyper_util::client::legacy::connect::HttpConnector;
+use hyper_util::client::legacy::Client;
+use hyper_util::rt::{TokioExecutor, TokioIo};
+use std::net::{IpAddr, SocketAddr};
+use std::sync::Arc;
+use std::time::Instant;
+
+/// The client the gate forwards with (a keep-alive pool per upstream).
+pub type HttpClient = Client<HttpConnector, Body>;
+
+/// The response header by which the app ends the person's session.
+pub const QUEUE_SESSION: &str = "queue-session";
+/// Headers the gate sets for the app; a client's own copies are dropped.
+pub const QUEUE_USER: &str = "x-queue-user";
+pub const QUEUE_NAME: &str = "x-queue-name";
+
+/// Headers meaningful for one connection only (RFC 9110 7.6.1), never forwarded.
+const HOP_BY_HOP: [HeaderName; 8] = [
+    header::CONNECTION,
+    HeaderName::from_static("keep-alive"),
+    header::PROXY_AUTHENTICATE,
+    header::PROXY_AUTHORIZATION,
+    header::TE,
+    header::TRAILER,
+    header::TRANSFER_ENCODING,
+    header::UPGRADE,
+];
+
+pub fn client() -> HttpClient {
+    let mut connector = HttpConnector::new();
+    connector.set_nodelay(true);
+    connector.set_connect_timeout(Some(std::time::Duration::from_secs(5)));
+    Client::builder(TokioExecutor::new())
+        .pool_idle_timeout(std::time::Duration::from_secs(60))
+        .pool_max_idle_per_host(1024)
+        .build(connector)
+}
+
+/// The original request's host, scheme and client address, as far as the gate may
+/// believe the headers (`trusted`: set by a proxy of ours).
+pub struct Origin {
+    pub host: String,
+    pub https: bool,
+    pub client: IpAddr,
+    /// The address of the connection's other end (a proxy of ours when trusted).
+    pub peer: IpAddr,
+}
+
+impl Origin {
+    pub fn of(headers: &HeaderMap, uri: &Uri, peer: SocketAddr, trusted: bool) -> Origin {
+        let text = |name: &str| headers.get(name).and_then(|v| v.to_str().ok());
+        let forwarded_host = if trusted { text("x-forwarded-host") } else { None };
+        let host = forwarded_host
+            .or_else(|| text("host"))
+            .or_else(|| uri.authority().map(|a| a.as_str()))
+            .unwrap_or("")
+            .to_string();
+        let https = trusted && text("x-forwarded-proto").is_some_and(|p| p.eq_ignore_ascii_case("https"));
+        let client = if trusted { last_forwarded_for(headers) } else { None }.unwrap_or(peer.ip());
+        Origin { host, https, client: crate::rules::canonical_ip(client), peer: crate::rules::canonical_ip(peer.ip()) }
+    }
+}
+
+/// The last X-Forwarded-For entry: the address the nearest proxy saw (X-Real-IP first).
+pub fn last_forwarded_for(headers: &HeaderMap) -> Option<IpAddr> {
+    if let Some(ip) = headers.get("x-real-ip").and_then(|v| v.to_str().ok()).and_then(|v| v.trim().parse().ok()) {
+        return Some(ip);
+    }
+    let all = headers.get_all("x-forwarded-for");
+    let last = all.iter().filter_map(|v| v.to_str().ok()).last()?;
+    last.rsplit(',').next()?.trim().parse().ok()
+}
+
+/// The fallback route in proxy mode.
+pub async fn forward(
+    AxumState(gate): AxumState<Arc<Gate>>,
+    ConnectInfo(peer): ConnectInfo<SocketAddr>,
+    req: Request,
+) -> Response {
+    let origin = Origin::of(req.headers(), req.uri(), peer, gate.config.trust_proxy);
+    let incoming = Incoming {
+        host: &origin.host,
+        path: req.uri().path(),
+        headers: req.headers(),
+        client: Some(origin.client),
+        https: origin.https,
+    };
+    let decision = gate.decide(&incoming, now_ms());
+    let upstream = gate.config.upstream.clone().expect("proxy mode has an upstream");
+    match decision {
+        Decision::BadPath => {
+            answer::error(StatusCode::BAD_REQUEST, "bad_path", "This path cannot be read.", req.headers())
+        }
+        Decision::Refuse { queue, outcome } => {
+            let back = req.uri().path_and_query().map_or("/", |p| p.as_str()).to_string();
+            gate.to_waiting_room(&queue, outcome, &back, req.headers(), Convention::Redirect)
+        }
+        Decision::Pass(_) => {
+            let path = req_path(req.uri());
+            send(&gate, req, &upstream, path, &origin, None).await
+        }
+        Decision::Admit { verified, renewed, .. } => {
+            let path = req_path(req.uri());
+            let admitted = Admitted { queue: verified.claims.aud.clone(), user: verified.claims.sub.clone() };
+            let request_headers = req.headers().clone();
+            let mut resp = send(&gate, req, &upstream, path, &origin, Some(&admitted)).await;
+            let ends =
+                resp.headers_mut().remove(QUEUE_SESSION).is_some_and(|v| v.as_bytes().eq_ignore_ascii_case(b"end"));
+            if ends {
+                if verified.session.finish(State::Ended) {
+                    gate.end_session(&admitted.queue, &admitted.user, EndReason::App);
+                }
+                let cleared = gate.cookie_with(&request_headers, &admitted.queue, None, origin.https, now_ms() / 1000);
+                resp.headers_mut().append(header::SET_COOKIE, cleared);
+            } else if let Some(cookie) = renewed {
+                resp.headers_mut().append(header::SET_COOKIE, cookie);
+            }
+            resp
+        }
+    }
+}
+
+fn req_path(uri: &Uri) -> String {
+    uri.path_and_query().map_or("/", |p| p.as_str()).to_string()
+}
+
+/// `/gate/room/*`: the waiting room, from queue-api, same-origin.
+pub async fn room(
+    AxumState(gate): AxumState<Arc<Gate>>,
+    ConnectInfo(peer): ConnectInfo<SocketAddr>,
+    req: Request,
+) -> Response {
+    let Some(api) = gate.config.queue_api.clone() else {
+        return answer::error(
+            StatusCode::NOT_FOUND,
+            "no_waiting_room",
+            "This gate serves no waiting room (start it with --queue-api).",
+            req.headers(),
+        );
+    };
+    let rest = req.uri().path().strip_prefix("/gate/room").unwrap_or("/");
+    if rest.is_empty() {
+        let query = req.uri().query().map(|q| format!("?{q}")).unwrap_or_default();
+        let to =
+            HeaderValue::from_str(&format!("/gate/room/{query}")).unwrap_or(HeaderValue::from_static("/gate/room/"));
+        return (StatusCode::MOVED_PERMANENTLY, [(header::LOCATION, to)]).into_response();
+    }
+    let path = match req.uri().query() {
+        Some(q) => format!("{rest}?{q}"),
+        None => rest.to_string(),
+    };
+    let origin = Origin::of(req.headers(), req.uri(), peer, gate.config.trust_proxy);
+    send(&gate, req, &api, path, &origin, None).await
+}
+
+/// Who an admitted request is for.
+pub struct Admitted {
+    pub queue: String,
+    pub user: String,
+}
+
+/// Forwards `req` to `base` + `path_and_query`; maps failures to 502/504.
+async fn send(
+    gate: &Gate,
+    mut req: Request,
+    base: &Uri,
+    path_and_query: String,
+    origin: &Origin,
+    admitted: Option<&Admitted>,
+) -> Response {
+    let upgrade = is_upgrade(req.headers()).then(|| hyper::upgrade::on(&mut req));
+    let target = match join(base, &path_and_query) {
+        Ok(u) => u,
+        Err(_) => {
+            return answer::error(StatusCode::BAD_REQUEST, "bad_path", "This path cannot be forwarded.", req.headers())
+        }
+    };
+    let original_host = req.headers().get(header::HOST).cloned();
+    let (mut parts, body) = req.into_parts();
+    let accept = parts.headers.clone();
+    prepare_request_headers(&mut parts.headers, upgrade.is_some(), origin, gate.config.trust_proxy, original_host);
+    if let Some(a) = admitted {
+        if let (Ok(u), Ok(q)) = (HeaderValue::from_str(&a.user), HeaderValue::from_str(&a.queue)) {
+            parts.headers.insert(QUEUE_USER, u);
+            parts.headers.insert(QUEUE_NAME, q);
+        }
+    }
+    parts.uri = target;
+    parts.version = axum::http::Version::HTTP_11;
+    let outgoing = axum::http::Request::from_parts(parts, body);
+    let started = Instant::now();
+    let answered = tokio::time::timeout(gate.config.upstream_timeout, gate.http.request(outgoing)).await;
+    gate.metrics.upstream.record(started.elapsed().as_secs_f64());
+    let mut resp = match answered {
+        Ok(Ok(resp)) => resp,
+        Ok(Err(e)) => {
+            gate.metrics.upstream_errors.increment(1);
+            tracing::warn!(upstream = %base, error = %e, "upstream unreachable");
+            return answer::error(
+                StatusCode::BAD_GATEWAY,
+                "upstream_unreachable",
+                "The site behind the waiting room could not be reached. Please try again in a moment.",
+                &accept,
+            );
+        }
+        Err(_) => {
+            gate.metrics.upstream_timeouts.increment(1);
+            tracing::warn!(upstream = %base, timeout = ?gate.config.upstream_timeout, "upstream too slow");
+            return answer::error(
+                StatusCode::GATEWAY_TIMEOUT,
+                "upstream_timeout",
+                "The site behind the waiting room took too long to answer. Please try again in a moment.",
+                &accept,
+            );
+        }
+    };
+    if resp.status() == StatusCode::SWITCHING_PROTOCOLS {
+        if let Some(client_side) = upgrade {
+            let upstream_side = hyper::upgrade::on(&mut resp);
+            tokio::spawn(async move {
+                match tokio::try_join!(client_side, upstream_side) {
+                    Ok((c, u)) => {
+                        let (mut c, mut u) = (TokioIo::new(c), TokioIo::new(u));
+                        let _ = tokio::io::copy_bidirectional(&mut c, &mut u).await;
+                    }
+                    Err(e) => tracing::debug!(error = %e, "upgrade not completed"),
+                }
+            });
+        }
+        let (mut parts, body) = resp.into_parts();
+        strip_hop_by_hop(&mut parts.headers, true);
+        return Response::from_parts(parts, Body::new(body));
+    }
+    let (mut parts, body) = resp.into_parts();
+    strip_hop_by_hop(&mut parts.headers, false);
+    Response::from_parts(parts, Body::new(body))
+}
+
+fn is_upgrade(headers: &HeaderMap) -> bool {
+    headers.contains_key(header::UPGRADE) && connection_tokens(headers).any(|t| t.eq_ignore_ascii_case("upgrade"))
+}
+
+fn connection_tokens(headers: &HeaderMap) -> impl Iterator<Item = &str> {
+    headers.get_all(header::CONNECTION).iter().filter_map(|v| v.to_str().ok()).flat_map(|v| v.split(',')).map(str::trim)
+}
+
+/// Drops hop-by-hop headers and those the Connection header names; an upgrade keeps
+/// `Connection: upgrade` and `Upgrade`.
+fn strip_hop_by_hop(headers: &mut HeaderMap, upgrade: bool) {
+    let named: Vec<HeaderName> = connection_tokens(headers)
+        .filter(|t| {
+            !t.eq_ignore_ascii_case("upgrade")
+                && !t.eq_ignore_ascii_case("close")
+                && !t.eq_ignore_ascii_case("keep-alive")
+        })
+        .filter_map(|t| HeaderName::from_bytes(t.as_bytes()).ok())
+        .collect();
+    let upgrade_to = headers.get(header::UPGRADE).cloned();
+    for name in HOP_BY_HOP.iter().chain(&named) {
+        headers.remove(name);
+    }
+    if upgrade {
+        if let Some(u) = upgrade_to {
+            headers.insert(header::CONNECTION, HeaderValue::from_static("upgrade"));
+            headers.insert(header::UPGRADE, u);
+        }
+    }
+}
+
+fn prepare_request_headers(
+    headers: &mut HeaderMap,
+    upgrade: bool,
+    origin: &Origin,
+    trusted: bool,
+    host: Option<HeaderValue>,
+) {
+    strip_hop_by_hop(headers, upgrade);
+    for h in [QUEUE_USER, QUEUE_NAME, crate::decide::BYPASS_HEADER] {
+        headers.remove(h);
+    }
+    let xff = match headers.get("x-forwarded-for").and_then(|v| v.to_str().ok()) {
+        Some(prev) if trusted => format!("{prev}, {}", origin.peer),
+        _ => origin.client.to_string(),
+    };
+    if let Ok(v) = HeaderValue::from_str(&xff) {
+        headers.insert("x-forwarded-for", v);
+    }
+    if !(trusted && headers.contains_key("x-forwarded-proto")) {
+        headers.insert("x-forwarded-proto", HeaderValue::from_static(if origin.https { "https" } else { "http" }));
+    }
+    if !(trusted && headers.contains_key("x-forwarded-host")) {
+        if let Some(h) = host {
+            headers.insert("x-forwarded-host", h);
+        }
+    }
+}
+
+/// `base` (scheme, authority, maybe a path) joined with the request's path and query.
+fn join(base: &Uri, path_and_query: &str) -> Result<Uri, axum::http::Error> {
+    let prefix = base.path().trim_end_matches('/');
+    Uri::builder()
+        .scheme(base.scheme_str().unwrap_or("http"))
+        .authority(base.authority().map_or("", |a| a.as_str()))
+        .path_and_query(format!("{prefix}{path_and_query}"))
+        .build()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn hop_by_hop_headers_go() {
+        let mut h = HeaderMap::new();
+        h.insert(header::CONNECTION, HeaderValue::from_static("keep-alive, x-secret"));
+        h.insert("x-secret", HeaderValue::from_static("1"));
+        h.insert("keep-alive", HeaderValue::from_static("timeout=5"));
+        h.insert(header::TE, HeaderValue::from_static("trailers"));
+        h.insert("x-kept", HeaderValue::from_static("1"));
+        strip_hop_by_hop(&mut h, false);
+        assert_eq!(h.keys().map(|k| k.as_str()).collect::<Vec<_>>(), ["x-kept"]);
+        let mut up = HeaderMap::new();
+        up.insert(header::CONNECTION, HeaderValue::from_static("Upgrade"));
+        up.insert(header::UPGRADE, HeaderValue::from_static("websocket"));
+        assert!(is_upgrade(&up));
+        strip_hop_by_hop(&mut up, true);
+        assert_eq!(up[header::UPGRADE], "websocket");
+        assert_eq!(up[header::CONNECTION], "upgrade");
+    }
+
+    #[test]
+    fn forwarded_headers() {
+        let peer: SocketAddr = "10.0.0.9:5000".parse().unwrap();
+        let mut h = HeaderMap::new();
+        h.insert("x-forwarded-for", HeaderValue::from_static("1.2.3.4, 5.6.7.8"));
+        h.insert("x-forwarded-proto", HeaderValue::from_static("https"));
+        h.insert(header::HOST, HeaderValue::from_static("shop.test"));
+        h.insert(QUEUE_USER, HeaderValue::from_static("spoofed"));
+        let untrusted = Origin::of(&h, &Uri::from_static("/"), peer, false);
+        assert_eq!((untrusted.client.to_string().as_str(), untrusted.https), ("10.0.0.9", false));
+        let trusted = Origin::of(&h, &Uri::from_static("/"), peer, true);
+        assert_eq!((trusted.client.to_string().as_str(), trusted.https), ("5.6.7.8", true));
+        let mut out = h.clone();
+        prepare_request_headers(&mut out, false, &untrusted, false, h.get(header::HOST).cloned());
+        assert_eq!(out["x-forwarded-for"], "10.0.0.9");
+        assert_eq!(out["x-forwarded-proto"], "http");
+        assert_eq!(out["x-forwarded-host"], "shop.test");
+        assert!(!out.contains_key(QUEUE_USER));
+        let mut out = h.clone();
+        prepare_request_headers(&mut out, false, &trusted, true, None);
+        assert_eq!(out["x-forwarded-for"], "1.2.3.4, 5.6.7.8, 10.0.0.9");
+    }
+
+    #[test]
+    fn joins_base_and_path() {
+        let base: Uri = "http://127.0.0.1:3000/app/".parse().unwrap();
+        assert_eq!(join(&base, "/x?y=1").unwrap().to_string(), "http://127.0.0.1:3000/app/x?y=1");
+        let root: Uri = "http://127.0.0.1:3000".parse().unwrap();
+        assert_eq!(join(&root, "/").unwrap().to_string(), "http://127.0.0.1:3000/");
+    }
+}
