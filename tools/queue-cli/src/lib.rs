@@ -6,6 +6,7 @@
 pub mod api;
 pub mod chaos;
 pub mod chat;
+pub mod gate;
 pub mod join;
 pub mod outage;
 pub mod stats;

@@ -1,6 +1,6 @@
 use clap::{Args, Parser, Subcommand};
 use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
-use queue_cli::{chaos, join, swarm, verify};
+use queue_cli::{chaos, gate, join, swarm, verify};
 use std::process::ExitCode;
 use std::time::Duration;
 
@@ -182,6 +182,8 @@ enum Command {
         /// No progress bar.
         #[arg(long)]
         quiet: bool,
+        #[command(flatten)]
+        gate: Box<gate::GateArgs>,
     },
 }
 
@@ -298,12 +300,20 @@ async fn main() -> ExitCode {
             seed,
             json,
             quiet,
+            gate,
         } => {
             if rate <= 0.0 || !rate.is_finite() {
                 eprintln!("error: --rate must be a positive number");
                 return ExitCode::from(64);
             }
             let _ = rlimit::increase_nofile_limit(u64::MAX);
+            let gate = match (*gate).into_gate() {
+                Ok(g) => g,
+                Err(e) => {
+                    eprintln!("error: {e}");
+                    return ExitCode::from(64);
+                }
+            };
             let cfg = swarm::SwarmConfig {
                 api: target.api,
                 chat: target.chat,
@@ -337,7 +347,7 @@ async fn main() -> ExitCode {
                     .progress_chars("=> "),
             );
             let b = bar.clone();
-            let report = swarm::run(cfg, move |p| {
+            let report = swarm::run_through(cfg, gate, move |p| {
                 b.set_position(p.finished as u64);
                 b.set_message(format!(
                     "arrived {} · waiting {} · holding {} · in chat {} · admitted {} · abandoned {}{}",

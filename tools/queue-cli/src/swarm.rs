@@ -24,6 +24,7 @@
 
 use crate::api::{Api, ApiError, Polled, Via};
 use crate::chat::{self, Handshake, Incoming};
+use crate::gate::{Gate, GateReport};
 use crate::outage::{self, Outage, OutageLog};
 use crate::stats::Percentiles;
 use queue_client::{Standing, Status};
@@ -106,6 +107,9 @@ pub struct Report {
     pub own_cpu_seconds: f64,
     /// This process's peak resident memory (VmHWM), in KiB.
     pub own_peak_rss_kib: u64,
+    /// Walking through a gate (`--gate`): what the users saw there.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub gate: Option<GateReport>,
     pub first_errors: Vec<String>,
 }
 
@@ -137,6 +141,7 @@ impl Report {
             && self.over_capacity == 0
             && self.server_over_capacity == 0
             && self.double_claims == 0
+            && self.gate.as_ref().is_none_or(GateReport::clean)
     }
 
     /// True when every user finished its journey without an error.
@@ -219,6 +224,9 @@ impl std::fmt::Display for Report {
         writeln!(f, "  ETA error at rank 10  {}", self.eta_error_at_rank10)?;
         if self.eta_missing > 0 {
             writeln!(f, "  ETA missing           {} (no estimate while waiting)", self.eta_missing)?;
+        }
+        if let Some(g) = &self.gate {
+            write!(f, "{g}")?;
         }
         for e in &self.first_errors {
             writeln!(f, "  error: {e}")?;
@@ -383,6 +391,7 @@ struct Shared {
     http: reqwest::Client,
     ledger: Mutex<Ledger>,
     deadline: Instant,
+    gate: Option<Gate>,
 }
 
 impl Shared {
@@ -391,13 +400,60 @@ impl Shared {
     }
 
     fn api(&self, forwarded_for: Option<String>) -> Api {
-        Api::new(self.http.clone(), &self.cfg.api, &self.cfg.queue, forwarded_for)
+        match &self.gate {
+            Some(g) => Api::new(self.http.clone(), &g.room_base(), &self.cfg.queue, forwarded_for),
+            None => Api::new(self.http.clone(), &self.cfg.api, &self.cfg.queue, forwarded_for),
+        }
+    }
+}
+
+/// A visit through a gate counts in the same ledger as a chat session.
+impl crate::gate::Tally for Shared {
+    fn gate(&self, f: &mut dyn FnMut(&mut GateReport)) {
+        self.with(|l| f(l.report.gate.get_or_insert_default()))
+    }
+    fn admitted(&self, who: usize) {
+        self.with(|l| {
+            l.report.admitted += 1;
+            l.people[who].phase = Phase::InChat;
+        })
+    }
+    fn released(&self) {
+        self.with(|l| l.release(Instant::now()))
+    }
+    fn claim_refused(&self) {
+        self.with(|l| {
+            l.report.claim_refused += 1;
+            l.release(Instant::now());
+        })
+    }
+    fn double_claim(&self, who: usize, what: &str) {
+        self.with(|l| {
+            l.report.double_claims += 1;
+            l.error(who, what);
+        })
+    }
+    fn reuse_refused(&self) {
+        self.with(|l| l.report.reuse_refused += 1)
+    }
+    fn left(&self) {
+        self.with(|l| l.report.left += 1)
     }
 }
 
 /// Runs the swarm to the end (or to `cfg.timeout`), calling `progress` about five times
 /// a second.
 pub async fn run(cfg: SwarmConfig, progress: impl Fn(Progress) + Send + Sync + 'static) -> Report {
+    run_through(cfg, None, progress).await
+}
+
+/// [`run`], the users walking through `gate` when given (see [`crate::gate`]) instead of
+/// claiming their tickets at chat-server.
+pub async fn run_through(
+    cfg: SwarmConfig,
+    gate: Option<Gate>,
+    progress: impl Fn(Progress) + Send + Sync + 'static,
+) -> Report {
     let progress = Arc::new(progress);
     let started_at = Instant::now();
     let cpu_at_start = own_cpu_seconds();
@@ -413,6 +469,7 @@ pub async fn run(cfg: SwarmConfig, progress: impl Fn(Progress) + Send + Sync + '
         http,
         ledger: Mutex::new(Ledger::default()),
         cfg: cfg.clone(),
+        gate,
     });
     let mut rng = rand::rngs::StdRng::seed_from_u64(cfg.seed);
     let plans: Vec<Plan> = (0..cfg.users)
@@ -498,6 +555,9 @@ pub async fn run(cfg: SwarmConfig, progress: impl Fn(Progress) + Send + Sync + '
     report.duration_seconds = started_at.elapsed().as_secs_f64();
     report.own_cpu_seconds = own_cpu_seconds() - cpu_at_start;
     report.own_peak_rss_kib = own_peak_rss_kib();
+    if shared.gate.is_some() {
+        report.gate.get_or_insert_default();
+    }
     report
 }
 
@@ -611,6 +671,9 @@ async fn journey_once(
     chaos: Option<(&Arc<OutageLog>, &str)>,
 ) -> Result<(), Stop> {
     let cfg = &shared.cfg;
+    if let Some(gate) = &shared.gate {
+        gate.arrive(&**shared, &cfg.queue).await?;
+    }
     let entry_sent = Instant::now();
     let user_id = chaos.map(|(_, id)| id.to_string());
     let entered = loop {
@@ -679,6 +742,12 @@ async fn journey_once(
         tokio::spawn(audit_fifo(shared.clone(), who, ahead, generation, user, ff));
     }
     let ticket = standing.ticket_id.ok_or("promoted without a ticket")?;
+    if let Some(gate) = &shared.gate {
+        let (user, stay) = (&standing.user_id, plan.stay);
+        return Ok(gate
+            .visit(&**shared, who, cfg.seed, &cfg.queue, user, &ticket, plan.race, plan.replay, stay)
+            .await?);
+    }
     chat_session(shared, who, plan, nickname, &ticket, log, promoted_at).await
 }
 
