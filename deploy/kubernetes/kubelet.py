@@ -602,6 +602,7 @@ class Play:
             if p.failure or p.ready_at is None:
                 raise Failure(p.failure or f"{p.label()}: not ready after 180 s")
             log(f"{p.label()}: ready {p.ready_at - p.started_at:.1f} s after start")
+        self.wait_for_store()
         if self.overlay == "in-cluster-valkey":
             acl = self.secrets[self.secret_named("valkey-acl")]["users.acl"]
             pw = re.search(r"user admin on >(\S+)", acl).group(1)
@@ -619,9 +620,13 @@ class Play:
             f"http://127.0.0.1:{api}/api/admin/queues/default", method="PUT",
             data=json.dumps({"soft_cap": 50, "ticket_ttl": 10000, "abandon_after": 5000}).encode(),
             headers={"Authorization": f"Bearer {token}", "Content-Type": "application/json"})
-        with urllib.request.urlopen(req, timeout=10) as resp:
-            log(f"PUT /api/admin/queues/default: {resp.status}")
+        try:
+            with urllib.request.urlopen(req, timeout=10) as resp:
+                log(f"PUT /api/admin/queues/default: {resp.status}")
+        except urllib.error.HTTPError as e:
+            raise Failure(f"PUT /api/admin/queues/default: {e.code} {e.read().decode(errors='replace')}")
         idle = self.stats()
+        cpu_before = {p.name: proc_cpu_seconds(p.name) for p in self.pods}
         sampler = Sampler(self)
         cli = os.path.join(ROOT, "target", "release", "queue-cli")
         cmd = [cli, "swarm", "--api", f"http://127.0.0.1:{api}", "--chat", f"http://127.0.0.1:{chat}",
@@ -633,6 +638,9 @@ class Play:
         swarm = subprocess.run(cmd, capture_output=True, text=True, timeout=240)
         swarm_secs = time.monotonic() - t0
         sampler.stop()
+        self.cpu_used = {p.name: proc_cpu_seconds(p.name) - cpu_before[p.name] for p in self.pods}
+        self.peak_rss = {p.name: proc_peak_rss(p.name) for p in self.pods}
+        self.swarm_secs = time.monotonic() - t0
         print(swarm.stdout, end="", flush=True)
         if swarm.returncode != 0:
             print(swarm.stderr, file=sys.stderr)
@@ -642,6 +650,7 @@ class Play:
             if p.failure:
                 raise Failure(p.failure)
         self.report_resources(idle, sampler)
+        self.audit_acl_log()
         # Stop every pod as kubelet does: services first (in parallel), then Valkey.
         order = [[p for p in self.pods if p.workload["kind"] == "Deployment"],
                  [p for p in self.pods if p.workload["kind"] == "StatefulSet"]]
@@ -675,6 +684,49 @@ class Play:
             raise Failure("; ".join(failures))
         return results
 
+    # Refusals the client expects and handles (it then finds out another way), and
+    # FUNCTION LOAD by a service whose user may not load the library (managed overlay:
+    # queue-manager's may, the others wait for it).
+    EXPECTED_REFUSALS = ("module|list", "function|list", "client|setinfo", "function|load")
+
+    def audit_acl_log(self):
+        self.valkey("CONFIG", "SET", "acllog-max-len", "1000")
+        out = subprocess.run([*self.admin_cli, "--json", "ACL", "LOG", "1000"], capture_output=True, text=True,
+                             timeout=10).stdout
+        entries = json.loads(out) if out.strip() else []
+        unexpected = []
+        for e in entries:
+            fields = e if isinstance(e, dict) else dict(zip(e[::2], e[1::2]))
+            if fields.get("object") not in self.EXPECTED_REFUSALS:
+                unexpected.append(f"{fields.get('username')} {fields.get('reason')} {fields.get('object')}")
+        log(f"ACL LOG: {len(entries)} refusals, {len(unexpected)} beyond the client's expected probes")
+        if unexpected:
+            raise Failure(f"Valkey refused the services: {sorted(set(unexpected))}")
+
+    def wait_for_store(self):
+        """Ready is not connected: /healthz answers 200 while Valkey is away (every pod
+        shares it; taking them all out of their Service would help nobody), and a
+        service that started before Valkey reconnects with backoff (up to 5 s). The
+        swarm starts once every pod's /healthz says Valkey is up, as docker/ci.sh
+        waits for its containers' health."""
+        for p in self.pods:
+            probe = p.spec.get("readinessProbe", {}).get("httpGet")
+            if not probe:
+                continue
+            url = f"http://127.0.0.1:{p.ports[probe['port']]}{probe['path']}"
+            deadline = time.monotonic() + 30
+            while True:
+                try:
+                    with urllib.request.urlopen(url, timeout=2) as resp:
+                        if json.loads(resp.read()).get("valkey") == "up":
+                            break
+                except (OSError, ValueError):
+                    pass
+                if time.monotonic() > deadline:
+                    raise Failure(f"{p.label()}: /healthz never said valkey up")
+                time.sleep(0.2)
+            log(f"{p.label()}: Valkey up {time.monotonic() - p.started_at:.1f} s after start")
+
     def valkey(self, *args):
         out = subprocess.run([*self.admin_cli, *args], capture_output=True, text=True, timeout=10)
         return out.stdout
@@ -699,23 +751,33 @@ class Play:
         return rows
 
     def report_resources(self, idle, sampler):
-        log("resources (docker stats): idle before the swarm, and the peak of samples every ~2 s during it")
+        log("resources: docker stats (the cgroup's working set, what a memory limit counts) idle before the "
+            "swarm and its peak in samples during it; CPU: the process's own seconds over the swarm, as a share "
+            "of a core; peak RSS: the process's VmHWM")
         by_workload = {}
         for p in self.pods:
             w = p.workload["metadata"]["name"]
             i_cpu, i_mem = idle.get(p.name, (0, 0))
             peaks = sampler.peak.get(p.name, (0, 0))
             lim = p.spec.get("resources", {})
-            log(f"  {p.label():32} idle {i_cpu:5.1f}% CPU {i_mem / 2**20:6.1f} MiB; swarm peak {peaks[0]:5.1f}% CPU "
-                f"{peaks[1] / 2**20:6.1f} MiB; requests {lim.get('requests')} limits {lim.get('limits')}")
+            mean = self.cpu_used[p.name] / self.swarm_secs
+            log(f"  {p.label():28} idle {i_cpu:4.1f}% {i_mem / 2**20:5.1f} MiB | swarm: mean {100 * mean:5.1f}% "
+                f"peak {peaks[0]:5.1f}% of a core, working set peak {peaks[1] / 2**20:5.1f} MiB, "
+                f"VmHWM {self.peak_rss[p.name] / 2**20:5.1f} MiB | requests {lim.get('requests')} "
+                f"limits {lim.get('limits')}")
             by_workload.setdefault(w, []).append(peaks)
         self.resource_figures = by_workload
 
     def cleanup(self, keep_logs):
         for p in self.pods:
             if keep_logs:
-                out = docker("logs", "--tail", "40", p.name, check=False)
-                print(f"--- logs of {p.label()} ({p.name}) ---\n{out.stdout}{out.stderr}", file=sys.stderr)
+                out = docker("logs", p.name, check=False)
+                lines = (out.stdout + out.stderr).splitlines()
+                worst = [line for line in lines if '"WARN"' in line or '"ERROR"' in line or " WARN " in line
+                         or " ERROR " in line][-15:]
+                print(f"--- logs of {p.label()} ({p.name}): {len(lines)} lines; its last warnings and errors, "
+                      f"then its last lines ---", file=sys.stderr)
+                print("\n".join(worst + ["..."] + lines[-10:]), file=sys.stderr)
             docker("rm", "-f", p.name, check=False)
         for rr in self.proxies:
             rr.stop()
@@ -753,6 +815,25 @@ class Sampler:
         self.thread.join(30)
 
 
+def container_pid(name):
+    return int(docker("inspect", "-f", "{{.State.Pid}}", name).stdout.strip())
+
+
+def proc_cpu_seconds(name):
+    """utime + stime of the container's process (its PID 1: each image runs one)."""
+    with open(f"/proc/{container_pid(name)}/stat") as f:
+        fields = f.read().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def proc_peak_rss(name):
+    with open(f"/proc/{container_pid(name)}/status") as f:
+        for line in f:
+            if line.startswith("VmHWM:"):
+                return int(line.split()[1]) * 1024
+    return 0
+
+
 UNITS = {"Ki": 2**10, "Mi": 2**20, "Gi": 2**30, "Ti": 2**40, "k": 10**3, "K": 10**3, "M": 10**6, "G": 10**9,
          "T": 10**12, "B": 1, "kB": 10**3, "MB": 10**6, "GB": 10**9}
 
@@ -782,6 +863,10 @@ def play(overlay, docs, local_image, argv):
         ok = True
     except (Failure, AssertionError, subprocess.TimeoutExpired, OSError) as e:
         print(f"FAIL play {overlay}: {e}", file=sys.stderr)
+        if getattr(p, "admin_cli", None):
+            # What Valkey refused the services (a missing ACL rule shows here).
+            refused = p.valkey("ACL", "LOG", "20")
+            print(f"--- ACL LOG ---\n{refused[:3000]}", file=sys.stderr)
     finally:
         p.cleanup(keep_logs=not ok)
     if not ok:
