@@ -21,6 +21,7 @@ DOCKER=${DOCKER:-/usr/bin/docker}
 [ -x "$DOCKER" ] || DOCKER=docker
 export DOCKER
 k8s="python3 deploy/kubernetes/k8s.py"
+export PYTHONDONTWRITEBYTECODE=1
 work=$(mktemp -d)
 started_dockerd=""
 
@@ -82,9 +83,22 @@ if [ -n "$missing" ] || [ -n "${REBUILD_IMAGES:-}" ]; then
   BASE=$base VALKEY_BASE=$valkey_base PREFIX=valkey-queue-ci TAG=test DOCKER=$DOCKER bash docker/build-images.sh
 fi
 
+# The gate's image, when docker/build-images.sh does not make it yet: the same
+# Dockerfile, the same staging (a stripped release binary).
+if ! $DOCKER image inspect valkey-queue-ci/queue-gate:test >/dev/null 2>&1 || [ -n "${REBUILD_IMAGES:-}" ]; then
+  [ -x target/release/queue-gate ] || cargo build --release -p queue-gate
+  mkdir -p "$work/gate"
+  cp target/release/queue-gate "$work/gate/"
+  strip --strip-debug "$work/gate/queue-gate" 2>/dev/null || true
+  $DOCKER build -q -f docker/service.Dockerfile --build-arg BASE=valkey-queue-ci/bookworm:base \
+    --build-arg SERVICE=queue-gate --build-arg PORT=8090 -t valkey-queue-ci/queue-gate:test "$work/gate" >/dev/null
+  echo "built valkey-queue-ci/queue-gate:test"
+fi
+
 echo "== image users"
 $k8s user-ids
-for overlay in in-cluster-valkey managed-valkey; do
+# Each overlay with the gate component: every workload there is.
+for overlay in in-cluster-valkey+gate managed-valkey+gate; do
   echo "== play kubelet: $overlay"
   t=$(date +%s)
   $k8s play "$overlay" --users "${SWARM_USERS:-300}"

@@ -15,6 +15,7 @@
 import copy
 import json
 import os
+import shutil
 import subprocess
 import sys
 
@@ -23,6 +24,8 @@ import yaml
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(os.path.dirname(HERE))
 OVERLAYS = ["in-cluster-valkey", "managed-valkey"]
+# What is validated and played: each overlay, and each with the gate component.
+VARIANTS = [v for o in OVERLAYS for v in (o, o + "+gate")]
 # The Kubernetes release whose schemas the manifests are held to.
 KUBERNETES_VERSION = "1.37.0"
 ALERTS = os.path.join(ROOT, "docker", "prometheus", "alerts.yml")
@@ -139,7 +142,23 @@ def render_dir(path):
 
 
 def render(overlay):
-    return render_dir(os.path.join(HERE, "overlays", overlay))
+    """An overlay as applied; `OVERLAY+gate` is the overlay with components/gate added
+    to its kustomization (as docs/kubernetes.md says to), so that the overlay's own
+    patches reach the gate too."""
+    if not overlay.endswith("+gate"):
+        return render_dir(os.path.join(HERE, "overlays", overlay))
+    base = overlay[: -len("+gate")]
+    # A copy beside the overlay (the same relative paths), with the component.
+    tmp = os.path.join(HERE, "overlays", f".{base}-with-gate-{os.getpid()}")
+    if tmp not in _rendered:
+        shutil.copytree(os.path.join(HERE, "overlays", base), tmp)
+        try:
+            with open(os.path.join(tmp, "kustomization.yaml"), "a") as f:
+                f.write("components:\n  - ../../components/gate\n")
+            render_dir(tmp)
+        finally:
+            shutil.rmtree(tmp, ignore_errors=True)
+    return copy.deepcopy(_rendered[tmp])
 
 
 # ---------------------------------------------------------------- validation
@@ -227,8 +246,9 @@ def validate():
                 failures += 1
                 print(f"ERROR {os.path.relpath(path, ROOT)} {doc['kind']}/{doc['metadata']['name']}: {why}")
     print(f"validate: {count} objects in {len(manifest_files())} files")
-    # Each overlay as rendered (patches applied, generated ConfigMaps and Secrets).
-    for overlay in OVERLAYS:
+    # Each overlay as rendered (patches applied, generated ConfigMaps and Secrets),
+    # alone and with the gate component.
+    for overlay in VARIANTS:
         docs = render(overlay)
         kinds = {}
         for doc in docs:
@@ -326,7 +346,7 @@ def workloads(docs):
 def user_ids():
     local = image_map()
     checked = 0
-    for overlay in OVERLAYS:
+    for overlay in VARIANTS:
         for w in workloads(render(overlay)):
             pod = w["spec"]["template"]["spec"]
             for c in pod["containers"]:

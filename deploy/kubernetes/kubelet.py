@@ -378,6 +378,20 @@ class Play:
         self.admin_cli = ["valkey-cli", "--tls", "--cacert", os.path.join(d, "ca.crt"), "-h", "127.0.0.1",
                           "-p", str(port), "--user", "check-admin", "--pass", admin_pw, "--no-auth-warning"]
 
+    def gate_key(self):
+        """The gate's signing key, made as docs/kubernetes.md says (queue-gate --write-key)."""
+        if not any(re.fullmatch(r"queue-gate-keys(-[a-z0-9]{10})?", n) for n in self.secrets):
+            return
+        path = os.path.join(self.tmp, "gate-key.pem")
+        out = subprocess.run([os.path.join(ROOT, "target", "release", "queue-gate"), "--write-key", path],
+                             capture_output=True, text=True)
+        if out.returncode != 0:
+            raise Failure(f"queue-gate --write-key: {out.stderr.strip()}")
+        name = self.secret_named("queue-gate-keys")
+        with open(path) as f:
+            self.secrets[name]["gate-key.pem"] = f.read()
+        log("queue-gate: a fresh signing key in Secret queue-gate-keys (queue-gate --write-key)")
+
     # -- pods --------------------------------------------------------------------------
 
     def plan_ports(self):
@@ -585,8 +599,9 @@ class Play:
 
     def run(self):
         results = {}
-        if self.overlay == "managed-valkey":
+        if self.overlay.startswith("managed-valkey"):
             self.managed_valkey()
+        self.gate_key()
         self.plan_ports()
         self.open_services()
         for w in self.workloads:
@@ -603,7 +618,7 @@ class Play:
                 raise Failure(p.failure or f"{p.label()}: not ready after 180 s")
             log(f"{p.label()}: ready {p.ready_at - p.started_at:.1f} s after start")
         self.wait_for_store()
-        if self.overlay == "in-cluster-valkey":
+        if self.overlay.startswith("in-cluster-valkey"):
             acl = self.secrets[self.secret_named("valkey-acl")]["users.acl"]
             pw = re.search(r"user admin on >(\S+)", acl).group(1)
             vport = self.service_ports[("valkey", 6379)]
@@ -713,15 +728,26 @@ class Play:
             probe = p.spec.get("readinessProbe", {}).get("httpGet")
             if not probe:
                 continue
-            url = f"http://127.0.0.1:{p.ports[probe['port']]}{probe['path']}"
+            port = p.ports[probe["port"]]
+            # The service's health answer that names Valkey ({"valkey": "up"}, or the
+            # gate's {"valkey": true} at /gate/healthz, 503 while down).
+            urls = [f"http://127.0.0.1:{port}{path}" for path in dict.fromkeys([probe["path"], "/gate/healthz"])]
             deadline = time.monotonic() + 30
             while True:
-                try:
-                    with urllib.request.urlopen(url, timeout=2) as resp:
-                        if json.loads(resp.read()).get("valkey") == "up":
-                            break
-                except (OSError, ValueError):
-                    pass
+                up = False
+                for url in urls:
+                    try:
+                        with urllib.request.urlopen(url, timeout=2) as resp:
+                            body = json.loads(resp.read())
+                            if isinstance(body, dict) and "valkey" in body:
+                                up = body["valkey"] in ("up", True)
+                                break
+                    except urllib.error.HTTPError:
+                        break
+                    except (OSError, ValueError):
+                        continue
+                if up:
+                    break
                 if time.monotonic() > deadline:
                     raise Failure(f"{p.label()}: /healthz never said valkey up")
                 time.sleep(0.2)
@@ -861,7 +887,7 @@ def play(overlay, docs, local_image, argv):
     try:
         p.run()
         ok = True
-    except (Failure, AssertionError, subprocess.TimeoutExpired, OSError) as e:
+    except Exception as e:  # noqa: BLE001 (any failure fails the play, with its logs)
         print(f"FAIL play {overlay}: {e}", file=sys.stderr)
         if getattr(p, "admin_cli", None):
             # What Valkey refused the services (a missing ACL rule shows here).
