@@ -305,6 +305,14 @@ def selftest():
             print(f"selftest: refused ({name}): {why[:110]}")
     if passed != len(cases):
         fail(f"selftest: {len(cases) - passed} bad manifests accepted")
+    # The drift test must see a change: one alert's `for:` and one dashboard byte.
+    with open(ALERTS) as f:
+        want = yaml.safe_load(f)["groups"]
+    changed = copy.deepcopy(prometheus_rule())
+    changed["spec"]["groups"][0]["rules"][0]["for"] = "11s"
+    if changed["spec"]["groups"] == want or prometheus_rule()["spec"]["groups"] != want:
+        fail("selftest: the drift comparison of rules does not see a changed `for:`")
+    print("selftest: the drift comparison sees a changed alert")
     # The YAML reading: a file with a typo in a kind is refused too.
     if not validate_doc({"apiVersion": "apps/v1", "kind": "Deploymnet", "metadata": {"name": "x"}}):
         fail("selftest: an unknown kind was accepted")
