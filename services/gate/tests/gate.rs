@@ -1,0 +1,496 @@
+//! The gate against a real valkey-server (the module and the Lua library) and a real
+//! upstream app over real sockets: claims, refusals, sessions, forward auth, open
+//! redirects, WebSocket and streamed uploads through the proxy, Valkey away.
+
+mod common;
+
+use common::*;
+use futures_util::{SinkExt, StreamExt};
+use queue_client::Status;
+use queue_gate::token::{Claims, Keys, ISSUER};
+use std::time::Duration;
+use testkit::{Backend, ValkeyServer};
+
+macro_rules! both_backends {
+    ($($name:ident),* $(,)?) => {
+        mod module {
+            $( #[tokio::test(flavor = "multi_thread", worker_threads = 2)] async fn $name() { super::$name(testkit::Backend::Module).await } )*
+        }
+        mod lua {
+            $( #[tokio::test(flavor = "multi_thread", worker_threads = 2)] async fn $name() { super::$name(testkit::Backend::Lua).await } )*
+        }
+    };
+}
+
+both_backends!(
+    claim_once_then_admitted_through_the_proxy,
+    refused_tokens,
+    lapsed_lease_ends_access_within_a_tick,
+    sessions_ended_by_the_app_and_by_leaving,
+    forward_auth_conventions,
+    websocket_and_upload_through_the_proxy,
+    valkey_away_admitted_pass_claims_503_then_fail_open,
+);
+
+fn now_s() -> u64 {
+    queue_gate::now_ms() / 1000
+}
+
+async fn claim_once_then_admitted_through_the_proxy(b: Backend) {
+    let s = ValkeyServer::start(b);
+    let qc = queue_client(&s).await;
+    let dir = tempfile::tempdir().unwrap();
+    let app = Upstream::start().await;
+    let gate = Gate::start(config(&s, Some(app.addr), &key_file(dir.path(), "k.pem"))).await;
+
+    // Not admitted: to the waiting room with the queue and the way back.
+    let r = browse(&gate, "/checkout/cart?x=1", None).await;
+    assert_eq!(r.status(), 302);
+    assert_eq!(r.headers()["location"], "/gate/room/?queue=drop&return=%2Fcheckout%2Fcart%3Fx%3D1");
+    // Unmatched and bypassed paths pass without an admission.
+    assert_eq!(browse(&gate, "/about", None).await.text().await.unwrap(), "app:");
+    assert_eq!(browse(&gate, "/checkout/app.css", None).await.status(), 200);
+    // Encodings do not hide a gated path.
+    for sneaky in ["/%63heckout", "//checkout", "/static/../checkout", "/static/%2e%2e/checkout"] {
+        assert_eq!(browse(&gate, sneaky, None).await.status(), 302, "{sneaky}");
+    }
+
+    let t = ticket(&qc, "drop", "u-1").await;
+    let cookie = claim(&gate, "drop", &t).await;
+    let r = browse(&gate, "/checkout", Some(&cookie)).await;
+    assert_eq!(r.status(), 200);
+    assert_eq!(r.text().await.unwrap(), "app:u-1");
+    // The ticket works once.
+    let again = client().get(gate.url(&format!("/gate/claim?queue=drop&ticketId={t}"))).send().await.unwrap();
+    assert_eq!(again.status(), 401);
+    let body: serde_json::Value = again.json().await.unwrap();
+    assert_eq!(body["error"], "invalid_ticket");
+    // A spoofed identity header never reaches the app.
+    let r = client()
+        .get(gate.url("/about"))
+        .header("x-queue-user", "admin")
+        .header("x-forwarded-for", "6.6.6.6")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.text().await.unwrap(), "app:");
+    let last = app.seen().pop().unwrap();
+    assert_eq!(last.forwarded_for.as_deref(), Some("127.0.0.1"), "an untrusted X-Forwarded-For is replaced");
+    assert_eq!(last.forwarded_proto.as_deref(), Some("http"));
+    assert_eq!(last.forwarded_host.as_deref(), Some(gate.addr.to_string().as_str()));
+    // Bearer works as the cookie does (mobile apps).
+    let token = cookie.strip_prefix("queue_admission=").unwrap();
+    let r = client().get(gate.url("/checkout")).bearer_auth(token).send().await.unwrap();
+    assert_eq!(r.text().await.unwrap(), "app:u-1");
+    // JSON clients get a JSON answer, not a redirect.
+    let r = client().get(gate.url("/checkout")).header("accept", "application/json").send().await.unwrap();
+    assert_eq!(r.status(), 401);
+    let body: serde_json::Value = r.json().await.unwrap();
+    assert_eq!((body["queue"].as_str(), body["status"].as_str()), (Some("drop"), Some("waiting")));
+    assert_eq!(body["api"]["entry"], "/gate/room/api/queue/entry");
+    // The audit: no request under a gated prefix reached the app unadmitted.
+    assert!(app.unadmitted("/checkout").iter().all(|s| s.path.ends_with(".css")), "{:?}", app.unadmitted("/checkout"));
+    assert_eq!(app.seen().iter().filter(|s| s.user.as_deref() == Some("u-1")).count(), 2);
+    // One queue's token is not another's.
+    assert_eq!(browse(&gate, "/tickets/1", Some(&cookie)).await.status(), 302);
+    gate.stop().await;
+}
+
+async fn refused_tokens(b: Backend) {
+    let s = ValkeyServer::start(b);
+    let dir = tempfile::tempdir().unwrap();
+    let key = key_file(dir.path(), "k.pem");
+    let ours = Keys::from_files(&[&key]).unwrap();
+    let theirs = Keys::from_files(&[key_file(dir.path(), "other.pem")]).unwrap();
+    let app = Upstream::start().await;
+    let gate = Gate::start(config(&s, Some(app.addr), &key)).await;
+    let claims = |aud: &str, exp: u64| Claims {
+        iss: ISSUER.into(),
+        aud: aud.into(),
+        sub: "u-x".into(),
+        sid: format!("sid-{aud}-{exp}"),
+        iat: now_s(),
+        exp,
+        auth_time: now_s(),
+    };
+    // Control: a token of ours for this queue passes (no lease needed within a tick).
+    let good = ours.sign(&claims("drop", now_s() + 600));
+    let forged = {
+        let parts: Vec<&str> = good.split('.').collect();
+        let mut c = claims("drop", now_s() + 600);
+        c.sub = "u-admin".into();
+        use base64::Engine;
+        let payload = base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(serde_json::to_vec(&c).unwrap());
+        format!("{}.{payload}.{}", parts[0], parts[2])
+    };
+    let cases = [
+        ("forged", forged, "invalid"),
+        ("another key", theirs.sign(&claims("drop", now_s() + 600)), "invalid"),
+        ("expired", ours.sign(&claims("drop", now_s() - 1)), "expired"),
+        ("another queue", ours.sign(&claims("concert", now_s() + 600)), "other_queue"),
+        ("garbage", "not.a.token".to_string(), "invalid"),
+    ];
+    for (what, token, outcome) in cases {
+        let r = client()
+            .get(gate.url("/gate/auth"))
+            .header("x-forwarded-uri", "/checkout")
+            .header("cookie", format!("queue_admission={token}"))
+            .header("accept", HTML)
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(r.status(), 302, "{what}");
+        assert_eq!(r.headers()["x-queue-decision"], outcome, "{what}");
+        let r = browse(&gate, "/checkout", Some(&format!("queue_admission={token}"))).await;
+        assert_eq!(r.status(), 302, "{what} through the proxy");
+    }
+    assert!(app.unadmitted("/checkout").is_empty());
+    assert!(app.seen().is_empty(), "nothing reached the app");
+    let r = browse(&gate, "/checkout", Some(&format!("queue_admission={good}"))).await;
+    assert_eq!(r.text().await.unwrap(), "app:u-x", "the control passes");
+    gate.stop().await;
+}
+
+async fn lapsed_lease_ends_access_within_a_tick(b: Backend) {
+    let s = ValkeyServer::builder(b).test_clock().start();
+    let mut admin = s.conn();
+    let clock = |admin: &mut redis::Connection, ms: u64| {
+        redis::cmd("SET").arg(testkit::clock_key("drop")).arg(ms).query::<()>(admin).unwrap();
+    };
+    let start = queue_gate::now_ms();
+    clock(&mut admin, start);
+    let qc = queue_client(&s).await;
+    let dir = tempfile::tempdir().unwrap();
+    let app = Upstream::start().await;
+    let gate = Gate::start(config(&s, Some(app.addr), &key_file(dir.path(), "k.pem"))).await;
+    let cookie = claim(&gate, "drop", &ticket(&qc, "drop", "u-1").await).await;
+    // Seen, so renewed each tick: still admitted after several ticks.
+    for _ in 0..4 {
+        assert_eq!(browse(&gate, "/checkout", Some(&cookie)).await.status(), 200);
+        tokio::time::sleep(Duration::from_millis(150)).await;
+    }
+    // The lease runs out in Valkey (its clock jumps past session_lease).
+    clock(&mut admin, start + 10 * 60_000);
+    let refused = eventually(Duration::from_millis(1500), async || {
+        browse(&gate, "/checkout", Some(&cookie)).await.status() == 302
+    })
+    .await;
+    assert!(refused, "a lapsed lease ends access within a tick or so");
+    let r = client()
+        .get(gate.url("/gate/auth"))
+        .header("x-original-uri", "/checkout")
+        .header("cookie", &cookie)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!((r.status().as_u16(), r.headers()["x-queue-decision"].to_str().unwrap()), (401, "lapsed"));
+    gate.stop().await;
+}
+
+async fn sessions_ended_by_the_app_and_by_leaving(b: Backend) {
+    let s = ValkeyServer::start(b);
+    let qc = queue_client(&s).await;
+    qc.config_set("drop", &[("soft_cap", 1)]).await.unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let app = Upstream::start().await;
+    let gate = Gate::start(config(&s, Some(app.addr), &key_file(dir.path(), "k.pem"))).await;
+
+    let a = claim(&gate, "drop", &ticket(&qc, "drop", "u-a").await).await;
+    assert_eq!(qc.enter("drop", "u-b", "b").await.unwrap().status, Status::Waiting);
+    assert_eq!(browse(&gate, "/checkout", Some(&a)).await.status(), 200);
+    // The app ends the session: the cookie is cleared, the next person promoted.
+    let r = browse(&gate, "/checkout/done", Some(&a)).await;
+    assert_eq!(r.status(), 200);
+    assert!(r.headers().get("queue-session").is_none(), "the app's header stays with the gate");
+    assert_eq!(admission(&r), None);
+    assert_eq!(browse(&gate, "/checkout", Some(&a)).await.status(), 302);
+    let promoted =
+        eventually(Duration::from_secs(3), async || qc.status("drop", "u-b").await.unwrap().status == Status::Promoted)
+            .await;
+    assert!(promoted, "SESSION.END promoted the next person");
+
+    let b_ticket = qc.status("drop", "u-b").await.unwrap().ticket_id.unwrap();
+    let bc = claim(&gate, "drop", &b_ticket).await;
+    assert_eq!(qc.enter("drop", "u-c", "c").await.unwrap().status, Status::Waiting);
+    assert_eq!(browse(&gate, "/checkout", Some(&bc)).await.status(), 200);
+    let r = client()
+        .post(gate.url("/gate/leave?queue=drop&return=/bye"))
+        .header("cookie", &bc)
+        .header("accept", HTML)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!((r.status().as_u16(), r.headers()["location"].to_str().unwrap()), (303, "/bye"));
+    assert_eq!(admission(&r), None);
+    assert_eq!(browse(&gate, "/checkout", Some(&bc)).await.status(), 302);
+    assert_eq!(qc.status("drop", "u-c").await.unwrap().status, Status::Promoted, "promoted by the same command");
+    gate.stop().await;
+}
+
+async fn forward_auth_conventions(b: Backend) {
+    let s = ValkeyServer::start(b);
+    let qc = queue_client(&s).await;
+    let dir = tempfile::tempdir().unwrap();
+    let gate = Gate::start(config(&s, None, &key_file(dir.path(), "k.pem"))).await;
+    let auth = |headers: &[(&str, &str)], path: &str| {
+        let mut r = client().get(gate.url(path));
+        for (k, v) in headers {
+            r = r.header(*k, *v);
+        }
+        r.send()
+    };
+    // nginx: 401 with Location.
+    let r = auth(&[("x-original-uri", "/checkout?a=1"), ("accept", HTML)], "/gate/auth").await.unwrap();
+    assert_eq!(r.status(), 401);
+    assert_eq!(r.headers()["location"], "/gate/room/?queue=drop&return=%2Fcheckout%3Fa%3D1");
+    // Traefik, Caddy: 302.
+    let r =
+        auth(&[("x-forwarded-uri", "/checkout"), ("x-forwarded-host", "shop.test"), ("accept", HTML)], "/gate/auth")
+            .await
+            .unwrap();
+    assert_eq!(r.status(), 302);
+    // Envoy: the original path after the prefix.
+    let r = auth(&[("accept", HTML)], "/gate/auth/checkout/pay?x=1").await.unwrap();
+    assert_eq!(r.status(), 302);
+    assert_eq!(r.headers()["location"], "/gate/room/?queue=drop&return=%2Fcheckout%2Fpay%3Fx%3D1");
+    // Unmatched passes; no original URI is a clear 400.
+    let r = auth(&[("x-forwarded-uri", "/about")], "/gate/auth").await.unwrap();
+    assert_eq!((r.status().as_u16(), r.headers()["x-queue-decision"].to_str().unwrap()), (200, "unmatched"));
+    assert_eq!(auth(&[], "/gate/auth").await.unwrap().status(), 400);
+    // Admitted: 200 with the person and the queue.
+    let cookie = claim(&gate, "drop", &ticket(&qc, "drop", "u-1").await).await;
+    for h in [("x-original-uri", "/checkout"), ("x-forwarded-uri", "/checkout")] {
+        let r = auth(&[h, ("cookie", &cookie)], "/gate/auth").await.unwrap();
+        assert_eq!(r.status(), 200);
+        assert_eq!(
+            (r.headers()["x-queue-user"].to_str().unwrap(), r.headers()["x-queue-name"].to_str().unwrap()),
+            ("u-1", "drop")
+        );
+    }
+    // Bypass: the secret header and a listed network.
+    let mut c = config(&s, None, &key_file(dir.path(), "k2.pem"));
+    c.bypass_secret = Some("staff-secret-0123456789".into());
+    c.rules.bypass_networks.push("10.9.0.0/16".parse().unwrap());
+    let g2 = Gate::start(c).await;
+    let r = client().get(g2.url("/gate/auth")).header("x-forwarded-uri", "/checkout");
+    let r = r.header("x-queue-bypass", "staff-secret-0123456789").send().await.unwrap();
+    assert_eq!((r.status().as_u16(), r.headers()["x-queue-decision"].to_str().unwrap()), (200, "bypass"));
+    let r = client().get(g2.url("/gate/auth")).header("x-forwarded-uri", "/checkout");
+    let r = r.header("x-queue-bypass", "staff-secret-0123456780").header("accept", HTML).send().await.unwrap();
+    assert_eq!(r.status(), 302, "a wrong secret does not pass");
+    let r = client().get(g2.url("/gate/auth")).header("x-forwarded-uri", "/checkout");
+    let r = r.header("x-forwarded-for", "10.9.1.2").send().await.unwrap();
+    assert_eq!(r.status(), 200);
+    g2.stop().await;
+    gate.stop().await;
+}
+
+async fn websocket_and_upload_through_the_proxy(b: Backend) {
+    let s = ValkeyServer::start(b);
+    let qc = queue_client(&s).await;
+    let dir = tempfile::tempdir().unwrap();
+    let app = Upstream::start().await;
+    let gate = Gate::start(config(&s, Some(app.addr), &key_file(dir.path(), "k.pem"))).await;
+    let cookie = claim(&gate, "drop", &ticket(&qc, "drop", "u-1").await).await;
+
+    // WebSocket: refused without an admission, echoed with one.
+    use tokio_tungstenite::tungstenite::client::IntoClientRequest;
+    let ws_url = format!("ws://{}/ws", gate.addr);
+    let refused = tokio_tungstenite::connect_async(ws_url.as_str()).await;
+    assert!(refused.is_err(), "no upgrade without an admission");
+    let mut req = ws_url.as_str().into_client_request().unwrap();
+    req.headers_mut().insert("cookie", cookie.parse().unwrap());
+    let (mut ws, resp) = tokio_tungstenite::connect_async(req).await.unwrap();
+    assert_eq!(resp.status(), 101);
+    for i in 0..20 {
+        ws.send(tokio_tungstenite::tungstenite::Message::text(format!("m{i}"))).await.unwrap();
+        let back = tokio::time::timeout(Duration::from_secs(5), ws.next()).await.unwrap().unwrap().unwrap();
+        assert_eq!(back.into_text().unwrap().as_str(), format!("echo:m{i}"));
+    }
+    ws.close(None).await.unwrap();
+    let seen = app.seen().into_iter().find(|s| s.path == "/ws").unwrap();
+    assert_eq!(seen.user.as_deref(), Some("u-1"));
+
+    // Upload: 64 MiB in 1 MiB chunks; the last chunk is held until the app has begun
+    // receiving, which only a gate that streams (does not buffer) allows.
+    const CHUNKS: usize = 64;
+    const CHUNK: usize = 1 << 20;
+    let started = app.upload_started.clone();
+    let (tx, rx) = tokio::sync::mpsc::channel::<Result<bytes::Bytes, std::io::Error>>(2);
+    let producer = tokio::spawn(async move {
+        let mut sum = 0u64;
+        let mut streamed_before_end = false;
+        for i in 0..CHUNKS {
+            let chunk: Vec<u8> = (0..CHUNK).map(|j| ((i * 7 + j) % 251) as u8).collect();
+            sum = chunk.iter().fold(sum, |s, b| s.wrapping_mul(31).wrapping_add(*b as u64));
+            if i == CHUNKS - 1 {
+                let deadline = std::time::Instant::now() + Duration::from_secs(10);
+                while !started.load(std::sync::atomic::Ordering::SeqCst) && std::time::Instant::now() < deadline {
+                    tokio::time::sleep(Duration::from_millis(10)).await;
+                }
+                streamed_before_end = started.load(std::sync::atomic::Ordering::SeqCst);
+            }
+            tx.send(Ok(bytes::Bytes::from(chunk))).await.unwrap();
+        }
+        (sum, streamed_before_end)
+    });
+    let body = reqwest::Body::wrap_stream(tokio_stream_from(rx));
+    let r = client().post(gate.url("/upload")).header("cookie", &cookie).body(body).send().await.unwrap();
+    assert_eq!(r.status(), 200);
+    let answer = r.text().await.unwrap();
+    let (sum, streamed_before_end) = producer.await.unwrap();
+    assert!(streamed_before_end, "the app got the first bytes before the client finished sending");
+    assert_eq!(answer, format!("{} {sum}", CHUNKS * CHUNK), "every byte arrived, in order");
+    // An unadmitted upload never reaches the app.
+    let r = client().post(gate.url("/upload")).body("x").send().await.unwrap();
+    assert_eq!(r.status(), 401);
+    assert_eq!(app.seen().iter().filter(|s| s.path == "/upload").count(), 1);
+    gate.stop().await;
+}
+
+fn tokio_stream_from<T: Send + 'static>(
+    mut rx: tokio::sync::mpsc::Receiver<T>,
+) -> impl futures_util::Stream<Item = T> + Send + 'static {
+    futures_util::stream::poll_fn(move |cx| rx.poll_recv(cx))
+}
+
+async fn valkey_away_admitted_pass_claims_503_then_fail_open(b: Backend) {
+    let mut s = ValkeyServer::start(b);
+    let qc = queue_client(&s).await;
+    let dir = tempfile::tempdir().unwrap();
+    let app = Upstream::start().await;
+    let mut c = config(&s, Some(app.addr), &key_file(dir.path(), "k.pem"));
+    c.fail_open = Some(Duration::from_secs(2));
+    let gate = Gate::start(c).await;
+    let cookie = claim(&gate, "drop", &ticket(&qc, "drop", "u-1").await).await;
+    let spare = ticket(&qc, "drop", "u-2").await;
+    assert_eq!(browse(&gate, "/checkout", None).await.status(), 302);
+
+    s.kill();
+    let down = eventually(Duration::from_secs(10), async || {
+        client().get(gate.url("/gate/healthz")).send().await.unwrap().status() == 503
+    })
+    .await;
+    assert!(down, "the gate notices Valkey is away");
+    // Admitted people keep access; claims are refused with Retry-After.
+    assert_eq!(browse(&gate, "/checkout", Some(&cookie)).await.text().await.unwrap(), "app:u-1");
+    let r = client().get(gate.url(&format!("/gate/claim?queue=drop&ticketId={spare}"))).send().await.unwrap();
+    assert_eq!(r.status(), 503);
+    assert_eq!(r.headers()["retry-after"], "2");
+    // After the fail-open time, unadmitted requests pass too (and are counted).
+    let open =
+        eventually(Duration::from_secs(10), async || browse(&gate, "/checkout", None).await.status() == 200).await;
+    assert!(open, "fail-open after the set time");
+    let metrics = client().get(gate.url("/gate/metrics")).send().await.unwrap().text().await.unwrap();
+    assert!(metrics.contains("gate_decisions_total{outcome=\"fail_open\"}"), "{metrics}");
+    assert!(metrics.contains("gate_claims_total{outcome=\"unavailable\"} 1"), "{metrics}");
+    gate.stop().await;
+}
+
+/// Open redirects: every refused return path sends the person to `/`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn open_redirect_attempts_go_home() {
+    let s = ValkeyServer::start(Backend::Module);
+    let qc = queue_client(&s).await;
+    let dir = tempfile::tempdir().unwrap();
+    let gate = Gate::start(config(&s, None, &key_file(dir.path(), "k.pem"))).await;
+    let attempts = [
+        "//evil.example",
+        "https://evil.example",
+        "/\\evil.example",
+        "%2F%2Fevil.example",
+        "/%2Fevil.example",
+        "/%252F%252Fevil.example",
+        "/%5Cevil.example",
+        "/%09/evil.example",
+        "javascript:alert(1)",
+    ];
+    for (i, attempt) in attempts.iter().enumerate() {
+        let encoded = percent_encode(attempt);
+        let r = client()
+            .get(gate.url(&format!("/gate/leave?return={encoded}")))
+            .header("accept", HTML)
+            .send()
+            .await
+            .unwrap();
+        assert_eq!((r.status().as_u16(), r.headers()["location"].to_str().unwrap()), (303, "/"), "leave {attempt}");
+        let t = ticket(&qc, "drop", &format!("u-{i}")).await;
+        let r = client()
+            .get(gate.url(&format!("/gate/claim?queue=drop&ticketId={t}&return={encoded}")))
+            .header("accept", HTML)
+            .send()
+            .await
+            .unwrap();
+        assert_eq!((r.status().as_u16(), r.headers()["location"].to_str().unwrap()), (303, "/"), "claim {attempt}");
+    }
+    let r =
+        client().get(gate.url("/gate/leave?return=%2Fcheckout%3Fa%3D1")).header("accept", HTML).send().await.unwrap();
+    assert_eq!(r.headers()["location"], "/checkout?a=1", "a same-site path is kept");
+    gate.stop().await;
+}
+
+fn percent_encode(s: &str) -> String {
+    s.bytes().map(|b| if b.is_ascii_alphanumeric() { (b as char).to_string() } else { format!("%{b:02X}") }).collect()
+}
+
+/// The JWKS verified by an independent library: PyJWT (with cryptography) accepts a
+/// token the gate issued against the published keys, EdDSA and ES256, and refuses a
+/// tampered one.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn jwks_verified_by_pyjwt() {
+    let s = ValkeyServer::start(Backend::Module);
+    let qc = queue_client(&s).await;
+    let dir = tempfile::tempdir().unwrap();
+    let p256 = dir.path().join("p256.pem");
+    let made = std::process::Command::new("openssl")
+        .args(["genpkey", "-algorithm", "EC", "-pkeyopt", "ec_paramgen_curve:P-256", "-out"])
+        .arg(&p256)
+        .status()
+        .expect("openssl");
+    assert!(made.success());
+    for (i, first) in [key_file(dir.path(), "ed.pem"), p256.clone()].into_iter().enumerate() {
+        let mut c = config(&s, None, &first);
+        c.keys = std::sync::Arc::new(
+            Keys::from_files(&[first.clone(), if i == 0 { p256.clone() } else { key_file(dir.path(), "ed2.pem") }])
+                .unwrap(),
+        );
+        let alg = c.keys.signing_alg().name();
+        let gate = Gate::start(c).await;
+        let jwks = client().get(gate.url("/.well-known/jwks.json")).send().await.unwrap().text().await.unwrap();
+        let cookie = claim(&gate, "drop", &ticket(&qc, "drop", &format!("py-{i}")).await).await;
+        let token = cookie.strip_prefix("queue_admission=").unwrap().to_string();
+        let mut tampered: Vec<u8> = token.clone().into_bytes();
+        let mid = token.find('.').unwrap() + 5;
+        tampered[mid] = if tampered[mid] == b'A' { b'B' } else { b'A' };
+        let tampered = String::from_utf8(tampered).unwrap();
+        let out = std::process::Command::new("python3")
+            .arg("-c")
+            .arg(PY_VERIFY)
+            .arg(&jwks)
+            .arg(&token)
+            .arg(&tampered)
+            .output()
+            .expect("python3");
+        let stdout = String::from_utf8_lossy(&out.stdout);
+        assert!(out.status.success(), "{alg}: {stdout} {}", String::from_utf8_lossy(&out.stderr));
+        assert_eq!(stdout.trim(), format!("ok {alg} py-{i} drop\nrefused"), "{alg}");
+        gate.stop().await;
+    }
+}
+
+const PY_VERIFY: &str = r#"
+import json, sys, jwt
+jwks, token, tampered = sys.argv[1], sys.argv[2], sys.argv[3]
+keys = jwt.PyJWKSet.from_json(jwks)
+def verify(t):
+    kid = jwt.get_unverified_header(t)["kid"]
+    key = keys[kid]
+    return jwt.decode(t, key.key, algorithms=[key.algorithm_name], audience="drop", issuer="valkey-queue-gate")
+claims = verify(token)
+print("ok", jwt.get_unverified_header(token)["alg"], claims["sub"], claims["aud"])
+try:
+    verify(tampered)
+    print("accepted")
+except jwt.InvalidTokenError:
+    print("refused")
+"#;
