@@ -106,6 +106,16 @@ pub trait Flags: clap::Parser {
     fn into_config(self) -> Result<Self::Config, String>;
 }
 
+/// The flags with every default `--help` states and nothing else: no argument, the
+/// environment ignored. Tests and local runs start from these and set what they need,
+/// so a default is written once, in its clap attribute.
+pub fn defaults<F: Flags>() -> F {
+    let command = F::command().mut_args(|a| a.env(None::<&'static str>));
+    let name = command.get_name().to_string();
+    let matches = command.try_get_matches_from([name]).expect("every flag has a default or is optional");
+    F::from_arg_matches(&matches).expect("the defaults make flags")
+}
+
 /// Parses the process's arguments, exiting with clap's usage error (status 2) or
 /// help/version text when asked.
 pub fn parse<F: Flags>() -> F {
@@ -376,6 +386,38 @@ mod tests {
         assert_eq!(m(&["svc"], &[("BEAT_SECS", "1.5")]), args(&["svc", "--beat", "1s 500ms"]));
         assert_eq!(m(&["svc", "--", "--tick-ms", "1"], &[]), args(&["svc", "--", "--tick-ms", "1"]));
         assert_eq!(m(&["svc", "--tick-msx", "1"], &[]), args(&["svc", "--tick-msx", "1"]));
+    }
+
+    /// Flags with a variable no other test reads, so setting it races nothing.
+    #[derive(Debug, Parser)]
+    #[command(name = "envsvc", mut_arg("listen", default_listen("127.0.0.1:9")))]
+    struct EnvSvc {
+        #[command(flatten)]
+        common: Common,
+        #[arg(long, env = "FLAGS_DEFAULTS_TEST_TICK", default_value = "1s",
+              value_parser = duration(Duration::from_millis(100)..=Duration::from_secs(60)))]
+        tick: Duration,
+    }
+
+    impl Flags for EnvSvc {
+        type Config = EnvSvc;
+        fn common(&self) -> &Common {
+            &self.common
+        }
+        fn into_config(self) -> Result<EnvSvc, String> {
+            Ok(self)
+        }
+    }
+
+    #[test]
+    fn defaults_ignore_the_environment() {
+        std::env::set_var("FLAGS_DEFAULTS_TEST_TICK", "7s");
+        let run = try_parse_args::<EnvSvc>(&[]).unwrap();
+        let d = defaults::<EnvSvc>();
+        std::env::remove_var("FLAGS_DEFAULTS_TEST_TICK");
+        assert_eq!(run.tick, Duration::from_secs(7), "a run takes the variable");
+        assert_eq!((d.tick, d.common.listen.port()), (Duration::from_secs(1), 9));
+        assert_eq!(d.common.valkey_url, "redis://127.0.0.1:6379/");
     }
 
     #[test]

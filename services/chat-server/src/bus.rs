@@ -9,9 +9,9 @@
 //! per instance (PSUBSCRIBE `chat:{*}:room`, [`keys::ROOM_PATTERN`]); on a cluster it
 //! is sharded pub/sub (SSUBSCRIBE), room by room: a session's room is subscribed on
 //! its shard before the session is served ([`join_room`]), so a room's traffic stays
-//! on its queue's shard. Reconnected with backoff; after a reconnection the local
-//! sockets of each room get a fresh `PRESENCE_SNAPSHOT`, since deltas sent meanwhile
-//! were lost.
+//! on its queue's shard. Reconnected with backoff; after a reconnection the caller's
+//! `resubscribed` runs (the rooms get a fresh presence snapshot, since deltas sent
+//! meanwhile were lost: `presence::resync`).
 
 use crate::frames;
 use crate::AppState;
@@ -54,12 +54,13 @@ pub async fn publish(state: &AppState, queue: &str, frame: &str) -> Result<(), C
     Ok(())
 }
 
-/// Keeps the room subscription up for the life of the process.
-pub async fn subscribe(state: Arc<AppState>) {
+/// Keeps the room subscription up for the life of the process; `resubscribed` runs
+/// each time it is up again after a loss.
+pub async fn subscribe(state: Arc<AppState>, resubscribed: impl Fn(Arc<AppState>)) {
     let mut delay = Duration::from_millis(100);
     let mut first = true;
     loop {
-        match listen(&state, first).await {
+        match listen(&state, first, &resubscribed).await {
             Ok(()) => {
                 first = false;
                 delay = Duration::from_millis(100);
@@ -83,7 +84,7 @@ pub async fn join_room(state: &AppState, queue: &str) {
 }
 
 /// One subscription, until its connection drops.
-async fn listen(state: &Arc<AppState>, first: bool) -> Result<(), ClientError> {
+async fn listen(state: &Arc<AppState>, first: bool, resubscribed: impl Fn(Arc<AppState>)) -> Result<(), ClientError> {
     let target = state.config.common.target();
     let (mut rooms, channels) = Feed::open(&target, keys::ROOM_PATTERN, Some(Duration::from_secs(2))).await?;
     for queue in state.rooms.queues() {
@@ -92,7 +93,7 @@ async fn listen(state: &Arc<AppState>, first: bool) -> Result<(), ClientError> {
     state.rooms.set_channels(channels);
     state.room_feed_up.store(true, Ordering::SeqCst);
     if !first {
-        tokio::spawn(resync(state.clone()));
+        resubscribed(state.clone());
     }
     while let Some(heard) = rooms.next().await {
         let Some(queue) = keys::room_of(&heard.channel) else { continue };
@@ -106,19 +107,6 @@ async fn listen(state: &Arc<AppState>, first: bool) -> Result<(), ClientError> {
         state.rooms.deliver(queue, Utf8Bytes::from(frame));
     }
     Ok(())
-}
-
-/// Sends each room's local sockets the full presence list again.
-async fn resync(state: Arc<AppState>) {
-    let Some(client) = state.store.client().await else { return };
-    for (queue, _) in state.rooms.users() {
-        match crate::presence::snapshot(&client, &queue, frames::now_ms()).await {
-            Ok(people) => {
-                state.rooms.deliver(&queue, Utf8Bytes::from(frames::presence_snapshot(&people)));
-            }
-            Err(e) => tracing::warn!(queue, error = %e, "presence resync failed"),
-        }
-    }
 }
 
 #[cfg(test)]

@@ -5,11 +5,15 @@
 //! inside to its nickname (written by TICKET.CLAIM), and `queue:{Q}:sessions` holds
 //! each lease's expiry. A lease that ran out stays in both until the next PROMOTE
 //! sweeps it, so the snapshot keeps only users whose lease is still live.
+//!
+//! Then the deltas ([`tell`]), and a fresh snapshot for every room after the room
+//! feed was lost and is back ([`resync`]).
 
 use crate::frames::{self, Person};
 use crate::{bus, AppState};
 use queue_client::{ClientError, QueueClient};
 use std::sync::Arc;
+use tokio_tungstenite::tungstenite::Utf8Bytes;
 
 /// Everyone with a live session in `queue` at `now_ms`, by nickname.
 pub async fn snapshot(client: &QueueClient, queue: &str, now_ms: u64) -> Result<Vec<Person>, ClientError> {
@@ -55,6 +59,20 @@ pub async fn tell(state: &AppState) {
             if let Err(e) = bus::publish(state, &queue, &frame).await {
                 tracing::warn!(queue, error = %e, "could not announce presence changes");
             }
+        }
+    }
+}
+
+/// Sends each room's local sockets the full presence list again (after the room feed
+/// was lost: the deltas sent meanwhile never arrived).
+pub async fn resync(state: Arc<AppState>) {
+    let Some(client) = state.store.client().await else { return };
+    for (queue, _) in state.rooms.users() {
+        match snapshot(&client, &queue, frames::now_ms()).await {
+            Ok(people) => {
+                state.rooms.deliver(&queue, Utf8Bytes::from(frames::presence_snapshot(&people)));
+            }
+            Err(e) => tracing::warn!(queue, error = %e, "presence resync failed"),
         }
     }
 }

@@ -64,7 +64,7 @@ const fn secs(n: u64) -> Duration {
     Duration::from_secs(n)
 }
 
-/// Everything [`crate::run`] needs.
+/// Everything [`crate::serve`] needs.
 #[derive(Debug, Clone)]
 pub struct Config {
     /// The server's URL, or a cluster's seed nodes.
@@ -74,7 +74,7 @@ pub struct Config {
     /// The store, TLS files included (`valkey_urls` and `cluster` are its parts,
     /// kept for callers that set them directly; [`Config::store`] reconciles them).
     pub target: queue_client::Target,
-    /// Where the HTTP server listens (used by [`crate::run`]).
+    /// Where the HTTP server listens (`service_kit::start` binds it).
     pub listen: SocketAddr,
     /// Time between two promotion rounds.
     pub tick: Duration,
@@ -93,25 +93,17 @@ pub struct Config {
 }
 
 impl Config {
-    /// The flags' defaults (whatever the environment says), for the server at `url`.
-    pub fn new(url: impl Into<String>) -> Config {
+    /// The flags' defaults (whatever the environment says), for the server at `url`
+    /// (taken as it is: a URL that can never work makes `serve` fail).
+    pub fn local(url: impl Into<String>) -> Config {
+        let defaults = service_kit::flags::defaults::<Flags>();
+        let mut c = service_kit::Flags::into_config(defaults).expect("the defaults are valid");
         let url: String = url.into();
-        Config {
-            valkey_urls: vec![url.clone()],
-            cluster: false,
-            target: queue_client::Target::single(url),
-            listen: SocketAddr::from(([127, 0, 0, 1], 9091)),
-            tick: Duration::from_secs(1),
-            lease: Duration::from_secs(3),
-            discover_every: Duration::from_secs(5),
-            queues: vec!["default".into()],
-            adaptive: None,
-            freeze: None,
-        }
+        c.valkey_urls = vec![url.clone()];
+        c.target = queue_client::Target::single(url);
+        c
     }
-}
 
-impl Config {
     /// What to connect to: the target, with `valkey_urls` and `cluster` as set.
     pub fn store(&self) -> queue_client::Target {
         queue_client::Target { urls: self.valkey_urls.clone(), cluster: self.cluster, tls: self.target.tls.clone() }

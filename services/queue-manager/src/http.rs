@@ -57,7 +57,7 @@ mod tests {
 
     #[tokio::test]
     async fn healthz_before_connecting() {
-        let state = Arc::new(ManagerState::new(Config::new("redis://127.0.0.1:1/")));
+        let state = Arc::new(ManagerState::new(Config::local("redis://127.0.0.1:1/")));
         let (status, ctype, body) = get(app(state), "/healthz").await;
         assert_eq!(status, StatusCode::OK);
         assert_eq!(ctype, "application/json");
@@ -66,7 +66,7 @@ mod tests {
 
     #[tokio::test]
     async fn metrics_before_connecting() {
-        let state = Arc::new(ManagerState::new(Config::new("redis://127.0.0.1:1/")));
+        let state = Arc::new(ManagerState::new(Config::local("redis://127.0.0.1:1/")));
         let (status, ctype, body) = get(app(state.clone()), "/metrics").await;
         assert_eq!(status, StatusCode::OK);
         assert_eq!(ctype, metrics::CONTENT_TYPE);

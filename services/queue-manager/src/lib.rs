@@ -7,7 +7,7 @@
 //! downstream server's health signal ([`health`], [`policy`]). `/metrics` and
 //! `/healthz` are served by [`http`].
 //!
-//! [`run`] runs everything until its shutdown future completes, then stops
+//! [`serve`] runs everything until its shutdown future completes, then stops
 //! promoting, releases the lease (so a standby takes over at once) and returns.
 
 pub mod config;
@@ -21,6 +21,7 @@ pub mod policy;
 mod admit;
 
 pub use config::{Config, Flags};
+pub use http::app;
 
 use policy::Admission;
 use queue_client::{ClientError, ConnectOptions, QueueClient};
@@ -32,26 +33,6 @@ use std::time::Duration;
 use tokio::net::TcpListener;
 use tokio::sync::watch;
 use tracing::{debug, error, info, warn};
-
-/// Why [`run`] could not start.
-#[derive(Debug)]
-pub enum RunError {
-    /// The HTTP address could not be bound.
-    Listen(std::io::Error),
-    /// The Valkey URL is unusable (retrying would not help).
-    InvalidUrl(String),
-}
-
-impl std::fmt::Display for RunError {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        match self {
-            RunError::Listen(e) => write!(f, "cannot listen: {e}"),
-            RunError::InvalidUrl(e) => f.write_str(e),
-        }
-    }
-}
-
-impl std::error::Error for RunError {}
 
 /// What the loops and the HTTP handlers share.
 pub struct ManagerState {
@@ -139,18 +120,14 @@ impl ManagerState {
     }
 }
 
-/// Runs the manager on `config.listen` until `shutdown` completes.
-pub async fn run(config: Config, shutdown: impl Future<Output = ()> + Send + 'static) -> Result<(), RunError> {
-    let listener = TcpListener::bind(config.listen).await.map_err(RunError::Listen)?;
-    run_on(config, listener, shutdown).await
-}
-
-/// [`run`] with the HTTP server on an already bound listener (tests bind port 0).
-pub async fn run_on(
-    config: Config,
+/// Serves on `listener` until `shutdown` completes, then stops promoting, releases
+/// the lease and returns. A Valkey URL that can never work is an error
+/// (`InvalidInput`) instead of a retry forever.
+pub async fn serve(
     listener: TcpListener,
+    config: Config,
     shutdown: impl Future<Output = ()> + Send + 'static,
-) -> Result<(), RunError> {
+) -> std::io::Result<()> {
     let (stop_tx, stop) = watch::channel(false);
     let stop_tx = Arc::new(stop_tx);
     let relay = tokio::spawn({
@@ -164,18 +141,18 @@ pub async fn run_on(
     if let Ok(addr) = listener.local_addr() {
         info!(%addr, instance = state.lease.token(), "queue-manager listening");
     }
-    let http = tokio::spawn(service_kit::serve(listener, http::app(state.clone()), stopped(stop.clone())));
+    let http = tokio::spawn(service_kit::serve(listener, app(state.clone()), stopped(stop.clone())));
     let result = match connect(&state, &stop).await {
         Ok(Some(client)) => {
             let _ = state.client.set(client.clone());
-            serve(&state, client, &stop).await;
+            run_loops(&state, client, &stop).await;
             Ok(())
         }
         Ok(None) => Ok(()),
         Err(e) => Err(e),
     };
     relay.abort();
-    // Also when connecting failed for good: the HTTP server must not outlive `run`.
+    // Also when connecting failed for good: the HTTP server must not outlive `serve`.
     stop_tx.send_replace(true);
     if let Ok(Err(e)) = http.await {
         error!("HTTP server: {e}");
@@ -184,7 +161,7 @@ pub async fn run_on(
 }
 
 /// Runs the loops until stopped, then gives the lease up.
-async fn serve(state: &Arc<ManagerState>, client: QueueClient, stop: &watch::Receiver<bool>) {
+async fn run_loops(state: &Arc<ManagerState>, client: QueueClient, stop: &watch::Receiver<bool>) {
     let discovery = tokio::spawn(discovery_loop(state.clone(), client.clone(), stop.clone()));
     let lease = tokio::spawn(lease_loop(state.clone(), client.clone(), stop.clone()));
     let admit = tokio::spawn(admit::tick_loop(state.clone(), client.clone(), stop.clone()));
@@ -200,7 +177,7 @@ async fn serve(state: &Arc<ManagerState>, client: QueueClient, stop: &watch::Rec
 }
 
 /// Connects (retrying with backoff while the store is away); `None` if stopped first.
-async fn connect(state: &ManagerState, stop: &watch::Receiver<bool>) -> Result<Option<QueueClient>, RunError> {
+async fn connect(state: &ManagerState, stop: &watch::Receiver<bool>) -> std::io::Result<Option<QueueClient>> {
     let config = &state.config;
     let options = ConnectOptions {
         response_timeout: config.lease.clamp(Duration::from_secs(1), Duration::from_secs(5)),
@@ -220,7 +197,9 @@ async fn connect(state: &ManagerState, stop: &watch::Receiver<bool>) -> Result<O
                 state.up();
                 return Ok(Some(client));
             }
-            Err(ClientError::InvalidArgument(e)) => return Err(RunError::InvalidUrl(e)),
+            Err(ClientError::InvalidArgument(e)) => {
+                return Err(std::io::Error::new(std::io::ErrorKind::InvalidInput, e))
+            }
             Err(e) => {
                 let delay = backoff.next();
                 warn!("cannot connect to Valkey, retrying in {delay:?}: {e}");

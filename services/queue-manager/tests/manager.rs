@@ -260,7 +260,7 @@ fn resumes_after_valkey_comes_back(backend: Backend) {
     });
 }
 
-/// A leader shutting down gives the lease up: the key is gone when `run` returns
+/// A leader shutting down gives the lease up: the key is gone when `serve` returns
 /// and the standby leads well within one lease period.
 fn graceful_shutdown_hands_over_at_once(backend: Backend) {
     let server = ValkeyServer::start(backend);
@@ -311,15 +311,15 @@ fn starts_before_valkey_and_connects_when_it_comes() {
     });
 }
 
-/// A URL that can never work ends `run` with an error instead of retrying forever.
+/// A URL that can never work ends `serve` with an error instead of retrying forever.
 #[test]
 fn an_invalid_url_is_an_error() {
     block_on(async {
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-        let config = queue_manager::Config::new("nonsense://x");
-        let run = queue_manager::run_on(config, listener, std::future::pending());
-        let result = tokio::time::timeout(Duration::from_secs(10), run).await.expect("run did not return");
-        assert!(matches!(result, Err(queue_manager::RunError::InvalidUrl(_))), "{result:?}");
+        let config = queue_manager::Config::local("nonsense://x");
+        let run = queue_manager::serve(listener, config, std::future::pending());
+        let result = tokio::time::timeout(Duration::from_secs(10), run).await.expect("serve did not return");
+        assert!(matches!(&result, Err(e) if e.kind() == std::io::ErrorKind::InvalidInput), "{result:?}");
     });
 }
 

@@ -4,7 +4,7 @@
 #![allow(dead_code)]
 
 use queue_manager::leader::LEADER_KEY;
-use queue_manager::{Config, RunError};
+use queue_manager::Config;
 use std::future::Future;
 use std::net::SocketAddr;
 use std::process::{Child, Command, Stdio};
@@ -23,7 +23,7 @@ pub fn block_on<F: Future>(f: F) -> F::Output {
 /// Fast settings for tests: 100 ms ticks, a 600 ms lease, discovery every 200 ms,
 /// no fixed queue.
 pub fn fast_config(server: &ValkeyServer) -> Config {
-    let mut c = Config::new(server.url());
+    let mut c = Config::local(server.url());
     c.tick = Duration::from_millis(100);
     c.lease = Duration::from_millis(600);
     c.discover_every = Duration::from_millis(200);
@@ -35,7 +35,7 @@ pub fn fast_config(server: &ValkeyServer) -> Config {
 pub struct Manager {
     pub addr: SocketAddr,
     stop: Option<oneshot::Sender<()>>,
-    task: Option<JoinHandle<Result<(), RunError>>>,
+    task: Option<JoinHandle<std::io::Result<()>>>,
     freeze: watch::Sender<bool>,
 }
 
@@ -46,7 +46,7 @@ impl Manager {
         let (stop, stopped) = oneshot::channel::<()>();
         let (freeze, frozen) = watch::channel(false);
         config.freeze = Some(frozen);
-        let task = tokio::spawn(queue_manager::run_on(config, listener, async move {
+        let task = tokio::spawn(queue_manager::serve(listener, config, async move {
             let _ = stopped.await;
         }));
         Manager { addr, stop: Some(stop), task: Some(task), freeze }
@@ -58,7 +58,7 @@ impl Manager {
         self.freeze.send_replace(frozen);
     }
 
-    /// Graceful shutdown; returns once `run` returned.
+    /// Graceful shutdown; returns once `serve` returned.
     pub async fn stop(mut self) {
         let _ = self.stop.take().unwrap().send(());
         let task = self.task.take().unwrap();

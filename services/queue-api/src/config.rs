@@ -1,0 +1,112 @@
+//! queue-api's flags (each with an environment-variable fallback), their defaults
+//! written once, in the clap attributes.
+
+use crate::{cors, pages, templates};
+use std::time::Duration;
+
+/// queue-api: the waiting room's HTTP front. Every flag has an environment-variable
+/// fallback.
+#[derive(Debug, Clone, clap::Parser)]
+#[command(name = "queue-api", version, about, mut_arg("listen", service_kit::default_listen("127.0.0.1:8080")))]
+pub struct Config {
+    #[command(flatten)]
+    pub common: service_kit::Common,
+    #[command(flatten)]
+    pub http: service_kit::http::HttpLimits,
+    /// Where admitted people go: the chat page (its `?ticketId=` is added).
+    #[arg(long, env = "CHAT_URL", default_value = "http://127.0.0.1:8081/")]
+    pub chat_url: String,
+    /// `QUEUE=URL` (repeatable): where the page sends QUEUE's admitted people (with
+    /// `ticketId`, `queue` and `return`), e.g. the gate's `/gate/claim`; other queues
+    /// go to --chat-url.
+    #[arg(long = "admit-url", env = "ADMIT_URLS", value_delimiter = ',', value_parser = pages::AdmitUrl::parse)]
+    pub admit_url: Vec<pages::AdmitUrl>,
+    /// A directory whose index.html replaces the waiting-room page (docs/pages.md
+    /// lists its variables; its other files are served under assets/). Checked at
+    /// start: an unknown variable is an error.
+    #[arg(long, env = "TEMPLATES", value_parser = templates::Pages::from_flag)]
+    pub templates: Option<templates::Pages>,
+    /// Bearer token for the back office; without one the back office is disabled.
+    #[arg(long, env = "ADMIN_TOKEN")]
+    pub admin_token: Option<String>,
+    /// Requests per second per client address on entry, status, leave and stream (0: no limit).
+    #[arg(long, env = "RATE_LIMIT", default_value_t = 20.0)]
+    pub rate_limit: f64,
+    /// Burst per client address.
+    #[arg(long, env = "RATE_BURST", default_value_t = 40.0)]
+    pub rate_burst: f64,
+    /// Origins whose pages may call the public queue API from a browser: a
+    /// comma-separated list (`https://shop.example`), `*` for any, empty for none
+    /// (the default: only the page this service serves).
+    #[arg(long, env = "CORS_ORIGINS", default_value = "", value_parser = cors::Origins::parse)]
+    pub cors_origins: cors::Origins,
+    /// Take the client address from X-Forwarded-For (behind a trusted proxy).
+    #[arg(long, env = "TRUST_PROXY", default_value_t = false)]
+    pub trust_proxy: bool,
+    /// How often push streams are refreshed without a promotion announcement (100ms to 60s).
+    #[arg(long, env = "PUSH_TICK", default_value = "1s",
+          value_parser = service_kit::duration(Duration::from_millis(100)..=Duration::from_secs(60)))]
+    pub push_tick: Duration,
+    /// Secret proof-of-work challenges are signed with; every instance behind one
+    /// load balancer needs the same (default: random bytes at start).
+    #[arg(long, env = "POW_SECRET", hide_env_values = true)]
+    pub pow_secret: Option<String>,
+    /// Most push streams this instance holds open at once (0: no limit); past it a new
+    /// stream is refused with 503 and Retry-After.
+    #[arg(long, env = "MAX_STREAMS", default_value_t = 100_000)]
+    pub max_streams: usize,
+    /// Most push streams one client address holds open at once (0: no limit); past it
+    /// a new stream from that address is refused with 429 and Retry-After.
+    #[arg(long, env = "MAX_STREAMS_PER_ADDR", default_value_t = 64)]
+    pub max_streams_per_addr: u32,
+    /// Serve /bench/noop, a no-op handler benchmarks compare against.
+    #[arg(long, env = "BENCH_ROUTES", default_value_t = false, hide = true)]
+    pub bench_routes: bool,
+}
+
+impl service_kit::Flags for Config {
+    type Config = Config;
+    const RENAMED: &'static [service_kit::Renamed] =
+        &[service_kit::Renamed::millis("push-tick-ms", "PUSH_TICK_MS", "push-tick", "PUSH_TICK")];
+
+    fn common(&self) -> &service_kit::Common {
+        &self.common
+    }
+
+    fn into_config(self) -> Result<Config, String> {
+        Ok(self)
+    }
+}
+
+impl Config {
+    /// The defaults `--help` states, for a local run and tests: Valkey at
+    /// `valkey_url`, any free loopback port.
+    pub fn local(valkey_url: &str) -> Config {
+        Config { common: service_kit::Common::local(valkey_url), ..service_kit::flags::defaults() }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use service_kit::flags::try_parse_args as parse;
+
+    #[test]
+    fn flags_and_their_defaults() {
+        let c = parse::<Config>(&[]).unwrap();
+        assert_eq!((c.common.listen.to_string(), c.push_tick), ("127.0.0.1:8080".to_string(), Duration::from_secs(1)));
+        assert_eq!((c.rate_limit, c.rate_burst, c.trust_proxy), (20.0, 40.0, false));
+        assert_eq!((c.max_streams, c.max_streams_per_addr), (100_000, 64));
+        let c = parse::<Config>(&["--max-streams", "5", "--max-streams-per-addr", "0"]).unwrap();
+        assert_eq!((c.max_streams, c.max_streams_per_addr), (5, 0));
+        assert_eq!(parse::<Config>(&["--push-tick", "250ms"]).unwrap().push_tick, Duration::from_millis(250));
+        assert_eq!(
+            parse::<Config>(&["--push-tick-ms", "250"]).unwrap().push_tick,
+            Duration::from_millis(250),
+            "the old spelling"
+        );
+        for bad in ["99ms", "61s", "1000"] {
+            assert!(parse::<Config>(&["--push-tick", bad]).is_err(), "{bad}");
+        }
+    }
+}
