@@ -666,6 +666,8 @@ class Play:
                 raise Failure(p.failure)
         self.report_resources(idle, sampler)
         self.audit_acl_log()
+        # Streams open while queue-api stops: the drain must end them within the grace.
+        held = self.open_streams()
         # Stop every pod as kubelet does: services first (in parallel), then Valkey.
         order = [[p for p in self.pods if p.workload["kind"] == "Deployment"],
                  [p for p in self.pods if p.workload["kind"] == "StatefulSet"]]
@@ -691,6 +693,9 @@ class Play:
                 if p.liveness["failed"]:
                     failures.append(f"{p.label()}: {p.liveness['failed']} liveness probes failed")
             if group is order[0]:
+                for sock in held:
+                    sock.close()
+                log(f"push streams open at queue-api's SIGTERM: {len(held)} (their pods exited 0 within the grace)")
                 left = self.sessions_left()
                 log(f"sessions left in Valkey after the services stopped: {left}")
                 if left != 0:
@@ -752,6 +757,37 @@ class Play:
                     raise Failure(f"{p.label()}: /healthz never said valkey up")
                 time.sleep(0.2)
             log(f"{p.label()}: Valkey up {time.monotonic() - p.started_at:.1f} s after start")
+
+    def open_streams(self, per_pod=10):
+        """People waiting on push streams, straight at each queue-api pod."""
+        held = []
+        token = self.secrets[self.secret_named("valkey-queue-secrets")]["admin-token"]
+        api = self.service_ports[("queue-api", 8080)]
+        # A line to wait in: one admitted, the others wait on their streams.
+        req = urllib.request.Request(
+            f"http://127.0.0.1:{api}/api/admin/queues/drain", method="PUT", data=b'{"soft_cap": 1}',
+            headers={"Authorization": f"Bearer {token}", "Content-Type": "application/json"})
+        urllib.request.urlopen(req, timeout=10).close()
+        n = 0
+        for p in self.pods:
+            if p.workload["metadata"]["name"] != "queue-api":
+                continue
+            for _ in range(per_pod):
+                n += 1
+                req = urllib.request.Request(
+                    f"http://127.0.0.1:{p.ports['http']}/api/queue/entry", method="POST",
+                    data=json.dumps({"nickname": f"drain{n}", "queue": "drain"}).encode(),
+                    headers={"Content-Type": "application/json", "X-Forwarded-For": f"10.9.0.{n}"})
+                with urllib.request.urlopen(req, timeout=10) as resp:
+                    user = json.loads(resp.read())["userId"]
+                sock = socket.create_connection(("127.0.0.1", p.ports["http"]), timeout=10)
+                sock.sendall(f"GET /api/queue/stream?userId={user}&queue=drain HTTP/1.1\r\nHost: q\r\n"
+                             f"X-Forwarded-For: 10.9.0.{n}\r\nAccept: text/event-stream\r\n\r\n".encode())
+                head = sock.recv(4096)
+                if b" 200 " not in head.split(b"\r\n", 1)[0]:
+                    raise Failure(f"push stream refused: {head[:200]!r}")
+                held.append(sock)
+        return held
 
     def valkey(self, *args):
         out = subprocess.run([*self.admin_cli, *args], capture_output=True, text=True, timeout=10)
