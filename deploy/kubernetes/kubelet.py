@@ -139,6 +139,34 @@ class RoundRobin:
         self.thread.join(5)
 
 
+class EchoApp:
+    """The app behind the gate (GATE_UPSTREAM), as the swarm's gate walk expects it:
+    200 with whom it served, from the X-Queue-User header the gate passes on."""
+
+    def __init__(self):
+        import http.server
+
+        class Handler(http.server.BaseHTTPRequestHandler):
+            def do_GET(self):
+                body = json.dumps({"user": self.headers.get("X-Queue-User", ""), "path": self.path}).encode()
+                self.send_response(200)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", str(len(body)))
+                self.end_headers()
+                self.wfile.write(body)
+
+            def log_message(self, *args):
+                pass
+        self.server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.port = self.server.server_address[1]
+        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
+        self.thread.start()
+
+    def stop(self):
+        self.server.shutdown()
+        self.server.server_close()
+
+
 # ---------------------------------------------------------------- probes
 
 def probe_once(probe, ports, container_name):
@@ -378,6 +406,20 @@ class Play:
         self.admin_cli = ["valkey-cli", "--tls", "--cacert", os.path.join(d, "ca.crt"), "-h", "127.0.0.1",
                           "-p", str(port), "--user", "check-admin", "--pass", admin_pw, "--no-auth-warning"]
 
+    def gate_upstream(self):
+        """The app the gate's settings name (outside this namespace): an echo app on
+        loopback under that name and port."""
+        self.app = None
+        settings = [d for n, d in self.configmaps.items() if re.fullmatch(r"queue-gate-settings(-[a-z0-9]{10})?", n)]
+        upstream = settings[0].get("GATE_UPSTREAM", "") if settings else ""
+        m = re.fullmatch(r"http://([^:/]+):(\d+)/?", upstream)
+        if not m:
+            return
+        self.app = EchoApp()
+        self.service_ports[(m.group(1), int(m.group(2)))] = self.app.port
+        self.extra_hosts = getattr(self, "extra_hosts", set()) | {m.group(1)}
+        log(f"the gate's upstream {upstream}: an echo app at 127.0.0.1:{self.app.port}")
+
     def gate_key(self):
         """The gate's signing key, made as docs/kubernetes.md says (queue-gate --write-key)."""
         if not any(re.fullmatch(r"queue-gate-keys(-[a-z0-9]{10})?", n) for n in self.secrets):
@@ -604,6 +646,7 @@ class Play:
         self.gate_key()
         self.plan_ports()
         self.open_services()
+        self.gate_upstream()
         for w in self.workloads:
             for i in range(w["spec"].get("replicas", 1)):
                 self.start(w, i)
@@ -661,6 +704,8 @@ class Play:
             print(swarm.stderr, file=sys.stderr)
             raise Failure(f"swarm exited {swarm.returncode} (1: an audit failed, 2: a journey did not finish)")
         results["swarm_seconds"] = swarm_secs
+        if self.app is not None:
+            self.gate_swarm(token)
         for p in self.pods:
             if p.failure:
                 raise Failure(p.failure)
@@ -758,6 +803,29 @@ class Play:
                 time.sleep(0.2)
             log(f"{p.label()}: Valkey up {time.monotonic() - p.started_at:.1f} s after start")
 
+    def gate_swarm(self, token):
+        """People through the gate: sent to its waiting room, claimed, in the app.
+        Through one gate replica, as the Ingress's cookie affinity sends each person
+        (docs/kubernetes.md, "The gate"): another replica learns of a /gate/leave at
+        its next tick, so over the round-robin Service a token could still open the
+        app on the other replica for up to a tick after leaving, which the swarm's
+        audit counts. Both replicas run and share Valkey meanwhile."""
+        gate = next(p.ports["http"] for p in self.pods if p.workload["metadata"]["name"] == "queue-gate")
+        api = self.service_ports[("queue-api", 8080)]
+        chat = self.service_ports[("chat-server", 8081)]
+        users = max(50, self.users // 4)
+        cmd = [os.path.join(ROOT, "target", "release", "queue-cli"), "swarm", "--api", f"http://127.0.0.1:{api}",
+               "--chat", f"http://127.0.0.1:{chat}", "--gate", f"http://127.0.0.1:{gate}", "--gate-path", "/checkout",
+               "--gate-idle", "0", "--users", str(users), "--rate", "50", "--stay-secs", "1",
+               "--admin-token", token, "--timeout-secs", "150", "--quiet", "--seed", "2"]
+        log(f"swarm through the gate (replica 0): queue-cli swarm --gate ... --gate-path /checkout "
+            f"--users {users} --rate 50")
+        out = subprocess.run(cmd, capture_output=True, text=True, timeout=240)
+        print(out.stdout, end="", flush=True)
+        if out.returncode != 0:
+            print(out.stderr, file=sys.stderr)
+            raise Failure(f"swarm through the gate exited {out.returncode}")
+
     def open_streams(self, per_pod=10):
         """People waiting on push streams, straight at each queue-api pod."""
         held = []
@@ -843,6 +911,8 @@ class Play:
             docker("rm", "-f", p.name, check=False)
         for rr in self.proxies:
             rr.stop()
+        if getattr(self, "app", None) is not None:
+            self.app.stop()
         for c in self.children:
             c.terminate()
             try:
