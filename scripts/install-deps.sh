@@ -72,6 +72,12 @@ if ! python3 -c 'import valkey' 2>/dev/null; then
   python3 -m pip install -q valkey 2>/dev/null || python3 -m pip install -q --break-system-packages valkey
 fi
 
+# PyJWT with cryptography (EdDSA, ES256): the gate's tests verify its tokens against its
+# published JWKS with a JWT library other than its own.
+if ! python3 -c 'import jwt, cryptography' 2>/dev/null; then
+  python3 -m pip install -q PyJWT cryptography 2>/dev/null || python3 -m pip install -q --break-system-packages PyJWT cryptography
+fi
+
 # schemathesis, which fuzzes queue-api from its OpenAPI document (scripts/fuzz-api.sh).
 if ! command -v schemathesis >/dev/null 2>&1; then
   python3 -m pip install -q schemathesis 2>/dev/null || python3 -m pip install -q --break-system-packages schemathesis
