@@ -328,6 +328,12 @@ class Play:
             if d["kind"] == "Secret":
                 self.secrets[d["metadata"]["name"]].update(d.get("stringData", {}))
         self.workloads = [d for d in docs if d["kind"] in ("StatefulSet", "Deployment")]
+        # A Deployment an HPA owns has no replicas of its own: the HPA's minimum.
+        for h in (d for d in docs if d["kind"] == "HorizontalPodAutoscaler"):
+            for w in self.workloads:
+                if w["kind"] == h["spec"]["scaleTargetRef"]["kind"] and \
+                        w["metadata"]["name"] == h["spec"]["scaleTargetRef"]["name"]:
+                    w["spec"].setdefault("replicas", h["spec"].get("minReplicas", 1))
         self.services = [d for d in docs if d["kind"] == "Service"]
         self.admin_url = None  # a Valkey URL with every right, to count what is left
 
