@@ -238,6 +238,8 @@ class Pod:
             if not self.running():
                 raise Failure(f"{self.label()}: container exited during its {what} probe")
             ok = probe_once(probe, self.ports, self.name)
+            if self.stopping.is_set():
+                return
             stats = self.liveness if what == "liveness" else self.readiness if what == "readiness" else None
             if stats is not None:
                 stats["probes"] += 1
@@ -290,6 +292,9 @@ class Pod:
     def stop(self):
         """preStop, then SIGTERM with what is left of the grace period."""
         t0 = time.monotonic()
+        # Terminating: a probe failing from here on restarts nothing (the container
+        # is on its way out), so probing stops.
+        self.stopping.set()
         pre = self.spec.get("lifecycle", {}).get("preStop")
         if pre:
             if "sleep" in pre:
@@ -298,7 +303,6 @@ class Pod:
                 docker("exec", self.name, *pre["exec"]["command"], check=False, timeout=self.grace)
             elif "httpGet" in pre:
                 probe_once({"httpGet": pre["httpGet"], "timeoutSeconds": self.grace}, self.ports, self.name)
-        self.stopping.set()
         left = self.grace - (time.monotonic() - t0)
         docker("stop", "-t", str(max(0, math.floor(left))), self.name, check=False, timeout=self.grace + 30)
         took = time.monotonic() - t0
@@ -718,7 +722,7 @@ class Play:
         self.report_resources(idle, sampler)
         self.audit_acl_log()
         # Streams open while queue-api stops: the drain must end them within the grace.
-        held = self.open_streams()
+        held = self.open_streams() + self.open_sessions()
         # Stop every pod as kubelet does: services first (in parallel), then Valkey.
         order = [[p for p in self.pods if p.workload["kind"] == "Deployment"],
                  [p for p in self.pods if p.workload["kind"] == "StatefulSet"]]
@@ -746,7 +750,8 @@ class Play:
             if group is order[0]:
                 for sock in held:
                     sock.close()
-                log(f"push streams open at queue-api's SIGTERM: {len(held)} (their pods exited 0 within the grace)")
+                log(f"push streams and chat sessions open at SIGTERM: {len(held)} (their pods exited 0 within "
+                    f"the grace; the sessions' leases are checked next)")
                 left = self.sessions_left()
                 log(f"sessions left in Valkey after the services stopped: {left}")
                 if left != 0:
@@ -832,6 +837,47 @@ class Play:
             print(out.stderr, file=sys.stderr)
             raise Failure(f"swarm through the gate exited {out.returncode}")
 
+    def open_sessions(self, per_pod=5):
+        """People inside, on a WebSocket to each chat-server pod, as the SIGTERM comes:
+        the drain must end their sessions (no lease left in Valkey after)."""
+        held = []
+        api = self.service_ports[("queue-api", 8080)]
+        n = 0
+        for p in self.pods:
+            if p.workload["metadata"]["name"] != "chat-server":
+                continue
+            for _ in range(per_pod):
+                n += 1
+                req = urllib.request.Request(
+                    f"http://127.0.0.1:{api}/api/queue/entry", method="POST",
+                    data=json.dumps({"nickname": f"inside{n}", "queue": "default"}).encode(),
+                    headers={"Content-Type": "application/json", "X-Forwarded-For": f"10.8.0.{n}"})
+                with urllib.request.urlopen(req, timeout=10) as resp:
+                    standing = json.loads(resp.read())
+                deadline = time.monotonic() + 15
+                while not standing.get("ticketId"):
+                    if time.monotonic() > deadline:
+                        raise Failure(f"no ticket for a person inside: {standing}")
+                    time.sleep(0.3)
+                    with urllib.request.urlopen(
+                            f"http://127.0.0.1:{api}/api/queue/status?userId={standing['userId']}&queue=default",
+                            timeout=10) as resp:
+                        standing = json.loads(resp.read())
+                key = base64.b64encode(os.urandom(16)).decode()
+                sock = socket.create_connection(("127.0.0.1", p.ports["http"]), timeout=10)
+                sock.sendall(f"GET /gameserver?ticketId={standing['ticketId']}&queue=default HTTP/1.1\r\n"
+                             f"Host: chat\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n"
+                             f"Sec-WebSocket-Key: {key}\r\nSec-WebSocket-Version: 13\r\n\r\n".encode())
+                head = sock.recv(4096)
+                if b" 101 " not in head.split(b"\r\n", 1)[0]:
+                    raise Failure(f"chat handshake refused: {head[:200]!r}")
+                held.append(sock)
+        active = self.sessions_active()
+        log(f"chat sessions held open for the stop: {len(held)} (Valkey counts {active} active)")
+        if active < len(held):
+            raise Failure(f"Valkey counts {active} sessions, {len(held)} were opened")
+        return held
+
     def open_streams(self, per_pod=10):
         """People waiting on push streams, straight at each queue-api pod."""
         held = []
@@ -866,6 +912,9 @@ class Play:
     def valkey(self, *args):
         out = subprocess.run([*self.admin_cli, *args], capture_output=True, text=True, timeout=10)
         return out.stdout
+
+    def sessions_active(self):
+        return self.sessions_left()
 
     def sessions_left(self):
         if "queue" in self.valkey("MODULE", "LIST"):
