@@ -1,5 +1,6 @@
-//! Least-privilege ACL users, one per service, with the rules the README gives: each
-//! service runs a swarm under its own user (both backends) with nothing it needs
+//! Least-privilege ACL users, one per service, with the rules docs/cluster-tls-acl.md
+//! gives ("Least-privilege ACL users"): each service runs a swarm under its own user
+//! (both backends) with nothing it needs
 //! refused, and each user is refused everything else tried here; on one server and
 //! on a cluster of 3 primaries and 3 replicas (with the cluster additions).
 
@@ -200,12 +201,12 @@ async fn each_service_under_its_own_rule_on_a_cluster(backend: Backend) {
 
 #[test]
 fn the_readme_gives_these_rules() {
-    let readme = std::fs::read_to_string(testkit::workspace_root().join("README.md")).unwrap();
+    let readme = std::fs::read_to_string(testkit::workspace_root().join("docs/cluster-tls-acl.md")).unwrap();
     for (service, r) in MODULE_RULES {
-        assert!(readme.contains(r), "README lacks {service}'s rule: {r}");
+        assert!(readme.contains(r), "docs/cluster-tls-acl.md lacks {service}'s rule: {r}");
     }
-    assert!(readme.contains(LUA_COMMANDS) && readme.contains(LUA_SELECTOR), "README lacks the Lua library's rule");
+    assert!(readme.contains(LUA_COMMANDS) && readme.contains(LUA_SELECTOR), "docs/cluster-tls-acl.md lacks the Lua library's rule");
     for extra in [CLUSTER_ADDITIONS, CLUSTER_API_ADDITIONS] {
-        assert!(readme.contains(&format!("`{extra}`")), "README lacks the cluster addition {extra}");
+        assert!(readme.contains(&format!("`{extra}`")), "docs/cluster-tls-acl.md lacks the cluster addition {extra}");
     }
 }

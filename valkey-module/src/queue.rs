@@ -1,5 +1,6 @@
-//! QUEUE.ENTER, QUEUE.STATUS, QUEUE.RANKS, QUEUE.LEAVE, QUEUE.PROMOTE, QUEUE.INFO:
-//! arguments and replies; the rules are in `queue_core::engine`.
+//! QUEUE.ENTER, QUEUE.STATUS, QUEUE.RANKS, QUEUE.LINE, QUEUE.LEAVE, QUEUE.PROMOTE,
+//! QUEUE.INFO, QUEUE.OPENING: arguments and replies; the rules are in
+//! `queue_core::engine`.
 
 use crate::server::{Server, Str, Val};
 use crate::state::Queue;

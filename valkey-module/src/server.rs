@@ -1,5 +1,8 @@
-//! The one place that speaks the server's C API. Everything `unsafe` in the module is
-//! here, behind small safe wrappers used by the command files.
+//! The one place command handlers reach the server's C API: every `unsafe` a command
+//! runs is here, behind small safe wrappers used by the command files. The rest of
+//! the module's `unsafe` runs at load or on server events, each beside what it sets
+//! up: registering commands and options (`lib.rs`), their documentation (`docs.rs`),
+//! and the keyspace and SWAPDB subscriptions that keep the cache honest (`cache.rs`).
 //!
 //! # Safety
 //!

@@ -45,7 +45,7 @@ const RESET_EVERY: u64 = 20_000;
 /// by itself, so a refusal has no time-driven housekeeping to do).
 const NOW_MS: i64 = 1_800_000_000_000;
 
-/// Error codes the README documents; any refusal must start with one of them.
+/// Error codes docs/commands.md documents ("Errors"); any refusal must start with one of them.
 const CODES: [&str; 6] = ["ERR ", "WRONGTYPE ", "NOTICKET ", "EXPIRED ", "INSIDE ", "FULL "];
 
 // ---------------------------------------------------------------- RESP over TCP

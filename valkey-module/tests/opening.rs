@@ -25,7 +25,7 @@ fn sha1_hex(s: &str) -> String {
     hex(&Sha1::digest(s.as_bytes()))
 }
 
-/// The placed order of `users` under `seed`, as the README defines it.
+/// The placed order of `users` under `seed`, as docs/commands.md defines it ("A verifiably fair opening").
 fn expected_order(seed: &str, users: &[String]) -> Vec<String> {
     let mut keyed: Vec<(String, String)> = users
         .iter()

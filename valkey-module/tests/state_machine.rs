@@ -1,5 +1,5 @@
 //! Randomized state-machine test of every rule against the reference model in
-//! `reference/` (written from the README's rules, not from either implementation),
+//! `reference/` (written from the rules in docs/commands.md, not from either implementation),
 //! on both backends. Each run is a fresh queue with random settings and a few
 //! users; each step one of ENTER (new, re-entry, or refused while max_waiting wait), STATUS, RANKS, LEAVE, PROMOTE,
 //! CLAIM (live, used, withdrawn and made-up tickets), HEARTBEAT, END, or a move of

@@ -430,7 +430,7 @@ mod tests {
     }
 }
 
-/// `QUEUE.OPENING`: a queue's fair opening (README, "A verifiably fair opening").
+/// `QUEUE.OPENING`: a queue's fair opening (docs/commands.md, "A verifiably fair opening").
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct Opening {

@@ -9,13 +9,14 @@ pub mod args;
 pub mod config;
 pub mod engine;
 pub mod error;
+pub mod hex;
 pub mod keys;
 pub mod lua;
 pub mod memory;
-pub mod opening;
 pub mod pow;
 pub mod record;
 pub mod replies;
 pub mod ticket;
 
+pub use engine::opening;
 pub use error::QueueError;

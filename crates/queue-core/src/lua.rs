@@ -74,7 +74,7 @@ pub fn constants_block() -> String {
     line(format!(
         "local OPENING_PENDING, MAX_PROOF_PAGE = {}, {}",
         lua_str(crate::engine::stat::OPENING),
-        crate::opening::MAX_PROOF_PAGE
+        crate::engine::opening::MAX_PROOF_PAGE
     ));
     line(String::new());
     line("-- Settings, in the order QUEUE.CONFIG GET * and QUEUE.INFO list them.".into());

@@ -1,6 +1,6 @@
 //! The engine's [`Store`] in memory, with a clock the caller sets: the admission
 //! rules run without a server, so tests move time instead of sleeping. It keeps the
-//! same data as the Valkey keys (README, "Key layout"): the line as userId ->
+//! same data as the Valkey keys (docs/commands.md, "Key layout"): the line as userId ->
 //! number, records by number, sessions, active users, stats and settings, and can
 //! show them in that shape for comparison with a server's.
 

@@ -10,7 +10,7 @@
 //! the caller's part: it records the challenge's id until the expiry (queue-client's
 //! `use_challenge`, a `SET NX PX` in the queue's slot).
 
-use crate::opening::hex;
+use crate::hex::{hex, unhex};
 use hmac::{Hmac, Mac};
 use sha2::{Digest, Sha256};
 
@@ -18,9 +18,9 @@ use sha2::{Digest, Sha256};
 pub const CHALLENGE_TTL_MS: i64 = 120_000;
 /// The hardest difficulty a queue may ask (bits); 2^32 hashes is minutes of a phone's time.
 pub const MAX_DIFFICULTY: i64 = 32;
-/// The difficulty the README recommends: 65,536 hashes expected, a fraction of a
-/// second in a browser, about a millisecond of a bot's core per entry... times the
-/// entries it wants.
+/// The difficulty docs/commands.md recommends ("Settings", pow_difficulty): 65,536
+/// hashes expected, a fraction of a second in a browser, about a millisecond of a
+/// bot's core per entry... times the entries it wants.
 pub const RECOMMENDED_DIFFICULTY: u8 = 16;
 /// The longest nonce accepted (a u64 in decimal).
 pub const MAX_NONCE_LEN: usize = 20;
@@ -89,25 +89,6 @@ impl std::fmt::Debug for Challenger {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.write_str("Challenger(..)")
     }
-}
-
-fn unhex(s: &str, out: &mut [u8]) -> bool {
-    let digit = |c: u8| match c {
-        b'0'..=b'9' => Some(c - b'0'),
-        b'a'..=b'f' => Some(c - b'a' + 10),
-        _ => None,
-    };
-    let s = s.as_bytes();
-    if s.len() != out.len() * 2 {
-        return false;
-    }
-    for (i, pair) in s.chunks(2).enumerate() {
-        match (digit(pair[0]), digit(pair[1])) {
-            (Some(h), Some(l)) => out[i] = (h << 4) | l,
-            _ => return false,
-        }
-    }
-    true
 }
 
 /// Whether `challenge` and `nonce` have the form challenges are given and solutions

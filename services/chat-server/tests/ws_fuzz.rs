@@ -9,9 +9,9 @@
 //!
 //! Meanwhile a few well-behaved sessions keep chatting; each must receive every one of
 //! their messages, complete and in order, and never be closed or told it lagged.
-//! Every hostile connection must end as the README says (1009 for a frame or message
-//! over the limit, 1000 `idle` for a stall, 1008 for a flood, a dropped connection or
-//! 1002 for a protocol violation), never hang. After: the server serves a new
+//! Every hostile connection must end as docs/http-api.md says ("Close codes"): 1009
+//! for a frame or message over the limit, 1000 `idle` for a stall, 1008 for a flood,
+//! a dropped connection or 1002 for a protocol violation; never hang. After: the server serves a new
 //! session, holds only the good ones, and its memory stayed bounded (VmRSS before,
 //! peak, after).
 //!

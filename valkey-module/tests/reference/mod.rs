@@ -1,5 +1,6 @@
-//! A reference model of one queue, written from the rules in the README ("Commands",
-//! "What PROMOTE does", "Errors", "Settings"), not from either implementation: a plain
+//! A reference model of one queue, written from the rules in docs/commands.md ("The
+//! commands", "A slot freed inside a command", "What PROMOTE does", "Errors",
+//! "Settings"), not from either implementation: a plain
 //! line of people in entry order, a table of sessions, and the counters. It knows
 //! nothing of sequence numbers, chunks, `p_max` or how ranks are computed; a ticket is
 //! whatever string the server handed out, remembered by whom it was given to.
@@ -69,7 +70,7 @@ pub enum ClaimOutcome {
         nickname: String,
         lease_ms: i64,
     },
-    /// The exact error text the README lists.
+    /// The exact error text docs/commands.md lists ("Errors").
     Error(&'static str),
 }
 

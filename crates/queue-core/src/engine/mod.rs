@@ -1,0 +1,620 @@
+//! The admission engine, written once: enter, standing, leave, promote (reaping and
+//! the abandonment sweep), claim, heartbeat, end and the counts INFO shows, over a
+//! small [`Store`] of sorted-set and hash operations and a clock. The Valkey module
+//! implements the store over the queue's keys (static dispatch: every function here
+//! is generic); [`crate::memory::MemoryStore`] implements it in memory with a clock
+//! the tests set, so every rule is tested without a server.
+//!
+//! The files: [`store`] (the trait and its vocabulary), [`members`] (who is in line,
+//! by number), [`layout`] (the one-time repair), [`opening`] (the pre-queue and the
+//! fair opening); the rules are here. What the commands reply is in
+//! [`crate::replies`].
+//!
+//! The layout (docs/commands.md, "Key layout"): `waiting` is a sorted set of userId ->
+//! sequence number in entry order; each number's record (`crate::record`) says
+//! whether its user waits or holds a ticket. Ticket holders keep their place until
+//! their ticket is used, withdrawn or expires, and every holder is numbered below
+//! every waiting user (newcomers are numbered after `p_max`, the highest number
+//! holding a ticket), so the holders are always the first `joining` members and a
+//! waiting user's rank is its rank in `waiting` minus `joining`.
+
+mod layout;
+mod members;
+pub mod opening;
+mod store;
+
+pub use crate::replies::{Claimed, Info, Line, Promotion, Standing};
+pub use layout::ensure_layout;
+pub use members::{config, is_promoted, joining, next_seq, p_max, record, waiting_count, Rec};
+pub use store::{stat, Aux, Event, Part, Store, ALL_PARTS};
+
+use crate::admission::{self, Bucket, RateWindow, SWEEP_BUDGET};
+use crate::error::QueueError;
+use crate::record;
+use crate::ticket;
+use layout::mark_layout;
+use members::{add_waiter, remove, touch};
+use store::add_stat;
+
+/// The token bucket refilled to `now` (full the first time it is seen).
+pub fn bucket<S: Store>(s: &S, now: i64) -> Bucket {
+    let cfg = config(s);
+    match s.stat_opt(stat::TOKENS) {
+        Some(milli) => {
+            Bucket { milli_tokens: milli, at_ms: stat(s, stat::TOKENS_AT) }.refill(now, cfg.rate(), cfg.bucket_size())
+        }
+        None => Bucket::full(cfg.bucket_size(), now),
+    }
+}
+
+fn save_bucket<S: Store>(s: &mut S, b: Bucket) {
+    s.set_stat(stat::TOKENS, b.milli_tokens);
+    s.set_stat(stat::TOKENS_AT, b.at_ms);
+}
+
+fn rate_window<S: Store>(s: &S) -> RateWindow {
+    RateWindow {
+        at_ms: stat(s, stat::RATE_AT),
+        count: stat(s, stat::RATE_COUNT),
+        per_minute: stat(s, stat::RATE_PER_MIN),
+    }
+}
+
+/// The admissions per minute wait estimates use now.
+fn admissions_per_minute<S: Store>(s: &S, now: i64) -> i64 {
+    admission::admissions_per_minute(rate_window(s), now, s.setting(crate::config::RATE))
+}
+
+/// Counts admissions from the line (PROMOTE and slots filled as they free; not
+/// someone let in at once on entry) in the measured window.
+fn record_admissions<S: Store>(s: &mut S, now: i64, admitted: i64) {
+    let old = rate_window(s);
+    let new = old.record(now, admitted);
+    if new.at_ms != old.at_ms {
+        s.set_stat(stat::RATE_AT, new.at_ms);
+    }
+    if new.count != old.count {
+        s.set_stat(stat::RATE_COUNT, new.count);
+    }
+    if new.per_minute != old.per_minute {
+        s.set_stat(stat::RATE_PER_MIN, new.per_minute);
+    }
+}
+
+/// Gives the user numbered `seq` a ticket claimable until now + ticket_ttl: its
+/// record becomes the ticket. Returns the ticket id.
+fn promote_user<S: Store>(s: &mut S, seq: i64, nickname: &[u8], now: i64) -> Vec<u8> {
+    let secret = s.new_secret();
+    let expiry = now + s.setting(crate::config::TICKET_TTL);
+    s.put_record(seq, &record::encode_promoted(expiry, &secret, nickname));
+    ticket::ticket_id(seq, &secret)
+}
+
+/// Counts `n` promotions up to number `p_max` (kept apart so a batch writes once).
+fn note_promoted<S: Store>(s: &mut S, n: i64, p_max: i64) {
+    if n > 0 {
+        let j = joining(s) + n;
+        s.set_stat(stat::JOINING, j);
+        s.set_stat(stat::P_MAX, p_max);
+    }
+}
+
+/// The user in line with number `seq`.
+fn user_at<S: Store>(s: &S, seq: i64) -> Option<S::User> {
+    let mut found = None;
+    s.waiting_scan(seq, seq, |u, _| {
+        found = Some(u);
+        false
+    });
+    found
+}
+
+/// Tickets for up to `n` of the head of the waiting users (right after the holders),
+/// in line order; waiters not heard from within `abandon_after` are dropped on the
+/// way. Counts them in `joining`/`p_max`; returns (promoted, dropped, the number of
+/// the last ticket holder).
+fn admit_head<S: Store>(s: &mut S, n: i64, abandon_after: i64, now: i64) -> (i64, i64, i64) {
+    let (mut promoted, mut dropped, mut top) = (0i64, 0i64, p_max(s));
+    if n <= 0 {
+        return (0, 0, top);
+    }
+    let mut head = Vec::new();
+    let limit = n as usize + SWEEP_BUDGET;
+    s.waiting_scan(top + 1, i64::MAX, |u, seq| {
+        head.push((u, seq));
+        head.len() < limit
+    });
+    for (user, seq) in head {
+        if promoted == n {
+            break;
+        }
+        match record(s, seq) {
+            Some(Rec::Waiting { seen, nickname }) if !admission::is_abandoned(seen, now, abandon_after) => {
+                promote_user(s, seq, &nickname, now);
+                promoted += 1;
+                top = seq;
+            }
+            _ => {
+                remove(s, &user, seq, false);
+                dropped += 1;
+            }
+        }
+    }
+    note_promoted(s, promoted, top);
+    (promoted, dropped, top)
+}
+
+/// A slot was just freed inside a command (a session ended, a ticket holder left or
+/// re-entered, a claim found its ticket expired): the head of the line gets the
+/// free tickets now, within the soft cap, the token bucket and batch_max, exactly as
+/// the next PROMOTE would give them, and the promotion is announced at once. The
+/// time-based work (expiries, the abandonment sweep) stays with PROMOTE. Does
+/// nothing when nobody waits or the line's keys are not of their types. Returns how
+/// many were promoted.
+pub fn fill_freed<S: Store>(s: &mut S, now: i64, freed_at: &[i64]) -> i64 {
+    if s.check(&ALL_PARTS).is_err()
+        || ensure_layout(s).is_err()
+        || waiting_count(s) <= 0
+        || opening::before_opening(s, now)
+    {
+        return 0;
+    }
+    let cfg = config(s);
+    let free = admission::free_slots(cfg.soft_cap(), s.sessions_len(), joining(s));
+    if free <= 0 {
+        return 0;
+    }
+    let bucket = (cfg.rate() > 0).then(|| bucket(s, now));
+    let n = admission::promote_count(free, bucket.map(|b| b.whole()), None, cfg.batch_max());
+    let (promoted, dropped, _) = admit_head(s, n, cfg.abandon_after(), now);
+    if let Some(b) = bucket.filter(|_| promoted > 0) {
+        save_bucket(s, b.take(promoted));
+    }
+    if promoted > 0 {
+        record_admissions(s, now, promoted);
+        note_slot_wait(s, freed_at, promoted, now);
+    }
+    add_stat(s, stat::PROMOTED, promoted);
+    add_stat(s, stat::DROPPED, dropped);
+    s.count(Event::Promoted, promoted);
+    s.count(Event::Dropped, dropped);
+    if promoted + dropped > 0 {
+        let waiting = waiting_count(s);
+        s.announce(promoted, waiting, now);
+    }
+    promoted
+}
+
+/// The announcement's payload: `{"queue":..,"promoted":..,"waiting":..,"atMs":..}`,
+/// the same JSON the queue-manager publishes after its PROMOTE (queue names need no
+/// escaping: `keys::check_queue` allows none of `"` or `\`).
+pub fn announcement(queue: &str, promoted: i64, waiting: i64, at_ms: i64) -> String {
+    format!(r#"{{"queue":"{queue}","promoted":{promoted},"waiting":{waiting},"atMs":{at_ms}}}"#)
+}
+
+/// What housekeeping dropped: expired tickets and leases, and when the slots they
+/// held became free (their deadlines, oldest first).
+#[derive(Debug, Default)]
+pub struct Reaped {
+    pub tickets: i64,
+    pub leases: i64,
+    pub freed_at: Vec<i64>,
+}
+
+/// Drops expired tickets and leases.
+///
+/// Tickets are examined from the head of the line, in the order they were issued, up
+/// to the first that is still good: after `ticket_ttl` was lowered a newer ticket may
+/// expire first, and is then counted a little longer (never accepted: a claim checks
+/// its own expiry).
+pub fn reap<S: Store>(s: &mut S, now: i64) -> Reaped {
+    let mut gone = Vec::new();
+    let mut freed_at = Vec::new();
+    let top = p_max(s);
+    if top > 0 {
+        s.waiting_scan(i64::MIN, top, |user, seq| match record(s, seq) {
+            Some(Rec::Promoted { expiry, .. }) if expiry <= now => {
+                gone.push((user, seq));
+                freed_at.push(expiry);
+                true
+            }
+            _ => false,
+        });
+    }
+    for (user, seq) in &gone {
+        remove(s, user, *seq, true);
+    }
+    let expired = gone.len() as i64;
+    let lapsed = s.sessions_ended_by(now);
+    for u in &lapsed {
+        freed_at.push(s.session_expiry(u).unwrap_or(now));
+        s.close_session(u);
+    }
+    let lapsed = lapsed.len() as i64;
+    add_stat(s, stat::TICKETS_EXPIRED, expired);
+    add_stat(s, stat::LEASES_EXPIRED, lapsed);
+    s.count(Event::TicketsExpired, expired);
+    s.count(Event::LeasesExpired, lapsed);
+    freed_at.sort_unstable();
+    Reaped { tickets: expired, leases: lapsed, freed_at }
+}
+
+/// Counts how long the slots `promoted` people just filled had been empty: the
+/// oldest of `freed_at` (slots freed by an expiry) are filled first; a slot freed
+/// inside the command itself waited nothing.
+fn note_slot_wait<S: Store>(s: &mut S, freed_at: &[i64], promoted: i64, now: i64) {
+    let waited: i64 = freed_at.iter().take(promoted.max(0) as usize).map(|t| (now - t).max(0)).sum();
+    add_stat(s, stat::SLOT_WAIT_MS, waited);
+}
+
+/// Live sessions as of `now`, without writing.
+pub fn live_sessions<S: Store>(s: &S, now: i64) -> i64 {
+    s.sessions_len() - s.sessions_ended_by(now).len() as i64
+}
+
+/// Where `user` stands as of `now` (tickets and leases past their time count as gone).
+pub fn standing<S: Store>(s: &S, user: &S::User, now: i64) -> Standing {
+    if let Some((rank, seq)) = s.waiting_rank(user) {
+        return match record(s, seq) {
+            Some(Rec::Waiting { seen, nickname }) => {
+                Standing::Waiting { seq, rank: rank + 1 - joining(s), seen, nickname }
+            }
+            Some(Rec::Promoted { expiry, secret, nickname }) if expiry > now => {
+                Standing::Promoted { ticket: ticket::ticket_id(seq, &secret), nickname }
+            }
+            _ => Standing::Unknown,
+        };
+    }
+    if let Some(st) = opening::pre_standing(s, user) {
+        return st;
+    }
+    if s.session_expiry(user).is_some_and(|exp| exp > now) {
+        return Standing::Active { nickname: s.active_nickname(user).map(|n| n.as_ref().to_vec()) };
+    }
+    Standing::Unknown
+}
+
+/// The estimated wait of a waiting user, in whole seconds.
+pub fn eta<S: Store>(s: &S, standing: &Standing) -> Option<i64> {
+    match standing {
+        Standing::Waiting { rank, .. } => admission::estimated_wait_seconds(*rank, admissions_per_minute(s, s.now())),
+        _ => None,
+    }
+}
+
+/// QUEUE.ENTER: to the back of the line; re-entry gives up the old place and any
+/// unclaimed ticket; in at once when nobody waits and there is room (and a token).
+/// A user who is inside may queue again (say, from a second device); claiming the
+/// new ticket fails with INSIDE while the first session lives.
+pub fn enter<S: Store>(s: &mut S, user: &S::User, nickname: &[u8]) -> Result<Standing, QueueError> {
+    s.check(&[Part::Waiting, Part::Stats])?;
+    ensure_layout(s)?;
+    refuse_if_line_full(s, user)?;
+    let now = s.now();
+    opening::open_if_due(s, now)?;
+    if opening::before_opening(s, now) {
+        return opening::enter_pre(s, user, nickname, now);
+    }
+    // The common case first: someone waits (so nobody is let in at once) and the user
+    // is new. The add is the lookup: a user already in line falls through to the
+    // general path, which then numbers exactly as if this had not been tried.
+    if waiting_count(s) > 0 {
+        let seq = next_seq(s);
+        if s.waiting_add_new(user, seq) {
+            mark_layout(s);
+            touch(s, seq, now, nickname);
+            s.count(Event::Entered, 1);
+            return Ok(Standing::Waiting { seq, rank: waiting_count(s), seen: now, nickname: nickname.to_vec() });
+        }
+    }
+    let old = s.waiting_score(user);
+    let old_holds = old.is_some_and(|seq| is_promoted(s, seq));
+    let old_waits = old.is_some() && !old_holds;
+    let soft_cap = s.setting(crate::config::SOFT_CAP);
+    let may_admit_now = waiting_count(s) == i64::from(old_waits) && soft_cap > 0;
+    if may_admit_now || old_holds {
+        s.check(&ALL_PARTS)?;
+    }
+    if let Some(seq) = old {
+        remove(s, user, seq, old_holds);
+    }
+    // A ticket given back by re-entering goes to the head of the line at once.
+    if old_holds {
+        fill_freed(s, now, &[]);
+    }
+    let may_admit_now = waiting_count(s) == 0 && soft_cap > 0;
+    let seq = next_seq(s);
+    s.count(Event::Entered, 1);
+
+    if may_admit_now {
+        let reaped = reap(s, now);
+        let cfg = config(s);
+        let free = admission::free_slots(cfg.soft_cap(), s.sessions_len(), joining(s));
+        let bucket = (cfg.rate() > 0).then(|| bucket(s, now));
+        if free > 0 && bucket.is_none_or(|b| b.whole() >= 1) {
+            add_waiter(s, user, seq, now, nickname);
+            let ticket = promote_user(s, seq, nickname, now);
+            note_promoted(s, 1, seq);
+            if let Some(b) = bucket {
+                save_bucket(s, b.take(1));
+            }
+            add_stat(s, stat::PROMOTED, 1);
+            note_slot_wait(s, &reaped.freed_at, 1, now);
+            s.count(Event::Promoted, 1);
+            return Ok(Standing::Promoted { ticket, nickname: nickname.to_vec() });
+        }
+    }
+    add_waiter(s, user, seq, now, nickname);
+    Ok(Standing::Waiting { seq, rank: waiting_count(s), seen: now, nickname: nickname.to_vec() })
+}
+
+/// `max_waiting`: a newcomer is refused while that many people wait, in line or in
+/// the pre-queue (before anything is written, so the refusal changes nothing). Someone
+/// already there may enter again: that moves them, it adds nobody.
+fn refuse_if_line_full<S: Store>(s: &S, user: &S::User) -> Result<(), QueueError> {
+    let max = s.setting(crate::config::MAX_WAITING);
+    if max <= 0 {
+        return Ok(());
+    }
+    let pre = if opening::pending(s) { s.aux_hlen(Aux::Pre) } else { 0 };
+    if waiting_count(s) + pre < max || s.waiting_score(user).is_some() {
+        return Ok(());
+    }
+    if pre > 0 && s.aux_hget(Aux::Pre, user.as_ref()).is_some() {
+        return Ok(());
+    }
+    Err(QueueError::LineFull)
+}
+
+/// QUEUE.STATUS (and each user of QUEUE.RANKS): where `user` stands; a waiting user
+/// counts as heard from (its stored time is refreshed at most every
+/// `admission::seen_refresh_ms`, so that polling is not a write each time).
+pub fn observe<S: Store>(s: &mut S, user: &S::User, now: i64) -> Standing {
+    let st = standing(s, user, now);
+    if let Standing::Waiting { seq, seen, nickname, .. } = &st {
+        if let Some(every) = admission::seen_refresh_ms(s.setting(crate::config::ABANDON_AFTER)) {
+            if now - seen >= every {
+                touch(s, *seq, now, nickname);
+            }
+        }
+    }
+    st
+}
+
+/// Checks and repairs what STATUS and RANKS read (only records are written).
+pub fn begin_observing<S: Store>(s: &mut S) -> Result<i64, QueueError> {
+    s.check(&[Part::Waiting])?;
+    ensure_layout(s)?;
+    let now = s.now();
+    opening::open_if_due(s, now)?;
+    Ok(now)
+}
+
+/// Most users one QUEUE.LINE call lists.
+pub const MAX_LINE_PAGE: i64 = 100_000;
+/// The highest QUEUE.LINE cursor (numbers stay far below; 2^53 - 1 is exact in Lua).
+pub const MAX_CURSOR: i64 = (1 << 53) - 1;
+
+/// Up to `count` waiting users numbered after `cursor` (0: from the head), in line
+/// order. Calls with consecutive cursors walk the whole line; each page's ranks are
+/// exact when it is read.
+pub fn line<S: Store>(s: &S, cursor: i64, count: i64) -> Line<S::User> {
+    let mut users = Vec::with_capacity(count.clamp(0, 10_000) as usize);
+    let mut last = 0;
+    s.waiting_scan(cursor.max(p_max(s)) + 1, i64::MAX, |u, seq| {
+        users.push(u);
+        last = seq;
+        (users.len() as i64) < count
+    });
+    let first_rank = users.first().and_then(|u| s.waiting_rank(u)).map_or(0, |(rank, _)| rank + 1 - joining(s));
+    Line {
+        first_rank,
+        cursor: if users.len() as i64 == count { last } else { 0 },
+        measured_per_min: admissions_per_minute(s, s.now()),
+        rate: s.setting(crate::config::RATE),
+        users,
+    }
+}
+
+/// QUEUE.LEAVE: whether the user was in line (waiting or holding a ticket).
+pub fn leave<S: Store>(s: &mut S, user: &S::User) -> Result<bool, QueueError> {
+    s.check(&[Part::Waiting, Part::Stats])?;
+    ensure_layout(s)?;
+    let now = s.now();
+    opening::open_if_due(s, now)?;
+    if opening::leave_pre(s, user) {
+        add_stat(s, stat::LEFT, 1);
+        s.count(Event::Left, 1);
+        return Ok(true);
+    }
+    let Some(seq) = s.waiting_score(user) else {
+        return Ok(false);
+    };
+    let was_promoted = is_promoted(s, seq);
+    remove(s, user, seq, was_promoted);
+    add_stat(s, stat::LEFT, 1);
+    s.count(Event::Left, 1);
+    if was_promoted {
+        let now = s.now();
+        fill_freed(s, now, &[]);
+    }
+    Ok(true)
+}
+
+/// QUEUE.PROMOTE [MAX n]: housekeeping, then tickets for the head of the line within
+/// the soft cap, the token bucket, MAX and batch_max; waiters not heard from within
+/// abandon_after are dropped on the way, and a sweep drops silent ones further back.
+pub fn promote<S: Store>(s: &mut S, max: Option<i64>) -> Result<Promotion, QueueError> {
+    s.check(&ALL_PARTS)?;
+    ensure_layout(s)?;
+    let cfg = config(s);
+    let now = s.now();
+    opening::open_if_due(s, now)?;
+
+    let reaped = reap(s, now);
+    let (tickets_expired, leases_expired) = (reaped.tickets, reaped.leases);
+    let free = admission::free_slots(cfg.soft_cap(), s.sessions_len(), joining(s));
+    let bucket = (cfg.rate() > 0).then(|| bucket(s, now));
+    // Nobody is promoted before the opening.
+    let max = if opening::before_opening(s, now) { Some(0) } else { max };
+    let n = admission::promote_count(free, bucket.map(|b| b.whole()), max, cfg.batch_max());
+
+    let (promoted, mut dropped, top) = admit_head(s, n, cfg.abandon_after(), now);
+    dropped += sweep(s, cfg.abandon_after(), now, top);
+
+    if let Some(b) = bucket {
+        save_bucket(s, b.take(promoted));
+    }
+    record_admissions(s, now, promoted);
+    note_slot_wait(s, &reaped.freed_at, promoted, now);
+    add_stat(s, stat::PROMOTED, promoted);
+    add_stat(s, stat::DROPPED, dropped);
+    s.count(Event::Promoted, promoted);
+    s.count(Event::Dropped, dropped);
+
+    let (active, joining) = (s.sessions_len(), joining(s));
+    Ok(Promotion {
+        promoted,
+        tickets_expired,
+        leases_expired,
+        dropped,
+        waiting: waiting_count(s),
+        joining,
+        active,
+        available_slots: admission::free_slots(cfg.soft_cap(), active, joining),
+    })
+}
+
+/// Examines up to SWEEP_BUDGET waiters after the sweep cursor and drops those not
+/// heard from within abandon_after, so that ranks stay honest; wraps at the end.
+fn sweep<S: Store>(s: &mut S, abandon_after: i64, now: i64, top: i64) -> i64 {
+    if abandon_after <= 0 || waiting_count(s) == 0 {
+        return 0;
+    }
+    let cursor = stat(s, stat::SWEEP).max(top);
+    let mut batch = Vec::new();
+    s.waiting_scan(cursor + 1, i64::MAX, |u, seq| {
+        batch.push((u, seq));
+        batch.len() < SWEEP_BUDGET
+    });
+    let next = if batch.len() < SWEEP_BUDGET { 0 } else { batch.last().map_or(0, |b| b.1) };
+    let mut dropped = 0;
+    for (user, seq) in batch {
+        let abandoned = match record(s, seq) {
+            Some(Rec::Waiting { seen, .. }) => admission::is_abandoned(seen, now, abandon_after),
+            Some(Rec::Promoted { .. }) => false,
+            None => true,
+        };
+        if abandoned {
+            remove(s, &user, seq, false);
+            dropped += 1;
+        }
+    }
+    if next != cursor {
+        s.set_stat(stat::SWEEP, next);
+    }
+    dropped
+}
+
+/// TICKET.CLAIM: a ticket is good exactly once, before it expires, while its user is
+/// not inside already and the hard cap allows; it opens a session lease.
+pub fn claim<S: Store>(s: &mut S, ticket_id: &[u8]) -> Result<Claimed<S::User>, QueueError> {
+    s.check(&ALL_PARTS)?;
+    ensure_layout(s)?;
+    let now = s.now();
+    opening::open_if_due(s, now)?;
+    let (seq, secret) = ticket::parse_ticket(ticket_id).ok_or(QueueError::NoTicket)?;
+    let Some(Rec::Promoted { expiry, secret: held, nickname }) = record(s, seq) else {
+        return Err(QueueError::NoTicket);
+    };
+    if !ticket::same_secret(secret, &held) {
+        return Err(QueueError::NoTicket);
+    }
+    if expiry <= now {
+        expire_claimed(s, seq, now);
+        return Err(QueueError::TicketExpired);
+    }
+    let user = user_at(s, seq).ok_or(QueueError::NoTicket)?;
+    if s.session_expiry(&user).is_some_and(|exp| exp > now) {
+        return Err(QueueError::AlreadyInside);
+    }
+    let hard_cap = s.setting(crate::config::HARD_CAP);
+    if hard_cap > 0 && live_sessions(s, now) >= hard_cap {
+        return Err(QueueError::HardCap);
+    }
+    remove(s, &user, seq, true);
+    let lease = s.setting(crate::config::SESSION_LEASE);
+    s.set_lease(&user, now + lease);
+    s.set_active(&user, &nickname);
+    add_stat(s, stat::CLAIMED, 1);
+    s.count(Event::Claimed, 1);
+    Ok(Claimed { user, nickname, lease_ms: lease })
+}
+
+/// A claim found ticket `seq` expired: expired tickets (this one too) and leases are
+/// dropped now, as PROMOTE would, and the slots they held go to the head of the line.
+fn expire_claimed<S: Store>(s: &mut S, seq: i64, now: i64) {
+    let mut freed_at = reap(s, now).freed_at;
+    // After ticket_ttl was lowered a newer ticket may expire before older ones, which
+    // the reaper (in issue order) has not reached: this one goes all the same.
+    if let Some(Rec::Promoted { expiry, .. }) = record(s, seq) {
+        if let Some(user) = user_at(s, seq) {
+            remove(s, &user, seq, true);
+            add_stat(s, stat::TICKETS_EXPIRED, 1);
+            s.count(Event::TicketsExpired, 1);
+            freed_at.push(expiry);
+            freed_at.sort_unstable();
+        }
+    }
+    fill_freed(s, now, &freed_at);
+}
+
+/// SESSION.HEARTBEAT: extends each live lease (true), false where none is live.
+pub fn heartbeat<S: Store>(s: &mut S, users: &[S::User]) -> Result<Vec<bool>, QueueError> {
+    s.check(&[Part::Sessions])?;
+    let now = s.now();
+    let until = now + s.setting(crate::config::SESSION_LEASE);
+    Ok(users
+        .iter()
+        .map(|u| {
+            let live = s.session_expiry(u).is_some_and(|exp| exp > now);
+            if live {
+                s.set_lease(u, until);
+            }
+            live
+        })
+        .collect())
+}
+
+/// SESSION.END: whether the user had a session (even one whose lease ran out).
+pub fn end<S: Store>(s: &mut S, user: &S::User) -> Result<bool, QueueError> {
+    s.check(&[Part::Sessions, Part::Active, Part::Stats])?;
+    let ended = s.session_expiry(user).is_some();
+    if ended {
+        s.close_session(user);
+        add_stat(s, stat::ENDED, 1);
+        s.count(Event::Ended, 1);
+        let now = s.now();
+        fill_freed(s, now, &[]);
+    }
+    Ok(ended)
+}
+
+/// QUEUE.INFO, without writing.
+pub fn info<S: Store>(s: &S) -> Result<Info, QueueError> {
+    s.check(&[Part::Waiting, Part::Sessions, Part::Stats, Part::Config])?;
+    let cfg = config(s);
+    let now = s.now();
+    let (active, joining) = (live_sessions(s, now), joining(s));
+    Ok(Info {
+        waiting: waiting_count(s),
+        joining,
+        active,
+        available_slots: admission::free_slots(cfg.soft_cap(), active, joining),
+        tokens: if cfg.rate() > 0 { bucket(s, now).whole() } else { -1 },
+        admission_rate_per_min: admissions_per_minute(s, now),
+        config: cfg,
+        // Each counter is the stats field of the same name.
+        counters: crate::replies::COUNTERS.map(|c| stat(s, c)),
+    })
+}

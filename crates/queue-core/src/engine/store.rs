@@ -1,0 +1,184 @@
+//! What the engine needs of the place a queue is kept: the [`Store`] trait and its
+//! vocabulary (the parts a command checks, the happenings counted server-wide, the
+//! stats fields, the opening's keys). The Valkey module implements it over the
+//! queue's keys; [`crate::memory::MemoryStore`] in memory.
+
+use crate::error::QueueError;
+use crate::keys;
+use crate::ticket::SECRET_LEN;
+
+/// The keys of a queue a command may need to check before it writes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Part {
+    Waiting,
+    Sessions,
+    Active,
+    Stats,
+    Config,
+}
+
+/// Every key a command that admits, withdraws or ends may write.
+pub const ALL_PARTS: [Part; 4] = [Part::Waiting, Part::Sessions, Part::Active, Part::Stats];
+
+/// Module-wide happenings, counted by a store that keeps server-wide totals.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Event {
+    Entered,
+    Promoted,
+    Claimed,
+    TicketsExpired,
+    Dropped,
+    Left,
+    Ended,
+    LeasesExpired,
+}
+
+/// Stats hash fields. The two expiry counters keep their stored (and QUEUE.INFO)
+/// names `expired` and `lapsed`; PROMOTE reports them as tickets_expired and
+/// leases_expired.
+pub mod stat {
+    pub const JOINING: &str = "joining";
+    pub const P_MAX: &str = "p_max";
+    pub const TOKENS: &str = "tokens";
+    pub const TOKENS_AT: &str = "tokens_at";
+    pub const RATE_AT: &str = "rate_at";
+    pub const RATE_COUNT: &str = "rate_count";
+    pub const RATE_PER_MIN: &str = "rate_per_min";
+    pub const SWEEP: &str = "sweep";
+    pub const PROMOTED: &str = "promoted";
+    pub const CLAIMED: &str = "claimed";
+    pub const TICKETS_EXPIRED: &str = "expired";
+    pub const DROPPED: &str = "dropped";
+    pub const LEFT: &str = "left";
+    pub const ENDED: &str = "ended";
+    pub const LEASES_EXPIRED: &str = "lapsed";
+    pub const SLOT_WAIT_MS: &str = "slot_wait_ms";
+    /// 1 while an opening is scheduled (its seed drawn, not yet opened): the one
+    /// field every command reads to know whether to open the queue first.
+    pub const OPENING: &str = "opening";
+}
+
+/// What the engine needs of the place a queue is kept. Reads never fail (a key of
+/// the wrong type reads as empty); commands call [`Store::check`] on every key they
+/// may write before writing any.
+pub trait Store {
+    /// A userId as the store holds it.
+    type User: Clone + AsRef<[u8]>;
+    /// A stored value (a record, a nickname).
+    type Text: AsRef<[u8]>;
+
+    /// WRONGTYPE unless each of `parts` is empty or of its type.
+    fn check(&self, parts: &[Part]) -> Result<(), QueueError>;
+    /// The time in ms; a command reads it once.
+    fn now(&self) -> i64;
+    /// Setting `i` (index into `FIELDS`): the queue's config, else the default.
+    fn setting(&self, i: usize) -> i64;
+    /// A stats field, None when absent.
+    fn stat_opt(&self, field: &'static str) -> Option<i64>;
+    fn set_stat(&mut self, field: &'static str, v: i64);
+    /// A fresh ticket secret.
+    fn new_secret(&mut self) -> [u8; SECRET_LEN];
+    /// Counts a happening server-wide (the module's `INFO queue`); by default nothing.
+    fn count(&self, _event: Event, _n: i64) {}
+    /// Whether this queue's layout marker was already seen (a store may remember it
+    /// to skip the read; by default it does not).
+    fn layout_known(&self) -> bool {
+        false
+    }
+    /// Notes that this queue's layout marker is set.
+    fn note_layout(&self) {}
+    /// Announces on the queue's promotion channel (see [`super::announcement`]) that a
+    /// command promoted `promoted` users or dropped some, leaving `waiting`; by
+    /// default nothing.
+    fn announce(&mut self, _promoted: i64, _waiting: i64, _at_ms: i64) {}
+
+    fn waiting_len(&self) -> i64;
+    fn waiting_score(&self, user: &Self::User) -> Option<i64>;
+    /// 0-based rank and number of `user` in `waiting`.
+    fn waiting_rank(&self, user: &Self::User) -> Option<(i64, i64)>;
+    fn waiting_max(&self) -> Option<i64>;
+    /// Visits members numbered `min..=max`, lowest first, while `f` returns true.
+    fn waiting_scan<F: FnMut(Self::User, i64) -> bool>(&self, min: i64, max: i64, f: F);
+    fn waiting_add(&mut self, user: &Self::User, seq: i64);
+    /// Adds `user` with number `seq` unless it is in `waiting` already (then changes
+    /// nothing); whether it was added. One lookup where a check and an add take two.
+    fn waiting_add_new(&mut self, user: &Self::User, seq: i64) -> bool {
+        if self.waiting_score(user).is_some() {
+            return false;
+        }
+        self.waiting_add(user, seq);
+        true
+    }
+    fn waiting_remove(&mut self, user: &Self::User);
+
+    /// The record of number `seq`, raw.
+    fn record(&self, seq: i64) -> Option<Self::Text>;
+    fn put_record(&mut self, seq: i64, value: &[u8]);
+    fn delete_record(&mut self, seq: i64);
+
+    fn sessions_len(&self) -> i64;
+    fn session_expiry(&self, user: &Self::User) -> Option<i64>;
+    /// Users whose lease ended at or before `now`.
+    fn sessions_ended_by(&self, now: i64) -> Vec<Self::User>;
+    /// Sets `user`'s lease expiry (opening or extending).
+    fn set_lease(&mut self, user: &Self::User, until: i64);
+    fn active_nickname(&self, user: &Self::User) -> Option<Self::Text>;
+    fn set_active(&mut self, user: &Self::User, nickname: &[u8]);
+    /// Removes `user` from the sessions and the active users.
+    fn close_session(&mut self, user: &Self::User);
+
+    // The pre-queue and the opening (`super::opening`): small keys, read and written
+    // only while an opening is scheduled or by QUEUE.OPENING. A key of another type
+    // reads as empty.
+    fn aux_hget(&self, key: Aux, field: &[u8]) -> Option<Vec<u8>>;
+    fn aux_hset(&mut self, key: Aux, field: &[u8], value: &[u8]);
+    /// Whether the field was there.
+    fn aux_hdel(&mut self, key: Aux, field: &[u8]) -> bool;
+    fn aux_hlen(&self, key: Aux) -> i64;
+    /// Every field and value of the hash `key`.
+    fn aux_hgetall(&self, key: Aux) -> Vec<(Vec<u8>, Vec<u8>)>;
+    fn aux_del(&mut self, key: Aux);
+    /// Appends to the proof list.
+    fn proof_push(&mut self, items: &[Vec<u8>]);
+    fn proof_len(&self) -> i64;
+    /// Up to `count` items of the proof list from index `start`.
+    fn proof_range(&self, start: i64, count: i64) -> Vec<Vec<u8>>;
+    /// A userId as the store holds it, from its bytes.
+    fn user_of(&self, id: &[u8]) -> Self::User;
+    /// 32 fresh random bytes (an opening's seed).
+    fn random_seed(&mut self) -> [u8; 32];
+}
+
+/// The opening's keys (docs/commands.md, "A verifiably fair opening").
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Aux {
+    /// hash userId -> nickname: the pre-queue.
+    Pre,
+    /// hash: seed, commitment, opened_at, entrants.
+    Opening,
+    /// list: idHashes in placed order (only through `proof_*`).
+    Proof,
+}
+
+impl Aux {
+    pub fn suffix(self) -> &'static str {
+        match self {
+            Aux::Pre => keys::PRE,
+            Aux::Opening => keys::OPENING,
+            Aux::Proof => keys::PROOF,
+        }
+    }
+}
+
+/// A stats field, 0 when absent.
+pub fn stat<S: Store>(s: &S, field: &'static str) -> i64 {
+    s.stat_opt(field).unwrap_or(0)
+}
+
+/// Adds `by` to a stats field (writing nothing when it is 0).
+pub fn add_stat<S: Store>(s: &mut S, field: &'static str, by: i64) {
+    if by != 0 {
+        let v = stat(s, field) + by;
+        s.set_stat(field, v);
+    }
+}

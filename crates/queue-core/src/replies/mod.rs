@@ -1,0 +1,102 @@
+//! What the commands reply: the values ([`types`]) and, here, the field order of
+//! every map reply.
+//!
+//! Both backends must reply byte for byte alike. The Lua fallback can only build a
+//! map from a Lua table, whose iteration order is Lua 5.1's hash order, so that order
+//! is the canonical one and the module emits fields in it. The differential test
+//! compares the two backends' bytes and catches any drift.
+
+mod types;
+
+pub use types::*;
+
+pub const STANDING: [&str; 7] = ["nickname", "ticketId", "opensAt", "status", "estimatedWaitSeconds", "userId", "rank"];
+
+pub const PROMOTE: [&str; 8] =
+    ["promoted", "dropped", "available_slots", "waiting", "active", "joining", "tickets_expired", "leases_expired"];
+
+pub const CLAIM: [&str; 4] = ["nickname", "ticketId", "userId", "leaseMs"];
+
+pub const CONFIG: [&str; 11] = [
+    "batch_max",
+    "ticket_ttl",
+    "hard_cap",
+    "rate",
+    "abandon_after",
+    "max_waiting",
+    "pow_difficulty",
+    "session_lease",
+    "soft_cap",
+    "burst",
+    "opens_at",
+];
+
+pub const INFO: [&str; 25] = [
+    "batch_max",
+    "ticket_ttl",
+    "active",
+    "left",
+    "max_waiting",
+    "tokens",
+    "slot_wait_ms",
+    "lapsed",
+    "ended",
+    "claimed",
+    "dropped",
+    "burst",
+    "waiting",
+    "expired",
+    "hard_cap",
+    "rate",
+    "abandon_after",
+    "promoted",
+    "available_slots",
+    "pow_difficulty",
+    "joining",
+    "soft_cap",
+    "admission_rate_per_min",
+    "session_lease",
+    "opens_at",
+];
+
+/// QUEUE.OPENING's map.
+pub const OPENING: [&str; 6] = ["state", "openedAt", "seed", "entrants", "commitment", "opensAt"];
+
+/// Counters QUEUE.INFO shows (stats hash fields of the same names). `slot_wait_ms`:
+/// the milliseconds slots freed by an expiry (a ticket's or a lease's) stayed empty
+/// before a promotion filled them, summed over the slots filled.
+pub const COUNTERS: [&str; 8] =
+    ["promoted", "claimed", "expired", "dropped", "left", "ended", "lapsed", "slot_wait_ms"];
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::config::FIELDS;
+    use std::collections::HashSet;
+
+    fn distinct(names: &[&str]) -> HashSet<String> {
+        let set: HashSet<String> = names.iter().map(|s| s.to_string()).collect();
+        assert_eq!(set.len(), names.len(), "duplicate field in {names:?}");
+        set
+    }
+
+    #[test]
+    fn orders_name_every_field_once() {
+        distinct(&STANDING);
+        distinct(&PROMOTE);
+        distinct(&CLAIM);
+        distinct(&OPENING);
+        let config = distinct(&CONFIG);
+        let info = distinct(&INFO);
+        for f in FIELDS {
+            assert!(config.contains(f.name) && info.contains(f.name), "{}", f.name);
+        }
+        for c in COUNTERS {
+            assert!(info.contains(c), "{c}");
+        }
+        for f in ["waiting", "joining", "active", "available_slots", "tokens", "admission_rate_per_min"] {
+            assert!(info.contains(f), "{f}");
+        }
+        assert_eq!(INFO.len(), FIELDS.len() + COUNTERS.len() + 6);
+    }
+}
