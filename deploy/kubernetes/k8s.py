@@ -113,10 +113,54 @@ def drift():
                 problems.append(f"overlay {overlay}: no dashboards ConfigMap holding {name} as in docker/")
             elif cms[0]["metadata"].get("labels", {}).get("grafana_dashboard") != "1":
                 problems.append(f"overlay {overlay}: the dashboards ConfigMap lacks the grafana_dashboard label")
+    problems += acl_drift()
     if problems:
         fail("drift:\n  " + "\n  ".join(problems) + "\n  (run: python3 deploy/kubernetes/k8s.py sync)")
     print(f"drift: PrometheusRule == docker/prometheus/alerts.yml ({sum(len(g['rules']) for g in want)} rules), "
-          f"{len(dashboard_names())} dashboards equal, in base and both overlays")
+          f"{len(dashboard_names())} dashboards equal, in base and both overlays; the ACL users grant at least "
+          f"docs/cluster-tls-acl.md's rules")
+
+
+ACL_DOC = os.path.join(ROOT, "docs", "cluster-tls-acl.md")
+
+
+def acl_lines(path):
+    """user name -> the tokens of its rule, from an ACL file."""
+    out = {}
+    with open(path) as f:
+        for line in f:
+            parts = line.split()
+            if len(parts) > 2 and parts[0] == "user":
+                out[parts[1]] = set(parts[2:])
+    return out
+
+
+def acl_drift():
+    """Each service's ACL users here grant at least the rules docs/cluster-tls-acl.md
+    gives (which tests/acl.rs holds the services to): with the module in the cluster,
+    with the Lua library on the managed service."""
+    import re
+    with open(ACL_DOC) as f:
+        doc = f.read()
+    module = dict(re.findall(r"^\| (queue-api|queue-manager|chat-server) \| `([^`]+)` \|$", doc, re.M))
+    lua = re.search(r"`(\+get \+set \+del [^`]*\(\+fcall \+fcall_ro ~\*\))`", doc)
+    if len(module) != 3 or not lua:
+        return [f"{os.path.relpath(ACL_DOC, ROOT)}: its table of the services' ACL rules was not found"]
+    problems = []
+    in_cluster = acl_lines(os.path.join(HERE, "overlays", "in-cluster-valkey", "users.acl"))
+    managed = acl_lines(os.path.join(HERE, "overlays", "managed-valkey", "valkey-users.acl"))
+    for service, rule in module.items():
+        want = set(rule.split())
+        missing = want - in_cluster.get(service, set())
+        if missing:
+            problems.append(f"in-cluster-valkey/users.acl: {service} lacks {sorted(missing)} of the module rule")
+        want_lua = (want - {"(+@queue", "~*)"}) | set(lua.group(1).split())
+        if service == "chat-server":
+            want_lua.add("&queue:{*}:promoted")
+        missing = want_lua - managed.get(service, set())
+        if missing:
+            problems.append(f"managed-valkey/valkey-users.acl: {service} lacks {sorted(missing)} of the Lua rule")
+    return problems
 
 
 # ---------------------------------------------------------------- rendering
