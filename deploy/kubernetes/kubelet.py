@@ -55,12 +55,29 @@ class Failure(Exception):
     pass
 
 
+_taken = set()
+
+
 def free_port():
-    s = socket.socket()
-    s.bind(("127.0.0.1", 0))
-    port = s.getsockname()[1]
-    s.close()
-    return port
+    """A loopback port free now, below the kernel's ephemeral range: a container binds
+    it a moment later, and a port the kernel hands out meanwhile (to a proxy here, an
+    outgoing connection, another test on the machine) must not be it."""
+    import random
+    with open("/proc/sys/net/ipv4/ip_local_port_range") as f:
+        low = int(f.read().split()[0])
+    while True:
+        port = random.randrange(max(1024, low - 12000), low)
+        if port in _taken:
+            continue
+        s = socket.socket()
+        try:
+            s.bind(("127.0.0.1", port))
+        except OSError:
+            continue
+        finally:
+            s.close()
+        _taken.add(port)
+        return port
 
 
 def docker(*args, check=True, capture=True, timeout=None):
