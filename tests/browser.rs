@@ -5,8 +5,11 @@
 //! times `abandon_after` (while a silent user behind is dropped), is taken to the chat page when a place frees up, and
 //! chats; a second person joins behind and leaves the line with the page's button.
 //! Before a queue opens, the page shows when, the commitment to the draw and a link to
-//! its proof, then the place the draw gave. Both backends. `scripts/install-deps.sh`
-//! installs Chromium, Node.js and the test's npm packages.
+//! its proof, then the place the draw gave. The waiting room in Korean and English,
+//! branded and replaced by a template, axe-core clean; the back office during a swarm.
+//! Screenshots of both pages at desktop and phone widths are saved under
+//! target/screenshots/<backend>/. Both backends. `scripts/install-deps.sh` installs
+//! Chromium, Node.js and the test's npm packages.
 
 use std::time::Duration;
 
@@ -15,7 +18,12 @@ use queue_cli::api::Api;
 use queue_client::Status;
 use testkit::Backend;
 
-e2e_tests!(a_person_waits_is_admitted_and_chats_in_a_real_browser, the_page_shows_the_opening_and_its_commitment);
+e2e_tests!(
+    a_person_waits_is_admitted_and_chats_in_a_real_browser,
+    the_page_shows_the_opening_and_its_commitment,
+    the_waiting_room_in_two_languages_branded_and_accessible,
+    the_back_office_in_a_real_browser,
+);
 
 async fn a_person_waits_is_admitted_and_chats_in_a_real_browser(backend: Backend) {
     let dir = testkit::workspace_root().join("tests/browser");
@@ -98,9 +106,248 @@ async fn the_page_shows_the_opening_and_its_commitment(backend: Backend) {
             .unwrap();
     let commitment = published["commitment"].as_str().expect("a commitment before the opening");
     assert_eq!(commitment.len(), 64, "{published}");
-    assert_eq!(shown, format!("COMMITMENT {commitment} /api/queue/opening?queue={}", stack.queue));
+    assert_eq!(shown, format!("COMMITMENT {commitment} api/queue/opening?queue={}", stack.queue));
     let ranked = out.expect("a place after the opening", |l| l.starts_with("RANKED ")).await;
     let rank: u64 = ranked["RANKED ".len()..].parse().unwrap();
     assert!(rank == 1 || rank == 2, "{ranked}");
     stack.eventually("the opening to be recorded", |s| s.info()["waiting"] == 2).await;
+}
+
+/// The directory of the browser scripts, with its npm packages installed.
+fn browser_dir() -> std::path::PathBuf {
+    let dir = testkit::workspace_root().join("tests/browser");
+    for package in ["playwright-core", "axe-core"] {
+        assert!(
+            dir.join("node_modules").join(package).exists(),
+            "tests/browser/node_modules/{package} is missing: run scripts/install-deps.sh (npm ci there)"
+        );
+    }
+    dir
+}
+
+/// Where a test's screenshots go: target/screenshots/<backend>/.
+fn screenshots(backend: Backend) -> String {
+    let dir = testkit::workspace_root().join("target/screenshots").join(format!("{backend:?}").to_lowercase());
+    std::fs::create_dir_all(&dir).unwrap();
+    dir.display().to_string()
+}
+
+/// A queue-api beside the stack's, on the same Valkey, with flags of its own; killed
+/// when dropped.
+struct ExtraApi {
+    child: std::process::Child,
+    url: String,
+}
+
+impl ExtraApi {
+    async fn start(stack: &Stack, flags: &[&str]) -> ExtraApi {
+        let port = testkit::free_port();
+        let url = format!("http://127.0.0.1:{port}");
+        let child = std::process::Command::new(testkit::release_binary("queue-api"))
+            .args(["--valkey-url", &stack.valkey.url(), "--listen", &format!("127.0.0.1:{port}"), "--rate-limit", "0"])
+            .args(flags)
+            .env("RUST_LOG", "warn")
+            .stdin(std::process::Stdio::null())
+            .stdout(std::process::Stdio::null())
+            .spawn()
+            .expect("start queue-api");
+        let api = ExtraApi { child, url };
+        let deadline = std::time::Instant::now() + Duration::from_secs(15);
+        loop {
+            let health = reqwest::get(format!("{}/healthz", api.url)).await;
+            if let Ok(r) = health {
+                if r.json::<serde_json::Value>().await.is_ok_and(|h| h["valkey"] == "up") {
+                    return api;
+                }
+            }
+            assert!(std::time::Instant::now() < deadline, "queue-api {flags:?} did not come up");
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
+}
+
+impl Drop for ExtraApi {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// A back-office call to the stack's queue-api.
+async fn admin(stack: &Stack, method: reqwest::Method, path: &str, body: serde_json::Value) -> serde_json::Value {
+    let r = reqwest::Client::new()
+        .request(method, format!("{}{path}", stack.api.url()))
+        .bearer_auth(e2e::ADMIN_TOKEN)
+        .json(&body)
+        .send()
+        .await
+        .unwrap();
+    assert!(r.status().is_success(), "{path}: {}", r.status());
+    r.json().await.unwrap()
+}
+
+/// The waiting room as people see it (tests/browser/pages.mjs): in Korean by
+/// Accept-Language and in English by ?lang=, joined with the keyboard, the total from
+/// the first push event and formatted for each language, the progress bar moving and
+/// "you are next" as the people ahead are admitted, the person's turn and the admit
+/// URL (`--admit-url`, relative, with ticketId, queue and return), the paused state; a
+/// branded queue and a replaced template (`--templates`); axe-core clean, nothing
+/// blocked by the Content-Security-Policy, nothing asked of another origin, usable at
+/// 320 px.
+async fn the_waiting_room_in_two_languages_branded_and_accessible(backend: Backend) {
+    let dir = browser_dir();
+    // Silent people are never dropped here (the crowd behind never polls).
+    let opts = StackOptions { soft_cap: 1, ticket_ttl_ms: 300_000, abandon_after_ms: 600_000, ..Default::default() };
+    let stack = Stack::start(backend, opts).await;
+    let q = stack.queue.clone();
+    let api = Api::new(Api::http_client(), &stack.api.url(), &q, None);
+    let holder = api.enter("holder").await.unwrap();
+    assert_eq!(holder.status, Status::Promoted);
+    for ahead in ["ahead-1", "ahead-2"] {
+        stack.call("QUEUE.ENTER", &[&q, ahead, ahead]);
+    }
+    let chat = stack.chat.url();
+    let room = ExtraApi::start(&stack, &["--admit-url", "default=/landing?from=room", "--chat-url", &chat]).await;
+    let template = dir.join("template").display().to_string();
+    let templated = ExtraApi::start(&stack, &["--templates", &template]).await;
+    let script = dir.join("pages.mjs").display().to_string();
+    let (mut node, mut out) =
+        start_piped("node", &[script, room.url.clone(), templated.url.clone(), screenshots(backend)]);
+    out.expect("the Korean person at 3", |l| l == "KO_WAITING 3").await;
+    out.expect("the English person at 4", |l| l == "EN_WAITING 4").await;
+
+    // A crowd behind them: only the total changes for both.
+    let mut c = stack.valkey.client();
+    for i in 0..1500 {
+        let id = format!("crowd-{i}");
+        c.call("QUEUE.ENTER", &[&q, &id, "c"]).unwrap();
+    }
+    let total = stack.info()["waiting"];
+    assert_eq!(total, 1504);
+    type_line(&mut node, &format!("crowd {total}")).await;
+    out.expect("the totals, formatted", |l| l == "TOTALS 전체 대기 1,504명 | of 1,504 waiting").await;
+    out.expect("axe-core on both pages", |l| l.starts_with("AXE_WAITING ")).await;
+
+    // The people ahead are admitted one by one.
+    stack.call("QUEUE.LEAVE", &[&q, &holder.user_id]);
+    type_line(&mut node, "admit").await;
+    let progress = out.expect("the bar to move", |l| l.starts_with("PROGRESS ")).await;
+    assert_eq!(progress, "PROGRESS 33", "from third to second");
+    stack.call("QUEUE.LEAVE", &[&q, "ahead-1"]);
+    type_line(&mut node, "admit").await;
+    out.expect("you are next", |l| l == "NEXT").await;
+    stack.call("QUEUE.LEAVE", &[&q, "ahead-2"]);
+    type_line(&mut node, "admit").await;
+    let admitted = out.expect("the admit URL", |l| l.starts_with("ADMITTED ")).await;
+    let url = reqwest::Url::parse(&admitted["ADMITTED ".len()..]).unwrap();
+    let query: std::collections::HashMap<String, String> = url.query_pairs().into_owned().collect();
+    assert_eq!((url.path(), url.origin().ascii_serialization()), ("/landing", room.url.clone()), "{url}");
+    assert_eq!((query["from"].as_str(), query["queue"].as_str()), ("room", "default"), "{url}");
+    assert_eq!(query["return"], "/shop/item?id=7", "{url}");
+    assert!(query["ticketId"].contains('.'), "{url}");
+
+    // Paused in the back office.
+    admin(&stack, reqwest::Method::POST, "/api/admin/queues/default/pause", serde_json::json!({})).await;
+    type_line(&mut node, "paused").await;
+    out.expect("the paused state", |l| l == "PAUSED").await;
+
+    // A branded queue, and the brand title through the replaced template (escaped).
+    let brand = serde_json::json!({
+        "title": "봄 콘서트 예매", "message": "공연 예매 대기열입니다. 순서대로 입장합니다.",
+        "accent": "#b91c1c", "background": "#fff7ed",
+    });
+    admin(&stack, reqwest::Method::PUT, "/api/admin/queues/spring/brand", brand.clone()).await;
+    let template_title = "Shop <b> & \"Co\"";
+    admin(
+        &stack,
+        reqwest::Method::PUT,
+        "/api/admin/queues/default/brand",
+        serde_json::json!({"title": template_title}),
+    )
+    .await;
+    let told = serde_json::json!({
+        "queue": "spring", "title": brand["title"], "message": brand["message"],
+        "accentRgb": "rgb(185, 28, 28)", "backgroundRgb": "rgb(255, 247, 237)",
+        "templateQueue": "default", "templateTitle": template_title,
+    });
+    type_line(&mut node, &format!("brand {told}")).await;
+    out.expect("the branded page", |l| l == "BRANDED").await;
+    out.expect("the replaced template, working", |l| l.starts_with("TEMPLATE ")).await;
+    out.expect("the browser to close", |l| l == "CLOSED").await;
+    exits_cleanly(&mut node, &out).await;
+}
+
+/// The back office (tests/browser/admin.mjs) while `queue-cli swarm` runs: a wrong
+/// token refused, the counts moving, a soft cap raised in the form and more people
+/// let in, an invalid value shown at its field, pause stopping admissions and resume
+/// restarting them, an opening scheduled and its commitment the one published; each
+/// change counted.
+async fn the_back_office_in_a_real_browser(backend: Backend) {
+    let dir = browser_dir();
+    let opts = StackOptions { soft_cap: 3, ticket_ttl_ms: 5_000, abandon_after_ms: 60_000, ..Default::default() };
+    let stack = Stack::start(backend, opts).await;
+    // Someone entered once, so the queue is known to the back office.
+    let api = Api::new(Api::http_client(), &stack.api.url(), &stack.queue, None);
+    let first = api.enter("first").await.unwrap();
+    stack.call("QUEUE.LEAVE", &[&stack.queue, &first.user_id]);
+    let script = dir.join("admin.mjs").display().to_string();
+    let (mut node, mut out) =
+        start_piped("node", &[script, stack.api.url(), e2e::ADMIN_TOKEN.into(), screenshots(backend)]);
+    out.expect("a wrong token refused", |l| l == "REFUSED").await;
+    out.expect("signed in", |l| l == "SIGNED_IN").await;
+
+    let swarm = tokio::process::Command::new(e2e::client_binary())
+        .args(["swarm", "--api", &stack.api.url(), "--chat", &stack.chat.url(), "--queue", &stack.queue])
+        .args(["--users", "150", "--rate", "25", "--stay-secs", "2", "--abandon", "0", "--race", "0", "--replay", "0"])
+        .args(["--polling", "0", "--timeout-secs", "120", "--quiet", "--json"])
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .kill_on_drop(true)
+        .spawn()
+        .expect("start queue-cli swarm");
+    type_line(&mut node, "swarm").await;
+    out.expect("the counts to move", |l| l.starts_with("COUNTS ")).await;
+
+    type_line(&mut node, "cap 8").await;
+    out.expect("the soft cap saved", |l| l == "SOFT_CAP 8").await;
+    assert_eq!(stack.info()["soft_cap"], 8);
+    stack
+        .eventually("more than the old cap let in", |s| {
+            let i = s.info();
+            i["active"] + i["joining"] > 3
+        })
+        .await;
+    let invalid = out.expect("the invalid value at its field", |l| l.starts_with("INVALID ")).await;
+    assert!(invalid.contains("soft_cap"), "{invalid}");
+    assert_eq!(stack.info()["soft_cap"], 8, "the refused value changed nothing");
+
+    type_line(&mut node, "pause").await;
+    out.expect("paused", |l| l == "PAUSED").await;
+    let promoted = stack.info()["promoted"];
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    let info = stack.info();
+    assert_eq!((info["soft_cap"], info["promoted"]), (0, promoted), "nobody let in while paused: {info:?}");
+    assert!(info["waiting"] > 0, "people were waiting meanwhile: {info:?}");
+    type_line(&mut node, "resume").await;
+    out.expect("resumed", |l| l == "RESUMED").await;
+    assert_eq!(stack.info()["soft_cap"], 8, "resume restores the cap it had");
+    stack.eventually("admissions again", |s| s.info()["promoted"] > promoted).await;
+
+    out.expect("the chart", |l| l.starts_with("CHART ")).await;
+    out.expect("axe-core on the back office", |l| l.starts_with("AXE ")).await;
+    type_line(&mut node, "opening later").await;
+    let shown = out.expect("the commitment", |l| l.starts_with("COMMITMENT ")).await;
+    let published: serde_json::Value =
+        reqwest::get(format!("{}/api/queue/opening?queue=later", stack.api.url())).await.unwrap().json().await.unwrap();
+    assert_eq!(shown, format!("COMMITMENT {}", published["commitment"].as_str().unwrap()), "{published}");
+    out.expect("the browser to close", |l| l == "CLOSED").await;
+    exits_cleanly(&mut node, &out).await;
+    drop(swarm);
+
+    let metrics = reqwest::get(format!("{}/metrics", stack.api.url())).await.unwrap().text().await.unwrap();
+    let count = |action: &str| {
+        let prefix = format!("queue_api_admin_changes_total{{action=\"{action}\"}} ");
+        metrics.lines().find_map(|l| l.strip_prefix(&prefix)).map_or(0, |n| n.parse::<u64>().unwrap())
+    };
+    assert_eq!((count("settings"), count("pause"), count("resume")), (2, 1, 1), "{metrics}");
 }

@@ -130,7 +130,8 @@ fn checked_settings(settings: &Map<String, Value>) -> Result<Vec<(String, i64)>,
         let n = integer(v).ok_or_else(|| at(StatusCode::UNPROCESSABLE_ENTITY, format!("{name} must be an integer")))?;
         queue_core::config::check_value(field, n.to_string().as_bytes())
             .map_err(|e| at(StatusCode::BAD_REQUEST, strip(e)))?;
-        pairs.push((name.clone(), n));
+        // By the schema's spelling (the store takes any case; the audit reads by name).
+        pairs.push((field.name.to_string(), n));
     }
     Ok(pairs)
 }

@@ -28,7 +28,16 @@ pub fn document() -> Value {
         .collect();
     let settings =
         json!({ "type": "object", "properties": settings, "additionalProperties": false, "minProperties": 1 });
-    let info = json!({ "description": "the queue's counts, settings and counters", "content": { "application/json": { "schema": { "type": "object" } } } });
+    let info = json!({ "description": "{queue, info: the queue's counts, settings and counters, brand, counts: its live counts}", "content": { "application/json": { "schema": { "type": "object" } } } });
+    let field_error = json!({ "allOf": [error, { "type": "object", "properties": { "field": { "type": "string", "description": "the field the error is about" } } }] });
+    let field_err = |d: &str| json!({ "description": d, "content": { "application/json": { "schema": field_error } } });
+    let brand: serde_json::Map<String, Value> = crate::brand::FIELDS
+        .iter()
+        .map(|(name, max, help)| {
+            (name.to_string(), json!({ "type": ["string", "null"], "maxLength": max, "description": help }))
+        })
+        .collect();
+    let brand = json!({ "type": "object", "properties": brand, "additionalProperties": false, "minProperties": 1 });
     json!({
         "openapi": "3.1.0",
         "info": { "title": "valkey-queue waiting room", "version": env!("CARGO_PKG_VERSION") },
@@ -80,16 +89,37 @@ pub fn document() -> Value {
                 "responses": { "200": { "description": "{queue, opensAt, commitment, state (none, scheduled, open), entrants, and once open seed, openedAt, order}" },
                                "400": err("bad queue name"), "503": err("queue store unreachable") } } },
             "/api/admin/queues/{queue}": {
-                "get": { "summary": "QUEUE.INFO", "parameters": queue_param, "security": [{ "bearer": [] }],
+                "get": { "summary": "QUEUE.INFO, the branding and the live counts", "parameters": queue_param, "security": [{ "bearer": [] }],
                          "responses": { "200": info, "400": err("bad queue name"), "401": err("bad or missing token"),
                                         "403": err("admin disabled"), "503": err("queue store unreachable") } },
                 "put": { "summary": "Change settings at runtime (soft_cap, hard_cap, rate, burst, batch_max, ticket_ttl, session_lease, abandon_after, opens_at, pow_difficulty, max_waiting)",
                          "parameters": queue_param, "security": [{ "bearer": [] }],
                          "requestBody": { "required": true, "content": { "application/json": { "schema": settings } } },
-                         "responses": { "200": info, "400": err("malformed JSON, bad queue name, unknown field or value out of range"),
+                         "responses": { "200": info, "400": field_err("malformed JSON, bad queue name, unknown field or value out of range (field names it)"),
                                         "401": err("bad or missing token"), "403": err("admin disabled"),
-                                        "422": err("no setting named, or a value that is not an integer"),
+                                        "422": field_err("no setting named, or a value that is not an integer (field names it)"),
                                         "503": err("queue store unreachable") } } },
+            "/api/admin/queues": {
+                "get": { "summary": "Every queue known (the discovery set: entered through queue-api or changed in the back office) with its live counts: waiting, ticketsOut, inside, admittedPerMinute, lastInLineWaitSeconds, softCap, paused, pausedSoftCap, opensAt",
+                         "security": [{ "bearer": [] }],
+                         "responses": { "200": { "description": "{queues: [...], truncated, at}" }, "401": err("bad or missing token"),
+                                        "403": err("admin disabled"), "503": err("queue store unreachable") } } },
+            "/api/admin/queues/{queue}/brand": {
+                "put": { "summary": "Brand the queue's waiting-room page: title, message, logo_url (a path on this site), accent and background (#rgb or #rrggbb); an empty string or null removes one",
+                         "parameters": queue_param, "security": [{ "bearer": [] }],
+                         "requestBody": { "required": true, "content": { "application/json": { "schema": brand } } },
+                         "responses": { "200": info, "401": err("bad or missing token"), "403": err("admin disabled"),
+                                        "422": field_err("an unknown setting or a bad value (field names it)"),
+                                        "503": err("queue store unreachable") } } },
+            "/api/admin/queues/{queue}/pause": {
+                "post": { "summary": "Pause admission: the soft cap becomes 0, the one it had is remembered for resume",
+                          "parameters": queue_param, "security": [{ "bearer": [] }],
+                          "responses": { "200": info, "401": err("bad or missing token"), "403": err("admin disabled"), "503": err("queue store unreachable") } } },
+            "/api/admin/queues/{queue}/resume": {
+                "post": { "summary": "Resume admission: restores the soft cap the pause replaced",
+                          "parameters": queue_param, "security": [{ "bearer": [] }],
+                          "responses": { "200": info, "401": err("bad or missing token"), "403": err("admin disabled"),
+                                         "409": err("the queue is not paused"), "503": err("queue store unreachable") } } },
             "/metrics": { "get": { "summary": "Prometheus metrics", "responses": { "200": { "description": "text format" } } } },
             "/healthz": { "get": { "summary": "Liveness and the store's state", "responses": { "200": { "description": "{status, valkey}" } } } }
         },

@@ -1,0 +1,379 @@
+"use strict";
+// The back office. The admin token is kept in this tab's sessionStorage and sent as
+// an Authorization header (never a cookie, so no other site's page can make the
+// browser use it). Every 2 s it reads every queue's live counts and keeps the last
+// minutes of them for the chart (inline SVG). Changes go through the admin API; an
+// error the API gives about one field is shown at that field.
+(() => {
+  const $ = (id) => document.getElementById(id);
+  const TOKEN = "queue-admin-token";
+  const POLL_MS = 2000;
+  const HISTORY_MS = 10 * 60 * 1000;
+  // The settings shown in the form (opens_at has its own form), in this order.
+  const SETTINGS = ["soft_cap", "hard_cap", "rate", "burst", "batch_max", "ticket_ttl", "session_lease",
+    "abandon_after", "max_waiting", "pow_difficulty"];
+  const BRAND = [
+    ["title", "Title", "text"], ["message", "Message", "textarea"], ["logo_url", "Logo URL (a path on this site)", "text"],
+    ["accent", "Accent colour (#rrggbb)", "text"], ["background", "Background colour (#rrggbb)", "text"],
+  ];
+  const number = (n) => (n == null ? "—" : new Intl.NumberFormat().format(n));
+  const duration = (s) => {
+    if (s == null) return "—";
+    if (s < 90) return s + " s";
+    if (s < 5400) return Math.round(s / 60) + " min";
+    return (s / 3600).toFixed(1) + " h";
+  };
+
+  let selected = null; // the queue shown in detail
+  let shown = null; // its last detail (info, brand, counts)
+  const history = new Map(); // queue -> [{at, waiting, inside, ticketsOut}]
+  let timer = null;
+  let help = {}; // setting -> {minimum, maximum, description}
+
+  const token = () => sessionStorage.getItem(TOKEN);
+
+  async function api(method, path, body) {
+    const r = await fetch(path, {
+      method,
+      headers: { Authorization: "Bearer " + token(), ...(body ? { "Content-Type": "application/json" } : {}) },
+      body: body ? JSON.stringify(body) : undefined,
+    });
+    const data = await r.json().catch(() => ({}));
+    if (r.status === 401 || r.status === 403) {
+      signOut(r.status === 401 ? "The token was refused: sign in again." : (data.message || "The back office is disabled."));
+      throw new Error("signed out");
+    }
+    return { ok: r.ok, status: r.status, data };
+  }
+
+  const say = (text) => { $("status").textContent = text; };
+
+  function signOut(message) {
+    sessionStorage.removeItem(TOKEN);
+    if (timer) { clearInterval(timer); timer = null; }
+    $("console").hidden = true;
+    $("signout").hidden = true;
+    $("signin").hidden = false;
+    $("token-error").textContent = message || "";
+    $("token").value = "";
+    $("token").focus();
+  }
+
+  async function signIn(candidate) {
+    sessionStorage.setItem(TOKEN, candidate);
+    try {
+      const r = await api("GET", "api/admin/queues");
+      if (!r.ok) { signOut(r.data.message || "The back office answered " + r.status); return; }
+    } catch (e) {
+      if (e.message !== "signed out") signOut("Could not reach queue-api.");
+      return;
+    }
+    $("token-error").textContent = "";
+    $("signin").hidden = true;
+    $("console").hidden = false;
+    $("signout").hidden = false;
+    await loadHelp();
+    await refresh();
+    timer = setInterval(refresh, POLL_MS);
+  }
+
+  // Each setting's range and meaning, from the API's own description.
+  async function loadHelp() {
+    try {
+      const doc = await (await fetch("api/openapi.json")).json();
+      const put = doc.paths["/api/admin/queues/{queue}"].put;
+      help = put.requestBody.content["application/json"].schema.properties;
+    } catch (_) { help = {}; }
+  }
+
+  function remember(q, c, at) {
+    const h = history.get(q) || [];
+    if (!h.length || h[h.length - 1].at !== at) h.push({ at, waiting: c.waiting, inside: c.inside, ticketsOut: c.ticketsOut });
+    while (h.length && h[0].at < at - HISTORY_MS) h.shift();
+    history.set(q, h);
+  }
+
+  function admission(c) {
+    if (c.pausedSoftCap != null && c.paused) return "Paused";
+    if (c.paused) return "Soft cap 0";
+    if (c.opensAt && c.opensAt > Date.now()) return "Opens " + new Date(c.opensAt).toLocaleString();
+    return "Open (soft cap " + number(c.softCap) + ")";
+  }
+
+  async function refresh() {
+    let r;
+    try { r = await api("GET", "api/admin/queues"); } catch (_) { return; }
+    if (!r.ok) { say("Could not read the queues: " + (r.data.message || r.status)); return; }
+    const body = $("queues").tBodies[0];
+    body.textContent = "";
+    for (const c of r.data.queues) {
+      remember(c.queue, c, r.data.at);
+      const tr = document.createElement("tr");
+      tr.dataset.queue = c.queue;
+      const th = document.createElement("th");
+      th.scope = "row";
+      const b = document.createElement("button");
+      b.type = "button";
+      b.className = "link";
+      b.textContent = c.queue;
+      b.setAttribute("aria-pressed", String(c.queue === selected));
+      b.addEventListener("click", () => select(c.queue));
+      th.append(b);
+      tr.append(th);
+      for (const [key, v] of [["waiting", number(c.waiting)], ["ticketsOut", number(c.ticketsOut)], ["inside", number(c.inside)],
+        ["admittedPerMinute", number(c.admittedPerMinute)], ["lastInLine", duration(c.lastInLineWaitSeconds)],
+        ["admission", admission(c)]]) {
+        const td = document.createElement("td");
+        td.dataset.field = key;
+        td.textContent = v;
+        tr.append(td);
+      }
+      body.append(tr);
+    }
+    $("no-queues").hidden = r.data.queues.length > 0;
+    if (!selected && r.data.queues.length) select(r.data.queues[0].queue);
+    else if (selected) loadDetail(false);
+  }
+
+  async function select(q) {
+    selected = q;
+    shown = null;
+    $("detail").hidden = false;
+    $("detail-title").textContent = "Queue " + q;
+    $("preview").href = "./?queue=" + encodeURIComponent(q);
+    for (const b of document.querySelectorAll("#queues button.link")) {
+      b.setAttribute("aria-pressed", String(b.textContent === q));
+    }
+    await loadDetail(true);
+  }
+
+  // The selected queue's counts, settings and branding; the forms are filled when
+  // `fill` (a new selection or after a save), not while someone types.
+  async function loadDetail(fill) {
+    const q = selected;
+    let r;
+    try { r = await api("GET", "api/admin/queues/" + encodeURIComponent(q)); } catch (_) { return; }
+    if (q !== selected) return;
+    if (!r.ok) { say(r.data.message || "Could not read " + q); return; }
+    shown = r.data;
+    remember(q, shown.counts, Date.now());
+    drawChart(history.get(q) || []);
+    const c = shown.counts;
+    $("pause").disabled = c.paused;
+    $("resume").disabled = c.pausedSoftCap == null;
+    $("pause-state").textContent = c.pausedSoftCap != null
+      ? "Paused: resuming restores a soft cap of " + number(c.pausedSoftCap) + "."
+      : c.paused ? "The soft cap is 0: nobody is admitted." : "Admitting up to a soft cap of " + number(c.softCap) + ".";
+    if (fill) { fillSettings(); fillBrand(); fillOpening(); }
+    showOpening();
+  }
+
+  function field(container, name, label, kind, value, helpText) {
+    const div = document.createElement("div");
+    div.className = "field";
+    const l = document.createElement("label");
+    l.htmlFor = "f-" + name;
+    l.textContent = label;
+    const input = document.createElement(kind === "textarea" ? "textarea" : "input");
+    input.id = "f-" + name;
+    input.name = name;
+    if (kind !== "textarea") input.type = "text";
+    if (kind === "number") input.inputMode = "numeric";
+    input.value = value ?? "";
+    const err = document.createElement("p");
+    err.id = "error-" + name;
+    err.className = "error";
+    const described = [err.id];
+    div.append(l, input);
+    if (helpText) {
+      const h = document.createElement("small");
+      h.id = "help-" + name;
+      h.className = "muted";
+      h.textContent = helpText;
+      div.append(h);
+      described.push(h.id);
+    }
+    input.setAttribute("aria-describedby", described.join(" "));
+    div.append(err);
+    container.append(div);
+  }
+
+  function fillSettings() {
+    const box = $("settings-fields");
+    box.textContent = "";
+    for (const name of SETTINGS) {
+      const h = help[name];
+      const range = h ? " (" + number(h.minimum) + " to " + number(h.maximum) + ")" : "";
+      field(box, name, name.replace(/_/g, " "), "number", shown.info[name], h ? h.description + range : "");
+    }
+  }
+
+  function fillBrand() {
+    const box = $("brand-fields");
+    box.textContent = "";
+    for (const [name, label, kind] of BRAND) field(box, name, label, kind, shown.brand[name], "");
+  }
+
+  const pad = (n) => String(n).padStart(2, "0");
+  function fillOpening() {
+    const at = shown.info.opens_at;
+    if (!at) { $("opens-at").value = ""; return; }
+    const d = new Date(at);
+    $("opens-at").value = d.getFullYear() + "-" + pad(d.getMonth() + 1) + "-" + pad(d.getDate()) + "T" +
+      pad(d.getHours()) + ":" + pad(d.getMinutes()) + ":" + pad(d.getSeconds());
+  }
+
+  let commitmentFor = null;
+  async function showOpening() {
+    const at = shown.info.opens_at;
+    const box = $("opening-state");
+    if (!at) { box.textContent = "No opening scheduled: the line is open."; commitmentFor = null; return; }
+    if (commitmentFor === selected + ":" + at) return;
+    commitmentFor = selected + ":" + at;
+    const o = await (await fetch("api/queue/opening?queue=" + encodeURIComponent(selected))).json().catch(() => ({}));
+    box.textContent = "";
+    const p = document.createElement("p");
+    p.textContent = (o.state === "open" ? "Opened (" : "Opens ") + new Date(at).toLocaleString() +
+      (o.state === "open" ? ")" : "") + " — " + number(o.entrants ?? 0) + " in the pre-queue so far.";
+    const c = document.createElement("p");
+    c.append("Commitment to the draw: ");
+    const code = document.createElement("code");
+    code.id = "commitment";
+    code.textContent = o.commitment || "—";
+    const a = document.createElement("a");
+    a.href = "api/queue/opening?queue=" + encodeURIComponent(selected);
+    a.textContent = "proof";
+    c.append(code, " (", a, ")");
+    box.append(p, c);
+  }
+
+  function clearErrors(form) {
+    for (const e of form.querySelectorAll(".error")) e.textContent = "";
+    for (const i of form.querySelectorAll("[aria-invalid]")) i.removeAttribute("aria-invalid");
+  }
+
+  // An API error about a field is shown at that field (and focuses it); any other
+  // error in the status line.
+  function showError(form, r) {
+    const name = r.data.field;
+    const err = name && form.querySelector("#error-" + CSS.escape(name));
+    if (err) {
+      err.textContent = r.data.message;
+      const input = form.querySelector("[name='" + CSS.escape(name) + "'], #opens-at");
+      if (input) { input.setAttribute("aria-invalid", "true"); input.focus(); }
+    } else {
+      say(r.data.message || "The change was refused (" + r.status + ").");
+    }
+  }
+
+  async function saveSettings(e) {
+    e.preventDefault();
+    const form = $("settings-form");
+    clearErrors(form);
+    const body = {};
+    for (const name of SETTINGS) {
+      const raw = form.elements[name].value.trim();
+      if (raw === String(shown.info[name])) continue;
+      body[name] = raw !== "" && !Number.isNaN(Number(raw)) ? Number(raw) : raw;
+    }
+    if (!Object.keys(body).length) { say("Nothing changed."); return; }
+    await send(form, "PUT", "", body, "Settings saved: " + Object.keys(body).join(", ") + ".");
+  }
+
+  async function saveBrand(e) {
+    e.preventDefault();
+    const form = $("brand-form");
+    clearErrors(form);
+    const body = {};
+    for (const [name] of BRAND) {
+      const v = form.elements[name].value;
+      if (v.trim() !== (shown.brand[name] ?? "")) body[name] = v;
+    }
+    if (!Object.keys(body).length) { say("Nothing changed."); return; }
+    await send(form, "PUT", "/brand", body, "Branding saved.");
+  }
+
+  async function scheduleOpening(e) {
+    e.preventDefault();
+    const form = $("opening-form");
+    clearErrors(form);
+    const v = $("opens-at").value;
+    const at = v ? new Date(v).getTime() : NaN;
+    if (Number.isNaN(at)) {
+      $("error-opens_at").textContent = "Choose a date and time.";
+      $("opens-at").setAttribute("aria-invalid", "true");
+      return;
+    }
+    await send(form, "PUT", "", { opens_at: at }, "Opening scheduled for " + new Date(at).toLocaleString() + ".");
+  }
+
+  async function send(form, method, suffix, body, done) {
+    let r;
+    try { r = await api(method, "api/admin/queues/" + encodeURIComponent(selected) + suffix, body); } catch (_) { return; }
+    if (!r.ok) { showError(form, r); return; }
+    say(done);
+    shown = r.data;
+    await loadDetail(true);
+  }
+
+  async function action(what) {
+    let r;
+    try { r = await api("POST", "api/admin/queues/" + encodeURIComponent(selected) + "/" + what); } catch (_) { return; }
+    if (!r.ok) { say(r.data.message || what + " failed"); return; }
+    say(what === "pause" ? "Admission paused for " + selected + "." : "Admission resumed for " + selected + ".");
+    await loadDetail(true);
+  }
+
+  // Lines for waiting, inside and tickets out over the last minutes.
+  function drawChart(points) {
+    const svg = $("chart");
+    const NS = "http://www.w3.org/2000/svg";
+    svg.textContent = "";
+    const W = 600, H = 180, L = 44, R = 8, T = 10, B = 24;
+    const now = Date.now();
+    const from = now - HISTORY_MS;
+    const max = Math.max(1, ...points.map((p) => Math.max(p.waiting, p.inside, p.ticketsOut)));
+    const x = (at) => L + ((at - from) / HISTORY_MS) * (W - L - R);
+    const y = (v) => T + (1 - v / max) * (H - T - B);
+    const el = (name, attrs, text) => {
+      const e = document.createElementNS(NS, name);
+      for (const [k, v] of Object.entries(attrs)) e.setAttribute(k, v);
+      if (text != null) e.textContent = text;
+      svg.append(e);
+      return e;
+    };
+    el("line", { x1: L, y1: y(0), x2: W - R, y2: y(0), class: "axis" });
+    el("line", { x1: L, y1: y(max), x2: W - R, y2: y(max), class: "grid" });
+    el("text", { x: L - 4, y: y(max) + 4, "text-anchor": "end", class: "label" }, number(max));
+    el("text", { x: L - 4, y: y(0) + 4, "text-anchor": "end", class: "label" }, "0");
+    el("text", { x: L, y: H - 6, class: "label" }, "10 min ago");
+    el("text", { x: W - R, y: H - 6, "text-anchor": "end", class: "label" }, "now");
+    const series = [["waiting", "Waiting"], ["inside", "Inside"], ["ticketsOut", "Tickets out"]];
+    series.forEach(([key, name], i) => {
+      if (points.length) {
+        el("polyline", { points: points.map((p) => x(p.at).toFixed(1) + "," + y(p[key]).toFixed(1)).join(" "), class: "series s" + i });
+      }
+      el("text", { x: L + 8 + i * 110, y: T + 12, class: "legend s" + i }, name);
+    });
+    const last = points[points.length - 1];
+    svg.setAttribute("aria-label", last
+      ? "Now " + number(last.waiting) + " waiting, " + number(last.inside) + " inside, " + number(last.ticketsOut) + " tickets out"
+      : "No data yet");
+  }
+
+  $("signin-form").addEventListener("submit", (e) => { e.preventDefault(); signIn($("token").value); });
+  $("signout").addEventListener("click", () => signOut("Signed out."));
+  $("settings-form").addEventListener("submit", saveSettings);
+  $("brand-form").addEventListener("submit", saveBrand);
+  $("opening-form").addEventListener("submit", scheduleOpening);
+  $("cancel-opening").addEventListener("click", () => send($("opening-form"), "PUT", "", { opens_at: 0 }, "No opening scheduled."));
+  $("pause").addEventListener("click", () => action("pause"));
+  $("resume").addEventListener("click", () => action("resume"));
+  $("open-form").addEventListener("submit", (e) => {
+    e.preventDefault();
+    const q = $("open-queue").value.trim();
+    $("open-error").textContent = /^[A-Za-z0-9._:-]{1,64}$/.test(q) ? "" : "A queue name is 1 to 64 letters, digits or . _ : -";
+    if (!$("open-error").textContent) select(q);
+  });
+  if (token()) signIn(token());
+})();

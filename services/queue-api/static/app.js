@@ -308,7 +308,10 @@
     announce.className = "sr-only";
     $("live").prepend(announce);
     const logo = $("logo");
-    if (logo.getAttribute("src")) show_(logo, true);
+    if (logo.getAttribute("src")) {
+      logo.addEventListener("error", () => show_(logo, false));
+      show_(logo, true);
+    }
     languages();
     messages.then(() => {
       const resumed = sessionStorage.getItem(saved);

@@ -1,0 +1,166 @@
+// The back office in headless Chromium: a wrong token refused (and not kept); signed
+// in with the keyboard; the counts of the queue moving while a swarm runs, and the
+// chart drawing them; a soft cap raised in the settings form; an invalid value shown
+// at its field; pause and resume; an opening scheduled on another queue and its
+// commitment shown. axe-core finds no serious or critical violation; the
+// Content-Security-Policy blocks nothing. Screenshots at desktop and phone widths go
+// to <shots>.
+//   node admin.mjs <queue-api URL> <admin token> <shots dir>
+// Prints REFUSED, SIGNED_IN; after "swarm" on stdin COUNTS <waiting values>; after
+// "cap <n>" SOFT_CAP <n>; INVALID <message>; after "pause" PAUSED; after "resume"
+// RESUMED; CHART <points>; AXE <violations>; after "opening <queue>" COMMITMENT <hex>;
+// then CLOSED. Exits 1 on any failure (170 s at most).
+import { chromium } from "playwright-core";
+import { createInterface } from "node:readline";
+import { readFileSync, mkdirSync } from "node:fs";
+import { createRequire } from "node:module";
+
+const [api, token, shots] = process.argv.slice(2);
+const STEP = 30_000;
+const fail = (e) => { console.error("FAILED:", e?.stack ?? e?.message ?? e); process.exit(1); };
+setTimeout(() => fail("took longer than 170 s"), 170_000).unref();
+const check = (ok, what) => { if (!ok) throw new Error(what); };
+mkdirSync(shots, { recursive: true });
+const axeSource = readFileSync(createRequire(import.meta.url).resolve("axe-core/axe.min.js"), "utf8");
+
+const input = createInterface({ input: process.stdin });
+const queued = [], waiting = [];
+input.on("line", (l) => (waiting.length ? waiting.shift()(l) : queued.push(l)));
+const nextLine = () => (queued.length ? Promise.resolve(queued.shift()) : new Promise((r) => waiting.push(r)));
+async function expectLine(want) {
+  const got = await nextLine();
+  if (!got.startsWith(want)) throw new Error(`expected "${want}" on stdin, got "${got}"`);
+  return got.slice(want.length).trim();
+}
+
+const browser = await chromium.launch({
+  executablePath: process.env.CHROMIUM || "/usr/bin/chromium",
+  args: ["--headless", "--no-sandbox", "--disable-gpu", "--no-first-run", "--disable-background-networking",
+    "--disable-component-update", "--disable-sync"],
+}).catch(fail);
+
+const problems = [];
+const text = (page, sel) => page.textContent(sel).then((t) => (t ?? "").trim());
+// The numbers shown in the queue's row.
+const row = (page, queue) => page.evaluate((q) => {
+  const tr = document.querySelector(`#queues tr[data-queue="${q}"]`);
+  if (!tr) return null;
+  const n = (f) => Number(tr.querySelector(`[data-field="${f}"]`).textContent.replace(/[^\d]/g, ""));
+  return { waiting: n("waiting"), ticketsOut: n("ticketsOut"), inside: n("inside"), admission: tr.querySelector('[data-field="admission"]').textContent };
+}, queue);
+
+try {
+  const ctx = await browser.newContext({ viewport: { width: 1280, height: 900 } });
+  const page = await ctx.newPage();
+  page.on("pageerror", (e) => problems.push("page error: " + e.message));
+  page.on("console", (m) => { if (/Content Security Policy|Refused to/.test(m.text())) problems.push("csp: " + m.text()); });
+  page.on("request", (r) => { if (new URL(r.url()).origin !== new URL(api).origin) problems.push("request elsewhere: " + r.url()); });
+  await page.addInitScript(() => {
+    window.cspViolations = [];
+    document.addEventListener("securitypolicyviolation", (e) => window.cspViolations.push(e.violatedDirective));
+  });
+  await page.goto(api + "/admin", { timeout: STEP });
+
+  // A wrong token: refused, not kept, no cookie.
+  await page.fill("#token", "not-the-token");
+  await page.press("#token", "Enter");
+  await page.waitForFunction(() => /refused/.test(document.getElementById("token-error").textContent), null, { timeout: STEP });
+  check(await page.isHidden("#console"), "the console shows after a wrong token");
+  check((await page.evaluate(() => sessionStorage.length)) === 0, "a refused token is kept");
+  console.log("REFUSED");
+
+  // The right one, with the keyboard: kept in this tab's sessionStorage only.
+  await page.focus("#token");
+  await page.keyboard.type(token);
+  await page.keyboard.press("Enter");
+  await page.waitForSelector("#queues tr[data-queue='default']", { timeout: STEP });
+  check((await page.evaluate(() => document.cookie)) === "", "a cookie was set");
+  check((await page.evaluate(() => Object.values(sessionStorage))).includes(token), "the token is not in sessionStorage");
+  await page.waitForSelector("#f-soft_cap", { timeout: STEP });
+  console.log("SIGNED_IN");
+
+  // A swarm runs: the counts move.
+  await expectLine("swarm");
+  const seen = new Set();
+  let inside = 0;
+  for (let i = 0; i < 120 && (seen.size < 3 || inside === 0); i++) {
+    const r = await row(page, "default");
+    if (r) { seen.add(r.waiting); inside = Math.max(inside, r.inside + r.ticketsOut); }
+    await page.waitForTimeout(250);
+  }
+  check(seen.size >= 3 && inside > 0, `the counts did not move: waiting ${[...seen]}, inside ${inside}`);
+  console.log("COUNTS " + [...seen].join(","));
+
+  // A soft cap raised in the form.
+  const cap = await expectLine("cap");
+  await page.fill("#f-soft_cap", cap);
+  await page.click("#settings-form button[type=submit]");
+  await page.waitForFunction(() => /Settings saved: soft_cap/.test(document.getElementById("status").textContent), null, { timeout: STEP });
+  console.log("SOFT_CAP " + cap);
+
+  // An invalid value: the API's message at its field, the field marked and focused.
+  await page.fill("#f-soft_cap", "-5");
+  await page.click("#settings-form button[type=submit]");
+  await page.waitForFunction(() => document.getElementById("error-soft_cap").textContent.length > 0, null, { timeout: STEP });
+  check((await page.getAttribute("#f-soft_cap", "aria-invalid")) === "true", "the field is not marked invalid");
+  check((await page.evaluate(() => document.activeElement?.id)) === "f-soft_cap", "the field is not focused");
+  check((await page.getAttribute("#f-soft_cap", "aria-describedby")).includes("error-soft_cap"), "the message is not tied to the field");
+  console.log("INVALID " + (await text(page, "#error-soft_cap")));
+  await page.fill("#f-soft_cap", cap);
+
+  // Pause, then resume.
+  await expectLine("pause");
+  await page.click("#pause");
+  await page.waitForFunction(() => /^Paused/.test(document.getElementById("pause-state").textContent), null, { timeout: STEP });
+  await page.waitForFunction(() => document.querySelector('#queues tr[data-queue="default"] [data-field="admission"]')?.textContent === "Paused",
+    null, { timeout: STEP });
+  check(await page.isDisabled("#pause"), "pause stays enabled while paused");
+  console.log("PAUSED");
+  await expectLine("resume");
+  await page.click("#resume");
+  await page.waitForFunction((c) => document.getElementById("pause-state").textContent.includes("soft cap of " + c), cap, { timeout: STEP });
+  console.log("RESUMED");
+
+  // The chart of the last minutes.
+  const points = await page.evaluate(() => document.querySelector("#chart polyline")?.getAttribute("points")?.split(" ").length ?? 0);
+  check(points >= 5, "the chart has " + points + " points");
+  console.log("CHART " + points);
+
+  await page.screenshot({ path: `${shots}/admin-desktop.png`, fullPage: true });
+  const result = await (async () => {
+    await page.evaluate(axeSource);
+    return page.evaluate(async () => (await window.axe.run(document, { resultTypes: ["violations"] })).violations
+      .map((v) => ({ id: v.id, impact: v.impact, nodes: v.nodes.map((n) => n.target.join(" ")) })));
+  })();
+  const bad = result.filter((v) => v.impact === "serious" || v.impact === "critical");
+  check(bad.length === 0, "axe-core finds " + JSON.stringify(bad));
+  await page.setViewportSize({ width: 390, height: 844 });
+  await page.screenshot({ path: `${shots}/admin-phone.png`, fullPage: true });
+  await page.setViewportSize({ width: 1280, height: 900 });
+  console.log("AXE " + result.length);
+
+  // An opening scheduled on another queue, and its commitment.
+  const other = await expectLine("opening");
+  await page.fill("#open-queue", other);
+  await page.press("#open-queue", "Enter");
+  await page.waitForFunction((q) => document.getElementById("detail-title").textContent === "Queue " + q, other, { timeout: STEP });
+  const inAnHour = await page.evaluate(() => {
+    const d = new Date(Date.now() + 3600_000);
+    const p = (n) => String(n).padStart(2, "0");
+    return `${d.getFullYear()}-${p(d.getMonth() + 1)}-${p(d.getDate())}T${p(d.getHours())}:${p(d.getMinutes())}:00`;
+  });
+  await page.fill("#opens-at", inAnHour);
+  await page.click("#opening-form button[type=submit]");
+  await page.waitForFunction(() => /^[0-9a-f]{64}$/.test(document.getElementById("commitment")?.textContent ?? ""), null, { timeout: STEP });
+  await page.screenshot({ path: `${shots}/admin-opening-desktop.png`, fullPage: true });
+  console.log("COMMITMENT " + (await text(page, "#commitment")));
+
+  const csp = await page.evaluate(() => window.cspViolations);
+  check(csp.length === 0 && problems.length === 0, `problems: ${csp} ${problems.join("; ")}`);
+  await browser.close();
+  input.close();
+  console.log("CLOSED");
+} catch (e) {
+  await browser.close().catch(() => {});
+  fail(e);
+}
