@@ -2,8 +2,10 @@
 """The Kubernetes manifests' checks, without a cluster (deploy/kubernetes/check.sh runs them all).
 
   k8s.py sync              regenerate base/prometheusrule.yaml and base/dashboards/ from docker/
-  k8s.py drift             fail when they differ from docker/ (rules identical, dashboards equal)
-  k8s.py render OVERLAY    the overlay as `kubectl kustomize` renders it (YAML on stdout)
+  k8s.py drift             fail when they differ from docker/ (rules identical, dashboards equal),
+                           or when the ACL users grant less than docs/cluster-tls-acl.md
+  k8s.py render OVERLAY    the overlay as `kubectl kustomize` renders it (YAML on stdout);
+                           OVERLAY+gate: with components/gate added to it
   k8s.py validate          every manifest and each rendered overlay, strictly against the
                            Kubernetes schemas (and the prometheus-operator CRDs)
   k8s.py selftest          the validator refuses bad manifests (unknown field, wrong type,
