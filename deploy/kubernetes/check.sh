@@ -97,8 +97,8 @@ fi
 
 echo "== image users"
 $k8s user-ids
-# Each overlay with the gate component: every workload there is.
-for overlay in in-cluster-valkey+gate managed-valkey+gate; do
+# Each overlay with every component: every workload there is.
+for overlay in in-cluster-valkey+gate+monitoring managed-valkey+gate+monitoring; do
   echo "== play kubelet: $overlay"
   t=$(date +%s)
   $k8s play "$overlay" --users "${SWARM_USERS:-300}"

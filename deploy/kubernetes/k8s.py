@@ -1,11 +1,13 @@
 #!/usr/bin/env python3
 """The Kubernetes manifests' checks, without a cluster (deploy/kubernetes/check.sh runs them all).
 
-  k8s.py sync              regenerate base/prometheusrule.yaml and base/dashboards/ from docker/
+  k8s.py sync              regenerate components/prometheus-operator/prometheusrule.yaml and
+                           base/dashboards/ from docker/
   k8s.py drift             fail when they differ from docker/ (rules identical, dashboards equal),
                            or when the ACL users grant less than docs/cluster-tls-acl.md
   k8s.py render OVERLAY    the overlay as `kubectl kustomize` renders it (YAML on stdout);
-                           OVERLAY+gate: with components/gate added to it
+                           OVERLAY+gate+monitoring: with components/gate and
+                           components/prometheus-operator added to it
   k8s.py validate          every manifest and each rendered overlay, strictly against the
                            Kubernetes schemas (and the prometheus-operator CRDs)
   k8s.py selftest          the validator refuses bad manifests (unknown field, wrong type,
@@ -26,13 +28,16 @@ import yaml
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(os.path.dirname(HERE))
 OVERLAYS = ["in-cluster-valkey", "managed-valkey"]
-# What is validated and played: each overlay, and each with the gate component.
-VARIANTS = [v for o in OVERLAYS for v in (o, o + "+gate")]
+# Optional components, added to an overlay by a suffix: OVERLAY+gate+monitoring.
+COMPONENTS = {"gate": "gate", "monitoring": "prometheus-operator"}
+# What is validated: each overlay alone and with every component; what is played: the
+# latter.
+VARIANTS = [v for o in OVERLAYS for v in (o, o + "+gate+monitoring")]
 # The Kubernetes release whose schemas the manifests are held to.
 KUBERNETES_VERSION = "1.37.0"
 ALERTS = os.path.join(ROOT, "docker", "prometheus", "alerts.yml")
 DASHBOARDS = os.path.join(ROOT, "docker", "grafana", "dashboards")
-RULE_FILE = os.path.join(HERE, "base", "prometheusrule.yaml")
+RULE_FILE = os.path.join(HERE, "components", "prometheus-operator", "prometheusrule.yaml")
 BASE_DASHBOARDS = os.path.join(HERE, "base", "dashboards")
 
 
@@ -94,7 +99,7 @@ def drift():
     if got["spec"]["groups"] != want:
         problems.append(f"{os.path.relpath(RULE_FILE, ROOT)} differs from docker/prometheus/alerts.yml")
     for overlay in OVERLAYS:
-        rules = [d for d in render(overlay) if d["kind"] == "PrometheusRule"]
+        rules = [d for d in render(overlay + "+monitoring") if d["kind"] == "PrometheusRule"]
         if len(rules) != 1 or rules[0]["spec"]["groups"] != want:
             problems.append(f"overlay {overlay}: its PrometheusRule differs from docker/prometheus/alerts.yml")
     # The dashboards: the same files, byte for byte, and in each overlay's ConfigMap.
@@ -119,7 +124,7 @@ def drift():
     if problems:
         fail("drift:\n  " + "\n  ".join(problems) + "\n  (run: python3 deploy/kubernetes/k8s.py sync)")
     print(f"drift: PrometheusRule == docker/prometheus/alerts.yml ({sum(len(g['rules']) for g in want)} rules), "
-          f"{len(dashboard_names())} dashboards equal, in base and both overlays; the ACL users grant at least "
+          f"{len(dashboard_names())} dashboards equal, in the files and both overlays; the ACL users grant at least "
           f"docs/cluster-tls-acl.md's rules")
 
 
@@ -188,19 +193,21 @@ def render_dir(path):
 
 
 def render(overlay):
-    """An overlay as applied; `OVERLAY+gate` is the overlay with components/gate added
-    to its kustomization (as docs/kubernetes.md says to), so that the overlay's own
-    patches reach the gate too."""
-    if not overlay.endswith("+gate"):
-        return render_dir(os.path.join(HERE, "overlays", overlay))
-    base = overlay[: -len("+gate")]
-    # A copy beside the overlay (the same relative paths), with the component.
-    tmp = os.path.join(HERE, "overlays", f".{base}-with-gate-{os.getpid()}")
+    """An overlay as applied; `OVERLAY+gate+monitoring` is the overlay with those
+    components (COMPONENTS) added to its kustomization, as docs/kubernetes.md says to
+    (inside it, so that the overlay's own patches reach them too)."""
+    base, *extra = overlay.split("+")
+    if not extra:
+        return render_dir(os.path.join(HERE, "overlays", base))
+    # A copy beside the overlay (the same relative paths), with the components.
+    tmp = os.path.join(HERE, "overlays", f".{base}-with-{'-'.join(extra)}-{os.getpid()}")
     if tmp not in _rendered:
         shutil.copytree(os.path.join(HERE, "overlays", base), tmp)
         try:
             with open(os.path.join(tmp, "kustomization.yaml"), "a") as f:
-                f.write("components:\n  - ../../components/gate\n")
+                f.write("components:\n")
+                for name in extra:
+                    f.write(f"  - ../../components/{COMPONENTS[name]}\n")
             render_dir(tmp)
         finally:
             shutil.rmtree(tmp, ignore_errors=True)
@@ -312,7 +319,7 @@ def validate():
 
 def selftest():
     """The validator must refuse what a strict API server would."""
-    docs = render("in-cluster-valkey")
+    docs = render("in-cluster-valkey+monitoring")
     deploy = next(d for d in docs if d["kind"] == "Deployment")
     sts = next(d for d in docs if d["kind"] == "StatefulSet")
     sm = next(d for d in docs if d["kind"] == "ServiceMonitor")
