@@ -81,7 +81,7 @@ pub fn last_forwarded_for(headers: &HeaderMap) -> Option<IpAddr> {
         return Some(ip);
     }
     let all = headers.get_all("x-forwarded-for");
-    let last = all.iter().filter_map(|v| v.to_str().ok()).last()?;
+    let last = all.iter().filter_map(|v| v.to_str().ok()).next_back()?;
     last.rsplit(',').next()?.trim().parse().ok()
 }
 

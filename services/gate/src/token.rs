@@ -367,7 +367,7 @@ mod tests {
     #[test]
     fn rotation_verifies_with_every_key_signs_with_the_first() {
         let (old, new) = (generate_ed25519_pkcs8(), p256());
-        let before = Keys::from_pkcs8(&[old.clone()]).unwrap();
+        let before = Keys::from_pkcs8(std::slice::from_ref(&old)).unwrap();
         let during = Keys::from_pkcs8(&[new, old]).unwrap();
         assert_eq!(during.verify(&before.sign(&claims())), Ok(claims()));
         assert_eq!(during.signing_alg(), Alg::ES256);

@@ -30,6 +30,7 @@ both_backends!(
     forward_auth_conventions,
     websocket_and_upload_through_the_proxy,
     valkey_away_admitted_pass_claims_503_then_fail_open,
+    two_instances_share_only_valkey,
 );
 
 fn now_s() -> u64 {
@@ -494,3 +495,76 @@ try:
 except jwt.InvalidTokenError:
     print("refused")
 "#;
+
+/// Two gate instances share nothing but Valkey: a person admitted at one is admitted
+/// at the other (same keys), and leaving at one ends access at the other within a tick.
+async fn two_instances_share_only_valkey(b: Backend) {
+    let s = ValkeyServer::start(b);
+    let qc = queue_client(&s).await;
+    let dir = tempfile::tempdir().unwrap();
+    let key = key_file(dir.path(), "k.pem");
+    let app = Upstream::start().await;
+    let one = Gate::start(config(&s, Some(app.addr), &key)).await;
+    let two = Gate::start(config(&s, Some(app.addr), &key)).await;
+    let cookie = claim(&one, "drop", &ticket(&qc, "drop", "u-1").await).await;
+    assert_eq!(browse(&two, "/checkout", Some(&cookie)).await.text().await.unwrap(), "app:u-1");
+    // Seen at both for a few ticks: both renew, neither ends it.
+    for _ in 0..3 {
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        assert_eq!(browse(&two, "/checkout", Some(&cookie)).await.status(), 200);
+        assert_eq!(browse(&one, "/checkout", Some(&cookie)).await.status(), 200);
+    }
+    let r = client().get(one.url("/gate/leave?queue=drop")).header("cookie", &cookie).send().await.unwrap();
+    let body: serde_json::Value = r.json().await.unwrap();
+    assert_eq!(body["left"], true);
+    let ended = eventually(Duration::from_millis(1000), async || {
+        browse(&two, "/checkout", Some(&cookie)).await.status() == 302
+    })
+    .await;
+    assert!(ended, "the other instance ends access within a tick or so");
+    one.stop().await;
+    two.stop().await;
+}
+
+/// Admitted requests make no Valkey call: over many requests from many people the
+/// server processes only the heartbeats (one per queue per tick).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn admitted_requests_make_no_valkey_calls() {
+    let s = ValkeyServer::start(Backend::Module);
+    let qc = queue_client(&s).await;
+    let dir = tempfile::tempdir().unwrap();
+    let app = Upstream::start().await;
+    let gate = Gate::start(config(&s, Some(app.addr), &key_file(dir.path(), "k.pem"))).await;
+    let mut cookies = Vec::new();
+    for i in 0..20 {
+        cookies.push(claim(&gate, "drop", &ticket(&qc, "drop", &format!("u-{i}")).await).await);
+    }
+    let mut admin = s.conn();
+    let processed = |admin: &mut redis::Connection| -> u64 {
+        let info: String = redis::cmd("INFO").arg("stats").query(admin).unwrap();
+        info.lines().find_map(|l| l.strip_prefix("total_commands_processed:")?.trim().parse().ok()).unwrap()
+    };
+    let heartbeats = async || -> u64 {
+        let text = client().get(gate.url("/gate/metrics")).send().await.unwrap().text().await.unwrap();
+        text.lines().find_map(|l| l.strip_prefix("gate_heartbeat_calls_total ")?.trim().parse().ok()).unwrap_or(0)
+    };
+    let (calls_before, beats_before) = (processed(&mut admin), heartbeats().await);
+    let started = std::time::Instant::now();
+    let mut served = 0;
+    while started.elapsed() < Duration::from_millis(1200) {
+        for c in &cookies {
+            assert_eq!(browse(&gate, "/checkout", Some(c)).await.status(), 200);
+            served += 1;
+        }
+    }
+    let beats = heartbeats().await - beats_before;
+    // The INFO call that reads the counter counts itself.
+    let calls = processed(&mut admin) - calls_before - 1;
+    let ticks = started.elapsed().as_millis() as u64 / 200 + 2;
+    println!("{served} admitted requests, {calls} Valkey commands, {beats} heartbeats");
+    assert!(served > 100);
+    // (One heartbeat may be counted by the gate and not yet by the server, or the other way.)
+    assert!(calls <= beats + 1 && beats <= calls + 1, "nothing but heartbeats reached Valkey");
+    assert!(beats <= ticks, "one heartbeat per queue per tick for all 20 people: {beats} in {ticks} ticks");
+    gate.stop().await;
+}
