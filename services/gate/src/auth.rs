@@ -101,3 +101,8 @@ pub async fn healthz(State(gate): State<Arc<Gate>>) -> Response {
     let status = if up { StatusCode::OK } else { StatusCode::SERVICE_UNAVAILABLE };
     (status, axum::Json(body)).into_response()
 }
+
+/// Any other path under `/gate/`.
+pub async fn not_found(req: Request) -> Response {
+    answer::error(StatusCode::NOT_FOUND, "not_found", "No such page of the waiting room's gate.", req.headers())
+}

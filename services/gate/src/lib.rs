@@ -123,7 +123,12 @@ pub fn app(gate: Arc<Gate>) -> Router {
     // The gate's own answers are bounded by --request-timeout; proxied requests by
     // --upstream-timeout (an upload may take longer than the gate's own requests).
     let own = service_kit::http::with_request_timeout(own, limit);
-    let room = Router::new().route("/gate/room", any(proxy::room)).route("/gate/room/{*rest}", any(proxy::room));
+    let room = Router::new()
+        .route("/gate/room", any(proxy::room))
+        .route("/gate/room/", any(proxy::room))
+        .route("/gate/room/{*rest}", any(proxy::room))
+        // The rest of /gate/ is the gate's, never the app's.
+        .route("/gate/{*rest}", any(auth::not_found));
     let router = own.merge(room);
     let router = if gate.config.upstream.is_some() { router.fallback(proxy::forward) } else { router };
     gate.metrics.registry.track_http(router.with_state(gate.clone()))

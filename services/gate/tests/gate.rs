@@ -97,6 +97,33 @@ async fn claim_once_then_admitted_through_the_proxy(b: Backend) {
     gate.stop().await;
 }
 
+/// The waiting room same-origin: /gate/room/* is queue-api's /* (here the logging
+/// app stands in for queue-api); the rest of /gate/ never reaches the app.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn waiting_room_served_under_gate_room() {
+    let s = ValkeyServer::start(Backend::Module);
+    let dir = tempfile::tempdir().unwrap();
+    let app = Upstream::start().await;
+    let api = Upstream::start().await;
+    let mut c = config(&s, Some(app.addr), &key_file(dir.path(), "k.pem"));
+    c.queue_api = Some(format!("http://{}", api.addr).parse().unwrap());
+    let gate = Gate::start(c).await;
+    for (asked, served) in [
+        ("/gate/room/?queue=drop&return=%2Fcheckout", "/?queue=drop&return=%2Fcheckout"),
+        ("/gate/room/api/queue/status?queue=drop&userId=u", "/api/queue/status?queue=drop&userId=u"),
+        ("/gate/room/app.js", "/app.js"),
+    ] {
+        let r = client().get(gate.url(asked)).send().await.unwrap();
+        assert_eq!(r.status(), 200, "{asked}");
+        assert_eq!(api.seen().last().unwrap().path, served);
+    }
+    let r = client().get(gate.url("/gate/room?queue=drop")).send().await.unwrap();
+    assert_eq!((r.status().as_u16(), r.headers()["location"].to_str().unwrap()), (301, "/gate/room/?queue=drop"));
+    assert_eq!(client().get(gate.url("/gate/other")).send().await.unwrap().status(), 404);
+    assert!(app.seen().is_empty(), "nothing under /gate/ reached the app");
+    gate.stop().await;
+}
+
 async fn refused_tokens(b: Backend) {
     let s = ValkeyServer::start(b);
     let dir = tempfile::tempdir().unwrap();
