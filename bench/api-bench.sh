@@ -24,12 +24,9 @@ if [ "$(ulimit -n)" != unlimited ] && [ "$STREAMS" -gt "$(( $(ulimit -n) - 1000 
 fi
 cd "$root"
 cargo build --release -q -p valkey-queue -p queue-api --bins --examples
-port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'; }
-dir=$(mktemp -d); vport=$(port); aport=$(port)
-valkey-server --port "$vport" --bind 127.0.0.1 --save '' --dir "$dir" --logfile "$dir/valkey.log" \
-  --loadmodule "$root/target/release/libvalkey_queue.so" & vpid=$!
-trap 'kill $vpid ${apid:-} 2>/dev/null; wait 2>/dev/null; rm -rf "$dir"' EXIT
-for _ in $(seq 100); do valkey-cli -p "$vport" ping >/dev/null 2>&1 && break; sleep 0.1; done
+. "$root/bench/lib/valkey.sh"
+trap 'kill ${vpid:-} ${apid:-} 2>/dev/null; wait 2>/dev/null; rm -rf "${dir:-}"' EXIT
+start_valkey; aport=$(port)
 RUST_LOG=warn "$root/target/release/queue-api" --valkey-url "redis://127.0.0.1:$vport/" --listen "127.0.0.1:$aport" \
   --rate-limit 0 --bench-routes --max-streams "$STREAMS" --max-streams-per-addr 0 & apid=$!
 api="http://127.0.0.1:$aport"

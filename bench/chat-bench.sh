@@ -20,12 +20,9 @@ fi
 cd "$root"
 [ -f target/release/libvalkey_queue.so ] || cargo build --release -q -p valkey-queue
 cargo build --release -q -p chat-server --bins --examples
-port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'; }
-dir=$(mktemp -d); vport=$(port); cport=$(port)
-valkey-server --port "$vport" --bind 127.0.0.1 --save '' --dir "$dir" --logfile "$dir/valkey.log" \
-  --loadmodule "$root/target/release/libvalkey_queue.so" & vpid=$!
-trap 'kill $vpid ${cpid:-} 2>/dev/null; wait 2>/dev/null; rm -rf "$dir"' EXIT
-for _ in $(seq 100); do valkey-cli -p "$vport" ping >/dev/null 2>&1 && break; sleep 0.1; done
+. "$root/bench/lib/valkey.sh"
+trap 'kill ${vpid:-} ${cpid:-} 2>/dev/null; wait 2>/dev/null; rm -rf "${dir:-}"' EXIT
+start_valkey; cport=$(port)
 url="redis://127.0.0.1:$vport/"
 # Sessions must not idle out while the bench runs.
 RUST_LOG=warn "$root/target/release/chat-server" --valkey-url "$url" --listen "127.0.0.1:$cport" \

@@ -16,7 +16,7 @@ set -euo pipefail
 root="$(cd "$(dirname "$0")/.." && pwd)"
 ROUNDS=${ROUNDS:-3}; USERS=${USERS:-2000}; RATE=${RATE:-40}; SOFT_CAP=${SOFT_CAP:-200}; STAY=${STAY:-10}
 BACKEND=${BACKEND:-}
-port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'; }
+. "$root/bench/lib/valkey.sh"
 out=$(mktemp -d)
 trap 'rm -rf "$out"' EXIT
 status=0

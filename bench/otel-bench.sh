@@ -14,12 +14,10 @@ ROUNDS=${ROUNDS:-5}; DURATION=${DURATION:-5}
 command -v wrk >/dev/null || { apt-get install -y -qq wrk >/dev/null 2>&1 || sudo apt-get install -y -qq wrk >/dev/null; }
 cd "$root"
 cargo build --release -q -p valkey-queue -p queue-api --bins
-port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'; }
-dir=$(mktemp -d); vport=$(port); plain=$(port); traced=$(port); sampled=$(port); sink=$(port)
+. "$root/bench/lib/valkey.sh"
 pids=()
-trap 'kill "${pids[@]}" 2>/dev/null; wait 2>/dev/null; rm -rf "$dir"' EXIT
-valkey-server --port "$vport" --bind 127.0.0.1 --save '' --dir "$dir" --logfile "$dir/valkey.log" \
-  --loadmodule "$root/target/release/libvalkey_queue.so" & pids+=($!)
+trap 'kill ${vpid:-} "${pids[@]}" 2>/dev/null; wait 2>/dev/null; rm -rf "${dir:-}"' EXIT
+start_valkey; plain=$(port); traced=$(port); sampled=$(port); sink=$(port)
 # The sink: an OTLP/HTTP endpoint that reads each request and answers 200.
 python3 - "$sink" <<'PY' & pids+=($!)
 import sys
@@ -34,7 +32,6 @@ class H(BaseHTTPRequestHandler):
 ThreadingHTTPServer(("127.0.0.1", int(sys.argv[1])), H).serve_forever()
 PY
 sink_pid=$!
-for _ in $(seq 100); do valkey-cli -p "$vport" ping >/dev/null 2>&1 && break; sleep 0.1; done
 api() { RUST_LOG=warn "$root/target/release/queue-api" --valkey-url "redis://127.0.0.1:$vport/" --listen "127.0.0.1:$1" \
   --rate-limit 0 & pids+=($!); }
 OTEL_EXPORTER_OTLP_ENDPOINT= api "$plain"; plain_pid=$!

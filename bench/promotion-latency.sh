@@ -17,7 +17,7 @@ set -euo pipefail
 root="$(cd "$(dirname "$0")/.." && pwd)"
 USERS=${USERS:-2000}; RATE=${RATE:-200}; SOFT_CAP=${SOFT_CAP:-100}; STAY=${STAY:-2}
 POLLING=${POLLING:-0}; ABANDON=${ABANDON:-0}; BACKEND=${BACKEND:-}
-port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'; }
+. "$root/bench/lib/valkey.sh"
 export VALKEY_PORT=$(port) API_PORT=$(port) CHAT_PORT=$(port) MANAGER_PORT=$(port)
 log=$(mktemp)
 # shellcheck disable=SC2086

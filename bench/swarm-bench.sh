@@ -14,7 +14,7 @@ set -euo pipefail
 root="$(cd "$(dirname "$0")/.." && pwd)"
 USERS=${USERS:-10000}; RATE=${RATE:-500}; SOFT_CAP=${SOFT_CAP:-500}; STAY=${STAY:-2}
 ulimit -n 1048576 2>/dev/null || ulimit -n "$(ulimit -Hn)"
-port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'; }
+. "$root/bench/lib/valkey.sh"
 export VALKEY_PORT=$(port) API_PORT=$(port) CHAT_PORT=$(port) MANAGER_PORT=$(port)
 log=$(mktemp)
 bash "$root/scripts/run-local.sh" --soft-cap "$SOFT_CAP" >"$log" 2>&1 & stack=$!

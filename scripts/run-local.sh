@@ -41,7 +41,8 @@ load=()
 valkey-server --port "$VALKEY_PORT" --bind 127.0.0.1 --dir "$run_dir" --save '' --appendonly yes \
   --logfile "$run_dir/valkey.log" "${load[@]}" &
 pids+=($!)
-for _ in $(seq 100); do valkey-cli -p "$VALKEY_PORT" ping >/dev/null 2>&1 && break; sleep 0.1; done
+. "$root/bench/lib/valkey.sh"
+wait_valkey "$VALKEY_PORT" || true
 [ "$backend" = lua ] && bash "$root/scripts/load-lua.sh" -p "$VALKEY_PORT" >/dev/null
 url="redis://127.0.0.1:$VALKEY_PORT/"
 cli=(valkey-cli -p "$VALKEY_PORT")

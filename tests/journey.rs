@@ -158,12 +158,12 @@ async fn join_waits_its_turn_then_chats_from_stdin(backend: Backend) {
     assert_eq!(first.status, Status::Promoted);
     let first_ws = admit(&stack, first.ticket_id.as_deref().unwrap()).await;
 
-    let (mut child, mut out) = stack.join("alice", &[]);
+    let (mut child, mut out) = e2e::join(&stack, "alice", &[]);
     out.expect("entered", |l| l.starts_with("entered default as alice")).await;
     out.expect("waiting at rank 1", |l| l.starts_with("waiting: rank 1")).await;
 
     // dave queues behind alice and changes his mind: Ctrl+C gives his place back.
-    let (mut dave, mut dave_out) = stack.join("dave", &[]);
+    let (mut dave, mut dave_out) = e2e::join(&stack, "dave", &[]);
     dave_out.expect("waiting at rank 2", |l| l.starts_with("waiting: rank 2")).await;
     let pid = dave.id().expect("dave runs").to_string();
     assert!(std::process::Command::new("kill").args(["-INT", &pid]).status().unwrap().success());
@@ -223,7 +223,7 @@ async fn a_waiting_client_keeps_its_place_through_a_queue_api_crash(backend: Bac
     let mut stack = Stack::start(backend, StackOptions { soft_cap: 1, ..Default::default() }).await;
     let holder = person(&stack, 1).enter("holder").await.unwrap();
     assert_eq!(holder.status, Status::Promoted);
-    let (mut child, mut out) = stack.join("carol", &["--poll-secs", "0.2"]);
+    let (mut child, mut out) = e2e::join(&stack, "carol", &["--poll-secs", "0.2"]);
     out.expect("waiting at rank 1", |l| l.starts_with("waiting: rank 1")).await;
 
     // queue-api dies under the open push stream and comes back: the client polls meanwhile.

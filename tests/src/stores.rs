@@ -1,15 +1,9 @@
-//! The three services over any store: a cluster (`--cluster`, seed nodes) or a
-//! TLS-only server (`rediss://`, a private CA, a client certificate), given as the
-//! common Valkey flags every service takes.
+//! The three services over any store (testkit's [`Services`]: a cluster, a TLS-only
+//! server), and `queue-cli swarm` run through them with its audits.
 
-use crate::{spawn, Service, StackOptions, ADMIN_TOKEN};
+use crate::ADMIN_TOKEN;
 
-/// queue-api, queue-manager and chat-server started with the same Valkey flags.
-pub struct Services {
-    pub api: Service,
-    pub chat: Service,
-    pub manager: Service,
-}
+pub use testkit::stack::Services;
 
 /// `queue-cli swarm`'s audits that must be zero.
 pub const ZERO_AUDITS: [&str; 9] = [
@@ -23,49 +17,6 @@ pub const ZERO_AUDITS: [&str; 9] = [
     "dropped",
     "claim_refused",
 ];
-
-impl Services {
-    /// Starts the three services with `valkey` (e.g. `--valkey-url a,b,c --cluster`),
-    /// the manager serving `queues`, and waits until each is ready.
-    pub async fn start(valkey: &[String], queues: &[String], opts: &StackOptions) -> Services {
-        Services::start_each([valkey.to_vec(), valkey.to_vec(), valkey.to_vec()], queues, opts).await
-    }
-
-    /// Starts the services each with its own Valkey flags: chat-server's,
-    /// queue-manager's and queue-api's, in that order.
-    pub async fn start_each(valkey: [Vec<String>; 3], queues: &[String], opts: &StackOptions) -> Services {
-        let [chat_flags, manager_flags, api_flags] = valkey;
-        let s = |v: &str| v.to_string();
-        let chat = spawn("chat-server", &[chat_flags, vec![s("--queue"), queues[0].clone()]].concat(), |h| {
-            h["valkey"] == "up" && h["room"] == "up"
-        })
-        .await;
-        let manager_args =
-            [manager_flags, vec![s("--queues"), queues.join(","), s("--tick"), format!("{}ms", opts.manager_tick_ms)]]
-                .concat();
-        let manager = spawn("queue-manager", &manager_args, |h| h["leader"] == true).await;
-        let api_args = [
-            api_flags,
-            vec![
-                s("--chat-url"),
-                chat.url(),
-                s("--admin-token"),
-                s(ADMIN_TOKEN),
-                s("--trust-proxy"),
-                s("--push-tick"),
-                format!("{}ms", opts.push_tick_ms),
-            ],
-        ]
-        .concat();
-        let api = spawn("queue-api", &api_args, |h| h["valkey"] == "up").await;
-        Services { api, chat, manager }
-    }
-
-    /// Whether every service process is still running.
-    pub fn all_running(&mut self) -> bool {
-        [&mut self.api, &mut self.chat, &mut self.manager].iter_mut().all(|s| s.child.try_wait().unwrap().is_none())
-    }
-}
 
 /// Runs `queue-cli swarm` against `services` on `queue`; exit status, JSON report, stderr.
 pub async fn swarm(services: &Services, queue: &str, extra: &[&str]) -> (Option<i32>, serde_json::Value, String) {

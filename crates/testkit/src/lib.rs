@@ -1,8 +1,12 @@
 //! Test harness: real `valkey-server` child processes (never daemonized) on free
 //! loopback ports in temp dirs, with the queue module loaded or the Lua library
-//! installed, stopped when the guard drops. Polls with deadlines; never sleeps blindly.
+//! installed, stopped when the guard drops; the services as child processes
+//! ([`process`]) and the whole stack ([`stack`]). Polls with deadlines; never sleeps
+//! blindly.
 
 pub mod cluster;
+pub mod process;
+pub mod stack;
 pub mod tls;
 
 use redis::{Connection, Value};
@@ -166,6 +170,7 @@ pub fn server_binary() -> String {
     std::env::var("VALKEY_SERVER").unwrap_or_else(|_| "valkey-server".into())
 }
 
+/// A loopback port free at the time of asking (taken by whoever binds it first).
 pub fn free_port() -> u16 {
     TcpListener::bind("127.0.0.1:0").expect("bind").local_addr().unwrap().port()
 }
@@ -578,9 +583,20 @@ impl Client {
 }
 
 /// Defines each named test `fn name(backend: Backend)` once per backend, as
-/// `module::name` and `lua::name`: one suite, two backends.
+/// `module::name` and `lua::name`: one suite, two backends. With `async` first, each
+/// is an `async fn` run on a two-thread tokio runtime.
 #[macro_export]
 macro_rules! backend_tests {
+    (async $($name:ident),* $(,)?) => {
+        mod module {
+            $( #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+               async fn $name() { super::$name($crate::Backend::Module).await } )*
+        }
+        mod lua {
+            $( #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+               async fn $name() { super::$name($crate::Backend::Lua).await } )*
+        }
+    };
     ($($name:ident),* $(,)?) => {
         mod module {
             $( #[test] fn $name() { super::$name($crate::Backend::Module) } )*

@@ -54,27 +54,22 @@ fn served(state: &AppState) -> BTreeSet<String> {
 
 /// Publishes a reading every `health_interval` until shutdown.
 pub async fn signal_loop(state: Arc<AppState>) {
-    let mut shutdown = state.shutdown.clone();
-    let mut tick = tokio::time::interval(state.config.health_interval);
-    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-    loop {
-        tokio::select! {
-            _ = tick.tick() => {}
-            _ = crate::stopped(&mut shutdown) => return,
-        }
-        let Some(client) = state.store.client().await else { continue };
+    let state = &state;
+    crate::every_tick(state, state.config.health_interval, || async move {
+        let Some(client) = state.store.client().await else { return };
         let reading = Reading {
             load: state.rooms.local_sessions() as f64 / state.config.capacity as f64,
             latency_ms: state.latency.take(),
             expires_at_ms: now_ms() + state.config.health_ttl.as_millis() as u64,
         };
         let value = serde_json::to_string(&reading).expect("a reading serializes");
-        for queue in served(&state) {
+        for queue in served(state) {
             if let Err(e) = client.set_health(&queue, &state.instance_id, &value).await {
                 tracing::debug!(queue, error = %e, "health signal not written");
             }
         }
-    }
+    })
+    .await;
 }
 
 /// Removes this instance's readings (clean shutdown).

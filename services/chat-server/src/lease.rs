@@ -62,15 +62,9 @@ impl Drop for LeaseGuard {
 /// the sessions whose lease is gone (1008, without SESSION.END: there is nothing to
 /// end).
 pub async fn heartbeat_loop(state: Arc<AppState>) {
-    let mut shutdown = state.shutdown.clone();
-    let mut tick = tokio::time::interval(state.config.heartbeat);
-    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-    loop {
-        tokio::select! {
-            _ = tick.tick() => {}
-            _ = crate::stopped(&mut shutdown) => return,
-        }
-        let Some(client) = state.store.client().await else { continue };
+    let state = &state;
+    crate::every_tick(state, state.config.heartbeat, || async move {
+        let Some(client) = state.store.client().await else { return };
         for (queue, users) in state.rooms.users() {
             for batch in users.chunks(HEARTBEAT_BATCH) {
                 let started = Instant::now();
@@ -87,5 +81,6 @@ pub async fn heartbeat_loop(state: Arc<AppState>) {
                 }
             }
         }
-    }
+    })
+    .await;
 }

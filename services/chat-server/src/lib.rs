@@ -84,6 +84,25 @@ impl Drop for Tracked {
     }
 }
 
+/// Runs `step` every `period` until the shutdown flag is up; a late tick is not
+/// caught up (the next one waits a whole period).
+pub async fn every_tick<F, Fut>(state: &AppState, period: Duration, mut step: F)
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = ()>,
+{
+    let mut shutdown = state.shutdown.clone();
+    let mut tick = tokio::time::interval(period);
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        tokio::select! {
+            _ = tick.tick() => {}
+            _ = stopped(&mut shutdown) => return,
+        }
+        step().await;
+    }
+}
+
 /// Resolves once the shutdown flag is up (at once if it is already).
 pub async fn stopped(flag: &mut watch::Receiver<bool>) {
     let _ = flag.wait_for(|s| *s).await;

@@ -32,15 +32,8 @@ pub async fn snapshot(client: &QueueClient, queue: &str, now_ms: u64) -> Result<
 /// who left. A crowd of N arriving together then costs each socket a few frames per
 /// tick instead of one per arrival (N² in all). Runs until the shutdown flag is up.
 pub async fn tell_loop(state: Arc<AppState>) {
-    let mut shutdown = state.shutdown.clone();
-    let mut tick = tokio::time::interval(state.config.presence_tick);
-    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-    loop {
-        tokio::select! {
-            _ = tick.tick() => tell(&state).await,
-            _ = crate::stopped(&mut shutdown) => return,
-        }
-    }
+    let state = &state;
+    crate::every_tick(state, state.config.presence_tick, || tell(state)).await;
 }
 
 /// Publishes the changes noted since the last call.

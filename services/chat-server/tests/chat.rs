@@ -9,18 +9,7 @@ use serde_json::{json, Value};
 use std::time::Duration;
 use testkit::{Backend, ValkeyServer};
 
-macro_rules! both_backends {
-    ($($name:ident),* $(,)?) => {
-        mod module {
-            $( #[tokio::test(flavor = "multi_thread", worker_threads = 2)] async fn $name() { super::$name(testkit::Backend::Module).await } )*
-        }
-        mod lua {
-            $( #[tokio::test(flavor = "multi_thread", worker_threads = 2)] async fn $name() { super::$name(testkit::Backend::Lua).await } )*
-        }
-    };
-}
-
-both_backends!(every_handshake_outcome, chat_is_broadcast_with_joins_and_leaves);
+testkit::backend_tests!(async every_handshake_outcome, chat_is_broadcast_with_joins_and_leaves);
 
 fn is_iso_millis(ts: &Value) -> bool {
     let s = ts.as_str().unwrap_or_default();

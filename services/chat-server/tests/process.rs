@@ -21,8 +21,7 @@ async fn kill_9_leaks_nothing_because_leases_lapse() {
     a.say("still here").await;
     a.wait_for("MESSAGE_RECEIVE", |p| p["message"] == "still here").await;
 
-    p.child.kill().unwrap(); // SIGKILL: no close, no SESSION.END
-    p.child.wait().unwrap();
+    p.kill9(); // SIGKILL: no close, no SESSION.END
     a.dropped().await;
     let killed = Instant::now();
     let info = wait_active(&qc, "default", 0).await;
@@ -43,7 +42,7 @@ async fn sigterm_closes_sockets_and_ends_every_lease() {
     let (mut b, _) = Client::join(&game_url(&p.ws(), &ticket(&qc, "default", "u-b", "bob").await, None)).await;
     assert_eq!(qc.info("default").await.unwrap().active, 2);
 
-    p.signal("-TERM");
+    p.signal("TERM");
     assert_eq!(a.closed().await, (1001, "server shutting down".to_string()));
     assert_eq!(b.closed().await, (1001, "server shutting down".to_string()));
     assert!(p.exited().await.success());

@@ -546,7 +546,7 @@ async fn chat_server_survives_hostile_websocket_clients() {
         "error",
     )
     .await;
-    let port = p.port;
+    let port = p.0.port;
     let ws_base = p.ws();
 
     // The good sessions: connected first, chatting throughout.
@@ -620,7 +620,7 @@ async fn chat_server_survives_hostile_websocket_clients() {
 
     // Memory, sampled throughout.
     let peak = Arc::new(Mutex::new(rss_before));
-    let pid = p.child.id();
+    let pid = p.pid();
     let sampler = {
         let (peak, stop) = (peak.clone(), stop.clone());
         tokio::spawn(async move {

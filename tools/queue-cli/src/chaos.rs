@@ -28,9 +28,10 @@ use rand::seq::SliceRandom;
 use rand::{Rng, SeedableRng};
 use std::collections::{BTreeMap, HashMap};
 use std::path::PathBuf;
-use std::process::{Child, Command, Stdio};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
+use testkit::free_port;
+use testkit::process::Proc;
 
 /// What a chaos run does; see `queue-cli chaos --help`.
 #[derive(Debug, Clone)]
@@ -141,54 +142,8 @@ pub fn schedule(
 
 // ---------------------------------------------------------------- processes
 
-/// One child process, restartable with the same command line.
-struct Proc {
-    name: String,
-    program: PathBuf,
-    args: Vec<String>,
-    log: PathBuf,
-    child: Option<Child>,
-}
-
-impl Proc {
-    fn new(name: &str, program: impl Into<PathBuf>, args: Vec<String>, dir: &std::path::Path) -> Proc {
-        Proc { name: name.into(), program: program.into(), args, log: dir.join(format!("{name}.log")), child: None }
-    }
-
-    fn spawn(&mut self) -> Result<(), String> {
-        let open = || std::fs::OpenOptions::new().create(true).append(true).open(&self.log);
-        let (out, err) = (open(), open());
-        let (out, err) = (out.map_err(|e| e.to_string())?, err.map_err(|e| e.to_string())?);
-        let child = Command::new(&self.program)
-            .args(&self.args)
-            .stdin(Stdio::null())
-            .stdout(out)
-            .stderr(err)
-            .spawn()
-            .map_err(|e| format!("starting {} ({}): {e}", self.name, self.program.display()))?;
-        self.child = Some(child);
-        Ok(())
-    }
-
-    fn kill9(&mut self) {
-        if let Some(mut c) = self.child.take() {
-            let _ = c.kill();
-            let _ = c.wait();
-        }
-    }
-
-    fn signal(&self, sig: &str) -> bool {
-        let Some(pid) = self.child.as_ref().map(Child::id) else { return false };
-        // The shell's own kill: no procps needed.
-        Command::new("sh").arg("-c").arg(format!("kill -{sig} {pid}")).status().is_ok_and(|s| s.success())
-    }
-
-    /// Whether the process has exited by itself.
-    fn exited(&mut self) -> bool {
-        self.child.as_mut().is_some_and(|c| c.try_wait().ok().flatten().is_some())
-    }
-}
-
+/// The stack: each part a testkit [`Proc`] (a restartable child process logging into
+/// the run's directory) on a port chosen up front, so that a restart reuses it.
 struct Stack {
     dir: PathBuf,
     keep_dir: bool,
@@ -217,11 +172,6 @@ impl Drop for Stack {
             let _ = std::fs::remove_dir_all(&self.dir);
         }
     }
-}
-
-fn free_port() -> Result<u16, String> {
-    let l = std::net::TcpListener::bind("127.0.0.1:0").map_err(|e| format!("no free port: {e}"))?;
-    Ok(l.local_addr().map_err(|e| e.to_string())?.port())
 }
 
 fn valkey_args(cfg: &ChaosConfig, port: u16, dir: &std::path::Path, fsync: Fsync) -> Vec<String> {
@@ -255,8 +205,8 @@ impl Stack {
         let stamp = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap_or_default().as_nanos();
         let dir = std::env::temp_dir().join(format!("queue-chaos-{}-{stamp}", std::process::id()));
         std::fs::create_dir_all(&dir).map_err(|e| format!("creating {}: {e}", dir.display()))?;
-        let (vp, ap, cp) = (free_port()?, free_port()?, free_port()?);
-        let mp = [free_port()?, free_port()?];
+        let (vp, ap, cp) = (free_port(), free_port(), free_port());
+        let mp = [free_port(), free_port()];
         let url = format!("redis://127.0.0.1:{vp}/");
         let bin = |n: &str| cfg.bin_dir.join(n);
         let s = |v: &[&str]| v.iter().map(|s| s.to_string()).collect::<Vec<_>>();

@@ -1,5 +1,5 @@
 //! Helpers shared by the chat-server tests: a chat-server in this process or as a
-//! child process, WebSocket clients over real loopback sockets, bounded polls.
+//! child process (testkit's harness), WebSocket clients over real loopback sockets, bounded polls.
 
 #![allow(dead_code)]
 
@@ -7,8 +7,8 @@ use futures_util::{SinkExt, StreamExt};
 use queue_client::QueueClient;
 use serde_json::{json, Value};
 use std::future::Future;
-use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
+use testkit::process::Service;
 use testkit::ValkeyServer;
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::oneshot;
@@ -236,68 +236,47 @@ pub async fn wait_active(qc: &QueueClient, queue: &str, active: u64) -> queue_cl
     .await
 }
 
-/// A loopback port free at the time of asking.
-pub fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
-}
-
-/// The real `chat-server` binary as a child process (killed on drop).
-pub struct Process {
-    pub child: Child,
-    pub port: u16,
-}
+/// The real `chat-server` binary as a child process (testkit's [`Service`]: killed on
+/// drop, its log printed when the test fails).
+pub struct Process(pub Service);
 
 impl Process {
     /// Starts it on a free loopback port with `RUST_LOG=rust_log` and waits until it
     /// has Valkey and its room feed.
     pub async fn start(valkey_url: &str, extra: &[&str], rust_log: &str) -> Process {
-        // A port free now may be taken before the child binds it: try a few.
-        for _ in 0..5 {
-            let port = free_port();
-            let child = Command::new(env!("CARGO_BIN_EXE_chat-server"))
-                .args(["--valkey-url", valkey_url, "--listen", &format!("127.0.0.1:{port}")])
-                .args(extra)
-                .env("RUST_LOG", rust_log)
-                .stdin(Stdio::null())
-                .stdout(Stdio::null())
-                .spawn()
-                .expect("start chat-server");
-            let mut p = Process { child, port };
-            let base = p.base();
-            let deadline = Instant::now() + WAIT;
-            while Instant::now() < deadline && p.child.try_wait().unwrap().is_none() {
-                let ready = async {
-                    let h: Value = reqwest::get(format!("{base}/healthz")).await.ok()?.json().await.ok()?;
-                    (h["valkey"] == "up" && h["room"] == "up").then_some(())
-                };
-                if ready.await.is_some() {
-                    return p;
-                }
-                tokio::time::sleep(Duration::from_millis(50)).await;
-            }
-            let _ = p.child.kill();
-            let _ = p.child.wait();
-        }
-        panic!("chat-server did not come up");
+        let mut args = vec!["--valkey-url".to_string(), valkey_url.to_string()];
+        args.extend(extra.iter().map(|a| a.to_string()));
+        let ready: testkit::process::Ready = |h| h["valkey"] == "up" && h["room"] == "up";
+        Process(Service::start_with("chat-server", &args, &[("RUST_LOG", rust_log)], ready).await)
     }
 
     pub fn base(&self) -> String {
-        format!("http://127.0.0.1:{}", self.port)
+        self.0.url()
     }
 
     pub fn ws(&self) -> String {
-        format!("ws://127.0.0.1:{}", self.port)
+        self.0.ws()
     }
 
+    /// Sends `sig` (`TERM`, `KILL`, ...).
     pub fn signal(&self, sig: &str) {
-        let ok = Command::new("kill").args([sig, &self.child.id().to_string()]).status().unwrap().success();
-        assert!(ok, "kill {sig}");
+        assert!(self.0.proc.signal(sig), "kill -{sig}");
+    }
+
+    /// Kills it abruptly (SIGKILL): no close frames, no SESSION.END.
+    pub fn kill9(&mut self) {
+        self.0.proc.kill9();
+    }
+
+    pub fn pid(&self) -> u32 {
+        self.0.proc.pid().expect("running")
     }
 
     /// Waits for the process to exit; its status.
     pub async fn exited(&mut self) -> std::process::ExitStatus {
+        let proc_ = &mut self.0.proc;
         eventually("chat-server to exit", || {
-            let s = self.child.try_wait().unwrap();
+            let s = proc_.wait_exit(Duration::ZERO);
             async move { s }
         })
         .await
@@ -305,12 +284,12 @@ impl Process {
 
     /// Whether it still runs.
     pub fn alive(&mut self) -> bool {
-        self.child.try_wait().unwrap().is_none()
+        self.0.proc.alive()
     }
 
     /// (VmRSS, VmHWM) in KiB.
     pub fn memory(&self) -> (u64, u64) {
-        let status = std::fs::read_to_string(format!("/proc/{}/status", self.child.id())).unwrap_or_default();
+        let status = std::fs::read_to_string(format!("/proc/{}/status", self.pid())).unwrap_or_default();
         let field = |name: &str| {
             status
                 .lines()
@@ -320,12 +299,5 @@ impl Process {
                 .unwrap_or(0)
         };
         (field("VmRSS:"), field("VmHWM:"))
-    }
-}
-
-impl Drop for Process {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
     }
 }

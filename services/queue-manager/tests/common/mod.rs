@@ -1,16 +1,15 @@
 //! Shared by the manager's integration tests: managers run in-process (on a port the
-//! test bound) or as the real binary, against testkit servers; a tiny HTTP client for
-//! /healthz and /metrics; bounded polls.
+//! test bound) or as the real binary (testkit's harness), against testkit servers;
+//! /healthz and /metrics over testkit's HTTP GET; bounded polls.
 #![allow(dead_code)]
 
 use queue_manager::leader::LEADER_KEY;
 use queue_manager::Config;
 use std::future::Future;
 use std::net::SocketAddr;
-use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
+use testkit::process::Proc;
 use testkit::{Client, ValkeyServer};
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::sync::{oneshot, watch};
 use tokio::task::JoinHandle;
 
@@ -87,9 +86,10 @@ impl Drop for Manager {
     }
 }
 
-/// The manager binary as a child process; killed on drop.
+/// The manager binary as a child process (testkit's [`Proc`]: killed on drop),
+/// logging into the server's temp dir.
 pub struct Process {
-    pub child: Child,
+    pub proc: Proc,
     pub addr: SocketAddr,
 }
 
@@ -99,18 +99,16 @@ impl Process {
     pub fn start(server: &ValkeyServer, lease_ms: u64, extra: &[&str]) -> Process {
         let port = testkit::free_port();
         let addr: SocketAddr = format!("127.0.0.1:{port}").parse().unwrap();
-        let log = std::fs::File::create(server.dir().join(format!("manager-{port}.log"))).unwrap();
-        let child = Command::new(env!("CARGO_BIN_EXE_queue-manager"))
-            .args(["--valkey-url", &server.url(), "--listen", &addr.to_string(), "--tick", "100ms"])
-            .args(["--lease", &format!("{lease_ms}ms"), "--discover-every", "200ms", "--queues", ""])
-            .args(extra)
-            .env("RUST_LOG", "queue_manager=debug,info")
-            .stdin(Stdio::null())
-            .stdout(log.try_clone().unwrap())
-            .stderr(log)
-            .spawn()
-            .expect("start queue-manager");
-        Process { child, addr }
+        let mut args: Vec<String> =
+            ["--valkey-url", &server.url(), "--listen", &addr.to_string(), "--tick", "100ms"].map(String::from).into();
+        args.extend(
+            ["--lease", &format!("{lease_ms}ms"), "--discover-every", "200ms", "--queues", ""].map(String::from),
+        );
+        args.extend(extra.iter().map(|a| a.to_string()));
+        let mut proc_ = Proc::new(&format!("manager-{port}"), env!("CARGO_BIN_EXE_queue-manager"), args, server.dir())
+            .env("RUST_LOG", "queue_manager=debug,info");
+        proc_.spawn().expect("start queue-manager");
+        Process { proc: proc_, addr }
     }
 
     pub fn log(server: &ValkeyServer) -> String {
@@ -124,13 +122,12 @@ impl Process {
     }
 
     pub fn signal(&self, name: &str) {
-        let ok = Command::new("kill").arg(format!("-{name}")).arg(self.child.id().to_string()).status().unwrap();
-        assert!(ok.success(), "kill -{name}");
+        assert!(self.proc.signal(name), "kill -{name}");
     }
 
     /// Waits for the process to exit; its status.
     pub fn wait_exit(&mut self, deadline: Duration) -> Option<std::process::ExitStatus> {
-        testkit::wait_for(deadline, || self.child.try_wait().ok().flatten())
+        self.proc.wait_exit(deadline)
     }
 
     pub async fn healthz(&self) -> Option<serde_json::Value> {
@@ -142,29 +139,9 @@ impl Process {
     }
 }
 
-impl Drop for Process {
-    fn drop(&mut self) {
-        if self.child.try_wait().ok().flatten().is_none() {
-            let _ = self.child.kill();
-        }
-        let _ = self.child.wait();
-    }
-}
-
 /// GET over a fresh loopback connection: (status code, body).
 pub async fn http_get(addr: SocketAddr, path: &str) -> Option<(u16, String)> {
-    let exchange = async {
-        let mut stream = tokio::net::TcpStream::connect(addr).await.ok()?;
-        let request = format!("GET {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n\r\n");
-        stream.write_all(request.as_bytes()).await.ok()?;
-        let mut raw = Vec::new();
-        stream.read_to_end(&mut raw).await.ok()?;
-        let text = String::from_utf8(raw).ok()?;
-        let (head, body) = text.split_once("\r\n\r\n")?;
-        let code = head.split_whitespace().nth(1)?.parse().ok()?;
-        Some((code, body.to_string()))
-    };
-    tokio::time::timeout(Duration::from_secs(5), exchange).await.ok().flatten()
+    testkit::process::http_get(addr.port(), path).await
 }
 
 pub async fn healthz(addr: SocketAddr) -> Option<serde_json::Value> {
