@@ -18,16 +18,9 @@ root="$(cd "$(dirname "$0")/.." && pwd)"
 USERS=${USERS:-2000}; RATE=${RATE:-200}; SOFT_CAP=${SOFT_CAP:-100}; STAY=${STAY:-2}
 POLLING=${POLLING:-0}; ABANDON=${ABANDON:-0}; BACKEND=${BACKEND:-}
 . "$root/bench/lib/valkey.sh"
-export VALKEY_PORT=$(port) API_PORT=$(port) CHAT_PORT=$(port) MANAGER_PORT=$(port)
-log=$(mktemp)
+trap 'kill ${stack:-} 2>/dev/null; wait ${stack:-} 2>/dev/null; rm -f "${log:-}"' EXIT
 # shellcheck disable=SC2086
-bash "$root/scripts/run-local.sh" --soft-cap "$SOFT_CAP" $BACKEND >"$log" 2>&1 & stack=$!
-trap 'kill $stack 2>/dev/null; wait $stack 2>/dev/null; rm -f "$log"' EXIT
-for _ in $(seq 600); do
-  curl -sf "http://127.0.0.1:$API_PORT/healthz" 2>/dev/null | grep -q '"up"' && break
-  kill -0 $stack 2>/dev/null || { cat "$log"; exit 2; }
-  sleep 0.5
-done
+start_local_stack --soft-cap "$SOFT_CAP" $BACKEND || exit 2
 valkey-cli -p "$VALKEY_PORT" QUEUE.CONFIG default SET ticket_ttl 10000 abandon_after 5000 >/dev/null 2>&1 \
   || valkey-cli -p "$VALKEY_PORT" FCALL queue_config 1 default SET ticket_ttl 10000 abandon_after 5000 >/dev/null
 set +e

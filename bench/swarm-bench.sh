@@ -15,15 +15,8 @@ root="$(cd "$(dirname "$0")/.." && pwd)"
 USERS=${USERS:-10000}; RATE=${RATE:-500}; SOFT_CAP=${SOFT_CAP:-500}; STAY=${STAY:-2}
 ulimit -n 1048576 2>/dev/null || ulimit -n "$(ulimit -Hn)"
 . "$root/bench/lib/valkey.sh"
-export VALKEY_PORT=$(port) API_PORT=$(port) CHAT_PORT=$(port) MANAGER_PORT=$(port)
-log=$(mktemp)
-bash "$root/scripts/run-local.sh" --soft-cap "$SOFT_CAP" >"$log" 2>&1 & stack=$!
-trap 'kill $stack 2>/dev/null; wait $stack 2>/dev/null; rm -f "$log"' EXIT
-for _ in $(seq 1200); do
-  curl -sf "http://127.0.0.1:$API_PORT/healthz" 2>/dev/null | grep -q '"up"' && break
-  kill -0 $stack 2>/dev/null || { cat "$log"; exit 2; }
-  sleep 0.5
-done
+trap 'kill ${stack:-} 2>/dev/null; wait ${stack:-} 2>/dev/null; rm -f "${log:-}"' EXIT
+start_local_stack --soft-cap "$SOFT_CAP" || exit 2
 valkey-cli -p "$VALKEY_PORT" QUEUE.CONFIG default SET ticket_ttl 10000 abandon_after 5000 >/dev/null
 set +e
 "$root/target/release/queue-cli" swarm --api "http://127.0.0.1:$API_PORT" --chat "http://127.0.0.1:$CHAT_PORT" \

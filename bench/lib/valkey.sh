@@ -5,6 +5,12 @@
 #                 loopback port, in a fresh directory, and waits until it answers;
 #                 sets dir, vport and vpid. The caller's EXIT trap kills $vpid and
 #                 removes $dir.
+#   start_local_stack [run-local.sh options]
+#                 the whole system (scripts/run-local.sh) on free ports, waited for
+#                 until queue-api's /healthz says Valkey is up (10 min at most); sets
+#                 VALKEY_PORT, API_PORT, CHAT_PORT, MANAGER_PORT (exported), stack
+#                 (its pid) and log. The caller's EXIT trap kills $stack, waits for it
+#                 and removes $log.
 port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'; }
 wait_valkey() {
   for _ in $(seq 100); do valkey-cli -p "$1" ping >/dev/null 2>&1 && return 0; sleep 0.1; done
@@ -16,4 +22,15 @@ start_valkey() {
     --loadmodule "$root/target/release/libvalkey_queue.so" "$@" & vpid=$!
   wait_valkey "$vport" && return 0
   echo "valkey-server did not start (see $dir/valkey.log)" >&2; return 1
+}
+start_local_stack() {
+  export VALKEY_PORT=$(port) API_PORT=$(port) CHAT_PORT=$(port) MANAGER_PORT=$(port)
+  log=$(mktemp)
+  bash "$root/scripts/run-local.sh" "$@" >"$log" 2>&1 & stack=$!
+  for _ in $(seq 1200); do
+    curl -sf "http://127.0.0.1:$API_PORT/healthz" 2>/dev/null | grep -q '"up"' && return 0
+    kill -0 "$stack" 2>/dev/null || { cat "$log"; return 2; }
+    sleep 0.5
+  done
+  echo "the local stack did not come up (log: $log)" >&2; return 2
 }
