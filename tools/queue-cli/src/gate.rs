@@ -106,6 +106,8 @@ pub struct GateReport {
     pub passed_unadmitted: u64,
     /// Tickets claimed at /gate/claim (cookie set, sent back to the gated path).
     pub claims: u64,
+    /// Users who claimed their ticket twice at once.
+    pub claim_races: u64,
     /// Users who sent their token as a bearer token.
     pub bearer_users: u64,
     /// Requests to the gated path while admitted, and how many the app answered.
@@ -141,7 +143,11 @@ impl std::fmt::Display for GateReport {
             self.passed_unadmitted,
             mark(self.passed_unadmitted)
         )?;
-        writeln!(f, "  gate: claims          {} ({} with a bearer token)", self.claims, self.bearer_users)?;
+        writeln!(
+            f,
+            "  gate: claims          {} ({} raced, {} with a bearer token)",
+            self.claims, self.claim_races, self.bearer_users
+        )?;
         writeln!(
             f,
             "  gate: app requests    {} sent, {} answered, {} renewed cookies",
@@ -349,6 +355,9 @@ impl Gate {
 
         let claim_sent = epoch_us();
         let attempts = if race { 2 } else { 1 };
+        if race {
+            tally.gate(&mut |g| g.claim_races += 1);
+        }
         let claims = futures_util::future::join_all(
             (0..attempts).map(|_| claim(&self.http, &self.walk.url, &self.walk.cookie, queue, ticket, path)),
         )

@@ -1,0 +1,433 @@
+//! The gate (services/gate) with real parts: real nginx (`auth_request`) and real
+//! Caddy (`forward_auth`) from Debian, and the gate's own proxy mode, each in front of
+//! the example upstream app (tests/gate/upstream.rs), which logs every request it
+//! serves. On both backends:
+//!
+//! - a `queue-cli swarm --gate` through each: every user is sent to the waiting room,
+//!   stands in line through the room's API under /gate/room/, claims at /gate/claim,
+//!   asks the app for the gated path with its cookie (some with a Bearer token), then
+//!   leaves or goes idle. The swarm's audits (FIFO, capacity, double claims, access
+//!   after leaving) must read 0, and the upstream's log is audited (tests/gate/audit.rs):
+//!   every request it served carried a token that verifies under the published JWKS
+//!   for that user and queue, inside that user's admission, and the people inside at
+//!   once never exceeded the soft cap; the requests it served are exactly those the
+//!   swarm saw answered (nothing unadmitted got through);
+//! - Valkey killed and restarted (AOF) under load through nginx: admitted people keep
+//!   access throughout, a claim gets 503 with Retry-After while Valkey is away and
+//!   succeeds after, and the line moves on;
+//! - the gate's proxy mode on a 3-primary Valkey Cluster, a swarm per shard at once;
+//! - each proxy's conventions: the redirect, the JSON answer, forged and spoofed
+//!   credentials, an open redirect at /gate/claim, the app ending a session.
+//!
+//! Needs the release build of the workspace (the gate, the services, queue-cli, the
+//! example `gate-upstream`) and nginx and caddy (scripts/install-deps.sh).
+
+#[path = "gate/audit.rs"]
+mod audit;
+#[path = "gate/harness.rs"]
+mod harness;
+
+use audit::{audit, journal, Jwks};
+use e2e::stores::{assert_clean, n, Services};
+use e2e::{e2e_tests, StackOptions, ADMIN_TOKEN};
+use harness::{Front, GateOptions, GateStack};
+use queue_cli::gate::{ask, claim, http_client, leave, Answer, Claimed, Credential};
+use serde_json::Value;
+use std::time::{Duration, Instant};
+use testkit::cluster::Cluster;
+use testkit::{Backend, ValkeyServer};
+
+e2e_tests!(
+    swarm_through_nginx,
+    swarm_through_caddy,
+    swarm_through_the_proxy_mode,
+    valkey_restarts_under_load_through_nginx,
+    proxy_mode_on_a_cluster,
+);
+
+const SOFT_CAP: u64 = 8;
+const IDLE_S: u64 = 2;
+
+fn options() -> StackOptions {
+    StackOptions { soft_cap: SOFT_CAP, ticket_ttl_ms: 4000, abandon_after_ms: 3000, ..Default::default() }
+}
+
+fn gate_options(routes: &[(&str, &str)]) -> GateOptions {
+    GateOptions {
+        routes: routes.iter().map(|(p, q)| (p.to_string(), q.to_string())).collect(),
+        tick_ms: 200,
+        idle_s: IDLE_S,
+        token_ttl_s: 120,
+    }
+}
+
+/// Sets the queue's soft cap and timings; a short lease, so that an idle person's
+/// slot comes back within the run (the gate renews it every tick while they are active).
+fn configure(c: &mut testkit::Client, queue: &str, opts: &StackOptions) {
+    let (cap, ttl, abandon) =
+        (opts.soft_cap.to_string(), opts.ticket_ttl_ms.to_string(), opts.abandon_after_ms.to_string());
+    let set = ["soft_cap", &cap, "ticket_ttl", &ttl, "abandon_after", &abandon, "session_lease", "2000"];
+    c.call("QUEUE.CONFIG", &[&[queue, "SET"][..], &set[..]].concat()).expect("configure the queue");
+}
+
+/// `queue-cli swarm --gate` through `entrance` on `path` (queue `queue`); the exit
+/// status, JSON report, stderr, and the journal's path.
+async fn swarm(
+    stack: &GateStack,
+    services: &Services,
+    queue: &str,
+    path: &str,
+    users: u32,
+    seed: u32,
+) -> (Option<i32>, Value, String, std::path::PathBuf) {
+    let journal = stack.dir.path(&format!("journal-{queue}.jsonl"));
+    let args: Vec<String> = [
+        "swarm",
+        "--api",
+        &services.api.url(),
+        "--chat",
+        &services.chat.url(),
+        "--queue",
+        queue,
+        "--admin-token",
+        ADMIN_TOKEN,
+        "--json",
+        "--quiet",
+        "--gate",
+        &stack.entrance(),
+        "--gate-path",
+        path,
+        "--gate-idle-secs",
+        &IDLE_S.to_string(),
+        "--gate-journal",
+        &journal.display().to_string(),
+        "--gate-idle",
+        "0.2",
+        "--gate-bearer",
+        "0.15",
+        "--gate-requests",
+        "3",
+        "--users",
+        &users.to_string(),
+        "--seed",
+        &seed.to_string(),
+        "--rate",
+        "40",
+        "--stay-secs",
+        "0.6",
+        "--abandon",
+        "0.1",
+        "--abandon-within-secs",
+        "1",
+        "--race",
+        "0.2",
+        "--replay",
+        "1",
+        "--polling",
+        "0.2",
+        "--poll-secs",
+        "0.3",
+        "--timeout-secs",
+        "240",
+    ]
+    .map(String::from)
+    .to_vec();
+    let out =
+        tokio::process::Command::new(e2e::client_binary()).args(&args).output().await.expect("run queue-cli swarm");
+    let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
+    let report: Value = serde_json::from_slice(&out.stdout)
+        .unwrap_or_else(|e| panic!("report is not JSON ({e}): {}\n{stderr}", String::from_utf8_lossy(&out.stdout)));
+    (out.status.code(), report, stderr, journal)
+}
+
+/// The swarm's gate counters must be consistent and its audits zero.
+fn assert_gate_report(r: &Value, users: u32) {
+    let g = &r["gate"];
+    let f = |k: &str| g[k].as_u64().unwrap_or_else(|| panic!("gate.{k} missing in {r:#}"));
+    for zero in ["passed_unadmitted", "wrong_user", "app_unverified", "access_after_leave"] {
+        assert_eq!(f(zero), 0, "gate.{zero}: {r:#}");
+    }
+    assert_eq!(f("sent_to_room"), u64::from(users), "everyone was first sent to the room: {r:#}");
+    assert_eq!(f("claims"), n(r, "admitted"), "{r:#}");
+    assert_eq!(f("app_answered"), f("app_requests"), "every request of an admitted person was answered: {r:#}");
+    assert_eq!(f("left") + f("idle"), f("claims"), "{r:#}");
+    assert_eq!(f("refused_after_leave"), f("left"), "after leaving, the old token opened nothing: {r:#}");
+    assert!(f("left") > 0 && f("idle") > 0 && f("bearer_users") > 0, "the crowd took every way: {r:#}");
+    assert_eq!(n(r, "reuse_refused"), f("left"), "every used ticket was refused again: {r:#}");
+    assert!(f("claim_races") > 0, "{r:#}");
+    assert!(
+        n(r, "max_holding") >= SOFT_CAP / 2 && n(r, "max_holding") <= SOFT_CAP,
+        "the cap was reached, not passed: {r:#}"
+    );
+}
+
+/// The upstream's log audited against the gate's keys and the swarm's journals.
+async fn assert_upstream_clean(
+    stack: &GateStack,
+    routes: &[(String, String)],
+    journals: &[std::path::PathBuf],
+    reports: &[&Value],
+) -> audit::Audit {
+    let log = stack.upstream_log().await;
+    let jwks = Jwks::fetch(&stack.entrance()).await;
+    let mut windows = std::collections::HashMap::new();
+    for j in journals {
+        windows.extend(journal(j));
+    }
+    let a = audit(&log, &jwks, routes, Some(&windows), SOFT_CAP);
+    assert!(a.violations.is_empty(), "the upstream's log: {:#?}", a.violations);
+    let answered: u64 = reports.iter().map(|r| r["gate"]["app_answered"].as_u64().unwrap()).sum();
+    assert_eq!(a.gated, answered, "the app served exactly the requests the swarm saw answered, nothing more");
+    let claims: u64 = reports.iter().map(|r| r["gate"]["claims"].as_u64().unwrap()).sum();
+    assert_eq!(a.users.values().sum::<usize>() as u64, claims, "every admitted person reached the app");
+    a
+}
+
+async fn swarm_through(backend: Backend, front: Front) {
+    let queue = "drop".to_string();
+    let opts = options();
+    let valkey = ValkeyServer::start(backend);
+    configure(&mut valkey.client(), &queue, &opts);
+    let flags = vec!["--valkey-url".to_string(), valkey.url()];
+    let go = gate_options(&[("/checkout", &queue)]);
+    let stack = GateStack::start("swarm", front, &flags, std::slice::from_ref(&queue), &opts, &go).await;
+    let users = 150;
+    let (code, r, stderr, journal) = swarm(&stack, &stack.services, &queue, "/checkout", users, 1).await;
+    assert_clean(code, &r, &stderr);
+    assert_gate_report(&r, users);
+    assert_eq!(n(&r, "admitted") + n(&r, "abandoned"), u64::from(users), "{r:#}");
+    let a = assert_upstream_clean(&stack, &go.routes, &[journal], &[&r]).await;
+    // Idle people's leases lapse by themselves (idle time, then the lease).
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let info = loop {
+        let info = testkit::fields(&valkey.client().call("QUEUE.INFO", &[&queue]).unwrap());
+        let active = testkit::field_int(&info, "active");
+        if active == 0 || Instant::now() > deadline {
+            break info;
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    };
+    assert_eq!(testkit::field_int(&info, "active"), 0, "every session ended or lapsed: {info:?}");
+    assert_eq!(testkit::field_int(&info, "claimed") as u64, n(&r, "admitted"), "Valkey counted the same claims");
+    eprintln!(
+        "{front:?} ({backend:?}): {} users, {} admitted, {} app requests audited, most inside at once {:?} (soft cap {SOFT_CAP}), {:.1} s",
+        users,
+        n(&r, "admitted"),
+        a.gated,
+        a.most_inside,
+        r["duration_seconds"].as_f64().unwrap_or(0.0)
+    );
+}
+
+async fn swarm_through_nginx(backend: Backend) {
+    swarm_through(backend, Front::Nginx).await
+}
+
+async fn swarm_through_caddy(backend: Backend) {
+    swarm_through(backend, Front::Caddy).await
+}
+
+async fn swarm_through_the_proxy_mode(backend: Backend) {
+    swarm_through(backend, Front::Proxy).await
+}
+
+async fn proxy_mode_on_a_cluster(backend: Backend) {
+    let opts = options();
+    let cluster = Cluster::start(backend, 3, 0);
+    let queues: Vec<String> = cluster.queues_per_shard("gate", 1).into_iter().flatten().collect();
+    let owners: std::collections::BTreeSet<u16> = queues.iter().map(|q| cluster.owner(q).port).collect();
+    assert_eq!(owners.len(), 3, "one queue per shard");
+    for q in &queues {
+        configure(&mut cluster.owner(q).client(), q, &opts);
+    }
+    let flags = vec!["--valkey-url".to_string(), cluster.urls().join(","), "--cluster".to_string()];
+    let paths: Vec<String> = (0..queues.len()).map(|i| format!("/shop-{i}")).collect();
+    let routes: Vec<(&str, &str)> = paths.iter().map(String::as_str).zip(queues.iter().map(String::as_str)).collect();
+    let go = gate_options(&routes);
+    let stack = GateStack::start("cluster", Front::Proxy, &flags, &queues, &opts, &go).await;
+    let users = 60;
+    let runs = queues.iter().zip(&paths).enumerate().map(|(i, (q, p))| {
+        let stack = &stack;
+        async move { swarm(stack, &stack.services, q, p, users, i as u32 + 1).await }
+    });
+    let results = futures_join(runs).await;
+    let mut journals = Vec::new();
+    for (code, r, stderr, j) in &results {
+        assert_clean(*code, r, stderr);
+        assert_gate_report(r, users);
+        journals.push(j.clone());
+    }
+    let reports: Vec<&Value> = results.iter().map(|(_, r, _, _)| r).collect();
+    let a = assert_upstream_clean(&stack, &go.routes, &journals, &reports).await;
+    assert_eq!(a.users.len(), 3, "every shard's queue reached the app: {a:?}");
+    eprintln!("cluster ({backend:?}): {} app requests audited, most inside at once {:?}", a.gated, a.most_inside);
+}
+
+/// Runs the futures at once, results in order.
+async fn futures_join<F: std::future::Future>(fs: impl Iterator<Item = F>) -> Vec<F::Output> {
+    let handles: Vec<_> = fs.map(Box::pin).collect();
+    let mut results: Vec<Option<F::Output>> = handles.iter().map(|_| None).collect();
+    let mut pinned = handles;
+    std::future::poll_fn(|cx| {
+        let mut pending = false;
+        for (i, f) in pinned.iter_mut().enumerate() {
+            if results[i].is_none() {
+                match f.as_mut().poll(cx) {
+                    std::task::Poll::Ready(v) => results[i] = Some(v),
+                    std::task::Poll::Pending => pending = true,
+                }
+            }
+        }
+        if pending {
+            std::task::Poll::Pending
+        } else {
+            std::task::Poll::Ready(())
+        }
+    })
+    .await;
+    results.into_iter().map(Option::unwrap).collect()
+}
+
+/// One person through the room's API under the gate: entered, and its standing.
+async fn enter(entrance: &str, queue: &str, i: usize) -> queue_client::Standing {
+    let api = queue_cli::api::Api::new(
+        queue_cli::api::Api::http_client(),
+        &format!("{entrance}/gate/room"),
+        queue,
+        Some(format!("10.9.0.{i}")),
+    );
+    api.enter(&format!("p{i}")).await.unwrap_or_else(|e| panic!("entry {i} through the room: {e}"))
+}
+
+async fn valkey_restarts_under_load_through_nginx(backend: Backend) {
+    let queue = "drop".to_string();
+    let opts = StackOptions { soft_cap: 4, ticket_ttl_ms: 30_000, abandon_after_ms: 60_000, ..Default::default() };
+    // AOF written at every command: a kill -9 loses nothing.
+    let mut valkey =
+        ValkeyServer::builder(backend).arg("--appendonly").arg("yes").arg("--appendfsync").arg("always").start();
+    configure(&mut valkey.client(), &queue, &opts);
+    valkey.client().call("QUEUE.CONFIG", &[&queue, "SET", "session_lease", "10000"]).unwrap();
+    let flags = vec!["--valkey-url".to_string(), valkey.url()];
+    let go = gate_options(&[("/checkout", &queue)]);
+    let stack = GateStack::start("restart", Front::Nginx, &flags, std::slice::from_ref(&queue), &opts, &go).await;
+    let entrance = stack.entrance();
+    let http = http_client();
+
+    // Four promoted at once (three claim now, one keeps its ticket), two wait.
+    let mut people = Vec::new();
+    for i in 0..6 {
+        people.push(enter(&entrance, &queue, i).await);
+    }
+    assert!(people[..4].iter().all(|s| s.ticket_id.is_some()) && people[4..].iter().all(|s| s.ticket_id.is_none()));
+    let mut inside = Vec::new();
+    for p in &people[..3] {
+        match claim(&http, &entrance, "queue_admission", &queue, p.ticket_id.as_deref().unwrap(), "/checkout").await {
+            Claimed::Admitted(token, _) => inside.push(Credential::Cookie("queue_admission".into(), token)),
+            other => panic!("claim: {other:?}"),
+        }
+    }
+
+    // Load: the admitted people ask for the gated path without pause.
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let load: Vec<_> = inside
+        .iter()
+        .cloned()
+        .map(|cred| {
+            let (http, url, stop) = (http.clone(), format!("{entrance}/checkout"), stop.clone());
+            tokio::spawn(async move {
+                let mut answers = Vec::new();
+                while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                    answers.push((Instant::now(), ask(&http, &url, Some(&cred)).await));
+                    tokio::time::sleep(Duration::from_millis(10)).await;
+                }
+                answers
+            })
+        })
+        .collect();
+    tokio::time::sleep(Duration::from_millis(500)).await;
+
+    valkey.kill();
+    let down_at = Instant::now();
+    // The gate notices (its health turns 503) and claims are refused for now.
+    let gate_health = format!("{}/gate/healthz", stack.gate.url());
+    let noticed = async {
+        while reqwest::get(&gate_health).await.map(|r| r.status().as_u16()).unwrap_or(0) != 503 {
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    };
+    tokio::time::timeout(Duration::from_secs(20), noticed).await.expect("the gate noticed Valkey was away");
+    let waiting_ticket = people[3].ticket_id.clone().unwrap();
+    match claim(&http, &entrance, "queue_admission", &queue, &waiting_ticket, "/checkout").await {
+        Claimed::Refused(503, Some(_), _) => {}
+        other => panic!("a claim while Valkey is away: expected 503 with Retry-After, got {other:?}"),
+    }
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    valkey.restart();
+    let up_at = Instant::now();
+
+    // Claims resume: the kept ticket is claimed.
+    let deadline = Instant::now() + Duration::from_secs(20);
+    let fourth = loop {
+        match claim(&http, &entrance, "queue_admission", &queue, &waiting_ticket, "/checkout").await {
+            Claimed::Admitted(token, _) => break Credential::Cookie("queue_admission".into(), token),
+            Claimed::Refused(503, ..) | Claimed::Failed(_) if Instant::now() < deadline => {
+                tokio::time::sleep(Duration::from_millis(100)).await
+            }
+            other => panic!("the kept ticket after the restart: {other:?}"),
+        }
+    };
+    let resumed_after = up_at.elapsed();
+    assert!(matches!(ask(&http, &format!("{entrance}/checkout"), Some(&fourth)).await, Answer::App(200, ..)));
+    // The line moves on: one leaves, the first waiter is promoted and claims.
+    leave(&http, &entrance, &queue, &inside[0]).await.expect("leave");
+    let api =
+        queue_cli::api::Api::new(queue_cli::api::Api::http_client(), &format!("{entrance}/gate/room"), &queue, None);
+    let promoted = api
+        .follow(
+            &people[4].user_id,
+            true,
+            Duration::from_millis(100),
+            Instant::now() + Duration::from_secs(20),
+            |_, _| {},
+        )
+        .await
+        .expect("the first waiter follows its place");
+    let ticket = promoted.ticket_id.expect("promoted after a leave");
+    assert!(matches!(
+        claim(&http, &entrance, "queue_admission", &queue, &ticket, "/checkout").await,
+        Claimed::Admitted(..)
+    ));
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+
+    let mut during = 0;
+    let mut total = 0;
+    for (who, task) in load.into_iter().enumerate() {
+        for (at, answer) in task.await.unwrap() {
+            // inside[0] left near the end: its answers after that are not access.
+            if who == 0 && matches!(answer, Answer::Room(_)) {
+                continue;
+            }
+            total += 1;
+            during += usize::from(at > down_at && at < up_at);
+            assert!(matches!(answer, Answer::App(200, ..)), "an admitted person lost access: {answer:?}");
+        }
+    }
+    assert!(during > 10, "requests were served while Valkey was away: {during}");
+    let a = assert_upstream_clean_no_journal(&stack, &go.routes).await;
+    eprintln!(
+        "valkey restart ({backend:?}): {total} requests by admitted people all served, {during} of them while Valkey was away ({:.1} s); claims resumed {:.2} s after the restart; {} app requests audited",
+        up_at.duration_since(down_at).as_secs_f64(),
+        resumed_after.as_secs_f64(),
+        a.gated
+    );
+}
+
+/// The upstream's log audited against the keys alone (no swarm journal).
+async fn assert_upstream_clean_no_journal(stack: &GateStack, routes: &[(String, String)]) -> audit::Audit {
+    let log = stack.upstream_log().await;
+    let jwks = Jwks::fetch(&stack.entrance()).await;
+    let a = audit(&log, &jwks, routes, None, SOFT_CAP);
+    assert!(a.violations.is_empty(), "the upstream's log: {:#?}", a.violations);
+    a
+}
