@@ -29,6 +29,11 @@ command -v openssl >/dev/null 2>&1 || need_apt+=(openssl)
 # jemalloc (the services' allocator) is built from source by its crate: make and a C compiler.
 command -v make >/dev/null 2>&1 || need_apt+=(make)
 command -v cc >/dev/null 2>&1 || need_apt+=(gcc)
+# The gate's tests and benchmark: real nginx (auth_request) and Caddy (forward_auth)
+# in front of it, wrk for load.
+[ -x /usr/sbin/nginx ] || command -v nginx >/dev/null 2>&1 || need_apt+=(nginx)
+command -v caddy >/dev/null 2>&1 || need_apt+=(caddy)
+command -v wrk >/dev/null 2>&1 || need_apt+=(wrk)
 
 if [ ${#need_apt[@]} -gt 0 ]; then
   src=/etc/apt/sources.list.d/debian.sources
@@ -57,6 +62,8 @@ SRC
   pkill -x valkey-server 2>/dev/null || true
   # Likewise the prometheus package's own server on 9090 (the tests start their own).
   if command -v systemctl >/dev/null 2>&1; then $SUDO systemctl disable --now prometheus prometheus-node-exporter >/dev/null 2>&1 || true; fi
+  # And nginx's and Caddy's own servers on port 80 (the gate's tests start their own).
+  if command -v systemctl >/dev/null 2>&1; then $SUDO systemctl disable --now nginx caddy >/dev/null 2>&1 || true; fi
 fi
 
 # The browser test's packages, exactly as locked (playwright-core uses the system chromium).
