@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
-# Builds the four images (valkey with the module, queue-api, queue-manager,
-# chat-server) from a release build: the binaries are built on the host if missing
-# (`cargo build --release`), stripped of debug info and copied in; nothing compiles
-# inside docker.
+# Builds the images (valkey with the module, queue-api, queue-manager, chat-server,
+# queue-gate, and gate-example-app: the example app behind the gate, which answers
+# with whom it was told it serves) from a release build: the binaries are built on
+# the host if missing (`cargo build --release`), stripped of debug info and copied
+# in; nothing compiles inside docker.
 #
 #   bash docker/build-images.sh
 #   BASE=my/debian:bookworm VALKEY_BASE=my/valkey:8 TAG=1.0 bash docker/build-images.sh
@@ -18,25 +19,28 @@ PREFIX=${PREFIX:-valkey-queue}
 TAG=${TAG:-latest}
 DOCKER=${DOCKER:-docker}
 
-services=(queue-api:8080 queue-manager:9091 chat-server:8081)
+services=(queue-api:8080 queue-manager:9091 chat-server:8081 queue-gate:8090)
 need=""
 for s in "${services[@]}"; do [ -x "target/release/${s%%:*}" ] || need=1; done
 [ -f target/release/libvalkey_queue.so ] || need=1
 if [ -n "$need" ]; then
-  cargo build --release -p queue-api -p queue-manager -p chat-server -p valkey-queue
+  cargo build --release -p queue-api -p queue-manager -p chat-server -p queue-gate -p valkey-queue
 fi
+[ -x target/release/examples/gate-upstream ] || cargo build --release -p e2e --example gate-upstream
 
 ctx=$(mktemp -d)
 trap 'rm -rf "$ctx"' EXIT
 for s in "${services[@]}"; do
   cp "target/release/${s%%:*}" "$ctx/"
 done
+cp target/release/examples/gate-upstream "$ctx/gate-example-app"
 cp target/release/libvalkey_queue.so docker/valkey-entrypoint.sh "$ctx/"
-strip --strip-debug "$ctx"/queue-api "$ctx"/queue-manager "$ctx"/chat-server "$ctx"/libvalkey_queue.so 2>/dev/null || true
+strip --strip-debug "$ctx"/queue-api "$ctx"/queue-manager "$ctx"/chat-server "$ctx"/queue-gate \
+  "$ctx"/gate-example-app "$ctx"/libvalkey_queue.so 2>/dev/null || true
 
 $DOCKER build -q -f docker/valkey.Dockerfile --build-arg "BASE=$VALKEY_BASE" -t "$PREFIX/valkey:$TAG" "$ctx" >/dev/null
 echo "built $PREFIX/valkey:$TAG"
-for s in "${services[@]}"; do
+for s in "${services[@]}" gate-example-app:3000; do
   name=${s%%:*} port=${s##*:}
   $DOCKER build -q -f docker/service.Dockerfile --build-arg "BASE=$BASE" --build-arg "SERVICE=$name" \
     --build-arg "PORT=$port" -t "$PREFIX/$name:$TAG" "$ctx" >/dev/null

@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
-# CI for docker/: builds the four images on a locally made base (no image registry
-# needed: Debian bookworm by debootstrap, then `docker import`), runs valkey and the
-# three services from them with host networking on free loopback ports, sends a
-# queue-cli swarm through them (every audit must read zero), stops them with SIGTERM
-# (each must exit 0, and no session may be left), and checks that
+# CI for docker/: builds the images on a locally made base (no image registry
+# needed: Debian bookworm by debootstrap, then `docker import`), runs valkey, the
+# three services, the gate and its example app from them with host networking on
+# free loopback ports, sends a queue-cli swarm through them and another through the
+# gate (every audit must read zero), stops them with SIGTERM (each must exit 0, and
+# no session may be left), and checks that
 # `docker-compose config` accepts docker/compose.yaml. Starts dockerd when none
 # answers, and stops it again at the end. Expects the release build (scripts/test.sh).
 set -euo pipefail
@@ -60,13 +61,13 @@ t0=$(date +%s.%N)
 BASE=$base VALKEY_BASE=$valkey_base PREFIX=valkey-queue-ci TAG=test DOCKER=$DOCKER bash docker/build-images.sh
 t1=$(date +%s.%N)
 echo "images built in $(python3 -c "print(round($t1 - $t0, 1))") s"
-for i in valkey queue-api queue-manager chat-server; do
+for i in valkey queue-api queue-manager chat-server queue-gate gate-example-app; do
   printf '  %-14s %s\n' "$i" "$($DOCKER image inspect -f '{{.Size}}' "valkey-queue-ci/$i:test" | awk '{printf "%.1f MB", $1/1e6}')"
 done
 
 # 4. The system from the images, host networking, loopback ports.
 free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
-vport=$(free_port) api=$(free_port) chat=$(free_port) mgr=$(free_port)
+vport=$(free_port) api=$(free_port) chat=$(free_port) mgr=$(free_port) gate=$(free_port) app=$(free_port)
 run() { # name image env...
   local name=$1 image=$2; shift 2
   local args=()
@@ -78,12 +79,22 @@ suffix=$$
 run "vq-valkey-$suffix" valkey-queue-ci/valkey:test "VALKEY_PORT=$vport" "QUEUE_MODULE_ARGS=default-soft-cap 50"
 for _ in $(seq 1 100); do valkey-cli -p "$vport" ping 2>/dev/null | grep -q PONG && break; sleep 0.1; done
 valkey-cli -p "$vport" QUEUE.CONFIG default SET soft_cap 50 ticket_ttl 10000 abandon_after 5000 >/dev/null
+# The gate's queue: a short lease, so that idle people's slots come back within the run.
+valkey-cli -p "$vport" QUEUE.CONFIG shop SET soft_cap 20 ticket_ttl 10000 abandon_after 5000 session_lease 2000 >/dev/null
 url="redis://127.0.0.1:$vport/"
 run "vq-chat-$suffix" valkey-queue-ci/chat-server:test "VALKEY_URL=$url" "LISTEN=127.0.0.1:$chat" "HEALTH_PORT=$chat"
 run "vq-manager-$suffix" valkey-queue-ci/queue-manager:test "VALKEY_URL=$url" "LISTEN=127.0.0.1:$mgr" "HEALTH_PORT=$mgr"
 run "vq-api-$suffix" valkey-queue-ci/queue-api:test "VALKEY_URL=$url" "LISTEN=127.0.0.1:$api" "HEALTH_PORT=$api" \
-  "CHAT_URL=http://127.0.0.1:$chat" ADMIN_TOKEN=ci-admin TRUST_PROXY=true
-for c in chat manager api; do
+  "CHAT_URL=http://127.0.0.1:$chat" ADMIN_TOKEN=ci-admin TRUST_PROXY=true "ADMIT_URLS=shop=/gate/claim"
+run "vq-app-$suffix" valkey-queue-ci/gate-example-app:test "LISTEN=127.0.0.1:$app" "HEALTH_PORT=$app"
+# The image's health check asks /healthz, which the gate passes to the app: healthy
+# once both answer. GATE_TRUST_PROXY: the swarm's users each tell their own address
+# in X-Forwarded-For, which the gate passes on to queue-api (entries are limited per
+# address).
+run "vq-gate-$suffix" valkey-queue-ci/queue-gate:test "VALKEY_URL=$url" "LISTEN=127.0.0.1:$gate" "HEALTH_PORT=$gate" \
+  "GATE_UPSTREAM=http://127.0.0.1:$app" "GATE_ROUTES=/checkout=shop" "QUEUE_API=http://127.0.0.1:$api" \
+  GATE_IDLE=2s GATE_TICK=200ms GATE_TRUST_PROXY=true
+for c in chat manager api app gate; do
   for _ in $(seq 1 150); do
     [ "$($DOCKER inspect -f '{{.State.Health.Status}}' "vq-$c-$suffix")" = healthy ] && break
     sleep 0.2
@@ -94,9 +105,13 @@ done
 status=0
 "$root/target/release/queue-cli" swarm --api "http://127.0.0.1:$api" --chat "http://127.0.0.1:$chat" \
   --users "${SWARM_USERS:-500}" --rate 100 --stay-secs 1 --admin-token ci-admin --timeout-secs 120 --quiet || status=$?
+# Through the gate: sent to the room, in line, claimed at /gate/claim, into the app.
+"$root/target/release/queue-cli" swarm --api "http://127.0.0.1:$api" --chat "http://127.0.0.1:$chat" --queue shop \
+  --gate "http://127.0.0.1:$gate" --gate-path /checkout --gate-idle-secs 2 \
+  --users "${GATE_SWARM_USERS:-200}" --rate 50 --stay-secs 0.5 --admin-token ci-admin --timeout-secs 120 --quiet || status=$?
 
 # 5. SIGTERM each service; each exits 0; no session is left.
-for c in api chat manager; do
+for c in api chat manager gate app; do
   $DOCKER stop -t 30 "vq-$c-$suffix" >/dev/null
   code=$($DOCKER inspect -f '{{.State.ExitCode}}' "vq-$c-$suffix")
   echo "vq-$c stopped, exit $code"
