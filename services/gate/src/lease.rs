@@ -36,6 +36,11 @@ pub async fn tick_loop(gate: Arc<Gate>, mut stop: watch::Receiver<bool>) {
 /// the inside gauges set.
 pub async fn one_tick(gate: &Gate) {
     let now = now_ms();
+    let max_s = |q: &str| gate.config.rules.settings(q).max_session.map(|d| d.as_secs());
+    for s in gate.table.past_max_session(now / 1000, max_s) {
+        tracing::info!(queue = s.queue, user = s.user, "longest session reached; ending it");
+        gate.end_session(&s.queue, &s.user, crate::EndReason::MaxSession);
+    }
     gate.table.sweep(now);
     let due = gate.table.due(now, |q| gate.idle_ms(q));
     gate.metrics.set_inside(&due.iter().map(|(q, users)| (q.clone(), users.len())).collect());

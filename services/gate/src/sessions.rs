@@ -48,6 +48,8 @@ pub struct Session {
     state: AtomicU8,
     /// The latest expiry (seconds) of its tokens seen here: the entry is kept until then.
     exp_s: AtomicU64,
+    /// When its ticket was claimed (seconds).
+    pub auth_time: u64,
 }
 
 impl Session {
@@ -119,6 +121,7 @@ impl Table {
                     last_seen_ms: AtomicU64::new(now_ms),
                     state: AtomicU8::new(State::Live as u8),
                     exp_s: AtomicU64::new(0),
+                    auth_time: claims.auth_time,
                 })
             })
             .clone();
@@ -150,6 +153,27 @@ impl Table {
             due.entry(s.queue.clone()).or_default().entry(s.user.clone()).or_default().push(s.clone());
         }
         due
+    }
+
+    /// Ends the live sessions past their queue's longest time (`max_s` gives it, in
+    /// seconds, None for no limit) and returns those whose lease to end: not one whose
+    /// person holds a later session here (a SESSION.END names the person, not the
+    /// session, and would end the later one).
+    pub fn past_max_session(&self, now_s: u64, max_s: impl Fn(&str) -> Option<u64>) -> Vec<Arc<Session>> {
+        let mut over = Vec::new();
+        for entry in self.sessions.iter() {
+            let s = entry.value();
+            if s.state() == State::Live && max_s(&s.queue).is_some_and(|max| s.auth_time + max <= now_s) {
+                over.push(s.clone());
+            }
+        }
+        over.retain(|s| s.finish(State::TooLong));
+        over.retain(|s| {
+            !self.sessions.iter().any(|o| {
+                o.queue == s.queue && o.user == s.user && o.auth_time > s.auth_time && o.state() == State::Live
+            })
+        });
+        over
     }
 
     /// Live sessions seen within the idle time, per queue: the people inside as this
@@ -187,6 +211,28 @@ mod tests {
         assert!(table.get("s1").is_some());
         table.sweep(200_000);
         assert!(table.get("s1").is_none());
+    }
+
+    #[test]
+    fn longest_session_ends_once_and_spares_a_later_session() {
+        let keys = Keys::ephemeral();
+        let table = Table::default();
+        let mut old = claims("s1", "u1", 10_000);
+        old.auth_time = 100;
+        let mut new = claims("s2", "u1", 10_000);
+        new.auth_time = 200;
+        let mut other = claims("s3", "u2", 10_000);
+        other.auth_time = 100;
+        for c in [&old, &new, &other] {
+            table.lookup(&keys.sign(c), &keys, 1000).unwrap();
+        }
+        let ended = table.past_max_session(160, |_| Some(60));
+        // s1 and s3 are past 60 s; s1's person holds a later session, so only u2 is ended.
+        assert_eq!(ended.iter().map(|s| s.sid.as_str()).collect::<Vec<_>>(), ["s3"]);
+        assert_eq!(table.get("s1").unwrap().state(), State::TooLong);
+        assert_eq!(table.get("s2").unwrap().state(), State::Live);
+        assert!(table.past_max_session(160, |_| Some(60)).is_empty(), "once");
+        assert!(table.past_max_session(10_000, |_| None).is_empty());
     }
 
     #[test]

@@ -31,6 +31,7 @@ both_backends!(
     websocket_and_upload_through_the_proxy,
     valkey_away_admitted_pass_claims_503_then_fail_open,
     two_instances_share_only_valkey,
+    idle_longest_session_and_renewal,
 );
 
 fn now_s() -> u64 {
@@ -593,5 +594,69 @@ async fn admitted_requests_make_no_valkey_calls() {
     // (One heartbeat may be counted by the gate and not yet by the server, or the other way.)
     assert!(calls <= beats + 1 && beats <= calls + 1, "nothing but heartbeats reached Valkey");
     assert!(beats <= ticks, "one heartbeat per queue per tick for all 20 people: {beats} in {ticks} ticks");
+    gate.stop().await;
+}
+
+/// Idle people are not renewed (their lease lapses, access ends); the longest session
+/// ends a session that is still active (and promotes the next person); a token near
+/// its expiry is renewed as a new cookie.
+async fn idle_longest_session_and_renewal(b: Backend) {
+    use queue_gate::rules::QueueSettings;
+    let s = ValkeyServer::start(b);
+    let qc = queue_client(&s).await;
+    qc.config_set("drop", &[("session_lease", 500), ("soft_cap", 2)]).await.unwrap();
+    qc.config_set("concert", &[("session_lease", 60_000), ("soft_cap", 1)]).await.unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let app = Upstream::start().await;
+    let mut c = config(&s, Some(app.addr), &key_file(dir.path(), "k.pem"));
+    c.rules.queues.insert("drop".into(), QueueSettings { idle: Duration::from_secs(1), max_session: None });
+    c.rules.queues.insert(
+        "concert".into(),
+        QueueSettings { idle: Duration::from_secs(60), max_session: Some(Duration::from_secs(2)) },
+    );
+    c.token_ttl = Duration::from_secs(3);
+    let gate = Gate::start(c).await;
+
+    // Idle: seen once, then silent past the idle time plus the lease.
+    let idle = claim(&gate, "drop", &ticket(&qc, "drop", "u-idle").await).await;
+    assert_eq!(browse(&gate, "/checkout", Some(&idle)).await.status(), 200);
+    // Renewal: someone active keeps getting fresh tokens.
+    let mut active = claim(&gate, "drop", &ticket(&qc, "drop", "u-active").await).await;
+    let mut renewed = 0;
+    let started = std::time::Instant::now();
+    while started.elapsed() < Duration::from_millis(4500) {
+        let r = browse(&gate, "/checkout", Some(&active)).await;
+        assert_eq!(r.status(), 200, "an active person stays in, on renewed tokens");
+        if let Some(fresh) = admission(&r) {
+            active = format!("queue_admission={fresh}");
+            renewed += 1;
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    assert!(renewed >= 2, "renewed {renewed} times in 4.5 s with a 3 s token");
+    assert_eq!(qc.heartbeat("drop", &["u-idle"]).await.unwrap(), [false], "the idle person's lease lapsed");
+    assert_eq!(qc.heartbeat("drop", &["u-active"]).await.unwrap(), [true]);
+
+    // Longest session: still active, but out after 2 s; the next person is promoted.
+    let long = claim(&gate, "concert", &ticket(&qc, "concert", "u-long").await).await;
+    assert_eq!(qc.enter("concert", "u-next", "n").await.unwrap().status, Status::Waiting);
+    assert_eq!(browse(&gate, "/tickets/1", Some(&long)).await.status(), 200);
+    let out =
+        eventually(Duration::from_secs(5), async || browse(&gate, "/tickets/1", Some(&long)).await.status() == 302)
+            .await;
+    assert!(out, "out after the longest session");
+    let r = client()
+        .get(gate.url("/gate/auth"))
+        .header("x-forwarded-uri", "/tickets/1")
+        .header("cookie", &long)
+        .send()
+        .await
+        .unwrap();
+    assert!(["max_session", "expired"].contains(&r.headers()["x-queue-decision"].to_str().unwrap()));
+    let promoted = eventually(Duration::from_secs(3), async || {
+        qc.status("concert", "u-next").await.unwrap().status == Status::Promoted
+    })
+    .await;
+    assert!(promoted, "the longest session's end promoted the next person");
     gate.stop().await;
 }
