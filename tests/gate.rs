@@ -414,7 +414,7 @@ async fn valkey_restarts_under_load_through_nginx(backend: Backend) {
         }
     }
     assert!(during > 10, "requests were served while Valkey was away: {during}");
-    let a = assert_upstream_clean_no_journal(&stack, &go.routes).await;
+    let a = assert_upstream_clean_no_journal(&stack, &go.routes, opts.soft_cap).await;
     eprintln!(
         "valkey restart ({backend:?}): {total} requests by admitted people all served, {during} of them while Valkey was away ({:.1} s); claims resumed {:.2} s after the restart; {} app requests audited",
         up_at.duration_since(down_at).as_secs_f64(),
@@ -424,10 +424,14 @@ async fn valkey_restarts_under_load_through_nginx(backend: Backend) {
 }
 
 /// The upstream's log audited against the keys alone (no swarm journal).
-async fn assert_upstream_clean_no_journal(stack: &GateStack, routes: &[(String, String)]) -> audit::Audit {
+async fn assert_upstream_clean_no_journal(
+    stack: &GateStack,
+    routes: &[(String, String)],
+    soft_cap: u64,
+) -> audit::Audit {
     let log = stack.upstream_log().await;
     let jwks = Jwks::fetch(&stack.entrance()).await;
-    let a = audit(&log, &jwks, routes, None, SOFT_CAP);
+    let a = audit(&log, &jwks, routes, None, soft_cap);
     assert!(a.violations.is_empty(), "the upstream's log: {:#?}", a.violations);
     a
 }

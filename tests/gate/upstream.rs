@@ -5,6 +5,9 @@
 //!
 //!   gate-upstream --listen 127.0.0.1:3000 [--log FILE] [--cookie-name queue_admission]
 //!
+//! (`--listen` defaults to $LISTEN, then 127.0.0.1:3000: docker/compose.yaml runs it as
+//! the example app behind the gate.)
+//!
 //! Answer: 200 `{"user", "queue", "tokenSub", "path", "bytes"}`, where `user` and
 //! `queue` are the `X-Queue-User`/`X-Queue-Name` headers the proxy passed and
 //! `tokenSub` the subject of the admission token the request carried (read, not
@@ -115,7 +118,8 @@ fn writer(path: std::path::PathBuf, lines: mpsc::Receiver<String>) {
 
 fn main() {
     let mut args = std::env::args().skip(1);
-    let (mut listen, mut log, mut cookie_name) = ("127.0.0.1:3000".to_string(), None, "queue_admission".to_string());
+    let mut listen = std::env::var("LISTEN").unwrap_or_else(|_| "127.0.0.1:3000".to_string());
+    let (mut log, mut cookie_name) = (None, "queue_admission".to_string());
     while let Some(a) = args.next() {
         let mut value = || args.next().unwrap_or_else(|| panic!("{a} needs a value"));
         match a.as_str() {
