@@ -42,6 +42,17 @@ local K_WAITING, K_SESSIONS, K_ACTIVE, K_STATS, K_CONFIG, K_CHUNK, K_CLOCK, K_PR
 local K_PRE, K_OPENING, K_PROOF = "pre", "opening", "proof"
 local OPENING_PENDING, MAX_PROOF_PAGE = "opening", 100000
 
+-- Stats hash fields (queue-core's engine::stat) and the opening hash's fields.
+local S = { JOINING = "joining", P_MAX = "p_max", TOKENS = "tokens", TOKENS_AT = "tokens_at", RATE_AT = "rate_at", RATE_COUNT = "rate_count", RATE_PER_MIN = "rate_per_min", SWEEP = "sweep", PROMOTED = "promoted", CLAIMED = "claimed", TICKETS_EXPIRED = "expired", DROPPED = "dropped", LEFT = "left", ENDED = "ended", LEASES_EXPIRED = "lapsed", SLOT_WAIT_MS = "slot_wait_ms" }
+local O = { SEED = "seed", COMMITMENT = "commitment", OPENED_AT = "opened_at", ENTRANTS = "entrants" }
+-- The standing's status strings and QUEUE.OPENING's states.
+local STATUS = { WAITING = "WAITING", PROMOTED = "PROMOTED", ACTIVE = "ACTIVE", UNKNOWN = "UNKNOWN" }
+local OPENING_STATE = { NONE = "none", SCHEDULED = "scheduled", OPEN = "open" }
+-- A record: SEEN_MS .. SEEN_SEP .. nickname, or PROMOTED_MARK .. expiry .. FIELD_SEP .. secret .. FIELD_SEP .. nickname.
+local REC = { PROMOTED_MARK = "P", SEEN_SEP = ":", FIELD_SEP = "|" }
+-- The promotion announcement, a string.format of queue, promoted, waiting, atMs.
+local ANNOUNCEMENT = '{"queue":"%s","promoted":%s,"waiting":%s,"atMs":%s}'
+
 -- Settings, in the order QUEUE.CONFIG GET * and QUEUE.INFO list them.
 local FIELDS = {
   { name = "soft_cap", default = 1000, min = 0, max = 10000000 },
@@ -244,12 +255,12 @@ function Q:add_stat(field, by)
 end
 
 function Q:joining()
-  return self:stat("joining")
+  return self:stat(S.JOINING)
 end
 
 function Q:p_max()
   if self:joining() > 0 then
-    return self:stat("p_max")
+    return self:stat(S.P_MAX)
   end
   return 0
 end
@@ -270,12 +281,12 @@ end
 
 function Q:bucket(now)
   local size = bucket_size(self)
-  local raw = read("HGET", self.stats_key, "tokens")
+  local raw = read("HGET", self.stats_key, S.TOKENS)
   local milli = raw and parse_int(raw)
   if milli == nil then
     return { milli = size * 1000, at = now }
   end
-  local at = self:stat("tokens_at")
+  local at = self:stat(S.TOKENS_AT)
   local elapsed = math.min(math.max(now - at, 0), MAX_REFILL_MS)
   local cap = size * 1000
   local tokens
@@ -292,12 +303,12 @@ local function whole(b)
 end
 
 function Q:save_bucket(b)
-  self:set_stat("tokens", b.milli)
-  self:set_stat("tokens_at", b.at)
+  self:set_stat(S.TOKENS, b.milli)
+  self:set_stat(S.TOKENS_AT, b.at)
 end
 
 function Q:rate_window()
-  return { at = self:stat("rate_at"), count = self:stat("rate_count"), per_minute = self:stat("rate_per_min") }
+  return { at = self:stat(S.RATE_AT), count = self:stat(S.RATE_COUNT), per_minute = self:stat(S.RATE_PER_MIN) }
 end
 
 local function record_window(w, now, admitted)
@@ -325,13 +336,13 @@ end
 
 function Q:save_rate_window(old, new)
   if new.at ~= old.at then
-    self:set_stat("rate_at", new.at)
+    self:set_stat(S.RATE_AT, new.at)
   end
   if new.count ~= old.count then
-    self:set_stat("rate_count", new.count)
+    self:set_stat(S.RATE_COUNT, new.count)
   end
   if new.per_minute ~= old.per_minute then
-    self:set_stat("rate_per_min", new.per_minute)
+    self:set_stat(S.RATE_PER_MIN, new.per_minute)
   end
 end
 
@@ -389,12 +400,12 @@ local function decode(v)
   if not v then
     return nil
   end
-  if v:sub(1, 1) == "P" then
-    local a = v:find("|", 2, true)
+  if v:sub(1, 1) == REC.PROMOTED_MARK then
+    local a = v:find(REC.FIELD_SEP, 2, true)
     if not a then
       return nil
     end
-    local b = v:find("|", a + 1, true)
+    local b = v:find(REC.FIELD_SEP, a + 1, true)
     if not b then
       return nil
     end
@@ -404,7 +415,7 @@ local function decode(v)
     end
     return { promoted = true, expiry = expiry, secret = v:sub(a + 1, b - 1), nickname = v:sub(b + 1) }
   end
-  local colon = v:find(":", 1, true)
+  local colon = v:find(REC.SEEN_SEP, 1, true)
   if not colon then
     return nil
   end
@@ -420,7 +431,7 @@ function Q:record(seq)
 end
 
 function Q:touch(seq, now, nickname)
-  redis.call("HSET", self:chunk_key(seq), fmt(seq), fmt(now) .. ":" .. nickname)
+  redis.call("HSET", self:chunk_key(seq), fmt(seq), fmt(now) .. REC.SEEN_SEP .. nickname)
 end
 
 function Q:add_waiter(user, seq, now, nickname)
@@ -445,7 +456,7 @@ function Q:ensure_layout()
   if self:stat(LAYOUT_FIELD) == LAYOUT then
     return true
   end
-  if (read("ZCARD", self.waiting) or 0) == 0 and self:stat("joining") == 0 and self:stat("p_max") == 0 then
+  if (read("ZCARD", self.waiting) or 0) == 0 and self:stat(S.JOINING) == 0 and self:stat(S.P_MAX) == 0 then
     return true
   end
   if not self:check({ "waiting", "stats_key" }) then
@@ -460,7 +471,7 @@ end
 -- waiting users found among the ticket holders, in their order, after the last
 -- holder; later waiting users move up only as far as needed to keep the order.
 function Q:repair()
-  local stored_p_max = self:stat("p_max")
+  local stored_p_max = self:stat(S.P_MAX)
   local head = {}
   self:scan_waiting("-inf", "+inf", math.huge, function(user, seq)
     local value = read("HGET", self:chunk_key(seq), fmt(seq))
@@ -518,8 +529,8 @@ function Q:repair()
       redis.call("HSET", self:chunk_key(m.new), fmt(m.new), m.value)
     end
   end
-  self:set_stat("joining", holders)
-  self:set_stat("p_max", last_holder)
+  self:set_stat(S.JOINING, holders)
+  self:set_stat(S.P_MAX, last_holder)
 end
 
 function Q:remove(user, seq, was_promoted)
@@ -527,9 +538,9 @@ function Q:remove(user, seq, was_promoted)
   redis.call("HDEL", self:chunk_key(seq), fmt(seq))
   if was_promoted then
     local left = self:joining() - 1
-    self:set_stat("joining", left)
+    self:set_stat(S.JOINING, left)
     if left == 0 then
-      self:set_stat("p_max", 0)
+      self:set_stat(S.P_MAX, 0)
     end
   end
 end
@@ -573,14 +584,14 @@ end
 function Q:promote_user(seq, nickname, now)
   local secret = next_secret(now, seq)
   local expiry = now + self:setting(TICKET_TTL)
-  redis.call("HSET", self:chunk_key(seq), fmt(seq), "P" .. fmt(expiry) .. "|" .. secret .. "|" .. nickname)
+  redis.call("HSET", self:chunk_key(seq), fmt(seq), REC.PROMOTED_MARK .. fmt(expiry) .. REC.FIELD_SEP .. secret .. REC.FIELD_SEP .. nickname)
   return ticket_id(seq, secret)
 end
 
 function Q:note_promoted(n, p_max)
   if n > 0 then
-    self:set_stat("joining", self:joining() + n)
-    self:set_stat("p_max", p_max)
+    self:set_stat(S.JOINING, self:joining() + n)
+    self:set_stat(S.P_MAX, p_max)
   end
 end
 
@@ -675,10 +686,10 @@ function Q:fill_freed(now, freed_at)
     self:save_rate_window(w, record_window(w, now, promoted))
     self:note_slot_wait(freed_at or {}, promoted, now)
   end
-  self:add_stat("promoted", promoted)
-  self:add_stat("dropped", dropped)
+  self:add_stat(S.PROMOTED, promoted)
+  self:add_stat(S.DROPPED, dropped)
   if promoted + dropped > 0 then
-    local payload = string.format('{"queue":"%s","promoted":%s,"waiting":%s,"atMs":%s}', self.name, fmt(promoted),
+    local payload = string.format(ANNOUNCEMENT, self.name, fmt(promoted),
       fmt(self:waiting_count()), fmt(now))
     -- On a cluster the services listen with sharded pub/sub (SSUBSCRIBE on the queue's
     -- shard); on one server by pattern. Sharded first: when nobody heard it that way,
@@ -699,7 +710,7 @@ function Q:expire_claimed(seq, now)
     local user = self:user_at(seq)
     if user then
       self:remove(user, seq, true)
-      self:add_stat("expired", 1)
+      self:add_stat(S.TICKETS_EXPIRED, 1)
       freed_at[#freed_at + 1] = rec.expiry
       table.sort(freed_at)
     end
@@ -732,8 +743,8 @@ function Q:reap(now)
     freed_at[#freed_at + 1] = tonumber(lapsed[i + 1])
     self:close_session(lapsed[i])
   end
-  self:add_stat("expired", #gone)
-  self:add_stat("lapsed", #lapsed / 2)
+  self:add_stat(S.TICKETS_EXPIRED, #gone)
+  self:add_stat(S.LEASES_EXPIRED, #lapsed / 2)
   table.sort(freed_at)
   return #gone, #lapsed / 2, freed_at
 end
@@ -746,7 +757,7 @@ function Q:note_slot_wait(freed_at, promoted, now)
   for i = 1, math.min(promoted, #freed_at) do
     waited = waited + math.max(now - freed_at[i], 0)
   end
-  self:add_stat("slot_wait_ms", waited)
+  self:add_stat(S.SLOT_WAIT_MS, waited)
 end
 
 function Q:live_sessions(now)
@@ -760,12 +771,12 @@ function Q:standing(user, now)
     local rank, seq = r[1], tonumber(r[2])
     local rec = self:record(seq)
     if rec and not rec.promoted then
-      return { status = "WAITING", seq = seq, rank = rank + 1 - self:joining(), seen = rec.seen, nickname = rec.nickname }
+      return { status = STATUS.WAITING, seq = seq, rank = rank + 1 - self:joining(), seen = rec.seen, nickname = rec.nickname }
     end
     if rec and rec.promoted and rec.expiry > now then
-      return { status = "PROMOTED", ticket = ticket_id(seq, rec.secret), nickname = rec.nickname }
+      return { status = STATUS.PROMOTED, ticket = ticket_id(seq, rec.secret), nickname = rec.nickname }
     end
-    return { status = "UNKNOWN" }
+    return { status = STATUS.UNKNOWN }
   end
   local pre = self:pre_standing(user)
   if pre then
@@ -773,13 +784,13 @@ function Q:standing(user, now)
   end
   local exp = read("ZSCORE", self.sessions, user)
   if exp and tonumber(exp) > now then
-    return { status = "ACTIVE", nickname = read("HGET", self.active, user) }
+    return { status = STATUS.ACTIVE, nickname = read("HGET", self.active, user) }
   end
-  return { status = "UNKNOWN" }
+  return { status = STATUS.UNKNOWN }
 end
 
 function Q:eta(st)
-  if st.status ~= "WAITING" or st.opens_at then
+  if st.status ~= STATUS.WAITING or st.opens_at then
     return nil
   end
   return estimated_wait_seconds(st.rank, self:admissions_per_minute(self:now()))
@@ -796,7 +807,7 @@ local function standing_reply(user, st, eta)
   return {
     map = {
       status = st.status,
-      rank = st.status == "WAITING" and st.rank or 0,
+      rank = st.status == STATUS.WAITING and st.rank or 0,
       userId = user,
       nickname = or_false(st.nickname),
       ticketId = or_false(st.ticket),
@@ -809,7 +820,7 @@ end
 -- Looks up one user for STATUS/RANKS, noting that a waiting user was heard from.
 function Q:observe(user, now)
   local st = self:standing(user, now)
-  if st.status == "WAITING" and not st.opens_at then
+  if st.status == STATUS.WAITING and not st.opens_at then
     local every = seen_refresh_ms(self:setting(ABANDON_AFTER))
     if every and now - st.seen >= every then
       self:touch(st.seq, now, st.nickname)
@@ -917,7 +928,7 @@ function Q:schedule_if_needed(now)
   end
   local seed = new_seed(self.name, now)
   redis.call("DEL", self:opening_key(), self:proof_key())
-  redis.call("HSET", self:opening_key(), "seed", seed, "commitment", sha256hex(seed))
+  redis.call("HSET", self:opening_key(), O.SEED, seed, O.COMMITMENT, sha256hex(seed))
   self:set_stat(OPENING_PENDING, 1)
   return true
 end
@@ -932,7 +943,7 @@ function Q:open_if_due(now)
   if not self:check(ALL_PARTS) then
     return false
   end
-  local seed = read("HGET", self:opening_key(), "seed") or ""
+  local seed = read("HGET", self:opening_key(), O.SEED) or ""
   local all = read("HGETALL", self:pre_key()) or {}
   local entrants = {}
   for i = 1, #all, 2 do
@@ -956,7 +967,7 @@ function Q:open_if_due(now)
   for i = 1, #proof, 4096 do
     redis.call("RPUSH", self:proof_key(), unpack(proof, i, math.min(i + 4095, #proof)))
   end
-  redis.call("HSET", self:opening_key(), "opened_at", fmt(now), "entrants", fmt(#proof))
+  redis.call("HSET", self:opening_key(), O.OPENED_AT, fmt(now), O.ENTRANTS, fmt(#proof))
   self:set_stat(OPENING_PENDING, 0)
   return true
 end
@@ -975,7 +986,7 @@ function Q:enter_pre(user, nickname, now)
     self:remove(user, seq, holds)
   end
   redis.call("HSET", self:pre_key(), user, nickname)
-  return standing_reply(user, { status = "WAITING", rank = 0, nickname = nickname, opens_at = self:setting(OPENS_AT) }, nil)
+  return standing_reply(user, { status = STATUS.WAITING, rank = 0, nickname = nickname, opens_at = self:setting(OPENS_AT) }, nil)
 end
 
 -- max_waiting: a newcomer is refused while that many people wait, in line or in the
@@ -1001,7 +1012,7 @@ function Q:pre_standing(user)
   if not nickname then
     return nil
   end
-  return { status = "WAITING", rank = 0, pre = true, nickname = nickname, opens_at = self:setting(OPENS_AT) }
+  return { status = STATUS.WAITING, rank = 0, pre = true, nickname = nickname, opens_at = self:setting(OPENS_AT) }
 end
 
 -- Commands.
@@ -1095,13 +1106,13 @@ local function queue_enter(keys, args)
       if bucket then
         q:save_bucket({ milli = bucket.milli - 1000, at = bucket.at })
       end
-      q:add_stat("promoted", 1)
+      q:add_stat(S.PROMOTED, 1)
       q:note_slot_wait(freed_at, 1, now)
-      return standing_reply(user, { status = "PROMOTED", ticket = ticket, nickname = nickname }, nil)
+      return standing_reply(user, { status = STATUS.PROMOTED, ticket = ticket, nickname = nickname }, nil)
     end
   end
   q:add_waiter(user, seq, now, nickname)
-  local st = { status = "WAITING", seq = seq, rank = q:waiting_count(), seen = now, nickname = nickname }
+  local st = { status = STATUS.WAITING, seq = seq, rank = q:waiting_count(), seen = now, nickname = nickname }
   return standing_reply(user, st, q:eta(st))
 end
 
@@ -1176,14 +1187,14 @@ local function queue_leave(keys, args)
     return fail(E_WRONGTYPE)
   end
   if q:opening_pending() and redis.call("HDEL", q:pre_key(), user) == 1 then
-    q:add_stat("left", 1)
+    q:add_stat(S.LEFT, 1)
     return 1
   end
   local seq = tonumber(redis.call("ZSCORE", q.waiting, user) or nil)
   if seq ~= nil then
     local was_promoted = q:is_promoted(seq)
     q:remove(user, seq, was_promoted)
-    q:add_stat("left", 1)
+    q:add_stat(S.LEFT, 1)
     if was_promoted then
       q:fill_freed(q:now())
     end
@@ -1198,7 +1209,7 @@ function Q:sweep(abandon_after, now, p_max)
   if abandon_after <= 0 or self:waiting_count() == 0 then
     return 0
   end
-  local cursor = math.max(self:stat("sweep"), p_max)
+  local cursor = math.max(self:stat(S.SWEEP), p_max)
   local batch = {}
   self:scan_waiting(fmt(cursor + 1), "+inf", SWEEP_BUDGET, function(user, seq)
     batch[#batch + 1] = { user, seq }
@@ -1225,7 +1236,7 @@ function Q:sweep(abandon_after, now, p_max)
     end
   end
   if nxt ~= cursor then
-    self:set_stat("sweep", nxt)
+    self:set_stat(S.SWEEP, nxt)
   end
   return dropped
 end
@@ -1275,8 +1286,8 @@ local function queue_promote(keys, args)
   local w = q:rate_window()
   q:save_rate_window(w, record_window(w, now, promoted))
   q:note_slot_wait(freed_at, promoted, now)
-  q:add_stat("promoted", promoted)
-  q:add_stat("dropped", dropped)
+  q:add_stat(S.PROMOTED, promoted)
+  q:add_stat(S.DROPPED, dropped)
 
   local active, joining = redis.call("ZCARD", q.sessions), q:joining()
   return {
@@ -1332,7 +1343,7 @@ local function ticket_claim(keys, args)
   q:remove(user, seq, true)
   local lease = q:setting(SESSION_LEASE)
   q:open_session(user, rec.nickname, now + lease)
-  q:add_stat("claimed", 1)
+  q:add_stat(S.CLAIMED, 1)
   return { map = { userId = user, nickname = rec.nickname, ticketId = ticket, leaseMs = lease } }
 end
 
@@ -1364,7 +1375,7 @@ local function session_end(keys, args)
   end
   if redis.call("ZSCORE", q.sessions, user) then
     q:close_session(user)
-    q:add_stat("ended", 1)
+    q:add_stat(S.ENDED, 1)
     q:fill_freed(q:now())
     return 1
   end
@@ -1473,15 +1484,15 @@ local function queue_opening(keys, args)
     return read("LRANGE", q:proof_key(), start, start + count - 1) or {}
   end
   local opens_at = q:setting(OPENS_AT)
-  local commitment = read("HGET", q:opening_key(), "commitment")
-  local opened_at = parse_int(read("HGET", q:opening_key(), "opened_at") or "")
-  local m = { opensAt = opens_at, commitment = false, state = "none", seed = false, openedAt = false, entrants = 0 }
+  local commitment = read("HGET", q:opening_key(), O.COMMITMENT)
+  local opened_at = parse_int(read("HGET", q:opening_key(), O.OPENED_AT) or "")
+  local m = { opensAt = opens_at, commitment = false, state = OPENING_STATE.NONE, seed = false, openedAt = false, entrants = 0 }
   if q:opening_pending() then
-    m.state, m.commitment, m.entrants = "scheduled", or_false(commitment), read("HLEN", q:pre_key()) or 0
+    m.state, m.commitment, m.entrants = OPENING_STATE.SCHEDULED, or_false(commitment), read("HLEN", q:pre_key()) or 0
   elseif commitment and opened_at then
-    m.state, m.commitment, m.openedAt = "open", commitment, opened_at
-    m.seed = or_false(read("HGET", q:opening_key(), "seed"))
-    m.entrants = parse_int(read("HGET", q:opening_key(), "entrants") or "") or 0
+    m.state, m.commitment, m.openedAt = OPENING_STATE.OPEN, commitment, opened_at
+    m.seed = or_false(read("HGET", q:opening_key(), O.SEED))
+    m.entrants = parse_int(read("HGET", q:opening_key(), O.ENTRANTS) or "") or 0
   end
   return { map = m }
 end

@@ -21,6 +21,25 @@ fn lua_str(s: &str) -> String {
     format!("\"{s}\"")
 }
 
+/// A Lua string literal in single quotes, for texts holding double quotes (the JSON
+/// of the announcement).
+fn lua_squote(s: &str) -> String {
+    assert!(s.bytes().all(|b| (0x20..0x7f).contains(&b) && b != b'\'' && b != b'\\'), "{s:?}");
+    format!("'{s}'")
+}
+
+/// A Lua table of names to string values, on one line: `{ A = "a", B = "b" }`.
+fn lua_table(pairs: &[(&str, &str)]) -> String {
+    let fields: Vec<String> = pairs.iter().map(|(k, v)| format!("{k} = {}", lua_str(v))).collect();
+    format!("{{ {} }}", fields.join(", "))
+}
+
+/// The announcement's JSON with `%s` for each value, for `string.format`.
+pub fn announcement_format() -> String {
+    let text = crate::engine::announcement("%s", -7_777_777, -8_888_888, -9_999_999);
+    text.replace("-7777777", "%s").replace("-8888888", "%s").replace("-9999999", "%s")
+}
+
 /// An error text with its variable parts as `string.format` directives.
 fn template(e: QueueError, replace: &[(&str, &str)]) -> String {
     let mut t = e.to_string();
@@ -76,6 +95,61 @@ pub fn constants_block() -> String {
         lua_str(crate::engine::stat::OPENING),
         crate::engine::opening::MAX_PROOF_PAGE
     ));
+    line(String::new());
+    line("-- Stats hash fields (queue-core's engine::stat) and the opening hash's fields.".into());
+    {
+        use crate::engine::stat;
+        let stats = [
+            ("JOINING", stat::JOINING),
+            ("P_MAX", stat::P_MAX),
+            ("TOKENS", stat::TOKENS),
+            ("TOKENS_AT", stat::TOKENS_AT),
+            ("RATE_AT", stat::RATE_AT),
+            ("RATE_COUNT", stat::RATE_COUNT),
+            ("RATE_PER_MIN", stat::RATE_PER_MIN),
+            ("SWEEP", stat::SWEEP),
+            ("PROMOTED", stat::PROMOTED),
+            ("CLAIMED", stat::CLAIMED),
+            ("TICKETS_EXPIRED", stat::TICKETS_EXPIRED),
+            ("DROPPED", stat::DROPPED),
+            ("LEFT", stat::LEFT),
+            ("ENDED", stat::ENDED),
+            ("LEASES_EXPIRED", stat::LEASES_EXPIRED),
+            ("SLOT_WAIT_MS", stat::SLOT_WAIT_MS),
+        ];
+        line(format!("local S = {}", lua_table(&stats)));
+    }
+    {
+        use crate::engine::opening::{COMMITMENT, ENTRANTS, OPENED_AT, SEED};
+        let fields = [("SEED", SEED), ("COMMITMENT", COMMITMENT), ("OPENED_AT", OPENED_AT), ("ENTRANTS", ENTRANTS)];
+        line(format!("local O = {}", lua_table(&fields)));
+    }
+    line("-- The standing's status strings and QUEUE.OPENING's states.".into());
+    {
+        use crate::replies::{Standing, State};
+        let statuses = [
+            ("WAITING", Standing::Pre { nickname: Vec::new(), opens_at: 0 }.status()),
+            ("PROMOTED", Standing::Promoted { ticket: Vec::new(), nickname: Vec::new() }.status()),
+            ("ACTIVE", Standing::Active { nickname: None }.status()),
+            ("UNKNOWN", Standing::Unknown.status()),
+        ];
+        line(format!("local STATUS = {}", lua_table(&statuses)));
+        let states =
+            [("NONE", State::None.as_str()), ("SCHEDULED", State::Scheduled.as_str()), ("OPEN", State::Open.as_str())];
+        line(format!("local OPENING_STATE = {}", lua_table(&states)));
+    }
+    line("-- A record: SEEN_MS .. SEEN_SEP .. nickname, or PROMOTED_MARK .. expiry .. FIELD_SEP .. secret .. FIELD_SEP .. nickname.".into());
+    {
+        use crate::record::{FIELD_SEP, PROMOTED_MARK, SEEN_SEP};
+        let byte = |b: u8| (b as char).to_string();
+        let (mark, seen, field) = (byte(PROMOTED_MARK), byte(SEEN_SEP), byte(FIELD_SEP));
+        line(format!(
+            "local REC = {}",
+            lua_table(&[("PROMOTED_MARK", &mark), ("SEEN_SEP", &seen), ("FIELD_SEP", &field)])
+        ));
+    }
+    line("-- The promotion announcement, a string.format of queue, promoted, waiting, atMs.".into());
+    line(format!("local ANNOUNCEMENT = {}", lua_squote(&announcement_format())));
     line(String::new());
     line("-- Settings, in the order QUEUE.CONFIG GET * and QUEUE.INFO list them.".into());
     line("local FIELDS = {".into());
@@ -153,6 +227,16 @@ mod tests {
         assert!(b.contains(r#"local E_RANGE = "ERR %s must be an integer from %d to %d""#), "{b}");
         assert!(b.contains(r#"local E_FIELD = "ERR unknown config field '%s'""#), "{b}");
         assert!(b.contains("local SOFT_CAP, HARD_CAP, RATE, BURST, BATCH_MAX, TICKET_TTL, SESSION_LEASE, ABANDON_AFTER, OPENS_AT, POW_DIFFICULTY, MAX_WAITING = 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11"), "{b}");
+    }
+
+    #[test]
+    fn names_shared_with_the_library() {
+        let b = constants_block();
+        assert!(b.contains(r#"local S = { JOINING = "joining", P_MAX = "p_max","#), "{b}");
+        assert!(b.contains(r#"TICKETS_EXPIRED = "expired""#) && b.contains(r#"LEASES_EXPIRED = "lapsed""#), "{b}");
+        assert!(b.contains(r#"local STATUS = { WAITING = "WAITING", PROMOTED = "PROMOTED", ACTIVE = "ACTIVE", UNKNOWN = "UNKNOWN" }"#), "{b}");
+        assert!(b.contains(r#"local REC = { PROMOTED_MARK = "P", SEEN_SEP = ":", FIELD_SEP = "|" }"#), "{b}");
+        assert!(b.contains(r#"local ANNOUNCEMENT = '{"queue":"%s","promoted":%s,"waiting":%s,"atMs":%s}'"#), "{b}");
     }
 
     #[test]

@@ -6,6 +6,13 @@
 //! bytes, so chunks keep Valkey's compact listpack encoding; the userId is the
 //! waiting zset's member with that sequence number.
 
+/// The first byte of a ticket holder's record.
+pub const PROMOTED_MARK: u8 = b'P';
+/// Between a waiting user's last-seen time and its nickname.
+pub const SEEN_SEP: u8 = b':';
+/// Between a ticket holder's expiry, secret and nickname.
+pub const FIELD_SEP: u8 = b'|';
+
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Record<'a> {
     Waiting { seen: i64, nickname: &'a [u8] },
@@ -15,30 +22,30 @@ pub enum Record<'a> {
 pub fn encode_waiting(seen_ms: i64, nickname: &[u8]) -> Vec<u8> {
     let mut v = Vec::with_capacity(20 + nickname.len());
     v.extend_from_slice(seen_ms.to_string().as_bytes());
-    v.push(b':');
+    v.push(SEEN_SEP);
     v.extend_from_slice(nickname);
     v
 }
 
 pub fn encode_promoted(expiry_ms: i64, secret: &[u8], nickname: &[u8]) -> Vec<u8> {
     let mut v = Vec::with_capacity(24 + secret.len() + nickname.len());
-    v.push(b'P');
+    v.push(PROMOTED_MARK);
     v.extend_from_slice(expiry_ms.to_string().as_bytes());
     for part in [secret, nickname] {
-        v.push(b'|');
+        v.push(FIELD_SEP);
         v.extend_from_slice(part);
     }
     v
 }
 
 pub fn decode(v: &[u8]) -> Option<Record<'_>> {
-    if let Some(rest) = v.strip_prefix(b"P") {
-        let mut parts = rest.splitn(3, |&b| b == b'|');
+    if let Some(rest) = v.strip_prefix(&[PROMOTED_MARK]) {
+        let mut parts = rest.splitn(3, |&b| b == FIELD_SEP);
         let expiry = crate::args::parse_i64(parts.next()?)?;
         let (secret, nickname) = (parts.next()?, parts.next()?);
         return Some(Record::Promoted { expiry, secret, nickname });
     }
-    let colon = v.iter().position(|&b| b == b':')?;
+    let colon = v.iter().position(|&b| b == SEEN_SEP)?;
     let seen = crate::args::parse_i64(&v[..colon])?;
     Some(Record::Waiting { seen, nickname: &v[colon + 1..] })
 }
