@@ -8,7 +8,9 @@ use redis::cluster::ClusterClientBuilder;
 use redis::cluster_async::ClusterConnection;
 use redis::cluster_routing::{MultipleNodeRoutingInfo, RoutingInfo, SingleNodeRoutingInfo};
 use redis::{Cmd, RedisError, RedisResult, Value};
-use std::time::Duration;
+use std::collections::HashSet;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
 
 use crate::Target;
 
@@ -71,6 +73,38 @@ enum Link {
 pub(crate) struct Conn {
     link: Link,
     deadline: Duration,
+    refusals: Arc<Refusals>,
+}
+
+/// The permissions Valkey refused this connection's user: each logged once, as an
+/// error naming it, the latest kept for health checks.
+#[derive(Default)]
+pub(crate) struct Refusals {
+    logged: Mutex<HashSet<String>>,
+    latest: Mutex<Option<(String, Instant)>>,
+}
+
+/// How long a refusal counts as current without being seen again.
+const REFUSAL_CURRENT_FOR: Duration = Duration::from_secs(30);
+
+impl Refusals {
+    fn note(&self, e: RedisError, cmd: &Cmd) -> RedisError {
+        let e = crate::error::name_refusal(e, cmd);
+        let text = crate::error::server_text(&e);
+        if e.code() == Some("NOPERM") || crate::error::is_permission_text(&text) {
+            if self.logged.lock().unwrap().insert(text.clone()) {
+                tracing::error!("Valkey refuses a permission this service needs: {text}");
+            }
+            *self.latest.lock().unwrap() = Some((text, Instant::now()));
+        }
+        e
+    }
+
+    /// The latest refusal, if seen within the last [`REFUSAL_CURRENT_FOR`].
+    pub(crate) fn current(&self) -> Option<String> {
+        let latest = self.latest.lock().unwrap();
+        latest.as_ref().filter(|(_, at)| at.elapsed() < REFUSAL_CURRENT_FOR).map(|(t, _)| t.clone())
+    }
 }
 
 /// A cluster client for `target` (its seeds, TLS certificates, ACL user from the URLs).
@@ -110,7 +144,7 @@ impl Conn {
 
     async fn single_client(client: redis::Client, options: &ConnectOptions) -> RedisResult<Conn> {
         let manager = ConnectionManager::new_with_config(client, options.manager_config()).await?;
-        Ok(Conn { link: Link::Single(manager), deadline: options.response_timeout })
+        Ok(Conn { link: Link::Single(manager), deadline: options.response_timeout, refusals: Default::default() })
     }
 
     /// A connection to a cluster, found from any of `urls`.
@@ -121,7 +155,7 @@ impl Conn {
     async fn cluster_target(target: &Target, options: &ConnectOptions) -> RedisResult<Conn> {
         let client = cluster_builder(target, options)?.build()?;
         let connection = client.get_async_connection().await?;
-        Ok(Conn { link: Link::Cluster(connection), deadline: options.response_timeout })
+        Ok(Conn { link: Link::Cluster(connection), deadline: options.response_timeout, refusals: Default::default() })
     }
 
     pub(crate) fn is_cluster(&self) -> bool {
@@ -140,10 +174,16 @@ impl Conn {
 
     /// Sends a command where its key (or, keyless, any node) lives.
     pub(crate) async fn send(&self, cmd: &Cmd) -> RedisResult<Value> {
-        match &self.link {
+        let reply = match &self.link {
             Link::Single(m) => self.within(m.clone().send_packed_command(cmd)).await,
             Link::Cluster(c) => self.within(c.clone().req_packed_command(cmd)).await,
-        }
+        };
+        reply.map_err(|e| self.refusals.note(e, cmd))
+    }
+
+    /// The permission Valkey refused this user lately, naming it (see [`Refusals`]).
+    pub(crate) fn refused_permission(&self) -> Option<String> {
+        self.refusals.current()
     }
 
     /// Sends a command to every primary; one reply per primary.
@@ -152,7 +192,8 @@ impl Conn {
             Link::Single(_) => Ok(vec![(Node::Only, self.send(cmd).await?)]),
             Link::Cluster(c) => {
                 let routing = RoutingInfo::MultiNode((MultipleNodeRoutingInfo::AllMasters, None));
-                let reply = self.within(c.clone().route_command(cmd, routing)).await?;
+                let reply =
+                    self.within(c.clone().route_command(cmd, routing)).await.map_err(|e| self.refusals.note(e, cmd))?;
                 let Value::Map(per_node) = reply else {
                     return Err(RedisError::from((
                         redis::ErrorKind::ClientError,
@@ -193,7 +234,7 @@ impl Conn {
             (Link::Cluster(c), Node::Addr { host, port }) => {
                 let routing =
                     RoutingInfo::SingleNode(SingleNodeRoutingInfo::ByAddress { host: host.clone(), port: *port });
-                self.within(c.clone().route_command(cmd, routing)).await
+                self.within(c.clone().route_command(cmd, routing)).await.map_err(|e| self.refusals.note(e, cmd))
             }
             _ => self.send(cmd).await,
         }

@@ -34,6 +34,16 @@ impl ClientError {
         matches!(self, ClientError::Unavailable(_))
     }
 
+    /// The permission Valkey refused, when this is such a refusal (`NOPERM`, or a
+    /// function's inner command refused by the ACL): the server's text, naming the
+    /// command, and the key or channel where the server's own text does not.
+    pub fn refused_permission(&self) -> Option<&str> {
+        match self {
+            ClientError::Unavailable(text) if is_permission_text(text) => Some(text),
+            _ => None,
+        }
+    }
+
     pub(crate) fn protocol(what: impl Into<String>) -> Self {
         ClientError::Protocol(what.into())
     }
@@ -44,6 +54,7 @@ impl fmt::Display for ClientError {
         match self {
             ClientError::Refused(e) => e.fmt(f),
             ClientError::InvalidArgument(text) => f.write_str(text),
+            ClientError::Unavailable(why) if is_permission_text(why) => write!(f, "Valkey refused a permission: {why}"),
             ClientError::Unavailable(why) => write!(f, "queue store unavailable: {why}"),
             ClientError::Protocol(what) => write!(f, "unexpected reply from the queue store: {what}"),
         }
@@ -65,6 +76,28 @@ pub(crate) fn server_text(e: &RedisError) -> String {
         (Some(code), None) => code.to_string(),
         _ => e.to_string(),
     }
+}
+
+/// Whether an error text is Valkey refusing a permission to this user.
+pub(crate) fn is_permission_text(text: &str) -> bool {
+    text.starts_with("NOPERM") || text.contains("ACL failure") || text.contains("no permissions")
+}
+
+/// A `NOPERM` reply that does not say what was refused (Valkey names the command it
+/// refuses, not the key or channel) with the command and its first argument added:
+/// `NOPERM No permissions to access a key (SET queue-manager:leader)`.
+pub(crate) fn name_refusal(e: RedisError, cmd: &redis::Cmd) -> RedisError {
+    let detail = e.detail().unwrap_or_default();
+    if e.code() != Some("NOPERM") || !(detail.ends_with("a key") || detail.ends_with("a channel")) {
+        return e;
+    }
+    let mut args = cmd.args_iter().filter_map(|a| match a {
+        redis::Arg::Simple(b) => Some(String::from_utf8_lossy(b).into_owned()),
+        redis::Arg::Cursor => None,
+    });
+    let name = args.next().unwrap_or_default().to_ascii_uppercase();
+    let first = args.next().unwrap_or_default();
+    redis::make_extension_error("NOPERM".to_string(), Some(format!("{detail} ({name} {first})")))
 }
 
 /// An `ERR` reply that is about the deployment, not the arguments: a function's
@@ -192,6 +225,26 @@ mod tests {
         assert!(missing.is_unavailable(), "{missing:?}");
         assert!(ClientError::from(err("Function not found")).is_unavailable());
         assert!(ClientError::from(err("ACL failure in script: User svc has no permissions")).is_unavailable());
+    }
+
+    #[test]
+    fn refused_permissions_are_named() {
+        let e = ClientError::from(server("NOPERM", "User svc has no permissions to run the 'ping' command"));
+        assert!(e.is_unavailable());
+        assert_eq!(e.refused_permission(), Some("NOPERM User svc has no permissions to run the 'ping' command"));
+        assert!(e.to_string().starts_with("Valkey refused a permission: NOPERM"), "{e}");
+        let mut set = redis::cmd("SET");
+        set.arg("queue-manager:leader").arg("x");
+        let named = name_refusal(server("NOPERM", "No permissions to access a key"), &set);
+        let e = ClientError::from(named);
+        assert_eq!(e.refused_permission(), Some("NOPERM No permissions to access a key (SET queue-manager:leader)"));
+        let script = ClientError::from(RedisError::from((
+            ErrorKind::ResponseError,
+            "An error was signalled by the server",
+            "ACL failure in script: User svc has no permissions to run the 'zadd' command".to_string(),
+        )));
+        assert!(script.refused_permission().is_some_and(|t| t.contains("'zadd'")), "{script:?}");
+        assert_eq!(ClientError::Unavailable("connection refused".into()).refused_permission(), None);
     }
 
     #[test]

@@ -48,7 +48,12 @@ impl LazyClient {
                         *l.client.write().await = Some(c);
                         return;
                     }
-                    Err(e) => tracing::warn!(error = %e, "queue store unreachable; retrying"),
+                    Err(e) => match e.refused_permission() {
+                        Some(refused) => {
+                            tracing::error!("Valkey refuses a permission this service needs: {refused}; retrying")
+                        }
+                        None => tracing::warn!(error = %e, "queue store unreachable; retrying"),
+                    },
                 }
                 tokio::time::sleep(delay).await;
                 delay = (delay * 2).min(Duration::from_secs(5));

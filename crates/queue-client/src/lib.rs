@@ -25,8 +25,8 @@
 #![warn(missing_docs)]
 
 pub mod announce;
-pub mod backoffice;
 mod backend;
+pub mod backoffice;
 mod challenge;
 mod conn;
 mod error;
@@ -244,6 +244,14 @@ impl QueueClient {
     /// method), routed by its key on a cluster.
     pub(crate) async fn raw(&self, cmd: &Cmd) -> Result<Value, ClientError> {
         Ok(self.conn.send(cmd).await?)
+    }
+
+    /// The permission Valkey refused this client's user within the last 30 s, as the
+    /// server said it (the key or channel added where the server names only the
+    /// command); None when nothing was refused lately. Each refusal is also logged
+    /// once, as an error.
+    pub fn refused_permission(&self) -> Option<String> {
+        self.conn.refused_permission()
     }
 
     /// Checks that the store answers (`PING`), for readiness probes.

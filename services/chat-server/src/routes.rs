@@ -24,18 +24,30 @@ pub async fn metrics(State(state): St) -> Response {
 /// Liveness with the store's and the room feed's state; 200 even while Valkey is
 /// down (the service itself is fine and recovers by itself).
 pub async fn healthz(State(state): St) -> Json<Value> {
-    let valkey = match state.store.client().await {
-        Some(c) if c.ping().await.is_ok() => "up",
-        _ => "down",
+    let client = state.store.client().await;
+    let answers = match &client {
+        Some(c) => c.ping().await.is_ok(),
+        None => false,
+    };
+    // A permission Valkey refuses is named, never reported as Valkey being down.
+    let refused = client.as_ref().and_then(|c| c.refused_permission());
+    let valkey = match (&refused, answers) {
+        (Some(_), _) => "refused",
+        (None, true) => "up",
+        (None, false) => "down",
     };
     let room = if state.room_feed_up.load(Ordering::SeqCst) { "up" } else { "down" };
-    Json(json!({
+    let mut health = json!({
         "status": if state.shutting_down() { "stopping" } else { "ok" },
         "valkey": valkey,
         "room": room,
         "instanceId": state.instance_id,
         "sessions": state.rooms.local_sessions(),
-    }))
+    });
+    if let Some(refused) = refused {
+        health["refused"] = refused.into();
+    }
+    Json(health)
 }
 
 pub async fn not_found() -> Response {

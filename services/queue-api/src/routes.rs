@@ -287,6 +287,12 @@ impl Follow {
                         return None;
                     }
                     self.sub.summary.borrow_and_update();
+                    // A new standing from the same refresh goes first (it carries the
+                    // new total too).
+                    if self.sub.updates.has_changed().unwrap_or(false) {
+                        self.pending = self.sub.updates.borrow_and_update().clone();
+                        continue;
+                    }
                     let now = self.summary();
                     if let Some((s, sent)) = &self.last {
                         if s.status == Status::Waiting && *sent != now {
@@ -362,11 +368,23 @@ pub async fn metrics(State(state): St) -> Response {
 /// Liveness with the store's state; 200 even while Valkey is down (the service
 /// itself is fine and recovers by itself).
 pub async fn healthz(State(state): St) -> Json<Value> {
-    let valkey = match state.store.client().await {
-        Ok(c) if c.ping().await.is_ok() => "up",
-        _ => "down",
+    let client = state.store.client().await.ok();
+    let answers = match &client {
+        Some(c) => c.ping().await.is_ok(),
+        None => false,
     };
-    Json(json!({ "status": "ok", "valkey": valkey }))
+    // A permission Valkey refuses is named, never reported as Valkey being down.
+    let refused = client.as_ref().and_then(|c| c.refused_permission());
+    let valkey = match (&refused, answers) {
+        (Some(_), _) => "refused",
+        (None, true) => "up",
+        (None, false) => "down",
+    };
+    let mut health = json!({ "status": "ok", "valkey": valkey });
+    if let Some(refused) = refused {
+        health["refused"] = refused.into();
+    }
+    Json(health)
 }
 
 pub async fn not_found() -> ApiError {

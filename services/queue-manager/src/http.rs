@@ -24,12 +24,22 @@ pub struct Healthz {
     pub status: &'static str,
     /// Whether this replica holds the lease and promotes.
     pub leader: bool,
-    /// `up` or `down`: whether Valkey answered the last call.
+    /// `up` or `down`: whether Valkey answered the last call; `refused` while Valkey
+    /// refuses this user a permission the manager needs (named in `refused`).
     pub valkey: &'static str,
+    /// The permission Valkey refused lately, as the server said it (absent if none).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub refused: Option<String>,
 }
 
 async fn healthz(State(state): State<Arc<ManagerState>>) -> Json<Healthz> {
-    Json(Healthz { status: "ok", leader: state.is_leader(), valkey: if state.valkey_up() { "up" } else { "down" } })
+    let refused = state.client.get().and_then(|c| c.refused_permission());
+    let valkey = match (&refused, state.valkey_up()) {
+        (Some(_), _) => "refused",
+        (None, true) => "up",
+        (None, false) => "down",
+    };
+    Json(Healthz { status: "ok", leader: state.is_leader(), valkey, refused })
 }
 
 async fn metrics_text(State(state): State<Arc<ManagerState>>) -> impl IntoResponse {

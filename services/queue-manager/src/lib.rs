@@ -82,9 +82,12 @@ impl ManagerState {
         }
     }
 
-    /// Notes a failed call: an unreachable store is logged once per outage.
+    /// Notes a failed call: an unreachable store is logged once per outage; a refused
+    /// permission is no outage (the client logs it once, naming it; `/healthz` shows it).
     fn failed(&self, what: &str, e: &ClientError) {
-        if !e.is_unavailable() {
+        if let Some(refused) = e.refused_permission() {
+            debug!("{what}: {refused}");
+        } else if !e.is_unavailable() {
             warn!("{what}: {e}");
         } else if self.valkey_up.swap(false, Ordering::Relaxed) {
             warn!("{what}: Valkey unreachable, backing off until it is back: {e}");
@@ -202,7 +205,12 @@ async fn connect(state: &ManagerState, stop: &watch::Receiver<bool>) -> std::io:
             }
             Err(e) => {
                 let delay = backoff.next();
-                warn!("cannot connect to Valkey, retrying in {delay:?}: {e}");
+                match e.refused_permission() {
+                    Some(refused) => {
+                        error!("Valkey refuses a permission this service needs: {refused}; retrying in {delay:?}")
+                    }
+                    None => warn!("cannot connect to Valkey, retrying in {delay:?}: {e}"),
+                }
                 tokio::select! {
                     _ = tokio::time::sleep(delay) => {}
                     _ = stopped(stop.clone()) => return Ok(None),

@@ -323,6 +323,33 @@ fn an_invalid_url_is_an_error() {
     });
 }
 
+/// A permission Valkey refuses (here the lease key, left out of the manager's rule)
+/// is named in /healthz (`refused`, the command and the key), never reported as
+/// Valkey being down; the manager does not lead without its lease.
+#[test]
+fn a_refused_permission_is_named_not_down() {
+    block_on(async {
+        let server = ValkeyServer::start(Backend::Module);
+        let rule = "on >pw -@all +ping +get +set +eval +pexpire +del +scan +smembers +hgetall +publish ~queue:* \
+                    ~queue-registry resetchannels &queue:{*}:promoted";
+        let mut setuser = redis::cmd("ACL");
+        setuser.arg("SETUSER").arg("manager").arg(rule.split_whitespace().collect::<Vec<_>>()).arg("(+@queue ~*)");
+        setuser.query::<()>(&mut server.conn()).unwrap();
+        let mut config = fast_config(&server);
+        config.valkey_urls = vec![format!("redis://manager:pw@127.0.0.1:{}/", server.port)];
+        let manager = Manager::start(config).await;
+        let seen = eventually(Duration::from_secs(10), async || {
+            Some(manager.healthz().await).filter(|h| h["valkey"] == "refused")
+        })
+        .await;
+        let Some(health) = seen else { panic!("never named the refusal: {}", manager.healthz().await) };
+        let refused = health["refused"].as_str().unwrap_or_default();
+        assert!(refused.starts_with("NOPERM") && refused.contains("queue-manager:leader"), "{health}");
+        assert!(!manager.is_leader().await);
+        manager.stop().await;
+    });
+}
+
 /// Adaptive admission end to end: nobody is admitted without a signal
 /// (fail-closed), admission opens on a good signal, closes down step by step on a
 /// bad one, and closes at once when the signal lapses.
