@@ -147,7 +147,7 @@ try {
   const inAnHour = await page.evaluate(() => {
     const d = new Date(Date.now() + 3600_000);
     const p = (n) => String(n).padStart(2, "0");
-    return `${d.getFullYear()}-${p(d.getMonth() + 1)}-${p(d.getDate())}T${p(d.getHours())}:${p(d.getMinutes())}:00`;
+    return `${d.getFullYear()}-${p(d.getMonth() + 1)}-${p(d.getDate())}T${p(d.getHours())}:${p(d.getMinutes())}`;
   });
   await page.fill("#opens-at", inAnHour);
   await page.click("#opening-form button[type=submit]");

@@ -58,10 +58,19 @@ fn noticeable(shown: Option<u64>, now: u64) -> bool {
 }
 
 impl QueueWatch {
-    /// Takes what one QUEUE.INFO said: the total and the pause, published when noticeable.
+    /// Takes what one QUEUE.INFO said: the total and the pause, which every event
+    /// sent from now on carries.
     fn note(&self, waiting: u64, paused: bool) {
         self.waiting.store(waiting, Ordering::Relaxed);
         self.paused.store(paused, Ordering::Relaxed);
+    }
+
+    /// Tells the streams when the total moved noticeably or the pause flipped since
+    /// last told. Called after the refresh that read them has handed out the new
+    /// ranks, so that a stream whose rank changed too sends one event, not two.
+    fn publish(&self) {
+        let Some(waiting) = Some(self.waiting.load(Ordering::Relaxed)).filter(|&w| w != UNKNOWN) else { return };
+        let paused = self.paused.load(Ordering::Relaxed);
         self.summary.send_if_modified(|s| {
             if noticeable(s.total, waiting) || s.paused != paused {
                 *s = Summary { total: Some(waiting), paused };
@@ -106,6 +115,7 @@ impl Subscription {
     /// refresh, so that its first event has the total too).
     pub fn note(&self, info: &queue_client::QueueInfo) {
         self.watch.note(info.waiting, info.config.soft_cap() == 0);
+        self.watch.publish();
     }
 }
 
@@ -215,6 +225,7 @@ async fn refresher(hub: Arc<Hub>, queue: String, watch: Arc<QueueWatch>) {
             if let Err(e) = refresh(&hub, &client, &queue, &watch, users, walk).await {
                 tracing::warn!(queue, error = %e, "refreshing push streams failed");
             }
+            watch.publish();
         }
         tokio::select! {
             _ = tokio::time::sleep(hub.tick) => {}

@@ -321,6 +321,7 @@
     try { r = await api("POST", "api/admin/queues/" + encodeURIComponent(selected) + "/" + what); } catch (_) { return; }
     if (!r.ok) { say(r.data.message || what + " failed"); return; }
     say(what === "pause" ? "Admission paused for " + selected + "." : "Admission resumed for " + selected + ".");
+    await refresh();
     await loadDetail(true);
   }
 
@@ -331,9 +332,11 @@
     svg.textContent = "";
     const W = 600, H = 180, L = 44, R = 8, T = 10, B = 24;
     const now = Date.now();
-    const from = now - HISTORY_MS;
+    // From the first reading (at most 10 minutes back, at least one minute shown).
+    const span = Math.min(HISTORY_MS, Math.max(60_000, now - (points[0]?.at ?? now)));
+    const from = now - span;
     const max = Math.max(1, ...points.map((p) => Math.max(p.waiting, p.inside, p.ticketsOut)));
-    const x = (at) => L + ((at - from) / HISTORY_MS) * (W - L - R);
+    const x = (at) => L + ((at - from) / span) * (W - L - R);
     const y = (v) => T + (1 - v / max) * (H - T - B);
     const el = (name, attrs, text) => {
       const e = document.createElementNS(NS, name);
@@ -346,7 +349,7 @@
     el("line", { x1: L, y1: y(max), x2: W - R, y2: y(max), class: "grid" });
     el("text", { x: L - 4, y: y(max) + 4, "text-anchor": "end", class: "label" }, number(max));
     el("text", { x: L - 4, y: y(0) + 4, "text-anchor": "end", class: "label" }, "0");
-    el("text", { x: L, y: H - 6, class: "label" }, "10 min ago");
+    el("text", { x: L, y: H - 6, class: "label" }, Math.round(span / 60_000) + " min ago");
     el("text", { x: W - R, y: H - 6, "text-anchor": "end", class: "label" }, "now");
     const series = [["waiting", "Waiting"], ["inside", "Inside"], ["ticketsOut", "Tickets out"]];
     series.forEach(([key, name], i) => {
