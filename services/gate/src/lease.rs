@@ -28,7 +28,11 @@ pub async fn tick_loop(gate: Arc<Gate>, mut stop: watch::Receiver<bool>) {
             _ = tick.tick() => {}
             _ = stop.wait_for(|s| *s) => return,
         }
-        one_tick(&gate).await;
+        // A round stuck on an unreachable Valkey must not hold shutdown.
+        tokio::select! {
+            _ = one_tick(&gate) => {}
+            _ = stop.wait_for(|s| *s) => return,
+        }
     }
 }
 

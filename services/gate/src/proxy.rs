@@ -116,7 +116,11 @@ pub async fn forward(
         Decision::Admit { verified, renewed, .. } => {
             let path = req_path(req.uri());
             let admitted = Admitted { queue: verified.claims.aud.clone(), user: verified.claims.sub.clone() };
-            let request_headers = req.headers().clone();
+            // Only the cookie is needed afterwards (to clear the queue's token).
+            let mut request_cookies = HeaderMap::new();
+            for c in req.headers().get_all(header::COOKIE) {
+                request_cookies.append(header::COOKIE, c.clone());
+            }
             let mut resp = send(&gate, req, &upstream, path, &origin, Some(&admitted)).await;
             let ends =
                 resp.headers_mut().remove(QUEUE_SESSION).is_some_and(|v| v.as_bytes().eq_ignore_ascii_case(b"end"));
@@ -124,7 +128,7 @@ pub async fn forward(
                 if verified.session.finish(State::Ended) {
                     gate.end_session(&admitted.queue, &admitted.user, EndReason::App);
                 }
-                let cleared = gate.cookie_with(&request_headers, &admitted.queue, None, origin.https, now_ms() / 1000);
+                let cleared = gate.cookie_with(&request_cookies, &admitted.queue, None, origin.https, now_ms() / 1000);
                 resp.headers_mut().append(header::SET_COOKIE, cleared);
             } else if let Some(cookie) = renewed {
                 resp.headers_mut().append(header::SET_COOKIE, cookie);
@@ -191,7 +195,11 @@ async fn send(
     };
     let original_host = req.headers().get(header::HOST).cloned();
     let (mut parts, body) = req.into_parts();
-    let accept = parts.headers.clone();
+    // What an error page needs of the request: whether it takes HTML.
+    let mut accept = HeaderMap::new();
+    if let Some(a) = parts.headers.get(header::ACCEPT) {
+        accept.insert(header::ACCEPT, a.clone());
+    }
     prepare_request_headers(&mut parts.headers, upgrade.is_some(), origin, gate.config.trust_proxy, original_host);
     if let Some(a) = admitted {
         if let (Ok(u), Ok(q)) = (HeaderValue::from_str(&a.user), HeaderValue::from_str(&a.queue)) {
