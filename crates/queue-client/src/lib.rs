@@ -254,6 +254,21 @@ impl QueueClient {
         self.conn.refused_permission()
     }
 
+    /// What a service's `/healthz` says of the store: `up` (it answers `PING`),
+    /// `down`, or `refused` with the permission Valkey refused lately (never reported
+    /// as the store being down).
+    pub async fn health(client: Option<&QueueClient>) -> (&'static str, Option<String>) {
+        let answers = match client {
+            Some(c) => c.ping().await.is_ok(),
+            None => false,
+        };
+        match client.and_then(|c| c.refused_permission()) {
+            Some(refused) => ("refused", Some(refused)),
+            None if answers => ("up", None),
+            None => ("down", None),
+        }
+    }
+
     /// Checks that the store answers (`PING`), for readiness probes.
     pub async fn ping(&self) -> Result<(), ClientError> {
         self.conn.send(&redis::cmd("PING")).await?;

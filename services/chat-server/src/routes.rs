@@ -25,17 +25,7 @@ pub async fn metrics(State(state): St) -> Response {
 /// down (the service itself is fine and recovers by itself).
 pub async fn healthz(State(state): St) -> Json<Value> {
     let client = state.store.client().await;
-    let answers = match &client {
-        Some(c) => c.ping().await.is_ok(),
-        None => false,
-    };
-    // A permission Valkey refuses is named, never reported as Valkey being down.
-    let refused = client.as_ref().and_then(|c| c.refused_permission());
-    let valkey = match (&refused, answers) {
-        (Some(_), _) => "refused",
-        (None, true) => "up",
-        (None, false) => "down",
-    };
+    let (valkey, refused) = queue_client::QueueClient::health(client.as_ref()).await;
     let room = if state.room_feed_up.load(Ordering::SeqCst) { "up" } else { "down" };
     let mut health = json!({
         "status": if state.shutting_down() { "stopping" } else { "ok" },

@@ -369,17 +369,7 @@ pub async fn metrics(State(state): St) -> Response {
 /// itself is fine and recovers by itself).
 pub async fn healthz(State(state): St) -> Json<Value> {
     let client = state.store.client().await.ok();
-    let answers = match &client {
-        Some(c) => c.ping().await.is_ok(),
-        None => false,
-    };
-    // A permission Valkey refuses is named, never reported as Valkey being down.
-    let refused = client.as_ref().and_then(|c| c.refused_permission());
-    let valkey = match (&refused, answers) {
-        (Some(_), _) => "refused",
-        (None, true) => "up",
-        (None, false) => "down",
-    };
+    let (valkey, refused) = queue_client::QueueClient::health(client.as_ref()).await;
     let mut health = json!({ "status": "ok", "valkey": valkey });
     if let Some(refused) = refused {
         health["refused"] = refused.into();
