@@ -18,6 +18,8 @@ for p in libclang1-14 libclang-common-14-dev; do
   dpkg -s "$p" >/dev/null 2>&1 || need_apt+=("$p")
 done
 command -v chromium >/dev/null 2>&1 || need_apt+=(chromium)
+# Korean glyphs for the waiting room's screenshots (the browser test saves them).
+dpkg -s fonts-nanum >/dev/null 2>&1 || need_apt+=(fonts-nanum)
 command -v node >/dev/null 2>&1 || need_apt+=(nodejs)
 command -v npm >/dev/null 2>&1 || need_apt+=(npm)
 python3 -m pip --version >/dev/null 2>&1 || need_apt+=(python3-pip)

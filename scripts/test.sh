@@ -2,7 +2,7 @@
 # Runs every test: installs what is missing, builds everything once in release
 # (the module is a cdylib that `cargo test` alone would not build), then runs the
 # unit tests and the integration tests against real valkey-server processes, a
-# reduced chaos run (bench/chaos.sh), then
+# reduced chaos run (bench/chaos.sh) and the gate benchmark's reduced form, then
 # fuzzes queue-api's HTTP API from its OpenAPI document (schemathesis).
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -12,5 +12,8 @@ cargo test --release --workspace
 # The reduced chaos run: 300 users while each service is killed -9 and restarted
 # once, Valkey twice (AOF everysec, then always) and the leading manager SIGSTOPped.
 REDUCED=1 bash bench/chaos.sh
+# The gate's benchmark in its reduced form (about a minute): fails only on a correctness
+# check (an admission lost, a Valkey call per admitted request, too many heartbeats).
+REDUCED=1 bash bench/gate-bench.sh
 # queue-api's HTTP API fuzzed from its OpenAPI document, on both backends.
 bash scripts/fuzz-api.sh

@@ -205,7 +205,10 @@ fn the_readme_gives_these_rules() {
     for (service, r) in MODULE_RULES {
         assert!(readme.contains(r), "docs/cluster-tls-acl.md lacks {service}'s rule: {r}");
     }
-    assert!(readme.contains(LUA_COMMANDS) && readme.contains(LUA_SELECTOR), "docs/cluster-tls-acl.md lacks the Lua library's rule");
+    assert!(
+        readme.contains(LUA_COMMANDS) && readme.contains(LUA_SELECTOR),
+        "docs/cluster-tls-acl.md lacks the Lua library's rule"
+    );
     for extra in [CLUSTER_ADDITIONS, CLUSTER_API_ADDITIONS] {
         assert!(readme.contains(&format!("`{extra}`")), "docs/cluster-tls-acl.md lacks the cluster addition {extra}");
     }

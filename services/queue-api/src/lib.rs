@@ -9,8 +9,8 @@
 
 pub use service_kit::conn_limit;
 mod admin;
-mod brand;
 pub mod batch;
+mod brand;
 pub mod config;
 pub mod cors;
 pub mod error;

@@ -1,4 +1,4 @@
-//! `GET /api/queue/opening?queue=`: the proof of a queue's fair opening (README, "A
+//! `GET /api/queue/opening?queue=`: the proof of a queue's fair opening (docs/commands.md, "A
 //! verifiably fair opening"): before it the commitment, after it the seed and the
 //! placed order as idHashes, from which `queue-cli verify` recomputes every rank.
 

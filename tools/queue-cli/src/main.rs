@@ -45,9 +45,6 @@ enum Command {
         #[arg(long, default_value_t = 3600.0)]
         max_wait_secs: f64,
     },
-    /// Virtual users arriving at a rate, each on the same journey; prints a report and exits
-    /// 1 if the audit found FIFO inversions, over-capacity or double claims, 2 if users did
-    /// not finish (errors, drops, timeout).
     /// Checks a queue's fair opening from its published proof: SHA-256(seed) equals
     /// the commitment, and every rank is the one the seed gives (exit 0; 1 on any
     /// mismatch; 2 before the opening or when queue-api cannot be reached).
@@ -119,6 +116,9 @@ enum Command {
         #[arg(long, default_value = "valkey-server")]
         valkey_server: String,
     },
+    /// Virtual users arriving at a rate, each on the same journey; prints a report and exits
+    /// 1 if the audit found FIFO inversions, over-capacity or double claims, 2 if users did
+    /// not finish (errors, drops, timeout).
     Swarm {
         #[command(flatten)]
         target: Target,
