@@ -43,6 +43,7 @@ e2e_tests!(
     swarm_through_the_proxy_mode,
     valkey_restarts_under_load_through_nginx,
     proxy_mode_on_a_cluster,
+    spoofed_headers_through_nginx_and_caddy,
 );
 
 const SOFT_CAP: u64 = 8;
@@ -58,6 +59,7 @@ fn gate_options(routes: &[(&str, &str)]) -> GateOptions {
         tick_ms: 200,
         idle_s: IDLE_S,
         token_ttl_s: 120,
+        extra: Vec::new(),
     }
 }
 
@@ -434,4 +436,47 @@ async fn assert_upstream_clean_no_journal(
     let a = audit(&log, &jwks, routes, None, soft_cap);
     assert!(a.violations.is_empty(), "the upstream's log: {:#?}", a.violations);
     a
+}
+
+/// A client's own forwarding headers, sent through the real nginx and the real Caddy,
+/// choose neither the path the gate decides on nor the address it checks against
+/// the bypass networks: each of these asks for the gated /checkout unadmitted and
+/// must be sent to the waiting room, never reach the app.
+async fn spoofed_headers_through_nginx_and_caddy(backend: Backend) {
+    let queue = "drop".to_string();
+    let opts = options();
+    let valkey = ValkeyServer::start(backend);
+    configure(&mut valkey.client(), &queue, &opts);
+    let flags = vec!["--valkey-url".to_string(), valkey.url()];
+    let mut go = gate_options(&[("/checkout", &queue)]);
+    go.extra = ["--bypass-network", "10.9.0.0/16"].map(String::from).to_vec();
+    let spoofs: &[(&str, &[(&str, &str)])] = &[
+        ("X-Original-URI", &[("x-original-uri", "/about")]),
+        ("X-Forwarded-Uri", &[("x-forwarded-uri", "/about")]),
+        ("X-Real-IP", &[("x-real-ip", "10.9.1.2")]),
+        ("X-Forwarded-For", &[("x-forwarded-for", "10.9.1.2")]),
+        ("X-Forwarded-For and X-Real-IP", &[("x-forwarded-for", "1.2.3.4"), ("x-real-ip", "10.9.1.2")]),
+        ("X-Forwarded-Host", &[("x-forwarded-host", "elsewhere.test")]),
+    ];
+    for front in [Front::Caddy, Front::Nginx] {
+        let stack = GateStack::start("spoof", front, &flags, std::slice::from_ref(&queue), &opts, &go).await;
+        let http = reqwest::Client::builder().redirect(reqwest::redirect::Policy::none()).build().unwrap();
+        let entrance = stack.entrance();
+        for (what, headers) in spoofs {
+            let mut r = http.get(format!("{entrance}/checkout")).header("accept", "text/html");
+            for (k, v) in *headers {
+                r = r.header(*k, *v);
+            }
+            let r = r.send().await.unwrap();
+            let status = r.status().as_u16();
+            let body = r.text().await.unwrap_or_default();
+            assert!(
+                status == 302 || status == 403,
+                "{front:?}: a spoofed {what} reached the app unadmitted: {status} {body:.200}"
+            );
+        }
+        let served = stack.upstream_log().await;
+        let gated: Vec<_> = served.iter().filter(|l| l.to_string().contains("/checkout")).collect();
+        assert!(gated.is_empty(), "{front:?}: the app served gated requests: {gated:?}");
+    }
 }

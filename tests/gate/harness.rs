@@ -136,6 +136,8 @@ pub struct GateOptions {
     pub tick_ms: u64,
     pub idle_s: u64,
     pub token_ttl_s: u64,
+    /// More flags for the gate (e.g. --bypass-network).
+    pub extra: Vec<String>,
 }
 
 /// A written Ed25519 key (the gate's own `--write-key`).
@@ -157,6 +159,7 @@ pub async fn gate(dir: &Scratch, valkey: &[String], api: &str, app: &Proc, front
     for (path, queue) in &o.routes {
         args.extend(["--route".into(), format!("{path}={queue}")]);
     }
+    args.extend(o.extra.iter().cloned());
     match front {
         Front::Proxy => args.extend(["--upstream".into(), app.url()]),
         Front::Nginx | Front::Caddy => args.push("--trust-proxy".into()),

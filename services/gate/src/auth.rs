@@ -14,42 +14,66 @@
 //! health check.
 
 use crate::answer::{self, Convention};
+use crate::config::AuthConvention;
 use crate::decide::{Decision, Incoming};
-use crate::proxy::{last_forwarded_for, QUEUE_NAME, QUEUE_USER};
+use crate::proxy::{client_address, QUEUE_NAME, QUEUE_USER};
 use crate::{now_ms, Gate};
-use axum::extract::{ConnectInfo, Request, State};
+use axum::extract::{Request, State};
 use axum::http::{header, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
-use std::net::SocketAddr;
 use std::sync::Arc;
 
 /// Tells the proxy (and tests) what the gate decided.
 pub const DECISION_HEADER: &str = "x-queue-decision";
 
-pub async fn auth(State(gate): State<Arc<Gate>>, ConnectInfo(peer): ConnectInfo<SocketAddr>, req: Request) -> Response {
+pub async fn auth(State(gate): State<Arc<Gate>>, req: Request) -> Response {
     let headers = req.headers();
     let text = |name: &str| headers.get(name).and_then(|v| v.to_str().ok());
     let envoy_path = req.uri().path().strip_prefix("/gate/auth").filter(|p| p.starts_with('/'));
-    let (original, convention) = if let Some(u) = text("x-original-uri") {
-        (u.to_string(), Convention::Nginx)
-    } else if let Some(u) = text("x-forwarded-uri") {
-        (u.to_string(), Convention::Redirect)
-    } else if let Some(p) = envoy_path {
-        let q = req.uri().query().map(|q| format!("?{q}")).unwrap_or_default();
-        (format!("{p}{q}"), Convention::Redirect)
-    } else {
+    let nginx = headers.contains_key("x-original-uri");
+    let forwarded = headers.contains_key("x-forwarded-uri");
+    let convention = match gate.config.auth_convention {
+        AuthConvention::Auto if usize::from(nginx) + usize::from(forwarded) + usize::from(envoy_path.is_some()) > 1 => {
+            // Caddy and Traefik pass the client's own headers to the auth call: a
+            // client adding X-Original-URI would choose the path decided on.
+            gate.metrics.decided(crate::decide::Outcome::BadPath);
+            let mut resp = answer::error(
+                StatusCode::FORBIDDEN,
+                "ambiguous_original",
+                "The request names its original URI in more than one way (X-Original-URI, X-Forwarded-Uri, /gate/auth/<path>); the proxy must drop the others, or start the gate with --auth-convention.",
+                headers,
+            );
+            resp.headers_mut().insert(DECISION_HEADER, HeaderValue::from_static("bad_path"));
+            return resp;
+        }
+        AuthConvention::Auto if nginx => AuthConvention::Nginx,
+        AuthConvention::Auto if forwarded => AuthConvention::Forwarded,
+        AuthConvention::Auto => AuthConvention::Envoy,
+        c => c,
+    };
+    let found = match convention {
+        AuthConvention::Nginx => text("x-original-uri").map(|u| (u.to_string(), Convention::Nginx)),
+        AuthConvention::Forwarded => text("x-forwarded-uri").map(|u| (u.to_string(), Convention::Redirect)),
+        _ => envoy_path.map(|p| {
+            let q = req.uri().query().map(|q| format!("?{q}")).unwrap_or_default();
+            (format!("{p}{q}"), Convention::Redirect)
+        }),
+    };
+    let Some((original, convention)) = found else {
         return answer::error(
             StatusCode::BAD_REQUEST,
             "no_original_uri",
-            "Forward auth needs the original request: X-Original-URI (nginx), X-Forwarded-Uri (Traefik, Caddy) or the path after /gate/auth (Envoy).",
+            "Forward auth needs the original request: X-Original-URI (nginx), X-Forwarded-Uri (Traefik, Caddy) or the path after /gate/auth (Envoy), as --auth-convention says.",
             headers,
         );
     };
     let host = text("x-forwarded-host").or_else(|| text("host")).unwrap_or("");
     let https = text("x-forwarded-proto").is_some_and(|p| p.eq_ignore_ascii_case("https"));
-    let client = crate::rules::canonical_ip(last_forwarded_for(headers).unwrap_or(peer.ip()));
+    // The proxy in front appends the address it saw to X-Forwarded-For: only that
+    // last entry is its word. Not the peer (the proxy itself) when it says nothing.
+    let client = client_address(headers, gate.config.client_ip_header.as_ref()).map(crate::rules::canonical_ip);
     let path = original.split(['?', '#']).next().unwrap_or("/");
-    let incoming = Incoming { host, path, headers, client: Some(client), https };
+    let incoming = Incoming { host, path, headers, client, https };
     let decision = gate.decide(&incoming, now_ms());
     let outcome = decision.outcome();
     let mut resp = match decision {

@@ -165,7 +165,7 @@ pub async fn claim(
     let token = gate.config.keys.sign(&claims);
     gate.table.session_for(&claims, now);
     tracing::info!(queue, user = claim.user_id, "ticket claimed; admitted");
-    let origin = Origin::of(&headers, &uri, peer, trusted(&gate));
+    let origin = Origin::of(&headers, &uri, peer, trusted(&gate), gate.config.client_ip_header.as_ref());
     let cookie = gate.cookie_with(&headers, queue, Some(token.clone()), origin.https, now_s);
     let mut resp = if wants_json(&headers) {
         axum::Json(serde_json::json!({
@@ -218,7 +218,7 @@ pub async fn leave(
             left.push(v.claims.aud.clone());
         }
     }
-    let origin = Origin::of(&headers, &uri, peer, trusted(&gate));
+    let origin = Origin::of(&headers, &uri, peer, trusted(&gate), gate.config.client_ip_header.as_ref());
     let cookie = match q.queue.as_deref() {
         Some(queue) => gate.cookie_with(&headers, queue, None, origin.https, now / 1000),
         None => gate.cookie.set(&[], 0, origin.https),

@@ -115,6 +115,26 @@ pub struct Flags {
     /// proxy of yours): the client address is the last X-Forwarded-For entry.
     #[arg(long, env = "GATE_TRUST_PROXY")]
     pub trust_proxy: bool,
+    /// Where /gate/auth reads the original request: nginx (X-Original-URI), forwarded
+    /// (X-Forwarded-Uri, Traefik and Caddy), envoy (the path after /gate/auth), or auto
+    /// (whichever one is present; a request carrying more than one is refused with 403,
+    /// since a client may have added one that its proxy passed on).
+    #[arg(long, env = "GATE_AUTH_CONVENTION", default_value = "auto")]
+    pub auth_convention: AuthConvention,
+    /// Behind a proxy (forward-auth mode, or --trust-proxy): read the client's address
+    /// for --bypass-network from this header (e.g. X-Real-IP, which the proxy must
+    /// set itself) instead of the last X-Forwarded-For entry.
+    #[arg(long, env = "GATE_CLIENT_IP_HEADER")]
+    pub client_ip_header: Option<String>,
+}
+
+/// Which forward-auth convention /gate/auth follows (`--auth-convention`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum AuthConvention {
+    Auto,
+    Nginx,
+    Forwarded,
+    Envoy,
 }
 
 const fn ms(n: u64) -> Duration {
@@ -143,6 +163,8 @@ pub struct Config {
     pub cookie_domain: Option<String>,
     pub fail_open: Option<Duration>,
     pub trust_proxy: bool,
+    pub auth_convention: AuthConvention,
+    pub client_ip_header: Option<hyper::header::HeaderName>,
 }
 
 impl Config {
@@ -164,6 +186,8 @@ impl Config {
             cookie_domain: None,
             fail_open: None,
             trust_proxy: false,
+            auth_convention: AuthConvention::Auto,
+            client_ip_header: None,
         }
     }
 }
@@ -268,6 +292,15 @@ impl service_kit::Flags for Flags {
             cookie_domain: self.cookie_domain,
             fail_open: (!self.fail_open.is_zero()).then_some(self.fail_open),
             trust_proxy: self.trust_proxy,
+            auth_convention: self.auth_convention,
+            client_ip_header: self
+                .client_ip_header
+                .as_deref()
+                .map(|h| {
+                    hyper::header::HeaderName::from_bytes(h.trim().as_bytes())
+                        .map_err(|_| format!("--client-ip-header {h:?}: a header name such as X-Real-IP"))
+                })
+                .transpose()?,
         })
     }
 }
@@ -302,5 +335,10 @@ mod tests {
         assert!(parse(&["--unmatched", "queue:bad name"]).is_err());
         assert!(parse(&["--key", "/nonexistent/key.pem"]).unwrap_err().contains("key file"));
         assert!(parse(&["--waiting-room", "javascript:alert(1)"]).is_err());
+        assert_eq!(parse(&[]).unwrap().auth_convention, AuthConvention::Auto);
+        assert_eq!(parse(&["--auth-convention", "forwarded"]).unwrap().auth_convention, AuthConvention::Forwarded);
+        assert!(parse(&["--auth-convention", "x-original-uri"]).is_err());
+        assert_eq!(parse(&["--client-ip-header", "X-Real-IP"]).unwrap().client_ip_header.unwrap(), "x-real-ip");
+        assert!(parse(&["--client-ip-header", "bad header"]).is_err());
     }
 }

@@ -55,13 +55,22 @@ pub fn client() -> HttpClient {
 pub struct Origin {
     pub host: String,
     pub https: bool,
-    pub client: IpAddr,
+    /// The client's address: the connection's other end, or behind a trusted proxy
+    /// what that proxy says (None when it says nothing: never the proxy's own address,
+    /// which would put everyone behind it in its network).
+    pub client: Option<IpAddr>,
     /// The address of the connection's other end (a proxy of ours when trusted).
     pub peer: IpAddr,
 }
 
 impl Origin {
-    pub fn of(headers: &HeaderMap, uri: &Uri, peer: SocketAddr, trusted: bool) -> Origin {
+    pub fn of(
+        headers: &HeaderMap,
+        uri: &Uri,
+        peer: SocketAddr,
+        trusted: bool,
+        ip_header: Option<&HeaderName>,
+    ) -> Origin {
         let text = |name: &str| headers.get(name).and_then(|v| v.to_str().ok());
         let forwarded_host = if trusted { text("x-forwarded-host") } else { None };
         let host = forwarded_host
@@ -70,15 +79,25 @@ impl Origin {
             .unwrap_or("")
             .to_string();
         let https = trusted && text("x-forwarded-proto").is_some_and(|p| p.eq_ignore_ascii_case("https"));
-        let client = if trusted { last_forwarded_for(headers) } else { None }.unwrap_or(peer.ip());
-        Origin { host, https, client: crate::rules::canonical_ip(client), peer: crate::rules::canonical_ip(peer.ip()) }
+        let client = if trusted { client_address(headers, ip_header) } else { Some(peer.ip()) };
+        Origin {
+            host,
+            https,
+            client: client.map(crate::rules::canonical_ip),
+            peer: crate::rules::canonical_ip(peer.ip()),
+        }
     }
 }
 
-/// The last X-Forwarded-For entry: the address the nearest proxy saw (X-Real-IP first).
-pub fn last_forwarded_for(headers: &HeaderMap) -> Option<IpAddr> {
-    if let Some(ip) = headers.get("x-real-ip").and_then(|v| v.to_str().ok()).and_then(|v| v.trim().parse().ok()) {
-        return Some(ip);
+/// The client's address as the nearest proxy of ours gave it: the `ip_header`
+/// (`--client-ip-header`, e.g. X-Real-IP, one value only) when set, else the last
+/// X-Forwarded-For entry, the one that proxy appended. Earlier entries, and
+/// X-Real-IP when not named, are whatever the client sent.
+pub fn client_address(headers: &HeaderMap, ip_header: Option<&HeaderName>) -> Option<IpAddr> {
+    if let Some(name) = ip_header {
+        let mut values = headers.get_all(name).iter();
+        let (Some(one), None) = (values.next(), values.next()) else { return None };
+        return one.to_str().ok()?.trim().parse().ok();
     }
     let all = headers.get_all("x-forwarded-for");
     let last = all.iter().filter_map(|v| v.to_str().ok()).next_back()?;
@@ -91,12 +110,13 @@ pub async fn forward(
     ConnectInfo(peer): ConnectInfo<SocketAddr>,
     req: Request,
 ) -> Response {
-    let origin = Origin::of(req.headers(), req.uri(), peer, gate.config.trust_proxy);
+    let origin =
+        Origin::of(req.headers(), req.uri(), peer, gate.config.trust_proxy, gate.config.client_ip_header.as_ref());
     let incoming = Incoming {
         host: &origin.host,
         path: req.uri().path(),
         headers: req.headers(),
-        client: Some(origin.client),
+        client: origin.client,
         https: origin.https,
     };
     let decision = gate.decide(&incoming, now_ms());
@@ -167,7 +187,8 @@ pub async fn room(
         Some(q) => format!("{rest}?{q}"),
         None => rest.to_string(),
     };
-    let origin = Origin::of(req.headers(), req.uri(), peer, gate.config.trust_proxy);
+    let origin =
+        Origin::of(req.headers(), req.uri(), peer, gate.config.trust_proxy, gate.config.client_ip_header.as_ref());
     send(&gate, req, &api, path, &origin, None).await
 }
 
@@ -302,7 +323,7 @@ fn prepare_request_headers(
     }
     let xff = match headers.get("x-forwarded-for").and_then(|v| v.to_str().ok()) {
         Some(prev) if trusted => format!("{prev}, {}", origin.peer),
-        _ => origin.client.to_string(),
+        _ => origin.client.unwrap_or(origin.peer).to_string(),
     };
     if let Ok(v) = HeaderValue::from_str(&xff) {
         headers.insert("x-forwarded-for", v);
@@ -358,10 +379,19 @@ mod tests {
         h.insert("x-forwarded-proto", HeaderValue::from_static("https"));
         h.insert(header::HOST, HeaderValue::from_static("shop.test"));
         h.insert(QUEUE_USER, HeaderValue::from_static("spoofed"));
-        let untrusted = Origin::of(&h, &Uri::from_static("/"), peer, false);
-        assert_eq!((untrusted.client.to_string().as_str(), untrusted.https), ("10.0.0.9", false));
-        let trusted = Origin::of(&h, &Uri::from_static("/"), peer, true);
-        assert_eq!((trusted.client.to_string().as_str(), trusted.https), ("5.6.7.8", true));
+        h.insert("x-real-ip", HeaderValue::from_static("10.1.1.1"));
+        let untrusted = Origin::of(&h, &Uri::from_static("/"), peer, false, None);
+        assert_eq!((untrusted.client, untrusted.https), (Some(peer.ip()), false));
+        let trusted = Origin::of(&h, &Uri::from_static("/"), peer, true, None);
+        assert_eq!((trusted.client, trusted.https), (Some("5.6.7.8".parse().unwrap()), true), "X-Real-IP not named");
+        let real_ip = HeaderName::from_static("x-real-ip");
+        let named = Origin::of(&h, &Uri::from_static("/"), peer, true, Some(&real_ip));
+        assert_eq!(named.client, Some("10.1.1.1".parse().unwrap()));
+        h.append("x-real-ip", HeaderValue::from_static("10.2.2.2"));
+        assert_eq!(Origin::of(&h, &Uri::from_static("/"), peer, true, Some(&real_ip)).client, None, "two values");
+        let bare = Origin::of(&HeaderMap::new(), &Uri::from_static("/"), peer, true, None);
+        assert_eq!(bare.client, None, "never the proxy's own address");
+        h.remove("x-real-ip");
         let mut out = h.clone();
         prepare_request_headers(&mut out, false, &untrusted, false, h.get(header::HOST).cloned());
         assert_eq!(out["x-forwarded-for"], "10.0.0.9");

@@ -286,6 +286,16 @@ async fn forward_auth_conventions(b: Backend) {
     let r = auth(&[("x-forwarded-uri", "/about")], "/gate/auth").await.unwrap();
     assert_eq!((r.status().as_u16(), r.headers()["x-queue-decision"].to_str().unwrap()), (200, "unmatched"));
     assert_eq!(auth(&[], "/gate/auth").await.unwrap().status(), 400);
+    // Two conventions at once: a client chose one of them (Caddy and Traefik pass its
+    // headers on), so neither is believed.
+    for (spoofed, path) in [
+        (("x-original-uri", "/about"), "/gate/auth"),
+        (("x-forwarded-uri", "/about"), "/gate/auth/checkout"),
+        (("x-original-uri", "/about"), "/gate/auth/checkout"),
+    ] {
+        let r = auth(&[spoofed, ("x-forwarded-uri", "/checkout"), ("accept", HTML)], path).await.unwrap();
+        assert_eq!(r.status(), 403, "{spoofed:?} {path}");
+    }
     // Admitted: 200 with the person and the queue.
     let cookie = claim(&gate, "drop", &ticket(&qc, "drop", "u-1").await).await;
     for h in [("x-original-uri", "/checkout"), ("x-forwarded-uri", "/checkout")] {
@@ -307,10 +317,58 @@ async fn forward_auth_conventions(b: Backend) {
     let r = client().get(g2.url("/gate/auth")).header("x-forwarded-uri", "/checkout");
     let r = r.header("x-queue-bypass", "staff-secret-0123456780").header("accept", HTML).send().await.unwrap();
     assert_eq!(r.status(), 302, "a wrong secret does not pass");
-    let r = client().get(g2.url("/gate/auth")).header("x-forwarded-uri", "/checkout");
-    let r = r.header("x-forwarded-for", "10.9.1.2").send().await.unwrap();
-    assert_eq!(r.status(), 200);
+    // The network: only the last X-Forwarded-For entry (the one the proxy appended)
+    // counts; earlier entries and X-Real-IP are the client's to choose.
+    let net = |xff: Option<&'static str>, real_ip: Option<&'static str>| {
+        let mut r = client().get(g2.url("/gate/auth")).header("x-forwarded-uri", "/checkout").header("accept", HTML);
+        if let Some(x) = xff {
+            r = r.header("x-forwarded-for", x);
+        }
+        if let Some(x) = real_ip {
+            r = r.header("x-real-ip", x);
+        }
+        r.send()
+    };
+    assert_eq!(net(Some("1.2.3.4, 10.9.1.2"), None).await.unwrap().status(), 200, "the proxy saw 10.9.1.2");
+    assert_eq!(net(Some("10.9.1.2, 1.2.3.4"), None).await.unwrap().status(), 302, "a client's own entry");
+    assert_eq!(net(Some("1.2.3.4"), Some("10.9.1.2")).await.unwrap().status(), 302, "X-Real-IP not trusted");
     g2.stop().await;
+    // A bypass network holding the proxy itself (here 127.0.0.1) lets no one through
+    // on the proxy's address: without X-Forwarded-For the client is unknown.
+    let mut c = config(&s, None, &key_file(dir.path(), "k4.pem"));
+    c.rules.bypass_networks.push("127.0.0.0/8".parse().unwrap());
+    let g4 = Gate::start(c).await;
+    let r = client().get(g4.url("/gate/auth")).header("x-forwarded-uri", "/checkout").header("accept", HTML);
+    assert_eq!(r.send().await.unwrap().status(), 302, "the peer is the proxy, not the client");
+    g4.stop().await;
+    // X-Real-IP only when named by --client-ip-header (then X-Forwarded-For is not read).
+    let mut c = config(&s, None, &key_file(dir.path(), "k5.pem"));
+    c.rules.bypass_networks.push("10.9.0.0/16".parse().unwrap());
+    c.client_ip_header = Some(axum::http::HeaderName::from_static("x-real-ip"));
+    let g5 = Gate::start(c).await;
+    let ask = |xff: &'static str, real_ip: &'static str| {
+        client()
+            .get(g5.url("/gate/auth"))
+            .header("x-forwarded-uri", "/checkout")
+            .header("accept", HTML)
+            .header("x-forwarded-for", xff)
+            .header("x-real-ip", real_ip)
+            .send()
+    };
+    assert_eq!(ask("1.2.3.4", "10.9.1.2").await.unwrap().status(), 200);
+    assert_eq!(ask("10.9.1.2", "1.2.3.4").await.unwrap().status(), 302);
+    g5.stop().await;
+    // A set convention reads only its own header.
+    let mut c = config(&s, None, &key_file(dir.path(), "k3.pem"));
+    c.auth_convention = queue_gate::config::AuthConvention::Forwarded;
+    let g3 = Gate::start(c).await;
+    let r =
+        client().get(g3.url("/gate/auth")).header("x-original-uri", "/about").header("x-forwarded-uri", "/checkout");
+    let r = r.header("accept", HTML).send().await.unwrap();
+    assert_eq!((r.status().as_u16(), r.headers()["x-queue-decision"].to_str().unwrap()), (302, "waiting"));
+    let r = client().get(g3.url("/gate/auth")).header("x-original-uri", "/checkout").send().await.unwrap();
+    assert_eq!(r.status(), 400, "X-Original-URI is not read under --auth-convention forwarded");
+    g3.stop().await;
     gate.stop().await;
 }
 
