@@ -135,7 +135,11 @@ impl Gate {
                 return Decision::Pass(Outcome::Bypass);
             }
         }
-        if rules.bypass(&path, req.client).is_some() {
+        // Routes first: inside a gated route, a static-looking path (/checkout.js,
+        // /checkout/x.png) waits too unless the route opted in.
+        let route = rules.route_for(req.host, &path);
+        let assets = route.is_none_or(|r| r.static_assets);
+        if rules.bypass(&path, req.client, assets).is_some() {
             return Decision::Pass(Outcome::Bypass);
         }
         let Some(queue) = rules.queue_for(req.host, &path) else { return Decision::Pass(Outcome::Unmatched) };

@@ -3,10 +3,16 @@
 //! from flags and from a TOML rules file.
 //!
 //! Matching is done on the normalized path ([`normalize_path`]): percent escapes
-//! decoded, `.`/`..` segments resolved and repeated slashes collapsed, so that
-//! `/%63heckout`, `//checkout` and `/static/../checkout` are all `/checkout`. A
-//! prefix matches whole segments: `/checkout` matches `/checkout` and
-//! `/checkout/pay` but not `/checkouts`; a prefix ending in `/` matches what is below it.
+//! decoded and repeated slashes collapsed, so that `/%63heckout` and `//checkout` are
+//! both `/checkout`. A path whose decoding would change its segments (an encoded `/`
+//! or `\`, a `.` or `..` segment, literal or encoded, `..;`) is not a path the gate
+//! reads: the app might resolve it differently, so it is refused (400).
+//!
+//! A prefix matches case-insensitively (gating too much is the safe side) and up to a
+//! segment end: `/checkout` matches `/checkout`, `/checkout/pay`, `/checkout;jsessionid=1`
+//! and `/checkout.json`, but not `/checkouts`; a prefix ending in `/` matches what is
+//! below it. Static assets by extension pass without a queue only outside gated routes,
+//! unless a route opts in (`static_assets = true` in the rules file).
 
 use ipnet::IpNet;
 use serde::Deserialize;
@@ -29,6 +35,8 @@ pub struct Route {
     pub host: Option<String>,
     pub prefix: String,
     pub queue: String,
+    /// Whether static assets by extension under this prefix pass without a queue.
+    pub static_assets: bool,
 }
 
 /// What a request no route matches gets.
@@ -92,30 +100,33 @@ impl Rules {
         &self.routes
     }
 
-    /// The queue for a request to `host` (port ignored, any case) and `path`
-    /// (normalized), or None when it passes unmatched.
-    pub fn queue_for(&self, host: &str, path: &str) -> Option<&str> {
+    /// The route a request to `host` (port ignored, any case) and `path` (normalized)
+    /// goes through, if any.
+    pub fn route_for(&self, host: &str, path: &str) -> Option<&Route> {
         let host = strip_port(host);
-        for r in &self.routes {
-            if r.host.as_deref().is_some_and(|h| !host_matches(h, host)) {
-                continue;
-            }
-            if prefix_matches(&r.prefix, path) {
-                return Some(&r.queue);
-            }
-        }
-        match &self.unmatched {
-            Unmatched::Pass => None,
-            Unmatched::Queue(q) => Some(q),
+        self.routes
+            .iter()
+            .find(|r| r.host.as_deref().is_none_or(|h| host_matches(h, host)) && prefix_matches(&r.prefix, path))
+    }
+
+    /// The queue for a request to `host` and `path` (normalized), or None when it
+    /// passes unmatched.
+    pub fn queue_for(&self, host: &str, path: &str) -> Option<&str> {
+        match (self.route_for(host, path), &self.unmatched) {
+            (Some(r), _) => Some(&r.queue),
+            (None, Unmatched::Pass) => None,
+            (None, Unmatched::Queue(q)) => Some(q),
         }
     }
 
-    /// Whether the request passes without an admission whatever its route.
-    pub fn bypass(&self, path: &str, client: Option<IpAddr>) -> Option<Bypass> {
-        if self.bypass_paths.iter().any(|p| prefix_matches(p, path)) {
+    /// Whether the request passes without an admission whatever its route:
+    /// `assets` says whether static assets by extension may (outside gated routes,
+    /// or in a route that opted in).
+    pub fn bypass(&self, path: &str, client: Option<IpAddr>, assets: bool) -> Option<Bypass> {
+        if self.bypass_paths.iter().any(|p| bypass_prefix_matches(p, path)) {
             return Some(Bypass::Path);
         }
-        if is_static_asset(path, &self.static_extensions) {
+        if assets && is_static_asset(path, &self.static_extensions) {
             return Some(Bypass::StaticAsset);
         }
         if let Some(ip) = client {
@@ -160,7 +171,8 @@ impl Rules {
         for r in file.route {
             check_queue(&r.queue)?;
             let host = r.host.filter(|h| !h.is_empty()).map(|h| h.to_ascii_lowercase());
-            self.add_route(Route { host, prefix: check_prefix(&r.prefix)?, queue: r.queue });
+            let static_assets = r.static_assets.unwrap_or(false);
+            self.add_route(Route { host, prefix: check_prefix(&r.prefix)?, queue: r.queue, static_assets });
         }
         for (name, q) in file.queue {
             check_queue(&name)?;
@@ -201,6 +213,7 @@ struct RouteEntry {
     host: Option<String>,
     prefix: String,
     queue: String,
+    static_assets: Option<bool>,
 }
 
 #[derive(Deserialize)]
@@ -221,7 +234,8 @@ pub fn parse_route(s: &str) -> Result<Route, String> {
     let slash = target.find('/').ok_or_else(|| format!("route {s:?}: the prefix must start with /"))?;
     let (host, prefix) = target.split_at(slash);
     let host = (!host.is_empty()).then(|| host.to_ascii_lowercase());
-    Ok(Route { host, prefix: check_prefix(prefix).map_err(|e| format!("route {s:?}: {e}"))?, queue: queue.to_string() })
+    let prefix = check_prefix(prefix).map_err(|e| format!("route {s:?}: {e}"))?;
+    Ok(Route { host, prefix, queue: queue.to_string(), static_assets: false })
 }
 
 /// `--unmatched pass|queue:NAME`.
@@ -258,11 +272,28 @@ fn check_prefix(p: &str) -> Result<String, String> {
     Ok(normalized)
 }
 
-/// Whether `prefix` covers `path` by whole segments.
+/// Whether `prefix` covers `path`: any case, up to a segment end (`/`, `;` path
+/// parameters, `.` an extension, or the end).
 pub fn prefix_matches(prefix: &str, path: &str) -> bool {
     if prefix == "/" {
         return true;
     }
+    let head = prefix.trim_end_matches('/');
+    let Some(start) = path.get(..head.len()) else { return false };
+    if !start.eq_ignore_ascii_case(head) {
+        return false;
+    }
+    match path.as_bytes().get(head.len()) {
+        None => true,
+        Some(b'/' | b';' | b'.') => true,
+        Some(_) => false,
+    }
+}
+
+/// A bypass prefix covers less than a route's: same case, whole segments only
+/// (`/healthz` covers `/healthz` and `/healthz/x`, not `/HEALTHZ`, `/healthz.php` or
+/// `/healthz;x`), the narrow reading being the safe side for letting through.
+fn bypass_prefix_matches(prefix: &str, path: &str) -> bool {
     match path.strip_prefix(prefix) {
         Some(rest) => prefix.ends_with('/') || rest.is_empty() || rest.starts_with('/'),
         None => prefix.ends_with('/') && path.len() + 1 == prefix.len() && prefix.starts_with(path),
@@ -313,46 +344,47 @@ pub fn canonical_ip(ip: IpAddr) -> IpAddr {
     }
 }
 
+/// How many times a path is percent-decoded; one still changing after that is refused.
+const DECODE_ROUNDS: usize = 3;
+
 /// The path as the rules see it: percent escapes decoded (repeatedly, so double
 /// encoding does not hide a prefix), backslashes read as slashes, repeated slashes
-/// collapsed, `.` and `..` segments resolved. None for a path that is not one
-/// (not starting with `/`, control characters or invalid UTF-8 once decoded).
+/// collapsed. None for a path that is not one, or that the app could read as other
+/// segments than the gate: not starting with `/`, control characters or invalid
+/// UTF-8 once decoded, an encoded `/` or `\` (%2F, %5C, at any depth), a `.` or `..`
+/// segment (literal or encoded, also `..;x`), or still changing after the last round.
 pub fn normalize_path(raw: &str) -> Option<String> {
     if !raw.starts_with('/') {
         return None;
     }
+    let separators = |s: &str| s.bytes().filter(|b| matches!(b, b'/' | b'\\')).count();
     let mut decoded = raw.to_string();
-    for _ in 0..3 {
-        if !decoded.contains('%') {
-            break;
-        }
+    let mut rounds = 0;
+    while decoded.contains('%') {
         let next = percent_encoding::percent_decode_str(&decoded).decode_utf8().ok()?.into_owned();
         if next == decoded {
             break;
         }
+        if rounds == DECODE_ROUNDS || separators(&next) != separators(&decoded) {
+            return None;
+        }
         decoded = next;
+        rounds += 1;
     }
     if decoded.chars().any(|c| c.is_control()) {
         return None;
     }
     let decoded = decoded.replace('\\', "/");
-    let mut segments: Vec<&str> = Vec::new();
-    for seg in decoded.split('/') {
-        match seg {
-            "" | "." => {}
-            ".." => {
-                segments.pop();
-            }
-            s => segments.push(s),
-        }
-    }
     let mut out = String::with_capacity(decoded.len());
-    for s in &segments {
+    for seg in decoded.split('/').filter(|s| !s.is_empty()) {
+        // `..;x` is `..` to servlet containers.
+        if matches!(seg.split(';').next(), Some("." | "..")) {
+            return None;
+        }
         out.push('/');
-        out.push_str(s);
+        out.push_str(seg);
     }
-    let trailing = decoded.ends_with('/') || decoded.ends_with("/.") || decoded.ends_with("/..");
-    if out.is_empty() || trailing {
+    if out.is_empty() || decoded.ends_with('/') {
         out.push('/');
     }
     Some(out)
@@ -375,11 +407,22 @@ mod tests {
             ("//checkout", Some("/checkout")),
             ("/%63heckout", Some("/checkout")),
             ("/%2563heckout", Some("/checkout")),
-            ("/static/../checkout", Some("/checkout")),
-            ("/static/%2e%2e/checkout", Some("/checkout")),
-            ("/./checkout/.", Some("/checkout/")),
-            ("/..", Some("/")),
-            ("/a\\..\\checkout", Some("/checkout")),
+            ("/a\\checkout", Some("/a/checkout")),
+            ("/checkout;jsessionid=1", Some("/checkout;jsessionid=1")),
+            // Decoding would change the segments: refused.
+            ("/static/../checkout", None),
+            ("/checkout/..", None),
+            ("/checkout/.", None),
+            ("/./checkout", None),
+            ("/checkout/..%2Fabout", None),
+            ("/checkout%2fpay", None),
+            ("/checkout%5Cpay", None),
+            ("/checkout/%252Fabout", None),
+            ("/checkout/%2e%2e/healthz", None),
+            ("/checkout/%252e%252e/healthz", None),
+            ("/checkout/..;/about", None),
+            ("/a\\..\\checkout", None),
+            ("/%25252563heckout", None),
             ("/%00", None),
             ("/%ff", None),
             ("checkout", None),
@@ -394,12 +437,49 @@ mod tests {
             ("/checkout", "/checkout", true),
             ("/checkout", "/checkout/pay", true),
             ("/checkout", "/checkouts", false),
+            ("/checkout", "/CHECKOUT", true),
+            ("/checkout", "/Checkout/pay", true),
+            ("/checkout", "/checkout;jsessionid=1", true),
+            ("/checkout", "/checkout.json", true),
+            ("/checkout", "/check", false),
             ("/tickets/", "/tickets/1", true),
             ("/tickets/", "/tickets", true),
+            ("/tickets/", "/TICKETS.json", true),
             ("/tickets/", "/ticketsx", false),
             ("/", "/anything", true),
         ] {
             assert_eq!(prefix_matches(prefix, path), want, "{prefix} {path}");
+        }
+    }
+
+    /// The attack paths of the review, through the whole reading: each must be
+    /// refused (None) or gated by the /checkout route, never pass.
+    #[test]
+    fn attack_paths_are_gated_or_refused() {
+        let mut rules = Rules::new(settings());
+        rules.add_route(parse_route("/checkout=drop").unwrap());
+        for raw in [
+            "/checkout;jsessionid=1",
+            "/checkout/..",
+            "/checkout/..%2Fabout",
+            "/checkout/%2e%2e/healthz",
+            "/CHECKOUT",
+            "/checkout.json",
+            "/checkout.js",
+            "/checkout/x.png",
+            "/checkout;x.css",
+            "/Checkout/app.JS",
+            "//checkout",
+            "/%63heckout",
+            "/%2563heckout",
+            "/static/../checkout",
+            "/static/%2e%2e/checkout",
+        ] {
+            let Some(path) = normalize_path(raw) else { continue };
+            let queue = rules.queue_for("shop.test", &path);
+            assert_eq!(queue, Some("drop"), "{raw} read as {path} is not gated");
+            let assets = rules.route_for("shop.test", &path).is_none_or(|r| r.static_assets);
+            assert_eq!(rules.bypass(&path, None, assets), None, "{raw} bypasses");
         }
     }
 
@@ -427,13 +507,18 @@ mod tests {
         let mut rules = Rules::new(settings());
         rules.bypass_networks.push(parse_network("10.0.0.0/8").unwrap());
         rules.bypass_networks.push(parse_network("::1").unwrap());
-        assert_eq!(rules.bypass("/healthz", None), Some(Bypass::Path));
-        assert_eq!(rules.bypass("/checkout/app.JS", None), Some(Bypass::StaticAsset));
-        assert_eq!(rules.bypass("/checkout;x.css", None), None);
-        assert_eq!(rules.bypass("/.css", None), None);
-        assert_eq!(rules.bypass("/checkout", Some("10.1.2.3".parse().unwrap())), Some(Bypass::Network));
-        assert_eq!(rules.bypass("/checkout", Some("::ffff:10.1.2.3".parse().unwrap())), Some(Bypass::Network));
-        assert_eq!(rules.bypass("/checkout", Some("11.1.2.3".parse().unwrap())), None);
+        assert_eq!(rules.bypass("/healthz", None, true), Some(Bypass::Path));
+        for not_healthz in ["/HEALTHZ", "/healthz.php", "/healthz;x", "/healthzz"] {
+            assert_eq!(rules.bypass(not_healthz, None, false), None, "{not_healthz}");
+        }
+        assert_eq!(rules.bypass("/site/app.JS", None, true), Some(Bypass::StaticAsset));
+        assert_eq!(rules.bypass("/checkout/app.js", None, false), None, "not in a gated route");
+        assert_eq!(rules.bypass("/checkout;x.css", None, true), None);
+        assert_eq!(rules.bypass("/.css", None, true), None);
+        let net = |ip: &str| rules.bypass("/checkout", Some(ip.parse().unwrap()), false);
+        assert_eq!(net("10.1.2.3"), Some(Bypass::Network));
+        assert_eq!(net("::ffff:10.1.2.3"), Some(Bypass::Network));
+        assert_eq!(net("11.1.2.3"), None);
         assert!(host_matches("*.example.com", "a.example.com"));
         assert!(!host_matches("*.example.com", "example.com"));
         assert!(!host_matches("*.example.com", "aexample.com"));
@@ -463,7 +548,10 @@ mod tests {
             .unwrap();
         assert_eq!(rules.queue_for("a", "/checkout/x"), Some("drop-42"));
         assert_eq!(rules.queue_for("tickets.example.com", "/x"), Some("concert"));
-        assert_eq!(rules.bypass("/api/public/x", None), Some(Bypass::Path));
+        assert_eq!(rules.bypass("/api/public/x", None, true), Some(Bypass::Path));
+        assert!(!rules.route_for("a", "/checkout/x").unwrap().static_assets);
+        rules.load_toml("[[route]]\nprefix = \"/shop\"\nqueue = \"q\"\nstatic_assets = true").unwrap();
+        assert!(rules.route_for("a", "/shop/a.css").unwrap().static_assets);
         assert_eq!(
             rules.settings("drop-42"),
             QueueSettings { idle: Duration::from_secs(120), max_session: Some(Duration::from_secs(1800)) }

@@ -34,6 +34,18 @@ both_backends!(
     idle_longest_session_and_renewal,
 );
 
+/// The status of `GET path` sent byte for byte (no client-side normalization).
+async fn raw_get_status(addr: std::net::SocketAddr, path: &str) -> u16 {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let mut s = tokio::net::TcpStream::connect(addr).await.unwrap();
+    let req = format!("GET {path} HTTP/1.1\r\nHost: shop.test\r\nAccept: text/html\r\nConnection: close\r\n\r\n");
+    s.write_all(req.as_bytes()).await.unwrap();
+    let mut out = Vec::new();
+    s.read_to_end(&mut out).await.unwrap();
+    let text = String::from_utf8_lossy(&out);
+    text.split(' ').nth(1).and_then(|c| c.parse().ok()).unwrap_or_else(|| panic!("no status in {text:.200}"))
+}
+
 fn now_s() -> u64 {
     queue_gate::now_ms() / 1000
 }
@@ -51,11 +63,29 @@ async fn claim_once_then_admitted_through_the_proxy(b: Backend) {
     assert_eq!(r.headers()["location"], "/gate/room/?queue=drop&return=%2Fcheckout%2Fcart%3Fx%3D1");
     // Unmatched and bypassed paths pass without an admission.
     assert_eq!(browse(&gate, "/about", None).await.text().await.unwrap(), "app:");
-    assert_eq!(browse(&gate, "/checkout/app.css", None).await.status(), 200);
-    // Encodings do not hide a gated path.
-    for sneaky in ["/%63heckout", "//checkout", "/static/../checkout", "/static/%2e%2e/checkout"] {
+    assert_eq!(browse(&gate, "/about/app.css", None).await.status(), 200);
+    // Encodings, case, path parameters, extensions and dot segments do not hide a
+    // gated path: each is sent to wait (302) or refused (400), and none reaches the app.
+    let before = app.seen().len();
+    for sneaky in [
+        "/%63heckout",
+        "//checkout",
+        "/static/../checkout",
+        "/static/%2e%2e/checkout",
+        "/CHECKOUT",
+        "/checkout;jsessionid=1",
+        "/checkout.json",
+        "/checkout.js",
+        "/checkout/app.css",
+        "/checkout/x.png",
+    ] {
         assert_eq!(browse(&gate, sneaky, None).await.status(), 302, "{sneaky}");
     }
+    // reqwest resolves dot segments itself: these go out as written over a raw socket.
+    for refused in ["/checkout/..%2Fabout", "/checkout/%2e%2e/healthz", "/checkout/..;/about", "/checkout%2Fpay"] {
+        assert_eq!(raw_get_status(gate.addr, refused).await, 400, "{refused}");
+    }
+    assert_eq!(app.seen().len(), before, "none of them reached the app");
 
     let t = ticket(&qc, "drop", "u-1").await;
     let cookie = claim(&gate, "drop", &t).await;
