@@ -1,7 +1,7 @@
 //! Reverse-proxy mode (`--upstream`): every request that is not the gate's own is
 //! decided ([`crate::decide`]) and, when it may pass, forwarded with its body
 //! streamed both ways (never buffered), hop-by-hop headers dropped,
-//! `X-Forwarded-For/-Proto/-Host` set and WebSocket (any) upgrades carried through.
+//! `X-Forwarded-For/-Proto/-Host` set and WebSocket upgrades (no other) carried through.
 //! The waiting room is served the same way under `/gate/room/` from `--queue-api`.
 
 use crate::answer::{self, Convention};
@@ -258,6 +258,15 @@ async fn send(
         }
     };
     if resp.status() == StatusCode::SWITCHING_PROTOCOLS {
+        if upgrade.is_none() {
+            tracing::warn!(upstream = %base, "upstream switched protocols unasked");
+            return answer::error(
+                StatusCode::BAD_GATEWAY,
+                "upstream_upgrade",
+                "The site behind the waiting room answered in an unexpected way.",
+                &accept,
+            );
+        }
         if let Some(client_side) = upgrade {
             let upstream_side = hyper::upgrade::on(&mut resp);
             tokio::spawn(async move {
@@ -279,8 +288,17 @@ async fn send(
     Response::from_parts(parts, Body::new(body))
 }
 
+/// Whether the request asks for a WebSocket, the one upgrade the gate carries through.
+/// Any other (`h2c` above all: a raw tunnel past the gate's decisions to whatever the
+/// app speaks) is dropped with the other hop-by-hop headers, and the request goes on
+/// as a plain one.
 fn is_upgrade(headers: &HeaderMap) -> bool {
-    headers.contains_key(header::UPGRADE) && connection_tokens(headers).any(|t| t.eq_ignore_ascii_case("upgrade"))
+    let mut upgrades = headers.get_all(header::UPGRADE).iter();
+    let websocket = match (upgrades.next(), upgrades.next()) {
+        (Some(v), None) => v.to_str().is_ok_and(|v| v.trim().eq_ignore_ascii_case("websocket")),
+        _ => false,
+    };
+    websocket && connection_tokens(headers).any(|t| t.eq_ignore_ascii_case("upgrade"))
 }
 
 fn connection_tokens(headers: &HeaderMap) -> impl Iterator<Item = &str> {
@@ -366,6 +384,13 @@ mod tests {
         up.insert(header::CONNECTION, HeaderValue::from_static("Upgrade"));
         up.insert(header::UPGRADE, HeaderValue::from_static("websocket"));
         assert!(is_upgrade(&up));
+        for other in ["h2c", "websocket, h2c", "TLS/1.2"] {
+            let mut h = up.clone();
+            h.insert(header::UPGRADE, HeaderValue::from_str(other).unwrap());
+            assert!(!is_upgrade(&h), "{other}");
+            strip_hop_by_hop(&mut h, false);
+            assert!(!h.contains_key(header::UPGRADE), "{other}");
+        }
         strip_hop_by_hop(&mut up, true);
         assert_eq!(up[header::UPGRADE], "websocket");
         assert_eq!(up[header::CONNECTION], "upgrade");

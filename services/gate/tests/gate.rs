@@ -36,13 +36,18 @@ both_backends!(
 
 /// The status of `GET path` sent byte for byte (no client-side normalization).
 async fn raw_get_status(addr: std::net::SocketAddr, path: &str) -> u16 {
+    let req = format!("GET {path} HTTP/1.1\r\nHost: shop.test\r\nAccept: text/html\r\nConnection: close\r\n\r\n");
+    raw_request_status(addr, &req).await
+}
+
+/// The status of the first answer to `request`, written as is.
+async fn raw_request_status(addr: std::net::SocketAddr, request: &str) -> u16 {
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
     let mut s = tokio::net::TcpStream::connect(addr).await.unwrap();
-    let req = format!("GET {path} HTTP/1.1\r\nHost: shop.test\r\nAccept: text/html\r\nConnection: close\r\n\r\n");
-    s.write_all(req.as_bytes()).await.unwrap();
-    let mut out = Vec::new();
-    s.read_to_end(&mut out).await.unwrap();
-    let text = String::from_utf8_lossy(&out);
+    s.write_all(request.as_bytes()).await.unwrap();
+    let mut out = vec![0u8; 4096];
+    let n = tokio::time::timeout(Duration::from_secs(10), s.read(&mut out)).await.unwrap().unwrap();
+    let text = String::from_utf8_lossy(&out[..n]);
     text.split(' ').nth(1).and_then(|c| c.parse().ok()).unwrap_or_else(|| panic!("no status in {text:.200}"))
 }
 
@@ -462,6 +467,17 @@ async fn websocket_and_upload_through_the_proxy(b: Backend) {
     let r = client().post(gate.url("/upload")).body("x").send().await.unwrap();
     assert_eq!(r.status(), 401);
     assert_eq!(app.seen().iter().filter(|s| s.path == "/upload").count(), 1);
+    // Only WebSocket is tunnelled: an h2c upgrade on an ungated path (h2c smuggling
+    // would open a raw channel past every later decision) reaches the app as a plain
+    // request, its Upgrade and HTTP2-Settings dropped.
+    let status = raw_request_status(
+        gate.addr,
+        "GET /about HTTP/1.1\r\nHost: shop.test\r\nUpgrade: h2c\r\nConnection: Upgrade, HTTP2-Settings\r\nHTTP2-Settings: AAMAAABkAARAAAAAAAIAAAAA\r\n\r\n",
+    )
+    .await;
+    assert_eq!(status, 200);
+    let last = app.seen().pop().unwrap();
+    assert_eq!((last.path.as_str(), last.upgrade.as_deref()), ("/about", None), "{last:?}");
     gate.stop().await;
 }
 

@@ -32,6 +32,7 @@ pub struct Seen {
     pub forwarded_proto: Option<String>,
     pub forwarded_host: Option<String>,
     pub connection: Option<String>,
+    pub upgrade: Option<String>,
 }
 
 /// The app behind the gate.
@@ -61,6 +62,7 @@ impl Upstream {
                 forwarded_proto: header(h, "x-forwarded-proto"),
                 forwarded_host: header(h, "x-forwarded-host"),
                 connection: header(h, "connection"),
+                upgrade: header(h, "upgrade"),
             });
         };
         let (r1, r2, r3, r4) = (record.clone(), record.clone(), record.clone(), record);
