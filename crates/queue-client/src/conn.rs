@@ -89,6 +89,12 @@ const REFUSAL_CURRENT_FOR: Duration = Duration::from_secs(30);
 
 impl Refusals {
     fn note(&self, e: RedisError, cmd: &Cmd) -> RedisError {
+        // MODULE LIST and FUNCTION LIST are the backend probes, which have a way
+        // round a refusal (a least-privilege user is not given them): not a
+        // permission the service needs.
+        if is_backend_probe(cmd) {
+            return e;
+        }
         let e = crate::error::name_refusal(e, cmd);
         let text = crate::error::server_text(&e);
         if e.code() == Some("NOPERM") || crate::error::is_permission_text(&text) {
@@ -105,6 +111,17 @@ impl Refusals {
         let latest = self.latest.lock().unwrap();
         latest.as_ref().filter(|(_, at)| at.elapsed() < REFUSAL_CURRENT_FOR).map(|(t, _)| t.clone())
     }
+}
+
+/// `MODULE LIST` or `FUNCTION LIST ...`: how the backend is found, not what it serves.
+fn is_backend_probe(cmd: &Cmd) -> bool {
+    let mut args = cmd.args_iter().filter_map(|a| match a {
+        redis::Arg::Simple(b) => Some(b),
+        redis::Arg::Cursor => None,
+    });
+    let (Some(name), Some(sub)) = (args.next(), args.next()) else { return false };
+    (name.eq_ignore_ascii_case(b"MODULE") || name.eq_ignore_ascii_case(b"FUNCTION"))
+        && sub.eq_ignore_ascii_case(b"LIST")
 }
 
 /// A cluster client for `target` (its seeds, TLS certificates, ACL user from the URLs).
