@@ -108,17 +108,19 @@ pub fn document() -> Value {
                 "put": { "summary": "Brand the queue's waiting-room page: title, message, logo_url (a path on this site), accent and background (#rgb or #rrggbb); an empty string or null removes one",
                          "parameters": queue_param, "security": [{ "bearer": [] }],
                          "requestBody": { "required": true, "content": { "application/json": { "schema": brand } } },
-                         "responses": { "200": info, "401": err("bad or missing token"), "403": err("admin disabled"),
+                         "responses": { "200": info, "400": err("malformed JSON (the body must be an object) or bad queue name"),
+                                        "401": err("bad or missing token"), "403": err("admin disabled"),
                                         "422": field_err("an unknown setting or a bad value (field names it)"),
                                         "503": err("queue store unreachable") } } },
             "/api/admin/queues/{queue}/pause": {
                 "post": { "summary": "Pause admission: the soft cap becomes 0, the one it had is remembered for resume",
                           "parameters": queue_param, "security": [{ "bearer": [] }],
-                          "responses": { "200": info, "401": err("bad or missing token"), "403": err("admin disabled"), "503": err("queue store unreachable") } } },
+                          "responses": { "200": info, "400": err("bad queue name"), "401": err("bad or missing token"), "403": err("admin disabled"),
+                                         "503": err("queue store unreachable") } } },
             "/api/admin/queues/{queue}/resume": {
                 "post": { "summary": "Resume admission: restores the soft cap the pause replaced",
                           "parameters": queue_param, "security": [{ "bearer": [] }],
-                          "responses": { "200": info, "401": err("bad or missing token"), "403": err("admin disabled"),
+                          "responses": { "200": info, "400": err("bad queue name"), "401": err("bad or missing token"), "403": err("admin disabled"),
                                          "409": err("the queue is not paused"), "503": err("queue store unreachable") } } },
             "/metrics": { "get": { "summary": "Prometheus metrics", "responses": { "200": { "description": "text format" } } } },
             "/healthz": { "get": { "summary": "Liveness and the store's state", "responses": { "200": { "description": "{status, valkey}" } } } }
