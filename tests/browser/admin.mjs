@@ -10,37 +10,16 @@
 // "cap <n>" SOFT_CAP <n>; INVALID <message>; after "pause" PAUSED; after "resume"
 // RESUMED; CHART <points>; AXE <violations>; after "opening <queue>" COMMITMENT <hex>;
 // then CLOSED. Exits 1 on any failure (170 s at most).
-import { chromium } from "playwright-core";
-import { createInterface } from "node:readline";
-import { readFileSync, mkdirSync } from "node:fs";
-import { createRequire } from "node:module";
+import { mkdirSync } from "node:fs";
+import { STEP, axe, check, deadline, expectLine, launch, noProblems, run, text, watch } from "./harness.mjs";
 
 const [api, token, shots] = process.argv.slice(2);
-const STEP = 30_000;
-const fail = (e) => { console.error("FAILED:", e?.stack ?? e?.message ?? e); process.exit(1); };
-setTimeout(() => fail("took longer than 170 s"), 170_000).unref();
-const check = (ok, what) => { if (!ok) throw new Error(what); };
+deadline(170);
 mkdirSync(shots, { recursive: true });
-const axeSource = readFileSync(createRequire(import.meta.url).resolve("axe-core/axe.min.js"), "utf8");
 
-const input = createInterface({ input: process.stdin });
-const queued = [], waiting = [];
-input.on("line", (l) => (waiting.length ? waiting.shift()(l) : queued.push(l)));
-const nextLine = () => (queued.length ? Promise.resolve(queued.shift()) : new Promise((r) => waiting.push(r)));
-async function expectLine(want) {
-  const got = await nextLine();
-  if (!got.startsWith(want)) throw new Error(`expected "${want}" on stdin, got "${got}"`);
-  return got.slice(want.length).trim();
-}
-
-const browser = await chromium.launch({
-  executablePath: process.env.CHROMIUM || "/usr/bin/chromium",
-  args: ["--headless", "--no-sandbox", "--disable-gpu", "--no-first-run", "--disable-background-networking",
-    "--disable-component-update", "--disable-sync"],
-}).catch(fail);
-
+const browser = await launch();
 const problems = [];
-const text = (page, sel) => page.textContent(sel).then((t) => (t ?? "").trim());
+
 // The numbers shown in the queue's row.
 const row = (page, queue) => page.evaluate((q) => {
   const tr = document.querySelector(`#queues tr[data-queue="${q}"]`);
@@ -49,16 +28,10 @@ const row = (page, queue) => page.evaluate((q) => {
   return { waiting: n("waiting"), ticketsOut: n("ticketsOut"), inside: n("inside"), admission: tr.querySelector('[data-field="admission"]').textContent };
 }, queue);
 
-try {
+await run(browser, async () => {
   const ctx = await browser.newContext({ viewport: { width: 1280, height: 900 } });
   const page = await ctx.newPage();
-  page.on("pageerror", (e) => problems.push("page error: " + e.message));
-  page.on("console", (m) => { if (/Content Security Policy|Refused to/.test(m.text())) problems.push("csp: " + m.text()); });
-  page.on("request", (r) => { if (new URL(r.url()).origin !== new URL(api).origin) problems.push("request elsewhere: " + r.url()); });
-  await page.addInitScript(() => {
-    window.cspViolations = [];
-    document.addEventListener("securitypolicyviolation", (e) => window.cspViolations.push(e.violatedDirective));
-  });
+  await watch(page, api, problems);
   await page.goto(api + "/admin", { timeout: STEP });
 
   // A wrong token: refused, not kept, no cookie.
@@ -127,17 +100,11 @@ try {
   console.log("CHART " + points);
 
   await page.screenshot({ path: `${shots}/admin-desktop.png`, fullPage: true });
-  const result = await (async () => {
-    await page.evaluate(axeSource);
-    return page.evaluate(async () => (await window.axe.run(document, { resultTypes: ["violations"] })).violations
-      .map((v) => ({ id: v.id, impact: v.impact, nodes: v.nodes.map((n) => n.target.join(" ")) })));
-  })();
-  const bad = result.filter((v) => v.impact === "serious" || v.impact === "critical");
-  check(bad.length === 0, "axe-core finds " + JSON.stringify(bad));
+  const violations = await axe(page, "back office");
   await page.setViewportSize({ width: 390, height: 844 });
   await page.screenshot({ path: `${shots}/admin-phone.png`, fullPage: true });
   await page.setViewportSize({ width: 1280, height: 900 });
-  console.log("AXE " + result.length);
+  console.log("AXE " + violations);
 
   // An opening scheduled on another queue, and its commitment.
   const other = await expectLine("opening");
@@ -155,12 +122,6 @@ try {
   await page.screenshot({ path: `${shots}/admin-opening-desktop.png`, fullPage: true });
   console.log("COMMITMENT " + (await text(page, "#commitment")));
 
-  const csp = await page.evaluate(() => window.cspViolations);
-  check(csp.length === 0 && problems.length === 0, `problems: ${csp} ${problems.join("; ")}`);
-  await browser.close();
-  input.close();
-  console.log("CLOSED");
-} catch (e) {
-  await browser.close().catch(() => {});
-  fail(e);
-}
+  await noProblems(page, problems, "back office");
+});
+console.log("CLOSED");

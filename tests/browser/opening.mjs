@@ -4,18 +4,13 @@
 //   node opening.mjs <queue-api URL> <nickname>
 // Prints OPENS_IN, COMMITMENT <hex> <proof link>, then RANKED <rank> after the
 // opening. Exits 1 on any failure (60 s at most).
-import { chromium } from "playwright-core";
+import { STEP, deadline, launch, run } from "./harness.mjs";
 
 const [api, nickname] = process.argv.slice(2);
-const STEP = 30_000;
-const fail = (e) => { console.error("FAILED:", e?.message ?? e); process.exit(1); };
-setTimeout(() => fail("took longer than 60 s"), 60_000).unref();
+deadline(60);
 
-const browser = await chromium.launch({
-  executablePath: process.env.CHROMIUM || "/usr/bin/chromium",
-  args: ["--headless", "--no-sandbox", "--disable-gpu", "--no-first-run", "--disable-background-networking"],
-}).catch(fail);
-try {
+const browser = await launch();
+await run(browser, async () => {
   const page = await (await browser.newContext()).newPage();
   page.on("pageerror", (e) => console.error("page error:", e.message));
   await page.goto(api + "/", { timeout: STEP });
@@ -31,9 +26,5 @@ try {
   await page.waitForFunction(() => /^\d+$/.test(document.getElementById("rank")?.textContent ?? ""), null,
     { timeout: STEP });
   console.log("RANKED " + (await page.textContent("#rank")));
-  await browser.close();
-  process.exit(0);
-} catch (e) {
-  await browser.close().catch(() => {});
-  fail(e);
-}
+});
+process.exit(0);

@@ -13,39 +13,19 @@
 // AXE_WAITING; after each "admit": PROGRESS <percent>, NEXT, ADMITTED <url>; after
 // "paused": PAUSED; after "brand": BRANDED, TEMPLATE; then CLOSED. Exits 1 on any
 // failure (170 s at most).
-import { chromium } from "playwright-core";
-import { createInterface } from "node:readline";
 import { readFileSync, mkdirSync } from "node:fs";
-import { createRequire } from "node:module";
+import { STEP, axe, check, deadline, expectLine, launch, noProblems, run, text, watch } from "./harness.mjs";
 
 const [api, templated, shots] = process.argv.slice(2);
-const STEP = 30_000;
-const fail = (e) => { console.error("FAILED:", e?.stack ?? e?.message ?? e); process.exit(1); };
-setTimeout(() => fail("took longer than 170 s"), 170_000).unref();
-const check = (ok, what) => { if (!ok) throw new Error(what); };
+deadline(170);
 mkdirSync(shots, { recursive: true });
 
 const messages = (tag) =>
   JSON.parse(readFileSync(new URL(`../../services/queue-api/static/i18n/${tag}.json`, import.meta.url), "utf8"));
 const KO = messages("ko"), EN = messages("en");
 const fill = (text, vars) => text.replace(/\{(\w+)\}/g, (_, k) => String(vars[k]));
-const axeSource = readFileSync(createRequire(import.meta.url).resolve("axe-core/axe.min.js"), "utf8");
 
-const input = createInterface({ input: process.stdin });
-const queued = [], waiting = [];
-input.on("line", (l) => (waiting.length ? waiting.shift()(l) : queued.push(l)));
-const nextLine = () => (queued.length ? Promise.resolve(queued.shift()) : new Promise((r) => waiting.push(r)));
-async function expectLine(want) {
-  const got = await nextLine();
-  if (!got.startsWith(want)) throw new Error(`expected "${want}" on stdin, got "${got}"`);
-  return got.slice(want.length).trim();
-}
-
-const browser = await chromium.launch({
-  executablePath: process.env.CHROMIUM || "/usr/bin/chromium",
-  args: ["--headless", "--no-sandbox", "--disable-gpu", "--no-first-run", "--disable-background-networking",
-    "--disable-component-update", "--disable-sync"],
-}).catch(fail);
+const browser = await launch();
 
 // Every page: its errors, anything the policy blocked, anything asked of another
 // origin, and the first push event it got (to see the total in it).
@@ -55,16 +35,8 @@ async function open(base, path, { locale = "en-US", width = 1280, height = 800 }
     locale, viewport: { width, height }, extraHTTPHeaders: { "Accept-Language": locale + "," + locale.split("-")[0] + ";q=0.9" },
   });
   const page = await ctx.newPage();
-  const origin = new URL(base).origin;
-  page.on("pageerror", (e) => problems.push("page error: " + e.message));
-  page.on("console", (m) => { if (/Content Security Policy|Refused to/.test(m.text())) problems.push("csp: " + m.text()); });
-  page.on("request", (r) => {
-    const u = new URL(r.url());
-    if (u.origin !== origin && !u.protocol.startsWith("data")) problems.push("request elsewhere: " + r.url());
-  });
+  await watch(page, base, problems);
   await page.addInitScript(() => {
-    window.cspViolations = [];
-    document.addEventListener("securitypolicyviolation", (e) => window.cspViolations.push(e.violatedDirective + " " + e.blockedURI));
     const Native = window.EventSource;
     window.firstPosition = null;
     window.EventSource = class extends Native {
@@ -76,23 +48,6 @@ async function open(base, path, { locale = "en-US", width = 1280, height = 800 }
   });
   await page.goto(base + path, { timeout: STEP });
   return page;
-}
-
-async function axe(page, what) {
-  await page.evaluate(axeSource);
-  const result = await page.evaluate(async () => {
-    const r = await window.axe.run(document, { resultTypes: ["violations"] });
-    return r.violations.map((v) => ({ id: v.id, impact: v.impact, nodes: v.nodes.map((n) => n.target.join(" ")) }));
-  });
-  const bad = result.filter((v) => v.impact === "serious" || v.impact === "critical");
-  check(bad.length === 0, `${what}: axe-core finds ${JSON.stringify(bad)}`);
-  return result.length;
-}
-
-async function noProblems(page, what) {
-  const csp = await page.evaluate(() => window.cspViolations);
-  check(csp.length === 0, `${what}: the policy blocked ${csp.join(", ")}`);
-  check(problems.length === 0, `${what}: ${problems.join("; ")}`);
 }
 
 // The page at 320 px: nothing wider than the screen, the form and the place visible.
@@ -107,11 +62,10 @@ async function narrow(page, name) {
   await page.screenshot({ path: `${shots}/${name}-desktop.png`, fullPage: true });
 }
 
-const text = (page, sel) => page.textContent(sel).then((t) => (t ?? "").trim());
 const ranked = (page) =>
   page.waitForFunction(() => /^\d[\d,.]*$/.test(document.getElementById("rank")?.textContent ?? ""), null, { timeout: STEP });
 
-try {
+await run(browser, async () => {
   // Korean, from Accept-Language; joined with the keyboard alone.
   const ko = await open(api, "/?return=" + encodeURIComponent("/shop/item?id=7"), { locale: "ko-KR" });
   check((await ko.getAttribute("html", "lang")) === "ko", "the page is not in Korean");
@@ -181,7 +135,7 @@ try {
   check(sending === fill(KO.sending, { destination: new URL(api).host, ttl: minutes }), "your turn: " + sending);
   check((await text(ko, "#rank")) === KO.your_turn, "your turn, in Korean");
   // (Before the page leaves, 1.5 s after the turn is shown.)
-  await noProblems(ko, "Korean page");
+  await noProblems(ko, problems, "Korean page");
   await ko.screenshot({ path: `${shots}/waiting-room-ko-turn-desktop.png`, fullPage: true });
   console.log("ADMITTED " + (await navigation).url());
 
@@ -190,7 +144,7 @@ try {
   await en.waitForFunction((t) => document.getElementById("eta").textContent === t, EN.paused, { timeout: STEP });
   await narrow(en, "waiting-room-en-paused");
   await axe(en, "English page, paused");
-  await noProblems(en, "English page");
+  await noProblems(en, problems, "English page");
   console.log("PAUSED");
 
   // A branded queue (set in the back office): its title, message and colours.
@@ -206,7 +160,7 @@ try {
   check(colours.background === brand.backgroundRgb && colours.button === brand.accentRgb, "brand colours: " + JSON.stringify(colours));
   await narrow(branded, "waiting-room-branded");
   await axe(branded, "branded page");
-  await noProblems(branded, "branded page");
+  await noProblems(branded, problems, "branded page");
   console.log("BRANDED");
 
   // The replaced template: its own layout and stylesheet, the brand title escaped,
@@ -222,13 +176,7 @@ try {
   await ranked(tpl);
   await narrow(tpl, "waiting-room-template");
   await axe(tpl, "replaced template");
-  await noProblems(tpl, "replaced template");
+  await noProblems(tpl, problems, "replaced template");
   console.log("TEMPLATE " + (await text(tpl, "#rank")));
-
-  await browser.close();
-  input.close();
-  console.log("CLOSED");
-} catch (e) {
-  await browser.close().catch(() => {});
-  fail(e);
-}
+});
+console.log("CLOSED");

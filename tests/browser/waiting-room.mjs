@@ -12,32 +12,13 @@
 // <rank>, LEFT, then waits for "hide" on stdin, prints HIDDEN, waits for "show",
 // prints SHOWN <rank>, then ADMITTED, CHATTED; after CHATTED it waits for a line on stdin
 // before closing the browser. Exits 1 on any failure (150 s at most).
-import { chromium } from "playwright-core";
-import { createInterface } from "node:readline";
+import { STEP, deadline, expectLine, launch, nextLine, run } from "./harness.mjs";
 
 const [api, chat, nickname] = process.argv.slice(2);
-const STEP = 30_000;
-const fail = (e) => { console.error("FAILED:", e?.message ?? e); process.exit(1); };
-setTimeout(() => fail("took longer than 150 s"), 150_000).unref();
+deadline(150);
 
-// Lines from stdin, in order, whenever they come.
-const input = createInterface({ input: process.stdin });
-const queued = [], waiting = [];
-input.on("line", (l) => (waiting.length ? waiting.shift()(l) : queued.push(l)));
-const nextLine = () => (queued.length ? Promise.resolve(queued.shift()) : new Promise((r) => waiting.push(r)));
-async function expectLine(want) {
-  const got = await nextLine();
-  if (got !== want) throw new Error(`expected "${want}" on stdin, got "${got}"`);
-}
-
-const browser = await chromium.launch({
-  executablePath: process.env.CHROMIUM || "/usr/bin/chromium",
-  args: [
-    "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
-    "--disable-background-networking", "--disable-component-update", "--disable-sync",
-  ],
-}).catch(fail);
-try {
+const browser = await launch();
+await run(browser, async () => {
   const page = await (await browser.newContext()).newPage();
   await page.addInitScript(() => {
     let hidden = false;
@@ -105,10 +86,5 @@ try {
   console.log("CHATTED");
 
   await nextLine();
-  await browser.close();
-  input.close();
-  console.log("CLOSED");
-} catch (e) {
-  await browser.close().catch(() => {});
-  fail(e);
-}
+});
+console.log("CLOSED");
