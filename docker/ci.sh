@@ -34,27 +34,11 @@ if ! $DOCKER info >/dev/null 2>&1; then
   $DOCKER info >/dev/null 2>&1 || { cat "$work/dockerd.log" >&2; echo "dockerd did not start" >&2; exit 1; }
 fi
 
-# 2. Base images, made here once and kept: Debian bookworm, and the same with this
-#    machine's valkey-server (the public default is valkey/valkey).
+# 2. Base images (docker/base-images.sh): Debian bookworm, made here once and kept,
+#    and the same with this machine's valkey-server (the public default is valkey/valkey).
 base=valkey-queue-ci/bookworm:base
-if ! $DOCKER image inspect "$base" >/dev/null 2>&1; then
-  mirror=$(awk '/^URIs:/{print $2; exit}' /etc/apt/sources.list.d/debian.sources 2>/dev/null || true)
-  debootstrap --variant=minbase bookworm "$work/rootfs" "${mirror:-http://deb.debian.org/debian}" >"$work/debootstrap.log" 2>&1 \
-    || { tail -20 "$work/debootstrap.log" >&2; exit 1; }
-  tar -C "$work/rootfs" -c . | $DOCKER import - "$base" >/dev/null
-  rm -rf "$work/rootfs"
-fi
 valkey_base=valkey-queue-ci/valkey:base
-mkdir -p "$work/vb/libs"
-cp "$(command -v valkey-server)" "$work/vb/valkey-server"
-ldd "$(command -v valkey-server)" | awk '/=> \//{print $3}' | grep -v -E '/(libc|libm|libgcc_s|ld-linux[^/]*)\.so' \
-  | xargs -r cp -L -t "$work/vb/libs"
-cat >"$work/vb/Dockerfile" <<DOCKERFILE
-FROM $base
-COPY libs/ /usr/lib/x86_64-linux-gnu/
-COPY valkey-server /usr/bin/valkey-server
-DOCKERFILE
-$DOCKER build -q -t "$valkey_base" "$work/vb" >/dev/null
+DOCKER=$DOCKER bash docker/base-images.sh
 
 # 3. The four images.
 t0=$(date +%s.%N)

@@ -56,8 +56,8 @@ if ! $DOCKER info >/dev/null 2>&1; then
   $DOCKER info >/dev/null 2>&1 || { cat "$work/dockerd.log" >&2; echo "dockerd did not start" >&2; exit 1; }
 fi
 
-# The images, as docker/ci.sh builds them (its base made by debootstrap, then
-# `docker import`), when they are missing.
+# The images, as docker/ci.sh builds them (on docker/base-images.sh's bases), when
+# they are missing.
 images=(valkey queue-api queue-manager chat-server)
 missing=""
 for i in "${images[@]}"; do
@@ -66,20 +66,8 @@ done
 if [ -n "$missing" ] || [ -n "${REBUILD_IMAGES:-}" ]; then
   echo "== images (as docker/ci.sh builds them)"
   base=valkey-queue-ci/bookworm:base
-  if ! $DOCKER image inspect "$base" >/dev/null 2>&1; then
-    mirror=$(awk '/^URIs:/{print $2; exit}' /etc/apt/sources.list.d/debian.sources 2>/dev/null || true)
-    debootstrap --variant=minbase bookworm "$work/rootfs" "${mirror:-http://deb.debian.org/debian}" >"$work/debootstrap.log" 2>&1 \
-      || { tail -20 "$work/debootstrap.log" >&2; exit 1; }
-    tar -C "$work/rootfs" -c . | $DOCKER import - "$base" >/dev/null
-    rm -rf "$work/rootfs"
-  fi
   valkey_base=valkey-queue-ci/valkey:base
-  mkdir -p "$work/vb/libs"
-  cp "$(command -v valkey-server)" "$work/vb/valkey-server"
-  ldd "$(command -v valkey-server)" | awk '/=> \//{print $3}' | grep -v -E '/(libc|libm|libgcc_s|ld-linux[^/]*)\.so' \
-    | xargs -r cp -L -t "$work/vb/libs"
-  printf 'FROM %s\nCOPY libs/ /usr/lib/x86_64-linux-gnu/\nCOPY valkey-server /usr/bin/valkey-server\n' "$base" >"$work/vb/Dockerfile"
-  $DOCKER build -q -t "$valkey_base" "$work/vb" >/dev/null
+  bash docker/base-images.sh
   BASE=$base VALKEY_BASE=$valkey_base PREFIX=valkey-queue-ci TAG=test DOCKER=$DOCKER bash docker/build-images.sh
 fi
 
