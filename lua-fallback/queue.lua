@@ -1049,6 +1049,20 @@ local function begin_line(cmd, keys, arity_ok, checks, parts)
   return q, e
 end
 
+-- `begin_line`, then the opening when it is due (Q:open_if_due), as the module's line
+-- commands do next. Returns the queue and its time, or nil, nil and the error reply.
+local function begin_opened(cmd, keys, arity_ok, checks, parts)
+  local q, e = begin_line(cmd, keys, arity_ok, checks, parts)
+  if not q then
+    return nil, nil, e
+  end
+  local now = q:now()
+  if not q:open_if_due(now) then
+    return nil, nil, fail(E_WRONGTYPE)
+  end
+  return q, now
+end
+
 -- One {ok, error} check per userId.
 local function user_checks(users)
   local checks = {}
@@ -1118,26 +1132,18 @@ end
 
 local function queue_status(keys, args)
   local user = args[1] or ""
-  local q, e = begin_line("queue.status", keys, #args == 1, user_checks({ user }), { "waiting" })
+  local q, now, e = begin_opened("queue.status", keys, #args == 1, user_checks({ user }), { "waiting" })
   if not q then
     return e
-  end
-  local now = q:now()
-  if not q:open_if_due(now) then
-    return fail(E_WRONGTYPE)
   end
   local st = q:observe(user, now)
   return standing_reply(user, st, q:eta(st))
 end
 
 local function queue_ranks(keys, args)
-  local q, e = begin_line("queue.ranks", keys, #args >= 1, user_checks(args), { "waiting" })
+  local q, now, e = begin_opened("queue.ranks", keys, #args >= 1, user_checks(args), { "waiting" })
   if not q then
     return e
-  end
-  local now = q:now()
-  if not q:open_if_due(now) then
-    return fail(E_WRONGTYPE)
   end
   local out = {}
   for _, user in ipairs(args) do
@@ -1179,12 +1185,9 @@ end
 
 local function queue_leave(keys, args)
   local user = args[1] or ""
-  local q, e = begin_line("queue.leave", keys, #args == 1, user_checks({ user }), { "waiting", "stats_key" })
+  local q, _, e = begin_opened("queue.leave", keys, #args == 1, user_checks({ user }), { "waiting", "stats_key" })
   if not q then
     return e
-  end
-  if not q:open_if_due(q:now()) then
-    return fail(E_WRONGTYPE)
   end
   if q:opening_pending() and redis.call("HDEL", q:pre_key(), user) == 1 then
     q:add_stat(S.LEFT, 1)
@@ -1251,15 +1254,11 @@ local function queue_promote(keys, args)
       { max ~= nil and max >= 0 and max <= MAX_PROMOTE, out_of_range("MAX", 0, MAX_PROMOTE) },
     }
   end
-  local q, e = begin_line("queue.promote", keys, #args == 0 or #args == 2, checks, ALL_PARTS)
+  local q, now, e = begin_opened("queue.promote", keys, #args == 0 or #args == 2, checks, ALL_PARTS)
   if not q then
     return e
   end
   local soft_cap, abandon_after = q:setting(SOFT_CAP), q:setting(ABANDON_AFTER)
-  local now = q:now()
-  if not q:open_if_due(now) then
-    return fail(E_WRONGTYPE)
-  end
   -- Nobody is promoted before the opening.
   if q:before_opening(now) then
     max = 0
@@ -1306,13 +1305,9 @@ end
 
 local function ticket_claim(keys, args)
   local ticket = args[1] or ""
-  local q, e = begin_line("ticket.claim", keys, #args == 1, { { valid_name(ticket, true), E_TICKET } }, ALL_PARTS)
+  local q, now, e = begin_opened("ticket.claim", keys, #args == 1, { { valid_name(ticket, true), E_TICKET } }, ALL_PARTS)
   if not q then
     return e
-  end
-  local now = q:now()
-  if not q:open_if_due(now) then
-    return fail(E_WRONGTYPE)
   end
 
   local seq, secret = parse_ticket(ticket)
