@@ -13,15 +13,12 @@ set -euo pipefail
 root="$(cd "$(dirname "$0")/.." && pwd)"
 cd "$root"
 VECTORS=${VECTORS:-1000000}
-command -v valkey-server >/dev/null 2>&1 || bash scripts/install-deps.sh
-cargo build --release -q -p valkey-queue
-cargo test --release -q -p valkey-queue --test arg_fuzz --no-run 2>/dev/null
+. "$root/bench/lib/valkey.sh"
+build_test valkey-queue arg_fuzz
 echo "arg fuzz: $VECTORS vectors per backend (module, Lua library), both at once"
 start=$(date +%s)
-set +e
-ARG_FUZZ_VECTORS=$VECTORS cargo test --release -q -p valkey-queue --test arg_fuzz -- --nocapture --test-threads 2 2>&1 |
-  grep -E '^arg-fuzz|^ +[0-9]+  |panicked|refused with|unclear error|stopped answering' | sed 's/^/  /'
-status=${PIPESTATUS[0]}
-set -e
+status=0
+ARG_FUZZ_VECTORS=$VECTORS run_test valkey-queue arg_fuzz \
+  '^arg-fuzz|^ +[0-9]+  |panicked|refused with|unclear error|stopped answering' --test-threads 2 | sed 's/^/  /' || status=1
 echo "  wall time $(( $(date +%s) - start )) s for $((2 * VECTORS)) vectors"
-exit $(( status == 0 ? 0 : 1 ))
+exit $status

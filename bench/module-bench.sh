@@ -187,6 +187,25 @@ bench_rps() {
   fi
 }
 
+# side_by_side A B "KEYSPACE COMMAND ARGS..." "KEYSPACE COMMAND ARGS...": ROUNDS
+# rounds of the two commands, one after the other in each round; sets A_RPS and B_RPS
+# (requests/second per round) and A_MED and B_MED (their medians) for the names A, B.
+side_by_side() {
+  local -n a_rps=${1}_RPS b_rps=${2}_RPS a_med=${1}_MED b_med=${2}_MED
+  local -a a b
+  read -ra a <<<"$3"; read -ra b <<<"$4"
+  local i x y
+  a_rps=(); b_rps=()
+  for i in $(seq 1 "$ROUNDS"); do
+    x=$(bench_rps "${a[1]}" "${a[@]}")
+    y=$(bench_rps "${b[1]}" "${b[@]}")
+    a_rps+=("$x"); b_rps+=("$y")
+    log "round $i: ${a[1]} $x rps | ${b[1]} $y rps"
+  done
+  a_med=$(printf '%s\n' "${a_rps[@]}" | grep -E '^[0-9.]+$' | median)
+  b_med=$(printf '%s\n' "${b_rps[@]}" | grep -E '^[0-9.]+$' | median)
+}
+
 ratio() {  # ratio A B -> A/B with 3 decimals, NA if either is missing
   awk -v a="$1" -v b="$2" 'BEGIN { if (a=="NA" || b=="NA" || a=="" || b=="" || b+0==0) print "NA"; else printf "%.3f\n", a/b }'
 }
@@ -223,15 +242,7 @@ log "$("$VALKEY_SERVER" --version)"
 # ===================================================== 1. ENTER vs ZADD (rps)
 start_server
 log "server pid=$SERVER_PID port=$PORT"
-ENTER_RPS=(); ZADD_RPS=()
-for i in $(seq 1 "$ROUNDS"); do
-  a=$(bench_rps "QUEUE.ENTER" 100000000 QUEUE.ENTER bq __rand_int__ nick0001)
-  b=$(bench_rps "ZADD" 100000000 ZADD bz __rand_int__ __rand_int__)
-  ENTER_RPS+=("$a"); ZADD_RPS+=("$b")
-  log "round $i: QUEUE.ENTER $a rps | ZADD $b rps"
-done
-ENTER_MED=$(printf '%s\n' "${ENTER_RPS[@]}" | grep -E '^[0-9.]+$' | median)
-ZADD_MED=$(printf '%s\n' "${ZADD_RPS[@]}" | grep -E '^[0-9.]+$' | median)
+side_by_side ENTER ZADD "100000000 QUEUE.ENTER bq __rand_int__ nick0001" "100000000 ZADD bz __rand_int__ __rand_int__"
 check_server "ENTER vs ZADD"
 
 # ==================================================== 2. STATUS vs ZRANK (rps)
@@ -246,15 +257,7 @@ log "queue bq: $(kv filled "$out") entered in $(kv seconds "$out")s"
 out=$(py fill "$PORT" zset bz "$STATUS_USERS") || note_error "STATUS fill (ZADD): $(kv error "$out")"
 log "zset  bz: $(kv filled "$out") added in $(kv seconds "$out")s"
 log "QUEUE.INFO bq -> $(valkey-cli -h $HOST -p "$PORT" $(qcmd QUEUE.INFO bq) 2>&1 | tr '\n' ' ' | cut -c1-300)"
-STATUS_RPS=(); ZRANK_RPS=()
-for i in $(seq 1 "$ROUNDS"); do
-  a=$(bench_rps "QUEUE.STATUS" "$STATUS_USERS" QUEUE.STATUS bq __rand_int__)
-  b=$(bench_rps "ZRANK" "$STATUS_USERS" ZRANK bz __rand_int__)
-  STATUS_RPS+=("$a"); ZRANK_RPS+=("$b")
-  log "round $i: QUEUE.STATUS $a rps | ZRANK $b rps"
-done
-STATUS_MED=$(printf '%s\n' "${STATUS_RPS[@]}" | grep -E '^[0-9.]+$' | median)
-ZRANK_MED=$(printf '%s\n' "${ZRANK_RPS[@]}" | grep -E '^[0-9.]+$' | median)
+side_by_side STATUS ZRANK "$STATUS_USERS QUEUE.STATUS bq __rand_int__" "$STATUS_USERS ZRANK bz __rand_int__"
 check_server "STATUS vs ZRANK"
 
 # ================================== 3. PROMOTE MAX 1000 vs ZPOPMIN 1000 (usec)

@@ -14,11 +14,8 @@ set -euo pipefail
 root="$(cd "$(dirname "$0")/.." && pwd)"
 cd "$root"
 CONNECTIONS=${CONNECTIONS:-5000}
-command -v valkey-server >/dev/null 2>&1 || bash scripts/install-deps.sh
-cargo build --release -q -p valkey-queue
-cargo test --release -q -p chat-server --test ws_fuzz --no-run 2>/dev/null
-set +e
-WS_FUZZ_CONNECTIONS=$CONNECTIONS cargo test --release -q -p chat-server --test ws_fuzz -- --nocapture 2>&1 |
-  grep -E '^ws-fuzz|^  [A-Za-z]|panicked|^seed|^connection' | head -80
-status=${PIPESTATUS[0]}
-exit $(( status == 0 ? 0 : 1 ))
+. "$root/bench/lib/valkey.sh"
+build_test chat-server ws_fuzz
+status=0
+WS_FUZZ_CONNECTIONS=$CONNECTIONS run_test chat-server ws_fuzz '^ws-fuzz|^  [A-Za-z]|panicked|^seed|^connection' | head -80 || status=1
+exit $status

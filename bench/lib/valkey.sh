@@ -11,6 +11,14 @@
 #                 VALKEY_PORT, API_PORT, CHAT_PORT, MANAGER_PORT (exported), stack
 #                 (its pid) and log. The caller's EXIT trap kills $stack, waits for it
 #                 and removes $log.
+#   build_test CRATE TEST
+#                 valkey-server installed when missing (scripts/install-deps.sh), the
+#                 module and the release test CRATE/TEST built, so that a run's time
+#                 is the test's own
+#   run_test CRATE TEST PATTERN [test arguments]
+#                 runs that test (its environment from the caller's), printing the
+#                 lines of its output that match the extended regex PATTERN; returns 1
+#                 when the test failed
 port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'; }
 wait_valkey() {
   for _ in $(seq 100); do valkey-cli -p "$1" ping >/dev/null 2>&1 && return 0; sleep 0.1; done
@@ -33,4 +41,14 @@ start_local_stack() {
     sleep 0.5
   done
   echo "the local stack did not come up (log: $log)" >&2; return 2
+}
+build_test() {
+  command -v valkey-server >/dev/null 2>&1 || bash "$root/scripts/install-deps.sh"
+  cargo build --release -q -p valkey-queue
+  cargo test --release -q -p "$1" --test "$2" --no-run 2>/dev/null
+}
+run_test() {
+  local crate=$1 test=$2 pattern=$3; shift 3
+  cargo test --release -q -p "$crate" --test "$test" -- --nocapture "$@" 2>&1 | grep -E "$pattern"
+  return $(( PIPESTATUS[0] == 0 ? 0 : 1 ))
 }
