@@ -80,6 +80,27 @@ def free_port():
         return port
 
 
+def enter(port, nickname, queue, client_ip):
+    """POST /api/queue/entry to the queue-api on `port`, as a person at `client_ip`:
+    the standing it answers."""
+    req = urllib.request.Request(
+        f"http://127.0.0.1:{port}/api/queue/entry", method="POST",
+        data=json.dumps({"nickname": nickname, "queue": queue}).encode(),
+        headers={"Content-Type": "application/json", "X-Forwarded-For": client_ip})
+    with urllib.request.urlopen(req, timeout=10) as resp:
+        return json.loads(resp.read())
+
+
+def held_open(port, status, what, request):
+    """A connection to `port` that sent `request` and was answered `status`, kept open."""
+    sock = socket.create_connection(("127.0.0.1", port), timeout=10)
+    sock.sendall(request.encode())
+    head = sock.recv(4096)
+    if f" {status} ".encode() not in head.split(b"\r\n", 1)[0]:
+        raise Failure(f"{what} refused: {head[:200]!r}")
+    return sock
+
+
 def docker(*args, check=True, capture=True, timeout=None):
     out = subprocess.run([DOCKER, *args], capture_output=capture, text=True, timeout=timeout)
     if check and out.returncode != 0:
@@ -838,7 +859,7 @@ class Play:
         its next tick, so over the round-robin Service a token could still open the
         app on the other replica for up to a tick after leaving, which the swarm's
         audit counts. Both replicas run and share Valkey meanwhile."""
-        gate = next(p.ports["http"] for p in self.pods if p.workload["metadata"]["name"] == "queue-gate")
+        gate = self.pods_of("queue-gate")[0].ports["http"]
         api = self.service_ports[("queue-api", 8080)]
         chat = self.service_ports[("chat-server", 8081)]
         users = max(50, self.users // 4)
@@ -854,23 +875,20 @@ class Play:
             print(out.stderr, file=sys.stderr)
             raise Failure(f"swarm through the gate exited {out.returncode}")
 
+    def pods_of(self, name):
+        """The pods of the workload `name`, in start order."""
+        return [p for p in self.pods if p.workload["metadata"]["name"] == name]
+
     def open_sessions(self, per_pod=5):
         """People inside, on a WebSocket to each chat-server pod, as the SIGTERM comes:
         the drain must end their sessions (no lease left in Valkey after)."""
         held = []
         api = self.service_ports[("queue-api", 8080)]
         n = 0
-        for p in self.pods:
-            if p.workload["metadata"]["name"] != "chat-server":
-                continue
+        for p in self.pods_of("chat-server"):
             for _ in range(per_pod):
                 n += 1
-                req = urllib.request.Request(
-                    f"http://127.0.0.1:{api}/api/queue/entry", method="POST",
-                    data=json.dumps({"nickname": f"inside{n}", "queue": "default"}).encode(),
-                    headers={"Content-Type": "application/json", "X-Forwarded-For": f"10.8.0.{n}"})
-                with urllib.request.urlopen(req, timeout=10) as resp:
-                    standing = json.loads(resp.read())
+                standing = enter(api, f"inside{n}", "default", f"10.8.0.{n}")
                 deadline = time.monotonic() + 15
                 while not standing.get("ticketId"):
                     if time.monotonic() > deadline:
@@ -881,14 +899,11 @@ class Play:
                             timeout=10) as resp:
                         standing = json.loads(resp.read())
                 key = base64.b64encode(os.urandom(16)).decode()
-                sock = socket.create_connection(("127.0.0.1", p.ports["http"]), timeout=10)
-                sock.sendall(f"GET /gameserver?ticketId={standing['ticketId']}&queue=default HTTP/1.1\r\n"
-                             f"Host: chat\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n"
-                             f"Sec-WebSocket-Key: {key}\r\nSec-WebSocket-Version: 13\r\n\r\n".encode())
-                head = sock.recv(4096)
-                if b" 101 " not in head.split(b"\r\n", 1)[0]:
-                    raise Failure(f"chat handshake refused: {head[:200]!r}")
-                held.append(sock)
+                held.append(held_open(
+                    p.ports["http"], 101, "chat handshake",
+                    f"GET /gameserver?ticketId={standing['ticketId']}&queue=default HTTP/1.1\r\n"
+                    f"Host: chat\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n"
+                    f"Sec-WebSocket-Key: {key}\r\nSec-WebSocket-Version: 13\r\n\r\n"))
         active = self.sessions_active()
         log(f"chat sessions held open for the stop: {len(held)} (Valkey counts {active} active)")
         if active < len(held):
@@ -906,24 +921,14 @@ class Play:
             headers={"Authorization": f"Bearer {token}", "Content-Type": "application/json"})
         urllib.request.urlopen(req, timeout=10).close()
         n = 0
-        for p in self.pods:
-            if p.workload["metadata"]["name"] != "queue-api":
-                continue
+        for p in self.pods_of("queue-api"):
             for _ in range(per_pod):
                 n += 1
-                req = urllib.request.Request(
-                    f"http://127.0.0.1:{p.ports['http']}/api/queue/entry", method="POST",
-                    data=json.dumps({"nickname": f"drain{n}", "queue": "drain"}).encode(),
-                    headers={"Content-Type": "application/json", "X-Forwarded-For": f"10.9.0.{n}"})
-                with urllib.request.urlopen(req, timeout=10) as resp:
-                    user = json.loads(resp.read())["userId"]
-                sock = socket.create_connection(("127.0.0.1", p.ports["http"]), timeout=10)
-                sock.sendall(f"GET /api/queue/stream?userId={user}&queue=drain HTTP/1.1\r\nHost: q\r\n"
-                             f"X-Forwarded-For: 10.9.0.{n}\r\nAccept: text/event-stream\r\n\r\n".encode())
-                head = sock.recv(4096)
-                if b" 200 " not in head.split(b"\r\n", 1)[0]:
-                    raise Failure(f"push stream refused: {head[:200]!r}")
-                held.append(sock)
+                user = enter(p.ports["http"], f"drain{n}", "drain", f"10.9.0.{n}")["userId"]
+                held.append(held_open(
+                    p.ports["http"], 200, "push stream",
+                    f"GET /api/queue/stream?userId={user}&queue=drain HTTP/1.1\r\nHost: q\r\n"
+                    f"X-Forwarded-For: 10.9.0.{n}\r\nAccept: text/event-stream\r\n\r\n"))
         return held
 
     def valkey(self, *args):
