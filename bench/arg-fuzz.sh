@@ -11,7 +11,6 @@
 # CI runs 20,000 per backend as a plain test (cargo test -p valkey-queue --test arg_fuzz).
 set -euo pipefail
 root="$(cd "$(dirname "$0")/.." && pwd)"
-cd "$root"
 VECTORS=${VECTORS:-1000000}
 . "$root/bench/lib/valkey.sh"
 build_test valkey-queue arg_fuzz

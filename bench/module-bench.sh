@@ -206,6 +206,21 @@ side_by_side() {
   b_med=$(printf '%s\n' "${b_rps[@]}" | grep -E '^[0-9.]+$' | median)
 }
 
+# memory_per_user MEM RSS KIND KEY SIDE COMMAND: MEM_USERS users put with COMMAND
+# into a KIND (queue or zset) at KEY on the current server; sets MEM and RSS (bytes
+# per user, NA when unknown) and logs the growth under SIDE.
+memory_per_user() {
+  local -n mem=$1 rss=$2
+  local out
+  if out=$(py mem "$PORT" "$3" "$4" "$MEM_USERS"); then
+    mem=$(kv bytes_per_user "$out"); rss=$(kv rss_bytes_per_user "$out")
+    mem=${mem:-NA}; rss=${rss:-NA}
+  else
+    note_error "memory ($6): $(kv error "$out")"
+  fi
+  log "$(printf '%-7s' "$5:") $MEM_USERS users in $(kv seconds "$out")s, used_memory +$(kv used_delta "$out") B, rss +$(kv rss_delta "$out") B"
+}
+
 ratio() {  # ratio A B -> A/B with 3 decimals, NA if either is missing
   awk -v a="$1" -v b="$2" 'BEGIN { if (a=="NA" || b=="NA" || a=="" || b=="" || b+0==0) print "NA"; else printf "%.3f\n", a/b }'
 }
@@ -292,23 +307,11 @@ check_server "PROMOTE vs ZPOPMIN"
 MEM_Q=NA; MEM_Z=NA; RSS_Q=NA; RSS_Z=NA
 start_server
 qconfig bm soft_cap 0 abandon_after 0
-if out=$(py mem "$PORT" queue bm "$MEM_USERS"); then
-  MEM_Q=$(kv bytes_per_user "$out"); RSS_Q=$(kv rss_bytes_per_user "$out")
-  MEM_Q=${MEM_Q:-NA}; RSS_Q=${RSS_Q:-NA}
-else
-  note_error "memory (QUEUE.ENTER): $(kv error "$out")"
-fi
-log "module: $MEM_USERS users in $(kv seconds "$out")s, used_memory +$(kv used_delta "$out") B, rss +$(kv rss_delta "$out") B"
+memory_per_user MEM_Q RSS_Q queue bm module QUEUE.ENTER
 log "QUEUE.INFO bm -> $(valkey-cli -h $HOST -p "$PORT" $(qcmd QUEUE.INFO bm) 2>&1 | tr '\n' ' ' | cut -c1-300)"
 check_server "memory (module)"
 start_server
-if out=$(py mem "$PORT" zset bmz "$MEM_USERS"); then
-  MEM_Z=$(kv bytes_per_user "$out"); RSS_Z=$(kv rss_bytes_per_user "$out")
-  MEM_Z=${MEM_Z:-NA}; RSS_Z=${RSS_Z:-NA}
-else
-  note_error "memory (ZADD): $(kv error "$out")"
-fi
-log "zset:   $MEM_USERS users in $(kv seconds "$out")s, used_memory +$(kv used_delta "$out") B, rss +$(kv rss_delta "$out") B"
+memory_per_user MEM_Z RSS_Z zset bmz zset ZADD
 check_server "memory (zset)"
 stop_server
 

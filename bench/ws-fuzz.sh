@@ -12,7 +12,6 @@
 # Replay: WS_FUZZ_SEED=<printed seed> with the same CONNECTIONS. CI runs 400 as a test.
 set -euo pipefail
 root="$(cd "$(dirname "$0")/.." && pwd)"
-cd "$root"
 CONNECTIONS=${CONNECTIONS:-5000}
 . "$root/bench/lib/valkey.sh"
 build_test chat-server ws_fuzz

@@ -13,8 +13,8 @@
 #                 and removes $log.
 #   build_test CRATE TEST
 #                 valkey-server installed when missing (scripts/install-deps.sh), the
-#                 module and the release test CRATE/TEST built, so that a run's time
-#                 is the test's own
+#                 module and the release test CRATE/TEST built (in $root, whatever
+#                 the working directory), so that a run's time is the test's own
 #   run_test CRATE TEST PATTERN [test arguments]
 #                 runs that test (its environment from the caller's), printing the
 #                 lines of its output that match the extended regex PATTERN; returns 1
@@ -44,11 +44,10 @@ start_local_stack() {
 }
 build_test() {
   command -v valkey-server >/dev/null 2>&1 || bash "$root/scripts/install-deps.sh"
-  cargo build --release -q -p valkey-queue
-  cargo test --release -q -p "$1" --test "$2" --no-run 2>/dev/null
+  (cd "$root" && cargo build --release -q -p valkey-queue && cargo test --release -q -p "$1" --test "$2" --no-run 2>/dev/null)
 }
 run_test() {
   local crate=$1 test=$2 pattern=$3; shift 3
-  cargo test --release -q -p "$crate" --test "$test" -- --nocapture "$@" 2>&1 | grep -E "$pattern"
+  (cd "$root" && cargo test --release -q -p "$crate" --test "$test" -- --nocapture "$@") 2>&1 | grep -E "$pattern"
   return $(( PIPESTATUS[0] == 0 ? 0 : 1 ))
 }
