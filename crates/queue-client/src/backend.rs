@@ -59,11 +59,12 @@ fn lists_queue_module(reply: &Value) -> bool {
 }
 
 async fn has_module(conn: &Conn) -> Result<bool, ClientError> {
-    match conn.send_to_primaries(cmd("MODULE").arg("LIST")).await {
+    match conn.probe_primaries(cmd("MODULE").arg("LIST")).await {
         Ok(replies) => Ok(!replies.is_empty() && replies.iter().all(|(_, v)| lists_queue_module(v))),
         Err(e) => {
             // MODULE may be forbidden to a service user (`+@queue` only) or renamed
-            // on a managed service: ask a queue command instead.
+            // on a managed service: ask a queue command instead (so the refusal is
+            // expected, and not noted as a permission the service needs).
             fatal(e)?;
             match conn.send(cmd("QUEUE.INFO").arg(PROBE_QUEUE)).await {
                 Ok(_) => Ok(true),
@@ -91,11 +92,12 @@ async fn installed_version(conn: &Conn, node: &Node) -> Result<Option<String>, C
 
 /// The primaries and the library version each holds (None: no usable library).
 async fn installed(conn: &Conn) -> Result<Vec<(Node, Option<String>)>, ClientError> {
-    let listing = conn.send_to_primaries(cmd("FUNCTION").arg("LIST").arg("LIBRARYNAME").arg("queue")).await;
+    let listing = conn.probe_primaries(cmd("FUNCTION").arg("LIST").arg("LIBRARYNAME").arg("queue")).await;
     let nodes = match listing {
         Ok(per_node) => per_node,
         Err(e) => {
-            // FUNCTION LIST may be forbidden: ask the library itself.
+            // FUNCTION LIST may be forbidden (an expected refusal, not noted): ask
+            // the library itself.
             fatal(e)?;
             let node = Node::Only;
             let version = installed_version(conn, &node).await?;

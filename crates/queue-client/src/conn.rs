@@ -89,12 +89,6 @@ const REFUSAL_CURRENT_FOR: Duration = Duration::from_secs(30);
 
 impl Refusals {
     fn note(&self, e: RedisError, cmd: &Cmd) -> RedisError {
-        // MODULE LIST and FUNCTION LIST are the backend probes, which have a way
-        // round a refusal (a least-privilege user is not given them): not a
-        // permission the service needs.
-        if is_backend_probe(cmd) {
-            return e;
-        }
         let e = crate::error::name_refusal(e, cmd);
         let text = crate::error::server_text(&e);
         if e.code() == Some("NOPERM") || crate::error::is_permission_text(&text) {
@@ -111,17 +105,6 @@ impl Refusals {
         let latest = self.latest.lock().unwrap();
         latest.as_ref().filter(|(_, at)| at.elapsed() < REFUSAL_CURRENT_FOR).map(|(t, _)| t.clone())
     }
-}
-
-/// `MODULE LIST` or `FUNCTION LIST ...`: how the backend is found, not what it serves.
-fn is_backend_probe(cmd: &Cmd) -> bool {
-    let mut args = cmd.args_iter().filter_map(|a| match a {
-        redis::Arg::Simple(b) => Some(b),
-        redis::Arg::Cursor => None,
-    });
-    let (Some(name), Some(sub)) = (args.next(), args.next()) else { return false };
-    (name.eq_ignore_ascii_case(b"MODULE") || name.eq_ignore_ascii_case(b"FUNCTION"))
-        && sub.eq_ignore_ascii_case(b"LIST")
 }
 
 /// A cluster client for `target` (its seeds, TLS certificates, ACL user from the URLs).
@@ -191,11 +174,15 @@ impl Conn {
 
     /// Sends a command where its key (or, keyless, any node) lives.
     pub(crate) async fn send(&self, cmd: &Cmd) -> RedisResult<Value> {
-        let reply = match &self.link {
+        self.send_unnoted(cmd).await.map_err(|e| self.refusals.note(e, cmd))
+    }
+
+    /// [`Conn::send`] without noting a refusal in [`Refusals`].
+    async fn send_unnoted(&self, cmd: &Cmd) -> RedisResult<Value> {
+        match &self.link {
             Link::Single(m) => self.within(m.clone().send_packed_command(cmd)).await,
             Link::Cluster(c) => self.within(c.clone().req_packed_command(cmd)).await,
-        };
-        reply.map_err(|e| self.refusals.note(e, cmd))
+        }
     }
 
     /// The permission Valkey refused this user lately, naming it (see [`Refusals`]).
@@ -205,12 +192,23 @@ impl Conn {
 
     /// Sends a command to every primary; one reply per primary.
     pub(crate) async fn send_to_primaries(&self, cmd: &Cmd) -> RedisResult<Vec<(Node, Value)>> {
+        self.to_primaries(cmd).await.map_err(|e| self.refusals.note(e, cmd))
+    }
+
+    /// [`Conn::send_to_primaries`] for a probe that has a way round a refusal (the
+    /// backend detection's MODULE LIST and FUNCTION LIST, which a least-privilege user
+    /// is not given): its refusal is not a permission the service needs, so it is not
+    /// noted in [`Refusals`].
+    pub(crate) async fn probe_primaries(&self, cmd: &Cmd) -> RedisResult<Vec<(Node, Value)>> {
+        self.to_primaries(cmd).await
+    }
+
+    async fn to_primaries(&self, cmd: &Cmd) -> RedisResult<Vec<(Node, Value)>> {
         match &self.link {
-            Link::Single(_) => Ok(vec![(Node::Only, self.send(cmd).await?)]),
+            Link::Single(_) => Ok(vec![(Node::Only, self.send_unnoted(cmd).await?)]),
             Link::Cluster(c) => {
                 let routing = RoutingInfo::MultiNode((MultipleNodeRoutingInfo::AllMasters, None));
-                let reply =
-                    self.within(c.clone().route_command(cmd, routing)).await.map_err(|e| self.refusals.note(e, cmd))?;
+                let reply = self.within(c.clone().route_command(cmd, routing)).await?;
                 let Value::Map(per_node) = reply else {
                     return Err(RedisError::from((
                         redis::ErrorKind::ClientError,

@@ -54,22 +54,64 @@ pub fn subscribe_target(target: Target) -> mpsc::Receiver<QueueEvent> {
     if !target.cluster {
         return subscribe_all_target(target);
     }
+    keep_subscribed(target, |target, tx| async move {
+        match sharded_round(&target, &tx).await {
+            Ok(()) => Round::Unheard,
+            Err(e) => {
+                tracing::warn!(error = %e, "event subscription unavailable; retrying");
+                Round::Lost { connected: false }
+            }
+        }
+    })
+}
+
+/// How one subscription round ended.
+enum Round {
+    /// Nobody listens any more: stop.
+    Unheard,
+    /// The subscription failed or closed; `connected` when it had been open.
+    Lost { connected: bool },
+}
+
+/// Runs subscription rounds on a task until nobody listens, waiting between two
+/// rounds from 100 ms, doubled after each up to 5 s (from 100 ms again after a round
+/// that had connected).
+fn keep_subscribed<R, F>(target: Target, round: R) -> mpsc::Receiver<QueueEvent>
+where
+    R: Fn(Target, mpsc::Sender<QueueEvent>) -> F + Send + 'static,
+    F: std::future::Future<Output = Round> + Send,
+{
     let (tx, rx) = mpsc::channel(1024);
     tokio::spawn(async move {
-        let mut delay = Duration::from_millis(100);
+        let first = Duration::from_millis(100);
+        let mut delay = first;
         loop {
             if tx.is_closed() {
                 return;
             }
-            match sharded_round(&target, &tx).await {
-                Ok(()) => return,
-                Err(e) => tracing::warn!(error = %e, "event subscription unavailable; retrying"),
+            match round(target.clone(), tx.clone()).await {
+                Round::Unheard => return,
+                Round::Lost { connected: true } => delay = first,
+                Round::Lost { connected: false } => {}
             }
             tokio::time::sleep(delay).await;
             delay = (delay * 2).min(Duration::from_secs(5));
         }
     });
     rx
+}
+
+/// Sends on the events `feed` hears (payloads that are not events are skipped) until
+/// it closes (false) or nobody listens (true).
+async fn forward(feed: &mut Feed, tx: &mpsc::Sender<QueueEvent>) -> bool {
+    while let Some(heard) = feed.next().await {
+        if let Ok(event) = serde_json::from_slice::<QueueEvent>(&heard.payload) {
+            if tx.send(event).await.is_err() {
+                return true;
+            }
+        }
+    }
+    false
 }
 
 /// One sharded subscription with its discovery loop; Ok once nobody listens.
@@ -88,19 +130,9 @@ async fn sharded_round(target: &Target, tx: &mpsc::Sender<QueueEvent>) -> Result
             tokio::time::sleep(CLUSTER_DISCOVER_EVERY).await;
         }
     };
-    let forward = async {
-        while let Some(heard) = feed.next().await {
-            if let Ok(event) = serde_json::from_slice::<QueueEvent>(&heard.payload) {
-                if tx.send(event).await.is_err() {
-                    return true;
-                }
-            }
-        }
-        false
-    };
     tokio::select! {
         () = discover => unreachable!("the discovery loop never ends"),
-        done = forward => if done { Ok(()) } else { Err(ClientError::Unavailable("the event feed closed".into())) },
+        done = forward(&mut feed, tx) => if done { Ok(()) } else { Err(ClientError::Unavailable("the event feed closed".into())) },
     }
 }
 
@@ -112,28 +144,16 @@ pub fn subscribe_all(url: String) -> mpsc::Receiver<QueueEvent> {
 }
 
 fn subscribe_all_target(target: Target) -> mpsc::Receiver<QueueEvent> {
-    let (tx, rx) = mpsc::channel(1024);
-    tokio::spawn(async move {
-        let mut delay = Duration::from_millis(100);
-        loop {
-            if tx.is_closed() {
-                return;
-            }
-            if let Ok((mut events, _)) = Feed::open(&target, PROMOTED_PATTERN, None).await {
-                delay = Duration::from_millis(100);
-                while let Some(heard) = events.next().await {
-                    if let Ok(event) = serde_json::from_slice::<QueueEvent>(&heard.payload) {
-                        if tx.send(event).await.is_err() {
-                            return;
-                        }
-                    }
-                }
-            }
-            tokio::time::sleep(delay).await;
-            delay = (delay * 2).min(Duration::from_secs(5));
+    keep_subscribed(target, |target, tx| async move {
+        let Ok((mut events, _)) = Feed::open(&target, PROMOTED_PATTERN, None).await else {
+            return Round::Lost { connected: false };
+        };
+        if forward(&mut events, &tx).await {
+            Round::Unheard
+        } else {
+            Round::Lost { connected: true }
         }
-    });
-    rx
+    })
 }
 
 #[cfg(test)]

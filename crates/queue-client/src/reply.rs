@@ -108,6 +108,11 @@ impl Fields {
         self.map.into_iter().filter_map(|(k, v)| Some((k, text(&v)?))).collect()
     }
 
+    /// What the reply is, for error messages.
+    pub(crate) fn what(&self) -> &'static str {
+        self.what
+    }
+
     fn get(&self, name: &str) -> Result<&Value, ClientError> {
         self.map.get(name).ok_or_else(|| ClientError::protocol(format!("{}: no field {name}", self.what)))
     }
@@ -154,6 +159,74 @@ impl Fields {
         self.string(name).map(Some)
     }
 }
+
+/// What one field of a map reply reads as, by the type it goes into (see
+/// [`from_fields!`]).
+pub(crate) trait FromField: Sized {
+    fn from_field(f: &Fields, name: &str) -> Result<Self, ClientError>;
+}
+
+impl FromField for u64 {
+    fn from_field(f: &Fields, name: &str) -> Result<u64, ClientError> {
+        f.u64(name)
+    }
+}
+
+impl FromField for i64 {
+    fn from_field(f: &Fields, name: &str) -> Result<i64, ClientError> {
+        f.i64(name)
+    }
+}
+
+impl FromField for String {
+    fn from_field(f: &Fields, name: &str) -> Result<String, ClientError> {
+        f.string(name)
+    }
+}
+
+impl FromField for Option<String> {
+    fn from_field(f: &Fields, name: &str) -> Result<Option<String>, ClientError> {
+        f.opt_string(name)
+    }
+}
+
+impl FromField for Option<u64> {
+    fn from_field(f: &Fields, name: &str) -> Result<Option<u64>, ClientError> {
+        f.opt_u64(name)
+    }
+}
+
+/// Optional integers are the fields added later: absent reads as none too.
+impl FromField for Option<i64> {
+    fn from_field(f: &Fields, name: &str) -> Result<Option<i64>, ClientError> {
+        f.opt_i64_absent(name)
+    }
+}
+
+/// `from_value` for a struct read from a map reply (`what` names the reply in
+/// errors): each listed field from the reply's field of the name after it (its own
+/// name when none), read as its type reads ([`FromField`]); then the fields computed
+/// from the reply, `|f| { field = expression, ... }`.
+macro_rules! from_fields {
+    ($ty:ident($what:literal) { $($field:ident $(: $name:literal)?),* $(,)? }) => {
+        $crate::reply::from_fields!($ty($what) { $($field $(: $name)?),* } |f| {});
+    };
+    ($ty:ident($what:literal) { $($field:ident $(: $name:literal)?),* $(,)? }
+     |$f:ident| { $($computed:ident = $value:expr),* $(,)? }) => {
+        impl $ty {
+            pub(crate) fn from_value(v: redis::Value) -> Result<$ty, $crate::error::ClientError> {
+                let $f = $crate::reply::Fields::new(v, $what)?;
+                Ok($ty {
+                    $($field: $crate::reply::FromField::from_field(&$f, $crate::reply::from_fields!(@name $field $($name)?))?,)*
+                    $($computed: $value,)*
+                })
+            }
+        }
+    };
+    (@name $field:ident) => { stringify!($field) };
+    (@name $field:ident $name:literal) => { $name };
+}
+pub(crate) use from_fields;
 
 #[cfg(test)]
 mod tests {

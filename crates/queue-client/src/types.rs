@@ -3,7 +3,7 @@
 //! commands' snake_case field names.
 
 use crate::error::ClientError;
-use crate::reply::{array, flag, Fields};
+use crate::reply::{array, flag, from_fields, Fields, FromField};
 use queue_core::config::{Config, FIELDS};
 use redis::Value;
 use serde::{Deserialize, Serialize};
@@ -38,6 +38,13 @@ impl Status {
     }
 }
 
+impl FromField for Status {
+    fn from_field(f: &Fields, name: &str) -> Result<Status, ClientError> {
+        let status = f.string(name)?;
+        Status::parse(&status).ok_or_else(|| ClientError::protocol(format!("{}: unknown status {status:?}", f.what())))
+    }
+}
+
 /// A standing map: the reply of `QUEUE.ENTER`, `QUEUE.STATUS` and each element of
 /// `QUEUE.RANKS`, with the REST contract's field names.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -60,22 +67,12 @@ pub struct Standing {
     pub opens_at: Option<i64>,
 }
 
-impl Standing {
-    pub(crate) fn from_value(v: Value) -> Result<Standing, ClientError> {
-        let f = Fields::new(v, "standing")?;
-        let status = f.string("status")?;
-        Ok(Standing {
-            status: Status::parse(&status)
-                .ok_or_else(|| ClientError::protocol(format!("standing: unknown status {status:?}")))?,
-            rank: f.u64("rank")?,
-            user_id: f.string("userId")?,
-            nickname: f.opt_string("nickname")?,
-            ticket_id: f.opt_string("ticketId")?,
-            estimated_wait_seconds: f.opt_u64("estimatedWaitSeconds")?,
-            opens_at: f.opt_i64_absent("opensAt")?,
-        })
-    }
+from_fields! { Standing("standing") {
+    status, rank, user_id: "userId", nickname, ticket_id: "ticketId",
+    estimated_wait_seconds: "estimatedWaitSeconds", opens_at: "opensAt",
+} }
 
+impl Standing {
     pub(crate) fn list_from_value(v: Value, expected: usize) -> Result<Vec<Standing>, ClientError> {
         let items = array(v, "ranks")?;
         if items.len() != expected {
@@ -143,21 +140,9 @@ pub struct PromoteReport {
     pub available_slots: u64,
 }
 
-impl PromoteReport {
-    pub(crate) fn from_value(v: Value) -> Result<PromoteReport, ClientError> {
-        let f = Fields::new(v, "promote")?;
-        Ok(PromoteReport {
-            promoted: f.u64("promoted")?,
-            tickets_expired: f.u64("tickets_expired")?,
-            leases_expired: f.u64("leases_expired")?,
-            dropped: f.u64("dropped")?,
-            waiting: f.u64("waiting")?,
-            joining: f.u64("joining")?,
-            active: f.u64("active")?,
-            available_slots: f.u64("available_slots")?,
-        })
-    }
-}
+from_fields! { PromoteReport("promote") {
+    promoted, tickets_expired, leases_expired, dropped, waiting, joining, active, available_slots,
+} }
 
 /// A claimed ticket: the user now holds a session lease.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -173,17 +158,7 @@ pub struct Claim {
     pub lease_ms: u64,
 }
 
-impl Claim {
-    pub(crate) fn from_value(v: Value) -> Result<Claim, ClientError> {
-        let f = Fields::new(v, "claim")?;
-        Ok(Claim {
-            user_id: f.string("userId")?,
-            nickname: f.string("nickname")?,
-            ticket_id: f.string("ticketId")?,
-            lease_ms: f.u64("leaseMs")?,
-        })
-    }
-}
+from_fields! { Claim("claim") { user_id: "userId", nickname, ticket_id: "ticketId", lease_ms: "leaseMs" } }
 
 /// A queue's effective settings (`QUEUE.CONFIG Q GET *`): what an operator set, else
 /// the module-wide defaults. One value per field of the settings schema
@@ -292,29 +267,14 @@ pub struct QueueInfo {
     pub slot_wait_ms: u64,
 }
 
-impl QueueInfo {
-    pub(crate) fn from_value(v: Value) -> Result<QueueInfo, ClientError> {
-        let f = Fields::new(v, "info")?;
-        let tokens = f.i64("tokens")?;
-        Ok(QueueInfo {
-            waiting: f.u64("waiting")?,
-            joining: f.u64("joining")?,
-            active: f.u64("active")?,
-            available_slots: f.u64("available_slots")?,
-            tokens: u64::try_from(tokens).ok(),
-            admission_rate_per_min: f.u64("admission_rate_per_min")?,
-            config: QueueConfig::from_fields(&f)?,
-            promoted: f.u64("promoted")?,
-            claimed: f.u64("claimed")?,
-            expired: f.u64("expired")?,
-            dropped: f.u64("dropped")?,
-            left: f.u64("left")?,
-            ended: f.u64("ended")?,
-            lapsed: f.u64("lapsed")?,
-            slot_wait_ms: f.u64("slot_wait_ms").unwrap_or(0),
-        })
-    }
-}
+from_fields! { QueueInfo("info") {
+    waiting, joining, active, available_slots, admission_rate_per_min,
+    promoted, claimed, expired, dropped, left, ended, lapsed,
+} |f| {
+    tokens = u64::try_from(f.i64("tokens")?).ok(),
+    config = QueueConfig::from_fields(&f)?,
+    slot_wait_ms = f.u64("slot_wait_ms").unwrap_or(0),
+} }
 
 /// An array of 0/1 replies, one per user asked about.
 pub(crate) fn flags(v: Value, expected: usize, what: &str) -> Result<Vec<bool>, ClientError> {
@@ -448,16 +408,6 @@ pub struct Opening {
     pub entrants: u64,
 }
 
-impl Opening {
-    pub(crate) fn from_value(v: Value) -> Result<Opening, ClientError> {
-        let f = Fields::new(v, "opening")?;
-        Ok(Opening {
-            opens_at: f.i64("opensAt")?,
-            state: f.string("state")?,
-            commitment: f.opt_string("commitment")?,
-            seed: f.opt_string("seed")?,
-            opened_at: f.opt_i64_absent("openedAt")?,
-            entrants: f.u64("entrants")?,
-        })
-    }
-}
+from_fields! { Opening("opening") {
+    opens_at: "opensAt", state, commitment, seed, opened_at: "openedAt", entrants,
+} }

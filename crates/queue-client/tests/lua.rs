@@ -4,12 +4,12 @@
 mod common;
 
 use common::{
-    bare_server, error_mapping, eventually, fast_options, installed_version, library_at_version, library_code, resp3,
-    round_trip,
+    bare_server, error_mapping, eventually, fast_options, installed_version, kill_and_expect_fast_failures,
+    library_at_version, library_code, resp3, round_trip,
 };
 use queue_client::QueueError;
 use queue_client::{Backend, ClientError, QueueClient, Status, LIBRARY_VERSION};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 use testkit::ValkeyServer;
 
 fn load(server: &ValkeyServer, code: &str) {
@@ -114,13 +114,7 @@ async fn survives_the_server_going_away_and_coming_back_empty() {
     let client = QueueClient::connect_with(&server.url(), options.clone()).await.unwrap();
     client.enter("rc", "u-1", "n").await.unwrap();
 
-    server.kill();
-    for _ in 0..3 {
-        let started = Instant::now();
-        let err = client.status("rc", "u-1").await.unwrap_err();
-        assert!(err.is_unavailable(), "{err:?}");
-        assert!(started.elapsed() < options.response_timeout + Duration::from_secs(1), "{:?}", started.elapsed());
-    }
+    kill_and_expect_fast_failures(&mut server, &client, &options).await;
 
     // Back empty, without its functions: the client reconnects and loads them again.
     server.restart();

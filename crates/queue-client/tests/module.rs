@@ -2,7 +2,7 @@
 
 mod common;
 
-use common::{error_mapping, eventually, fast_options, resp3, round_trip};
+use common::{error_mapping, eventually, fast_options, kill_and_expect_fast_failures, resp3, round_trip};
 use queue_client::QueueError;
 use queue_client::{Backend, ClientError, QueueClient, Status};
 use std::time::{Duration, Instant};
@@ -67,14 +67,7 @@ async fn survives_the_server_going_away() {
     let client = QueueClient::connect_with(&server.url(), options.clone()).await.unwrap();
     assert_eq!(client.enter("rc", "u-1", "n").await.unwrap().status, Status::Promoted);
 
-    server.kill();
-    // Every call fails, each within the response timeout (plus scheduling slack).
-    for _ in 0..3 {
-        let started = Instant::now();
-        let err = client.status("rc", "u-1").await.unwrap_err();
-        assert!(err.is_unavailable(), "{err:?}");
-        assert!(started.elapsed() < options.response_timeout + Duration::from_secs(1), "{:?}", started.elapsed());
-    }
+    kill_and_expect_fast_failures(&mut server, &client, &options).await;
 
     server.restart(); // same port, empty
     let back = eventually(Duration::from_secs(20), || client.status("rc", "u-1")).await.unwrap();

@@ -59,6 +59,19 @@ pub fn library_at_version(version: &str) -> String {
     )
 }
 
+/// Kills `server` under `client` (which knows user `u-1` of queue `rc`): every call
+/// then fails as unavailable, each within the response timeout of `options` (plus
+/// scheduling slack).
+pub async fn kill_and_expect_fast_failures(server: &mut ValkeyServer, client: &QueueClient, options: &ConnectOptions) {
+    server.kill();
+    for _ in 0..3 {
+        let started = Instant::now();
+        let err = client.status("rc", "u-1").await.unwrap_err();
+        assert!(err.is_unavailable(), "{err:?}");
+        assert!(started.elapsed() < options.response_timeout + Duration::from_secs(1), "{:?}", started.elapsed());
+    }
+}
+
 /// Every typed call once, on a fresh queue `q`, checking the replies.
 pub async fn round_trip(client: &QueueClient, q: &str) {
     client.config_set(q, &[("soft_cap", 1)]).await.unwrap();
