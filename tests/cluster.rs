@@ -63,41 +63,13 @@ async fn swarm_on_every_shard(backend: Backend) {
             (q.clone(), swarm(services, q, &a).await)
         }
     });
-    for (q, (code, r, stderr)) in futures_join(runs).await {
+    for (q, (code, r, stderr)) in e2e::join_all(runs).await {
         assert_clean(code, &r, &stderr);
         assert_eq!(n(&r, "entered"), u64::from(users), "{q}: {r:#}");
         assert_eq!(n(&r, "admitted") + n(&r, "abandoned"), u64::from(users), "{q}: {r:#}");
         assert!(n(&r, "messages_echoed") > 0, "chat went through the shard's room: {q}: {r:#}");
         eprintln!("cluster swarm {q} ({backend:?}): {}", summary(&r));
     }
-}
-
-/// Runs the futures at once, results in order.
-async fn futures_join<F: std::future::Future>(fs: impl Iterator<Item = F>) -> Vec<F::Output> {
-    let handles: Vec<_> = fs.collect();
-    let mut out = Vec::new();
-    // Poll all together: join_all without an extra dependency.
-    let mut pinned: Vec<std::pin::Pin<Box<F>>> = handles.into_iter().map(Box::pin).collect();
-    let mut results: Vec<Option<F::Output>> = pinned.iter().map(|_| None).collect();
-    std::future::poll_fn(|cx| {
-        let mut pending = false;
-        for (i, f) in pinned.iter_mut().enumerate() {
-            if results[i].is_none() {
-                match f.as_mut().poll(cx) {
-                    std::task::Poll::Ready(v) => results[i] = Some(v),
-                    std::task::Poll::Pending => pending = true,
-                }
-            }
-        }
-        if pending {
-            std::task::Poll::Pending
-        } else {
-            std::task::Poll::Ready(())
-        }
-    })
-    .await;
-    out.extend(results.into_iter().map(Option::unwrap));
-    out
 }
 
 fn summary(r: &serde_json::Value) -> String {

@@ -32,6 +32,31 @@ pub const CROWD: [&str; 16] = [
     "0.3",
 ];
 
+/// Runs the futures at once (on the calling task), their results in order: join_all
+/// without an extra dependency.
+pub async fn join_all<F: std::future::Future>(fs: impl Iterator<Item = F>) -> Vec<F::Output> {
+    let mut pinned: Vec<std::pin::Pin<Box<F>>> = fs.map(Box::pin).collect();
+    let mut results: Vec<Option<F::Output>> = pinned.iter().map(|_| None).collect();
+    std::future::poll_fn(|cx| {
+        let mut pending = false;
+        for (i, f) in pinned.iter_mut().enumerate() {
+            if results[i].is_none() {
+                match f.as_mut().poll(cx) {
+                    std::task::Poll::Ready(v) => results[i] = Some(v),
+                    std::task::Poll::Pending => pending = true,
+                }
+            }
+        }
+        if pending {
+            std::task::Poll::Pending
+        } else {
+            std::task::Poll::Ready(())
+        }
+    })
+    .await;
+    results.into_iter().map(Option::unwrap).collect()
+}
+
 /// The `queue-cli` binary.
 pub fn client_binary() -> PathBuf {
     testkit::release_binary("queue-cli")

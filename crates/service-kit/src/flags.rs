@@ -140,6 +140,16 @@ pub fn usage_error<F: Flags>(message: String) -> ! {
     F::command().error(ErrorKind::ValueValidation, message).exit()
 }
 
+/// `n` milliseconds, for duration bounds in flag attributes: `duration(ms(100)..=secs(60))`.
+pub const fn ms(n: u64) -> Duration {
+    Duration::from_millis(n)
+}
+
+/// `n` seconds; see [`ms`].
+pub const fn secs(n: u64) -> Duration {
+    Duration::from_secs(n)
+}
+
 /// A value parser for durations with units: `250ms`, `1s`, `2m 30s`, `1h` (a bare `0`
 /// is zero), within `range`: `value_parser = duration(Duration::from_millis(100)..=Duration::from_secs(60))`.
 pub fn duration(range: RangeInclusive<Duration>) -> DurationParser {

@@ -8,6 +8,7 @@
 //!   on a terminal, text or JSON lines;
 //! - [`shutdown_signal`], [`serve`]: SIGINT or SIGTERM, and an axum router served on
 //!   a listener until then, finishing the requests in flight;
+//! - [`html`]: escaping for the pages the services write themselves;
 //! - [`http`]: how long a request head and a whole request may take (slow clients);
 //! - [`metrics`]: Prometheus metrics (the `metrics` crate with its Prometheus
 //!   exporter), one registry per service instance, the HTTP request histogram and
@@ -26,12 +27,13 @@
 
 pub mod conn_limit;
 pub mod flags;
+pub mod html;
 pub mod http;
 pub mod logging;
 pub mod metrics;
 pub mod telemetry;
 
-pub use flags::{default_listen, duration, Common, Flags, Renamed};
+pub use flags::{default_listen, duration, ms, secs, Common, Flags, Renamed};
 pub use logging::LogFormat;
 
 use axum::Router;

@@ -5,6 +5,7 @@
 //! variable, or a template that cannot be read, is an error at start, never a blank
 //! page later. The variables are listed in docs/pages.md.
 
+pub use service_kit::html::escape_into;
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
@@ -88,20 +89,6 @@ impl Template {
             }
         }
         out
-    }
-}
-
-/// Text safe in HTML content and in quoted attribute values.
-pub fn escape_into(out: &mut String, s: &str) {
-    for c in s.chars() {
-        match c {
-            '&' => out.push_str("&amp;"),
-            '<' => out.push_str("&lt;"),
-            '>' => out.push_str("&gt;"),
-            '"' => out.push_str("&quot;"),
-            '\'' => out.push_str("&#39;"),
-            c => out.push(c),
-        }
     }
 }
 

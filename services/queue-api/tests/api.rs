@@ -57,18 +57,8 @@ async fn client_for(s: &ValkeyServer) -> queue_client::QueueClient {
     queue_client::QueueClient::connect(&s.url()).await.unwrap()
 }
 
-macro_rules! both_backends {
-    ($($name:ident),* $(,)?) => {
-        mod module {
-            $( #[tokio::test(flavor = "multi_thread", worker_threads = 2)] async fn $name() { super::$name(testkit::Backend::Module).await } )*
-        }
-        mod lua {
-            $( #[tokio::test(flavor = "multi_thread", worker_threads = 2)] async fn $name() { super::$name(testkit::Backend::Lua).await } )*
-        }
-    };
-}
-
-both_backends!(
+testkit::backend_tests!(
+    async
     seed_contract,
     sse_delivers_position_and_ticket,
     bad_input_is_refused_cleanly,

@@ -78,18 +78,8 @@ async fn client_for(s: &ValkeyServer) -> queue_client::QueueClient {
     queue_client::QueueClient::connect(&s.url()).await.unwrap()
 }
 
-macro_rules! both_backends {
-    ($($name:ident),* $(,)?) => {
-        mod module {
-            $( #[tokio::test(flavor = "multi_thread", worker_threads = 2)] async fn $name() { super::$name(testkit::Backend::Module).await } )*
-        }
-        mod lua {
-            $( #[tokio::test(flavor = "multi_thread", worker_threads = 2)] async fn $name() { super::$name(testkit::Backend::Lua).await } )*
-        }
-    };
-}
-
-both_backends!(
+testkit::backend_tests!(
+    async
     back_office_lists_pauses_resumes_and_names_bad_fields,
     the_page_in_its_language_brand_and_admit_url,
     every_position_event_has_the_total_and_the_pause,

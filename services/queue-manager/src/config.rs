@@ -2,7 +2,7 @@
 
 use crate::policy::{PolicyConfig, PROMOTE_MAX_LIMIT};
 use clap::Parser;
-use service_kit::{duration, Common, Renamed};
+use service_kit::{duration, ms, secs, Common, Renamed};
 use std::net::SocketAddr;
 use std::time::Duration;
 
@@ -54,14 +54,6 @@ pub struct Flags {
     /// With --adaptive: least time between two changes of the allowance.
     #[arg(long, env = "ADJUST_EVERY", default_value = "1s", value_parser = duration(Duration::ZERO..=Duration::MAX))]
     pub adjust_every: Duration,
-}
-
-const fn ms(n: u64) -> Duration {
-    Duration::from_millis(n)
-}
-
-const fn secs(n: u64) -> Duration {
-    Duration::from_secs(n)
 }
 
 /// Everything [`crate::serve`] needs.
