@@ -10,7 +10,8 @@
 #     (/gate/auth as nginx auth_request calls it; the gate process's utime+stime from
 #     /proc over the decisions wrk made), and per /gate/healthz request of the same
 #     process (what an HTTP request costs the gate without a decision)
-#     (target <= 5 us per decision);
+#     (target <= 5 us per decision); and the decision alone, in process with no HTTP
+#     (services/gate/examples/decision-cost.rs: a cached token, a few map lookups);
 #  4. Valkey calls per admitted request, from INFO commandstats over every round
 #     (target 0), and the heartbeats (at most one per queue per tick per instance).
 #
@@ -41,6 +42,7 @@ NGINX=$(command -v nginx || echo /usr/sbin/nginx)
 [ -f target/release/libvalkey_queue.so ] || cargo build --release -q -p valkey-queue
 [ -x target/release/queue-gate ] || cargo build --release -q -p queue-gate
 [ -x target/release/examples/gate-upstream ] || cargo build --release -q -p e2e --example gate-upstream
+[ -x target/release/examples/decision-cost ] || cargo build --release -q -p queue-gate --example decision-cost
 
 pids=()
 cleanup() {
@@ -62,7 +64,10 @@ wait_http() { # url
 uport=$(port) gport=$(port) aport=$(port) nport=$(port)
 target/release/examples/gate-upstream --listen "127.0.0.1:$uport" & pids+=($!)
 target/release/queue-gate --write-key "$dir/key.pem" >/dev/null
-gate_flags=(--valkey-url "$url" --key "$dir/key.pem" --route /checkout=bench --tick "${TICK_MS}ms")
+# wrk sends the one cookie throughout: tokens (at most the idle time) must outlive the run
+# and never be due for renewal in it.
+gate_flags=(--valkey-url "$url" --key "$dir/key.pem" --route /checkout=bench --tick "${TICK_MS}ms"
+  --idle 6h --token-ttl 6h)
 RUST_LOG=warn target/release/queue-gate "${gate_flags[@]}" --listen "127.0.0.1:$gport" \
   --upstream "http://127.0.0.1:$uport" >"$dir/gate.log" 2>&1 & gpid=$!; pids+=($gpid)
 RUST_LOG=warn target/release/queue-gate "${gate_flags[@]}" --listen "127.0.0.1:$aport" \
@@ -167,17 +172,19 @@ for r in $(seq "$ROUNDS"); do
   gate_requests=$((gate_requests + a_total))
   read -r _ _ h_bad h_total _ < <(run_wrk 2 "$CONNS" "$SECS" "http://127.0.0.1:$aport/gate/healthz")
   c2=$(cpu_ticks "$apid")
+  # The decision alone, in process: one round of the example (ns per decision).
+  read -r _ _ dc_ns < <(target/release/examples/decision-cost 1 | awk 'NR == 1')
   bad=$((n_bad + g_bad + a_bad + h_bad + n_err + g_err))
   [ "$bad" = 0 ] || { echo "round $r: $bad failed or refused requests (nginx $n_bad, gate $g_bad, auth $a_bad, health $h_bad; socket errors $n_err/$g_err)" >&2; exit 1; }
-  python3 - "$r" "$n_rps" "$g_rps" "$d_p99" "$ln_p99" "$lg_p99" "$a_total" "$((c1 - c0))" "$h_total" "$((c2 - c1))" "$clk" "$a_rps" >>"$results" <<'PY'
+  python3 - "$r" "$n_rps" "$g_rps" "$d_p99" "$ln_p99" "$lg_p99" "$a_total" "$((c1 - c0))" "$h_total" "$((c2 - c1))" "$clk" "$a_rps" "$dc_ns" >>"$results" <<'PY'
 import sys
-r, n_rps, g_rps, d, ln, lg, a_total, a_ticks, h_total, h_ticks, clk, a_rps = sys.argv[1:]
+r, n_rps, g_rps, d, ln, lg, a_total, a_ticks, h_total, h_ticks, clk, a_rps, dc_ns = sys.argv[1:]
 n_rps, g_rps, d, ln, lg = map(float, (n_rps, g_rps, d, ln, lg))
 auth_us = int(a_ticks) / int(clk) * 1e6 / int(a_total)
 health_us = int(h_ticks) / int(clk) * 1e6 / int(h_total)
-print(r, g_rps / n_rps, n_rps, g_rps, lg - d, ln - d, auth_us, health_us, a_rps)
+print(r, g_rps / n_rps, n_rps, g_rps, lg - d, ln - d, auth_us, health_us, a_rps, float(dc_ns) / 1000)
 PY
-  tail -1 "$results" | awk '{printf "round %d: throughput gate/nginx %.3f (nginx %.0f/s, gate %.0f/s); p99 added: gate %.0f us, nginx %.0f us; forward auth %.2f us CPU per decision (%.0f/s), %.2f per health check\n", $1, $2, $3, $4, $5, $6, $7, $9, $8}'
+  tail -1 "$results" | awk '{printf "round %d: throughput gate/nginx %.3f (nginx %.0f/s, gate %.0f/s); p99 added: gate %.0f us, nginx %.0f us; forward auth %.2f us CPU per decision (%.0f/s), %.2f per health check; the decision alone %.3f us\n", $1, $2, $3, $4, $5, $6, $7, $9, $8, $10}'
 done
 t_end=$(date +%s.%N)
 stats_after=$(commandstats)
@@ -201,6 +208,7 @@ show("forward auth CPU per decision (us)", 6, "{:.2f}", "target <= 5")
 show("  per /gate/healthz request (us)", 7, "{:.2f}", "")
 own = [r[6] - r[7] for r in rows]
 print(f"  {'  the decision itself (auth - healthz, us)':<40} median {statistics.median(own):.2f}  (spread {min(own):.2f} .. {max(own):.2f})")
+show("  the decision alone, in process (us)", 9, "{:.3f}", "target <= 5 (no HTTP, no Valkey)")
 def parse(text):
     out = {}
     for line in text.strip().splitlines():

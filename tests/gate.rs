@@ -17,7 +17,9 @@
 //!   succeeds after, and the line moves on;
 //! - the gate's proxy mode on a 3-primary Valkey Cluster, a swarm per shard at once;
 //! - each proxy's conventions: the redirect, the JSON answer, forged and spoofed
-//!   credentials, an open redirect at /gate/claim, the app ending a session.
+//!   credentials, an open redirect at /gate/claim, the app ending a session;
+//! - a token renewed near its expiry reaching the browser: through nginx as the
+//!   auth answer's Set-Cookie, through Caddy (which drops it) by `--renew-redirect`.
 //!
 //! Needs the release build of the workspace (the gate, the services, queue-cli, the
 //! example `gate-upstream`) and nginx and caddy (scripts/install-deps.sh).
@@ -47,7 +49,9 @@ e2e_tests!(
 );
 
 const SOFT_CAP: u64 = 8;
-const IDLE_S: u64 = 2;
+/// The gate's idle time, and so its tokens' longest life (a token never outlives its
+/// lease); the swarm's idle users wait as long.
+const IDLE_S: u64 = 4;
 
 fn options() -> StackOptions {
     StackOptions { soft_cap: SOFT_CAP, ticket_ttl_ms: 4000, abandon_after_ms: 3000, ..Default::default() }
@@ -83,7 +87,7 @@ async fn swarm(
     seed: u32,
 ) -> (Option<i32>, Value, String, std::path::PathBuf) {
     let journal = stack.dir.path(&format!("journal-{queue}.jsonl"));
-    let args: Vec<String> = [
+    let mut args: Vec<String> = [
         "swarm",
         "--api",
         &services.api.url(),
@@ -117,23 +121,13 @@ async fn swarm(
         "40",
         "--stay-secs",
         "0.6",
-        "--abandon",
-        "0.1",
-        "--abandon-within-secs",
-        "1",
-        "--race",
-        "0.2",
-        "--replay",
-        "1",
-        "--polling",
-        "0.2",
-        "--poll-secs",
-        "0.3",
         "--timeout-secs",
         "240",
     ]
     .map(String::from)
     .to_vec();
+    // The test crowd's abandons, claim races, replays and pollers (its stay is longer here).
+    args.extend(e2e::CROWD[4..].iter().map(|s| s.to_string()));
     let out =
         tokio::process::Command::new(e2e::client_binary()).args(&args).output().await.expect("run queue-cli swarm");
     let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
@@ -252,7 +246,7 @@ async fn proxy_mode_on_a_cluster(backend: Backend) {
         let stack = &stack;
         async move { swarm(stack, &stack.services, q, p, users, i as u32 + 1).await }
     });
-    let results = futures_join(runs).await;
+    let results = e2e::join_all(runs).await;
     let mut journals = Vec::new();
     for (code, r, stderr, j) in &results {
         assert_clean(*code, r, stderr);
@@ -263,31 +257,6 @@ async fn proxy_mode_on_a_cluster(backend: Backend) {
     let a = assert_upstream_clean(&stack, &go.routes, &journals, &reports).await;
     assert_eq!(a.users.len(), 3, "every shard's queue reached the app: {a:?}");
     eprintln!("cluster ({backend:?}): {} app requests audited, most inside at once {:?}", a.gated, a.most_inside);
-}
-
-/// Runs the futures at once, results in order.
-async fn futures_join<F: std::future::Future>(fs: impl Iterator<Item = F>) -> Vec<F::Output> {
-    let handles: Vec<_> = fs.map(Box::pin).collect();
-    let mut results: Vec<Option<F::Output>> = handles.iter().map(|_| None).collect();
-    let mut pinned = handles;
-    std::future::poll_fn(|cx| {
-        let mut pending = false;
-        for (i, f) in pinned.iter_mut().enumerate() {
-            if results[i].is_none() {
-                match f.as_mut().poll(cx) {
-                    std::task::Poll::Ready(v) => results[i] = Some(v),
-                    std::task::Poll::Pending => pending = true,
-                }
-            }
-        }
-        if pending {
-            std::task::Poll::Pending
-        } else {
-            std::task::Poll::Ready(())
-        }
-    })
-    .await;
-    results.into_iter().map(Option::unwrap).collect()
 }
 
 /// One person through the room's API under the gate: entered, and its standing.
@@ -310,7 +279,10 @@ async fn valkey_restarts_under_load_through_nginx(backend: Backend) {
     configure(&mut valkey.client(), &queue, &opts);
     valkey.client().call("QUEUE.CONFIG", &[&queue, "SET", "session_lease", "10000"]).unwrap();
     let flags = vec!["--valkey-url".to_string(), valkey.url()];
-    let go = gate_options(&[("/checkout", &queue)]);
+    // Tokens live the idle time and are not renewed while Valkey is away: admitted
+    // people keep access through an outage shorter than that.
+    let mut go = gate_options(&[("/checkout", &queue)]);
+    go.idle_s = 60;
     let stack = GateStack::start("restart", Front::Nginx, &flags, std::slice::from_ref(&queue), &opts, &go).await;
     let entrance = stack.entrance();
     let http = http_client();
@@ -478,5 +450,80 @@ async fn spoofed_headers_through_nginx_and_caddy(backend: Backend) {
         let served = stack.upstream_log().await;
         let gated: Vec<_> = served.iter().filter(|l| l.to_string().contains("/checkout")).collect();
         assert!(gated.is_empty(), "{front:?}: the app served gated requests: {gated:?}");
+    }
+}
+
+/// A token renewed near its expiry reaches the browser through the real proxies, so
+/// an active person stays in past their first token's life (3 s here: the idle time):
+/// through nginx as the auth answer's Set-Cookie (`add_header`), through Caddy, whose
+/// `forward_auth` drops the 200's cookies, by the gate's `--renew-redirect` (a browser's
+/// GET goes through /gate/renew, which sets the cookie and comes back).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn renewed_cookie_reaches_the_browser_through_nginx_and_caddy() {
+    let queue = "drop".to_string();
+    let opts = options();
+    let valkey = ValkeyServer::start(Backend::Module);
+    configure(&mut valkey.client(), &queue, &opts);
+    let flags = vec!["--valkey-url".to_string(), valkey.url()];
+    for (front, extra) in [(Front::Caddy, vec!["--renew-redirect".to_string()]), (Front::Nginx, vec![])] {
+        let mut go = gate_options(&[("/checkout", &queue)]);
+        go.idle_s = 3;
+        go.extra = extra;
+        let stack = GateStack::start("renew", front, &flags, std::slice::from_ref(&queue), &opts, &go).await;
+        let entrance = stack.entrance();
+        let http = http_client();
+        let ticket = enter(&entrance, &queue, 1).await.ticket_id.expect("promoted at once");
+        let mut token = match claim(&http, &entrance, "queue_admission", &queue, &ticket, "/checkout").await {
+            Claimed::Admitted(token, _) => token,
+            other => panic!("{front:?}: claim: {other:?}"),
+        };
+        let set_cookie = |r: &reqwest::Response| {
+            r.headers()
+                .get_all("set-cookie")
+                .iter()
+                .filter_map(|v| v.to_str().ok()?.split(';').next()?.strip_prefix("queue_admission="))
+                .map(str::to_string)
+                .find(|v| !v.is_empty())
+        };
+        let (started, mut renewals, mut served) = (Instant::now(), 0, 0);
+        while started.elapsed() < Duration::from_millis(5000) {
+            let r = http
+                .get(format!("{entrance}/checkout"))
+                .header("accept", "text/html")
+                .header("cookie", format!("queue_admission={token}"))
+                .send()
+                .await
+                .unwrap();
+            let location = r.headers().get("location").map(|l| l.to_str().unwrap().to_string());
+            match (r.status().as_u16(), location) {
+                (200, _) => {
+                    served += 1;
+                    if let Some(fresh) = set_cookie(&r) {
+                        token = fresh;
+                        renewals += 1;
+                    }
+                }
+                (302, Some(to)) if to.starts_with("/gate/renew?") => {
+                    let r = http
+                        .get(format!("{entrance}{to}"))
+                        .header("accept", "text/html")
+                        .header("cookie", format!("queue_admission={token}"))
+                        .send()
+                        .await
+                        .unwrap();
+                    assert_eq!(r.status(), 303, "{front:?}: /gate/renew");
+                    assert_eq!(r.headers()["location"], "/checkout", "{front:?}: back where the person was");
+                    token = set_cookie(&r).unwrap_or_else(|| panic!("{front:?}: /gate/renew set no cookie"));
+                    renewals += 1;
+                }
+                (code, to) => panic!(
+                    "{front:?}: an active person was refused after {:?}: {code} {to:?} ({renewals} renewals)",
+                    started.elapsed()
+                ),
+            }
+            tokio::time::sleep(Duration::from_millis(250)).await;
+        }
+        assert!(renewals >= 2, "{front:?}: {renewals} renewals in 5 s of 3 s tokens");
+        eprintln!("{front:?}: {served} requests served over 5 s on 3 s tokens, {renewals} renewals");
     }
 }

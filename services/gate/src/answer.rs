@@ -7,6 +7,7 @@ use crate::Gate;
 use axum::http::{header, HeaderMap, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
 use percent_encoding::{utf8_percent_encode, NON_ALPHANUMERIC};
+pub use service_kit::html::escape as html_escape;
 
 /// How a refusal is told.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -32,6 +33,25 @@ impl Gate {
         let room = &self.config.waiting_room;
         let sep = if room.contains('?') { '&' } else { '?' };
         format!("{room}{sep}queue={}&return={}", enc(queue), enc(return_path))
+    }
+
+    /// `/gate/renew` for `queue`, coming back to `return_path`.
+    pub fn renew_url(&self, queue: &str, return_path: &str) -> String {
+        format!("/gate/renew?queue={}&return={}", enc(queue), enc(return_path))
+    }
+
+    /// A redirect to `url` in `convention` (nginx: 401 with Location, which its
+    /// `error_page 401` turns into the redirect).
+    pub fn redirect(&self, url: &str, convention: Convention) -> Response {
+        let status = match convention {
+            Convention::Redirect => StatusCode::FOUND,
+            Convention::Nginx => StatusCode::UNAUTHORIZED,
+        };
+        let location = HeaderValue::from_str(url).unwrap_or_else(|_| HeaderValue::from_static("/"));
+        let page = page("Moved", &format!("<a href=\"{}\">Continue</a>.", html_escape(url)));
+        let mut resp = (status, page).into_response();
+        resp.headers_mut().insert(header::LOCATION, location);
+        resp
     }
 
     /// The base of the waiting room's API (queue-api's `/api/queue/...`).
@@ -112,21 +132,6 @@ pub fn page(title: &str, body_html: &str) -> axum::response::Html<String> {
          </head><body><h1>{t}</h1><p>{body_html}</p></body></html>",
         t = html_escape(title)
     ))
-}
-
-pub fn html_escape(s: &str) -> String {
-    let mut out = String::with_capacity(s.len());
-    for c in s.chars() {
-        match c {
-            '&' => out.push_str("&amp;"),
-            '<' => out.push_str("&lt;"),
-            '>' => out.push_str("&gt;"),
-            '"' => out.push_str("&quot;"),
-            '\'' => out.push_str("&#39;"),
-            c => out.push(c),
-        }
-    }
-    out
 }
 
 /// An HTML error page with a link (back to the waiting room).

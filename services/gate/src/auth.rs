@@ -10,7 +10,10 @@
 //!   path after the prefix, the original method and Host; a refusal is the 302.
 //!
 //! An admission is 200 with `X-Queue-User` and `X-Queue-Name` (and `Set-Cookie`
-//! when the token was renewed) for the proxy to copy upstream. Also the JWKS and the
+//! when the token was renewed) for the proxy to copy upstream; with
+//! `--renew-redirect`, a browser's GET whose token is due for renewal is instead
+//! sent (in the refusal's convention) through `/gate/renew`, which sets the cookie
+//! and comes back, for proxies that drop the 200's cookies. Also the JWKS and the
 //! health check.
 
 use crate::answer::{self, Convention};
@@ -73,10 +76,23 @@ pub async fn auth(State(gate): State<Arc<Gate>>, req: Request) -> Response {
     // last entry is its word. Not the peer (the proxy itself) when it says nothing.
     let client = client_address(headers, gate.config.client_ip_header.as_ref()).map(crate::rules::canonical_ip);
     let path = original.split(['?', '#']).next().unwrap_or("/");
-    let incoming = Incoming { host, path, headers, client, https };
-    let decision = gate.decide(&incoming, now_ms());
+    // A browser's GET may be sent through /gate/renew for a fresh cookie (see
+    // --renew-redirect); anything else gets it on the 200.
+    let method = text("x-forwarded-method").or_else(|| text("x-original-method")).unwrap_or(req.method().as_str());
+    let navigation = method.eq_ignore_ascii_case("GET") && answer::wants_html(headers);
+    let by_redirect = gate.config.renew_redirect && navigation;
+    let incoming = Incoming { host, path, headers, client, https, renew: !by_redirect };
+    let now = now_ms();
+    let decision = gate.decide(&incoming, now);
     let outcome = decision.outcome();
     let mut resp = match decision {
+        Decision::Admit { verified, .. } if by_redirect && gate.renewal_due(&verified, now) => {
+            let to = gate.renew_url(&verified.claims.aud, &original);
+            let mut resp = gate.redirect(&to, convention);
+            resp.headers_mut().insert(DECISION_HEADER, HeaderValue::from_static("renew"));
+            answer::no_store(&mut resp);
+            return resp;
+        }
         Decision::Admit { verified, renewed, .. } => {
             let mut resp = StatusCode::OK.into_response();
             let h = resp.headers_mut();

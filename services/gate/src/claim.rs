@@ -2,7 +2,11 @@
 //! opens the session lease), the admission token is set as a cookie, and the person
 //! goes back to the same-site page they came from. `/gate/leave`: the session ends at
 //! once (SESSION.END, which promotes the next person in the same command) and the
-//! cookie loses the queue's token.
+//! cookie loses the queue's token. `/gate/renew`: a token near its expiry renewed by
+//! a redirect (forward auth through proxies that drop the auth answer's cookies).
+//!
+//! A page of another site must not be able to end someone's session or claim a
+//! ticket in their browser: see [`initiator`] for what each endpoint accepts.
 
 use crate::answer::{self, wants_html};
 use crate::lease::end_with;
@@ -12,7 +16,7 @@ use crate::sessions::State as SessionState;
 use crate::token::{Claims, ISSUER};
 use crate::{now_ms, EndReason, EndRequest, Gate};
 use axum::extract::{ConnectInfo, Query, State};
-use axum::http::{header, HeaderMap, HeaderValue, StatusCode, Uri};
+use axum::http::{header, HeaderMap, HeaderValue, Method, StatusCode, Uri};
 use axum::response::{IntoResponse, Response};
 use base64::Engine;
 use queue_client::{ClientError, QueueError};
@@ -69,6 +73,46 @@ fn new_session_id() -> String {
     base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(bytes)
 }
 
+/// Where a browser says a request comes from: `Sec-Fetch-Site` (every current
+/// browser sends it), else `Origin` compared with the request's host (ports aside,
+/// as for cookies), else unknown (an app, a command-line client, an old browser).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Initiator {
+    /// This site's own pages, or the person (typed, bookmarked).
+    SameOrigin,
+    /// Another host of the same site (e.g. a waiting room on a sibling host).
+    SameSite,
+    CrossSite,
+    Unknown,
+}
+
+pub fn initiator(headers: &HeaderMap, host: &str) -> Initiator {
+    let text = |name: &str| headers.get(name).and_then(|v| v.to_str().ok()).map(str::trim);
+    match text("sec-fetch-site") {
+        Some(v) if v.eq_ignore_ascii_case("same-origin") || v.eq_ignore_ascii_case("none") => {
+            return Initiator::SameOrigin
+        }
+        Some(v) if v.eq_ignore_ascii_case("same-site") => return Initiator::SameSite,
+        Some(_) => return Initiator::CrossSite,
+        None => {}
+    }
+    let Some(origin) = text("origin") else { return Initiator::Unknown };
+    let hostname = |authority: &str| -> String {
+        let authority = authority.rsplit('@').next().unwrap_or(authority);
+        let name = if authority.starts_with('[') {
+            authority.split_inclusive(']').next().unwrap_or(authority)
+        } else {
+            authority.split(':').next().unwrap_or(authority)
+        };
+        name.to_ascii_lowercase()
+    };
+    let origin_host = origin.split_once("://").map(|(_, rest)| rest.split('/').next().unwrap_or(rest));
+    match origin_host {
+        Some(o) if !host.is_empty() && hostname(o) == hostname(host) => Initiator::SameOrigin,
+        _ => Initiator::CrossSite,
+    }
+}
+
 pub async fn claim(
     State(gate): State<Arc<Gate>>,
     ConnectInfo(peer): ConnectInfo<SocketAddr>,
@@ -95,6 +139,22 @@ pub async fn claim(
         );
     }
     let back = return_or_root(q.back.as_deref());
+    let origin = Origin::of(&headers, &uri, peer, trusted(&gate), gate.config.client_ip_header.as_ref());
+    // A page of another site may not claim a ticket in someone's browser (it would
+    // replace their admission with the ticket's person); a sibling host's waiting
+    // room is the same site. The ticket is kept; the link claims it from here.
+    if initiator(&headers, &origin.host) == Initiator::CrossSite {
+        gate.metrics.claim("bad_request");
+        let here = format!("claim?{}", uri.query().unwrap_or(""));
+        let message = "This ticket was sent here from another site; it is kept.";
+        let mut resp = if wants_html(&headers) {
+            answer::error_with_link(StatusCode::FORBIDDEN, message, &here, "Claim it here")
+        } else {
+            answer::error(StatusCode::FORBIDDEN, "cross_site", message, &headers)
+        };
+        answer::no_store(&mut resp);
+        return resp;
+    }
     let Some(client) = gate.store.client().await else {
         gate.metrics.claim("unavailable");
         gate.health.down(now_ms(), &"not connected yet");
@@ -149,10 +209,7 @@ pub async fn claim(
     gate.health.up();
     gate.metrics.claim("ok");
     let now_s = now / 1000;
-    let mut exp = now_s + gate.config.token_ttl.as_secs();
-    if let Some(max) = gate.config.rules.settings(queue).max_session {
-        exp = exp.min(now_s + max.as_secs().max(1));
-    }
+    let exp = gate.token_exp(queue, now_s, now_s);
     let claims = Claims {
         iss: ISSUER.to_string(),
         aud: queue.to_string(),
@@ -165,8 +222,7 @@ pub async fn claim(
     let token = gate.config.keys.sign(&claims);
     gate.table.session_for(&claims, now);
     tracing::info!(queue, user = claim.user_id, "ticket claimed; admitted");
-    let origin = Origin::of(&headers, &uri, peer, trusted(&gate), gate.config.client_ip_header.as_ref());
-    let cookie = gate.cookie_with(&headers, queue, Some(token.clone()), origin.https, now_s);
+    let cookie = gate.cookie_with(&headers, queue, Some((token.clone(), exp)), origin.https, now_s);
     let mut resp = if wants_json(&headers) {
         axum::Json(serde_json::json!({
             "queue": queue,
@@ -185,9 +241,16 @@ pub async fn claim(
     resp
 }
 
+/// `/gate/leave`, GET or POST. Only this site's own pages (or the person, typing it)
+/// end a session: a browser request from another site or a sibling host
+/// (`Sec-Fetch-Site`, or `Origin` when that is absent) never does. A browser's GET
+/// that does not say it comes from this site gets a page with a button (a POST from
+/// here) instead; other requests from elsewhere a 403. Clients that send neither
+/// header (apps, command-line clients) leave with either method.
 pub async fn leave(
     State(gate): State<Arc<Gate>>,
     ConnectInfo(peer): ConnectInfo<SocketAddr>,
+    method: Method,
     uri: Uri,
     headers: HeaderMap,
     query: Result<Query<LeaveQuery>, axum::extract::rejection::QueryRejection>,
@@ -195,6 +258,28 @@ pub async fn leave(
     let Ok(Query(q)) = query else {
         return answer::error(StatusCode::BAD_REQUEST, "bad_query", "The query string cannot be read.", &headers);
     };
+    let origin = Origin::of(&headers, &uri, peer, trusted(&gate), gate.config.client_ip_header.as_ref());
+    let from = initiator(&headers, &origin.host);
+    let navigation = method == Method::GET && wants_html(&headers);
+    if from != Initiator::SameOrigin && (navigation || from != Initiator::Unknown) {
+        let mut resp = if navigation {
+            let action = service_kit::html::escape(&format!("leave?{}", uri.query().unwrap_or("")));
+            let body = format!(
+                "Do you want to leave? Your place inside goes to the next person in line.</p>\
+                 <form method=\"post\" action=\"{action}\"><button type=\"submit\">Leave</button></form><p>"
+            );
+            answer::page("Leave", &body).into_response()
+        } else {
+            answer::error(
+                StatusCode::FORBIDDEN,
+                "cross_site",
+                "A session ends only from this site's own pages.",
+                &headers,
+            )
+        };
+        answer::no_store(&mut resp);
+        return resp;
+    }
     let now = now_ms();
     let mut left = Vec::new();
     let mut seen = std::collections::HashSet::new();
@@ -206,19 +291,17 @@ pub async fn leave(
         if v.claims.exp > now / 1000 && v.session.finish(SessionState::Ended) {
             gate.metrics.ended(EndReason::Leave);
             let req = EndRequest { queue: v.claims.aud.clone(), user: v.claims.sub.clone(), reason: EndReason::Leave };
-            match gate.store.client().await {
-                Some(client) => {
-                    end_with(&gate, &client, &req).await;
-                }
-                None => tracing::warn!(
-                    queue = req.queue,
-                    "SESSION.END skipped: Valkey not connected; the lease will lapse by itself"
-                ),
+            // Valkey away: the ender keeps it and sends it once Valkey is back.
+            let sent = match gate.store.client().await {
+                Some(client) => end_with(&gate, &client, &req).await.is_some(),
+                None => false,
+            };
+            if !sent {
+                let _ = gate.ends.send(req);
             }
             left.push(v.claims.aud.clone());
         }
     }
-    let origin = Origin::of(&headers, &uri, peer, trusted(&gate), gate.config.client_ip_header.as_ref());
     let cookie = match q.queue.as_deref() {
         Some(queue) => gate.cookie_with(&headers, queue, None, origin.https, now / 1000),
         None => gate.cookie.set(&[], 0, origin.https),
@@ -233,4 +316,74 @@ pub async fn leave(
     resp.headers_mut().insert(header::SET_COOKIE, cookie);
     answer::no_store(&mut resp);
     resp
+}
+
+#[derive(Deserialize)]
+pub struct RenewQuery {
+    queue: Option<String>,
+    #[serde(rename = "return")]
+    back: Option<String>,
+}
+
+/// `/gate/renew?queue=&return=`: the request's token for `queue`, when due for renewal
+/// (a third of its life left, Valkey answering), is reissued as a new cookie; then
+/// 303 to `return` (same-site paths only). Forward auth sends browsers here with
+/// `--renew-redirect`: every proxy passes `/gate/` answers through whole, cookies
+/// included, which some do not do for the auth call's 200. A token that cannot be
+/// renewed is left as it is (the next decision says what it opens).
+pub async fn renew(
+    State(gate): State<Arc<Gate>>,
+    ConnectInfo(peer): ConnectInfo<SocketAddr>,
+    uri: Uri,
+    headers: HeaderMap,
+    query: Result<Query<RenewQuery>, axum::extract::rejection::QueryRejection>,
+) -> Response {
+    let Ok(Query(q)) = query else {
+        return answer::error(StatusCode::BAD_REQUEST, "bad_query", "The query string cannot be read.", &headers);
+    };
+    let back = return_or_root(q.back.as_deref());
+    let to = HeaderValue::from_str(&back).unwrap_or(HeaderValue::from_static("/"));
+    let mut resp = (StatusCode::SEE_OTHER, [(header::LOCATION, to)]).into_response();
+    let now = now_ms();
+    let origin = Origin::of(&headers, &uri, peer, trusted(&gate), gate.config.client_ip_header.as_ref());
+    if let Some(queue) = q.queue.as_deref() {
+        let ours = crate::cookie::tokens(&headers, &gate.config.cookie_name)
+            .filter_map(|t| gate.table.lookup(t, &gate.config.keys, now).ok())
+            .find(|v| v.claims.aud == queue && v.claims.exp > now / 1000 && v.session.state() == SessionState::Live);
+        if let Some(v) = ours.filter(|v| gate.renewal_due(v, now)) {
+            v.session.touch(now);
+            let fresh = gate.renewed_token(&v, now);
+            let cookie = gate.cookie_with(&headers, queue, Some(fresh), origin.https, now / 1000);
+            resp.headers_mut().insert(header::SET_COOKIE, cookie);
+        }
+    }
+    answer::no_store(&mut resp);
+    resp
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn initiators() {
+        let h = |pairs: &[(&'static str, &'static str)]| {
+            let mut h = HeaderMap::new();
+            for (k, v) in pairs {
+                h.insert(*k, HeaderValue::from_static(v));
+            }
+            h
+        };
+        let host = "shop.test:8080";
+        assert_eq!(initiator(&h(&[("sec-fetch-site", "same-origin")]), host), Initiator::SameOrigin);
+        assert_eq!(initiator(&h(&[("sec-fetch-site", "none")]), host), Initiator::SameOrigin);
+        assert_eq!(initiator(&h(&[("sec-fetch-site", "same-site")]), host), Initiator::SameSite);
+        let spoofed_origin = h(&[("sec-fetch-site", "cross-site"), ("origin", "http://shop.test")]);
+        assert_eq!(initiator(&spoofed_origin, host), Initiator::CrossSite);
+        assert_eq!(initiator(&h(&[("origin", "https://SHOP.test")]), host), Initiator::SameOrigin);
+        assert_eq!(initiator(&h(&[("origin", "https://shop.test.evil")]), host), Initiator::CrossSite);
+        assert_eq!(initiator(&h(&[("origin", "null")]), host), Initiator::CrossSite);
+        assert_eq!(initiator(&h(&[("origin", "http://[::1]:9")]), "[::1]:8080"), Initiator::SameOrigin);
+        assert_eq!(initiator(&h(&[]), host), Initiator::Unknown);
+    }
 }

@@ -4,7 +4,7 @@ use crate::rules::{self, QueueSettings, Rules};
 use crate::token::Keys;
 use clap::Parser;
 use service_kit::http::HttpLimits;
-use service_kit::{duration, Common};
+use service_kit::{duration, ms, secs, Common};
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
@@ -85,7 +85,8 @@ pub struct Flags {
     /// Writes a new Ed25519 private key (PKCS#8 PEM) to this file and exits.
     #[arg(long, value_name = "FILE")]
     pub write_key: Option<PathBuf>,
-    /// Lifetime of an admission token (10s to 1d); renewed when a third is left.
+    /// Lifetime of an admission token (10s to 1d), at most the queue's idle time (so
+    /// that no token outlives its lease); renewed when a third is left.
     #[arg(long, env = "GATE_TOKEN_TTL", default_value = "10m", value_parser = duration(secs(10)..=secs(86_400)))]
     pub token_ttl: Duration,
     /// Someone not seen for this long is no longer renewed and the slot returns
@@ -121,6 +122,12 @@ pub struct Flags {
     /// since a client may have added one that its proxy passed on).
     #[arg(long, env = "GATE_AUTH_CONVENTION", default_value = "auto")]
     pub auth_convention: AuthConvention,
+    /// Forward auth: renew a token due for renewal on a browser's GET by a redirect
+    /// through /gate/renew (which sets the cookie and comes back) instead of a
+    /// Set-Cookie on the 200, for proxies that do not pass the auth answer's cookies
+    /// to the client (Caddy forward_auth).
+    #[arg(long, env = "GATE_RENEW_REDIRECT")]
+    pub renew_redirect: bool,
     /// Behind a proxy (forward-auth mode, or --trust-proxy): read the client's address
     /// for --bypass-network from this header (e.g. X-Real-IP, which the proxy must
     /// set itself) instead of the last X-Forwarded-For entry.
@@ -135,14 +142,6 @@ pub enum AuthConvention {
     Nginx,
     Forwarded,
     Envoy,
-}
-
-const fn ms(n: u64) -> Duration {
-    Duration::from_millis(n)
-}
-
-const fn secs(n: u64) -> Duration {
-    Duration::from_secs(n)
 }
 
 /// Everything the gate runs with.
@@ -165,6 +164,8 @@ pub struct Config {
     pub trust_proxy: bool,
     pub auth_convention: AuthConvention,
     pub client_ip_header: Option<hyper::header::HeaderName>,
+    /// Forward auth: renew by a redirect through /gate/renew (`--renew-redirect`).
+    pub renew_redirect: bool,
 }
 
 impl Config {
@@ -188,6 +189,7 @@ impl Config {
             trust_proxy: false,
             auth_convention: AuthConvention::Auto,
             client_ip_header: None,
+            renew_redirect: false,
         }
     }
 }
@@ -293,6 +295,7 @@ impl service_kit::Flags for Flags {
             fail_open: (!self.fail_open.is_zero()).then_some(self.fail_open),
             trust_proxy: self.trust_proxy,
             auth_convention: self.auth_convention,
+            renew_redirect: self.renew_redirect,
             client_ip_header: self
                 .client_ip_header
                 .as_deref()

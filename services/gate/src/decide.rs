@@ -25,6 +25,9 @@ pub struct Incoming<'a> {
     pub client: Option<IpAddr>,
     /// Whether the client came over HTTPS (the cookie is then Secure).
     pub https: bool,
+    /// Whether a token due for renewal is renewed in this answer (a Set-Cookie);
+    /// false when the caller renews another way (`--renew-redirect`).
+    pub renew: bool,
 }
 
 /// Every outcome, for the decision counter; the refusals say why.
@@ -159,7 +162,7 @@ impl Gate {
                             Outcome::MaxSession
                         } else {
                             v.session.touch(now_ms);
-                            let renewed = self.renewal(&v, req, now_ms);
+                            let renewed = if req.renew { self.renewal(&v, req, now_ms) } else { None };
                             return Decision::Admit { verified: v, token: token.to_string(), renewed };
                         }
                     }
@@ -187,33 +190,60 @@ impl Gate {
         true
     }
 
-    /// A Set-Cookie with a fresh token once a third of the lifetime is left, while
-    /// Valkey answers (a token is renewed only while its lease can be).
-    fn renewal(&self, v: &Verified, req: &Incoming, now_ms: u64) -> Option<HeaderValue> {
-        let ttl = self.config.token_ttl.as_secs();
-        let now_s = now_ms / 1000;
-        if v.claims.exp.saturating_sub(now_s) * 3 > ttl || !self.health.is_up() {
-            return None;
+    /// How long a token of `queue` lives (seconds): `--token-ttl`, but never longer
+    /// than the queue's idle time. Every token is issued when its person is seen, and
+    /// the gate that saw them renews their lease for the idle time after that, so a
+    /// token dies before its lease can lapse (see docs/gate.md, Sessions).
+    pub fn token_life_s(&self, queue: &str) -> u64 {
+        self.config.token_ttl.min(self.config.rules.settings(queue).idle).as_secs().max(1)
+    }
+
+    /// The expiry (seconds) of a token of `queue` issued at `now_s` for a session
+    /// claimed at `auth_time`: its lifetime, and never past the longest session.
+    pub fn token_exp(&self, queue: &str, auth_time: u64, now_s: u64) -> u64 {
+        let mut exp = now_s + self.token_life_s(queue);
+        if let Some(max) = self.config.rules.settings(queue).max_session {
+            exp = exp.min(auth_time + max.as_secs().max(1)).max(now_s + 1);
         }
+        exp
+    }
+
+    /// Whether `v`'s token is due for renewal at `now_ms`: a third of its lifetime or
+    /// less left, and Valkey answering (a token is renewed only while its lease can be).
+    pub fn renewal_due(&self, v: &Verified, now_ms: u64) -> bool {
+        let left_ms = (v.claims.exp * 1000).saturating_sub(now_ms);
+        left_ms * 3 <= self.token_life_s(&v.claims.aud) * 1000 && self.health.is_up()
+    }
+
+    /// A fresh token for `v`'s session (same session id and claim time) and its expiry.
+    pub fn renewed_token(&self, v: &Verified, now_ms: u64) -> (String, u64) {
+        let now_s = now_ms / 1000;
         let mut claims = v.claims.clone();
         claims.iat = now_s;
-        claims.exp = now_s + ttl;
-        if let Some(max) = self.config.rules.settings(&claims.aud).max_session {
-            claims.exp = claims.exp.min(claims.auth_time + max.as_secs()).max(now_s + 1);
-        }
+        claims.exp = self.token_exp(&claims.aud, claims.auth_time, now_s);
         let fresh = self.config.keys.sign(&claims);
         self.table.session_for(&claims, now_ms);
         self.metrics.renewed.increment(1);
-        Some(self.cookie_with(req.headers, &claims.aud, Some(fresh), req.https, now_s))
+        (fresh, claims.exp)
+    }
+
+    /// A Set-Cookie with a fresh token once a third of the lifetime is left, while
+    /// Valkey answers.
+    fn renewal(&self, v: &Verified, req: &Incoming, now_ms: u64) -> Option<HeaderValue> {
+        if !self.renewal_due(v, now_ms) {
+            return None;
+        }
+        let fresh = self.renewed_token(v, now_ms);
+        Some(self.cookie_with(req.headers, &v.claims.aud, Some(fresh), req.https, now_ms / 1000))
     }
 
     /// The Set-Cookie holding the request's tokens for other queues (still valid) and
-    /// `token` for `queue` (none: the cookie loses `queue`'s token).
+    /// `token` (with its expiry) for `queue` (none: the cookie loses `queue`'s token).
     pub fn cookie_with(
         &self,
         headers: &HeaderMap,
         queue: &str,
-        token: Option<String>,
+        token: Option<(String, u64)>,
         https: bool,
         now_s: u64,
     ) -> HeaderValue {
@@ -229,8 +259,8 @@ impl Gate {
                 }
             }
         }
-        if let Some(t) = token {
-            max_exp = max_exp.max(now_s + self.config.token_ttl.as_secs());
+        if let Some((t, exp)) = token {
+            max_exp = max_exp.max(exp);
             keep.push(t);
         }
         if keep.len() > crate::cookie::MAX_TOKENS {

@@ -112,6 +112,7 @@ pub fn app(gate: Arc<Gate>) -> Router {
         .route("/gate/auth/{*rest}", any(auth::auth))
         .route("/gate/claim", get(claim::claim))
         .route("/gate/leave", get(claim::leave).post(claim::leave))
+        .route("/gate/renew", get(claim::renew))
         .route("/.well-known/jwks.json", get(auth::jwks))
         .route("/gate/healthz", get(auth::healthz))
         .route("/gate/metrics", get(metrics::metrics));

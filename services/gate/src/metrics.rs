@@ -30,6 +30,7 @@ pub struct Metrics {
     pub leases_lost: Counter,
     ended: Vec<Counter>,
     pub valkey_up: Gauge,
+    pub ends_pending: Gauge,
     inside: Mutex<BTreeMap<String, Gauge>>,
 }
 
@@ -68,6 +69,8 @@ impl Metrics {
             leases_lost: registry.counter("gate_leases_lost_total", "Sessions whose lease was gone at renewal."),
             ended,
             valkey_up: registry.gauge("gate_valkey_up", "1 while Valkey answers the gate's calls."),
+            ends_pending: registry
+                .gauge("gate_ends_pending", "SESSION.END kept while Valkey is away, sent when it is back."),
             inside: Mutex::new(BTreeMap::new()),
             registry,
         }

@@ -6,7 +6,7 @@
 
 use crate::answer::{self, Convention};
 use crate::decide::{Decision, Incoming};
-use crate::sessions::State;
+use crate::sessions::{Session, State};
 use crate::{now_ms, EndReason, Gate};
 use axum::body::Body;
 use axum::extract::{ConnectInfo, Request, State as AxumState};
@@ -118,6 +118,7 @@ pub async fn forward(
         headers: req.headers(),
         client: origin.client,
         https: origin.https,
+        renew: true,
     };
     let decision = gate.decide(&incoming, now_ms());
     let upstream = gate.config.upstream.clone().expect("proxy mode has an upstream");
@@ -135,7 +136,11 @@ pub async fn forward(
         }
         Decision::Admit { verified, renewed, .. } => {
             let path = req_path(req.uri());
-            let admitted = Admitted { queue: verified.claims.aud.clone(), user: verified.claims.sub.clone() };
+            let admitted = Admitted {
+                queue: verified.claims.aud.clone(),
+                user: verified.claims.sub.clone(),
+                session: verified.session.clone(),
+            };
             // Only the cookie is needed afterwards (to clear the queue's token).
             let mut request_cookies = HeaderMap::new();
             for c in req.headers().get_all(header::COOKIE) {
@@ -183,6 +188,9 @@ pub async fn room(
             HeaderValue::from_str(&format!("/gate/room/{query}")).unwrap_or(HeaderValue::from_static("/gate/room/"));
         return (StatusCode::MOVED_PERMANENTLY, [(header::LOCATION, to)]).into_response();
     }
+    if !room_path(rest) {
+        return answer::error(StatusCode::NOT_FOUND, "not_found", "No such page of the waiting room.", req.headers());
+    }
     let path = match req.uri().query() {
         Some(q) => format!("{rest}?{q}"),
         None => rest.to_string(),
@@ -192,10 +200,26 @@ pub async fn room(
     send(&gate, req, &api, path, &origin, None).await
 }
 
+/// The paths of queue-api that the waiting room needs (`rest`: the path after
+/// `/gate/room`): its page, the page's script, styles, proof-of-work worker, brand,
+/// messages and template assets, and the public queue API. queue-api's back office
+/// (`/admin`, `/api/admin/...`), metrics, health and API document are not the
+/// public's, and are 404 here. The path must be plain (no escapes, dot segments or
+/// doubled slashes), so that queue-api reads the same path as this check.
+pub fn room_path(rest: &str) -> bool {
+    if crate::rules::normalize_path(rest).as_deref() != Some(rest) {
+        return false;
+    }
+    matches!(rest, "/" | "/app.js" | "/app.css" | "/pow-worker.js" | "/brand.css")
+        || ["/i18n/", "/assets/", "/api/queue/"].iter().any(|p| rest.len() > p.len() && rest.starts_with(p))
+}
+
 /// Who an admitted request is for.
 pub struct Admitted {
     pub queue: String,
     pub user: String,
+    /// Their session here: a WebSocket tunnel it opens lives as long as the session.
+    pub session: Arc<Session>,
 }
 
 /// Forwards `req` to `base` + `path_and_query`; maps failures to 502/504.
@@ -269,12 +293,11 @@ async fn send(
         }
         if let Some(client_side) = upgrade {
             let upstream_side = hyper::upgrade::on(&mut resp);
+            let session = admitted.map(|a| a.session.clone());
+            let tick = gate.config.tick;
             tokio::spawn(async move {
                 match tokio::try_join!(client_side, upstream_side) {
-                    Ok((c, u)) => {
-                        let (mut c, mut u) = (TokioIo::new(c), TokioIo::new(u));
-                        let _ = tokio::io::copy_bidirectional(&mut c, &mut u).await;
-                    }
+                    Ok((c, u)) => tunnel(TokioIo::new(c), TokioIo::new(u), session, tick).await,
                     Err(e) => tracing::debug!(error = %e, "upgrade not completed"),
                 }
             });
@@ -286,6 +309,35 @@ async fn send(
     let (mut parts, body) = resp.into_parts();
     strip_hop_by_hop(&mut parts.headers, false);
     Response::from_parts(parts, Body::new(body))
+}
+
+/// Carries a WebSocket both ways. For an admitted person the tunnel lives as long as
+/// their session: it is closed (both connections dropped) as soon as the session
+/// ends here (the app's `Queue-Session: end`, `/gate/leave`, a lapsed lease found by
+/// the tick, the longest session), and while it is open the person counts as seen
+/// (their lease is renewed each tick, as chat-server holds it for its sockets).
+async fn tunnel<C, U>(mut c: C, mut u: U, session: Option<Arc<Session>>, tick: std::time::Duration)
+where
+    C: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin,
+    U: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin,
+{
+    let copy = tokio::io::copy_bidirectional(&mut c, &mut u);
+    let Some(session) = session else {
+        let _ = copy.await;
+        return;
+    };
+    tokio::pin!(copy);
+    let mut every = tokio::time::interval(tick);
+    loop {
+        tokio::select! {
+            _ = &mut copy => return,
+            _ = session.until_finished() => {
+                tracing::info!(queue = session.queue, user = session.user, "session over; WebSocket closed");
+                return;
+            }
+            _ = every.tick() => session.hold(now_ms()),
+        }
+    }
 }
 
 /// Whether the request asks for a WebSocket, the one upgrade the gate carries through.

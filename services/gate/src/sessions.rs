@@ -14,6 +14,9 @@ use std::sync::Arc;
 /// token is verified again when next seen, which costs only CPU).
 pub const MAX_CACHED_TOKENS: usize = 500_000;
 
+/// How long (seconds) past now a held session stays in the table ([`Session::hold`]).
+const HOLD_S: u64 = 5;
+
 /// Where a session stands, as this instance knows it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 #[repr(u8)]
@@ -50,6 +53,8 @@ pub struct Session {
     exp_s: AtomicU64,
     /// When its ticket was claimed (seconds).
     pub auth_time: u64,
+    /// Woken when the session leaves [`State::Live`] (open WebSocket tunnels close).
+    finished: tokio::sync::Notify,
 }
 
 impl Session {
@@ -68,7 +73,32 @@ impl Session {
 
     /// Moves a live session to `to`; true for the one caller that did it.
     pub fn finish(&self, to: State) -> bool {
-        self.state.compare_exchange(State::Live as u8, to as u8, Ordering::Relaxed, Ordering::Relaxed).is_ok()
+        let done =
+            self.state.compare_exchange(State::Live as u8, to as u8, Ordering::Relaxed, Ordering::Relaxed).is_ok();
+        if done {
+            self.finished.notify_waiters();
+        }
+        done
+    }
+
+    /// Waits until the session is no longer live (returns at once if it is not).
+    pub async fn until_finished(&self) {
+        loop {
+            let notified = self.finished.notified();
+            tokio::pin!(notified);
+            notified.as_mut().enable();
+            if self.state() != State::Live {
+                return;
+            }
+            notified.await;
+        }
+    }
+
+    /// Held by something other than requests (an open WebSocket tunnel): seen now, and
+    /// kept in the table (so still renewed) past its tokens' expiry for a little while.
+    pub fn hold(&self, now_ms: u64) {
+        self.touch(now_ms);
+        self.exp_s.fetch_max(now_ms / 1000 + HOLD_S, Ordering::Relaxed);
     }
 }
 
@@ -122,6 +152,7 @@ impl Table {
                     state: AtomicU8::new(State::Live as u8),
                     exp_s: AtomicU64::new(0),
                     auth_time: claims.auth_time,
+                    finished: tokio::sync::Notify::new(),
                 })
             })
             .clone();

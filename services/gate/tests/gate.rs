@@ -11,18 +11,8 @@ use queue_gate::token::{Claims, Keys, ISSUER};
 use std::time::Duration;
 use testkit::{Backend, ValkeyServer};
 
-macro_rules! both_backends {
-    ($($name:ident),* $(,)?) => {
-        mod module {
-            $( #[tokio::test(flavor = "multi_thread", worker_threads = 2)] async fn $name() { super::$name(testkit::Backend::Module).await } )*
-        }
-        mod lua {
-            $( #[tokio::test(flavor = "multi_thread", worker_threads = 2)] async fn $name() { super::$name(testkit::Backend::Lua).await } )*
-        }
-    };
-}
-
-both_backends!(
+testkit::backend_tests!(
+    async
     claim_once_then_admitted_through_the_proxy,
     refused_tokens,
     lapsed_lease_ends_access_within_a_tick,
@@ -32,6 +22,9 @@ both_backends!(
     valkey_away_admitted_pass_claims_503_then_fail_open,
     two_instances_share_only_valkey,
     idle_longest_session_and_renewal,
+    token_dies_before_its_lease_can_lapse,
+    websocket_closed_when_the_session_ends,
+    session_end_kept_while_valkey_is_away,
 );
 
 /// The status of `GET path` sent byte for byte (no client-side normalization).
@@ -155,6 +148,49 @@ async fn waiting_room_served_under_gate_room() {
     }
     let r = client().get(gate.url("/gate/room?queue=drop")).send().await.unwrap();
     assert_eq!((r.status().as_u16(), r.headers()["location"].to_str().unwrap()), (301, "/gate/room/?queue=drop"));
+    // What the page needs besides: its worker, brand, messages and assets, the queue API.
+    for (asked, served) in [
+        ("/gate/room/pow-worker.js", "/pow-worker.js"),
+        ("/gate/room/brand.css?queue=drop", "/brand.css?queue=drop"),
+        ("/gate/room/i18n/en.json", "/i18n/en.json"),
+        ("/gate/room/assets/logo.svg", "/assets/logo.svg"),
+        ("/gate/room/api/queue/stream?queue=drop&userId=u", "/api/queue/stream?queue=drop&userId=u"),
+    ] {
+        assert_eq!(client().get(gate.url(asked)).send().await.unwrap().status(), 200, "{asked}");
+        assert_eq!(api.seen().last().unwrap().path, served);
+    }
+    let r = client().post(gate.url("/gate/room/api/queue/entry")).body("{}").send().await.unwrap();
+    assert_eq!((r.status().as_u16(), api.seen().last().unwrap().path.as_str()), (200, "/api/queue/entry"));
+    // queue-api's back office and its other paths are not the public's: 404, and
+    // nothing of them reaches queue-api, however the path is written.
+    let before = api.seen().len();
+    for refused in [
+        "/gate/room/admin",
+        "/gate/room/admin.js",
+        "/gate/room/admin.css",
+        "/gate/room/api/admin/queues",
+        "/gate/room/api/admin/queues/drop",
+        "/gate/room/api/openapi.json",
+        "/gate/room/metrics",
+        "/gate/room/healthz",
+        "/gate/room/bench/noop",
+        "/gate/room/%61dmin",
+        "/gate/room//admin",
+        "/gate/room/api/queue/../admin/queues",
+        "/gate/room/api/queue/%2e%2e/admin/queues",
+        "/gate/room/assets/..%2F..%2Fadmin",
+        "/gate/room/api/queue/",
+    ] {
+        assert_eq!(raw_get_status(gate.addr, refused).await, 404, "{refused}");
+    }
+    for (method, path) in [
+        (reqwest::Method::POST, "/gate/room/api/admin/queues/drop/pause"),
+        (reqwest::Method::PUT, "/gate/room/api/admin/queues/drop/brand"),
+    ] {
+        let r = client().request(method, gate.url(path)).header("authorization", "Bearer x").send().await.unwrap();
+        assert_eq!(r.status(), 404, "{path}");
+    }
+    assert_eq!(api.seen().len(), before, "nothing of the back office reached queue-api");
     assert_eq!(client().get(gate.url("/gate/other")).send().await.unwrap().status(), 404);
     assert!(app.seen().is_empty(), "nothing under /gate/ reached the app");
     gate.stop().await;
@@ -543,6 +579,7 @@ async fn open_redirect_attempts_go_home() {
         let r = client()
             .get(gate.url(&format!("/gate/leave?return={encoded}")))
             .header("accept", HTML)
+            .header("sec-fetch-site", "same-origin")
             .send()
             .await
             .unwrap();
@@ -556,8 +593,13 @@ async fn open_redirect_attempts_go_home() {
             .unwrap();
         assert_eq!((r.status().as_u16(), r.headers()["location"].to_str().unwrap()), (303, "/"), "claim {attempt}");
     }
-    let r =
-        client().get(gate.url("/gate/leave?return=%2Fcheckout%3Fa%3D1")).header("accept", HTML).send().await.unwrap();
+    let r = client()
+        .get(gate.url("/gate/leave?return=%2Fcheckout%3Fa%3D1"))
+        .header("accept", HTML)
+        .header("sec-fetch-site", "same-origin")
+        .send()
+        .await
+        .unwrap();
     assert_eq!(r.headers()["location"], "/checkout?a=1", "a same-site path is kept");
     gate.stop().await;
 }
@@ -713,7 +755,8 @@ async fn idle_longest_session_and_renewal(b: Backend) {
     let dir = tempfile::tempdir().unwrap();
     let app = Upstream::start().await;
     let mut c = config(&s, Some(app.addr), &key_file(dir.path(), "k.pem"));
-    c.rules.queues.insert("drop".into(), QueueSettings { idle: Duration::from_secs(1), max_session: None });
+    // Idle 2 s: tokens live at most that long (never past the lease), renewed when a third is left.
+    c.rules.queues.insert("drop".into(), QueueSettings { idle: Duration::from_secs(2), max_session: None });
     c.rules.queues.insert(
         "concert".into(),
         QueueSettings { idle: Duration::from_secs(60), max_session: Some(Duration::from_secs(2)) },
@@ -737,7 +780,7 @@ async fn idle_longest_session_and_renewal(b: Backend) {
         }
         tokio::time::sleep(Duration::from_millis(200)).await;
     }
-    assert!(renewed >= 2, "renewed {renewed} times in 4.5 s with a 3 s token");
+    assert!(renewed >= 2, "renewed {renewed} times in 4.5 s with a 2 s token");
     assert_eq!(qc.heartbeat("drop", &["u-idle"]).await.unwrap(), [false], "the idle person's lease lapsed");
     assert_eq!(qc.heartbeat("drop", &["u-active"]).await.unwrap(), [true]);
 
@@ -762,5 +805,343 @@ async fn idle_longest_session_and_renewal(b: Backend) {
     })
     .await;
     assert!(promoted, "the longest session's end promoted the next person");
+    gate.stop().await;
+}
+
+/// The claims of a token, unverified (the test's own look at what the gate issued).
+fn claims_of(cookie: &str) -> Claims {
+    use base64::Engine;
+    let token = cookie.strip_prefix("queue_admission=").unwrap_or(cookie);
+    let payload = token.split('.').nth(1).unwrap();
+    serde_json::from_slice(&base64::engine::general_purpose::URL_SAFE_NO_PAD.decode(payload).unwrap()).unwrap()
+}
+
+/// A token never outlives its lease: it lives at most the queue's idle time, so
+/// someone who went idle and whose lease lapsed in Valkey is refused on their first
+/// request back, at the instance that saw them and at one that never did (neither
+/// has a heartbeat reply saying so: no one renewed the lease since).
+async fn token_dies_before_its_lease_can_lapse(b: Backend) {
+    use queue_gate::rules::QueueSettings;
+    let s = ValkeyServer::start(b);
+    let qc = queue_client(&s).await;
+    qc.config_set("drop", &[("session_lease", 500)]).await.unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let key = key_file(dir.path(), "k.pem");
+    let app = Upstream::start().await;
+    let settings = |c: &mut queue_gate::Config| {
+        c.rules.queues.insert("drop".into(), QueueSettings { idle: Duration::from_secs(2), max_session: None });
+        c.token_ttl = Duration::from_secs(600);
+    };
+    let mut c = config(&s, Some(app.addr), &key);
+    settings(&mut c);
+    let gate = Gate::start(c).await;
+    let cookie = claim(&gate, "drop", &ticket(&qc, "drop", "u-1").await).await;
+    let issued = claims_of(&cookie);
+    assert!(issued.exp - issued.iat <= 2, "the token lives at most the idle time: {issued:?}");
+    assert_eq!(browse(&gate, "/checkout", Some(&cookie)).await.status(), 200);
+    // Silent past the idle time (no more renewals) and the lease (500 ms).
+    tokio::time::sleep(Duration::from_millis(3200)).await;
+    let r = browse(&gate, "/checkout", Some(&cookie)).await;
+    assert_eq!(r.status(), 302, "refused on the first request back");
+    let mut c = config(&s, Some(app.addr), &key);
+    settings(&mut c);
+    let other = Gate::start(c).await;
+    let r = client()
+        .get(other.url("/gate/auth"))
+        .header("x-original-uri", "/checkout")
+        .header("cookie", &cookie)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!((r.status().as_u16(), r.headers()["x-queue-decision"].to_str().unwrap()), (401, "expired"));
+    assert_eq!(browse(&other, "/checkout", Some(&cookie)).await.status(), 302, "nor at another instance");
+    assert_eq!(qc.heartbeat("drop", &["u-1"]).await.unwrap(), [false], "the lease had lapsed");
+    assert_eq!(app.seen().iter().filter(|s| s.path == "/checkout").count(), 1, "one request reached the app");
+    other.stop().await;
+    gate.stop().await;
+}
+
+/// Opens a WebSocket to /ws through `gate` with `cookie`; echoes once.
+async fn open_ws(
+    gate: &Gate,
+    cookie: &str,
+) -> tokio_tungstenite::WebSocketStream<tokio_tungstenite::MaybeTlsStream<tokio::net::TcpStream>> {
+    use tokio_tungstenite::tungstenite::client::IntoClientRequest;
+    let mut req = format!("ws://{}/ws", gate.addr).into_client_request().unwrap();
+    req.headers_mut().insert("cookie", cookie.parse().unwrap());
+    let (mut ws, resp) = tokio_tungstenite::connect_async(req).await.unwrap();
+    assert_eq!(resp.status(), 101);
+    echoes(&mut ws, "hello").await;
+    ws
+}
+
+async fn echoes(
+    ws: &mut tokio_tungstenite::WebSocketStream<tokio_tungstenite::MaybeTlsStream<tokio::net::TcpStream>>,
+    text: &str,
+) {
+    ws.send(tokio_tungstenite::tungstenite::Message::text(text)).await.unwrap();
+    let back = tokio::time::timeout(Duration::from_secs(5), ws.next()).await.unwrap().unwrap().unwrap();
+    assert_eq!(back.into_text().unwrap().as_str(), format!("echo:{text}"));
+}
+
+/// Whether the tunnel is closed within `within`: the next read ends (a close, an
+/// error or the end of the stream) rather than waiting.
+async fn closed_within(
+    ws: &mut tokio_tungstenite::WebSocketStream<tokio_tungstenite::MaybeTlsStream<tokio::net::TcpStream>>,
+    within: Duration,
+) -> bool {
+    let deadline = tokio::time::Instant::now() + within;
+    loop {
+        match tokio::time::timeout_at(deadline, ws.next()).await {
+            Err(_) => return false,
+            Ok(None) | Ok(Some(Err(_))) => return true,
+            Ok(Some(Ok(m))) if m.is_close() => return true,
+            Ok(Some(Ok(_))) => continue,
+        }
+    }
+}
+
+/// An open WebSocket tunnel lives as long as its session: it stays open (and its
+/// person renewed) while the session lives, and is closed within a tick (200 ms
+/// here) once the session ends: the person leaves, the app answers
+/// `Queue-Session: end` to another request, the lease lapses in Valkey, the longest
+/// session is reached.
+async fn websocket_closed_when_the_session_ends(b: Backend) {
+    use queue_gate::rules::QueueSettings;
+    let s = ValkeyServer::builder(b).test_clock().start();
+    let mut admin = s.conn();
+    let start = queue_gate::now_ms();
+    redis::cmd("SET").arg(testkit::clock_key("drop")).arg(start).query::<()>(&mut admin).unwrap();
+    let qc = queue_client(&s).await;
+    let dir = tempfile::tempdir().unwrap();
+    let key = key_file(dir.path(), "k.pem");
+    let app = Upstream::start().await;
+    let gate = Gate::start(config(&s, Some(app.addr), &key)).await;
+    let within = Duration::from_millis(1000);
+
+    // Open across several ticks while the session lives.
+    let cookie = claim(&gate, "drop", &ticket(&qc, "drop", "u-leave").await).await;
+    let mut ws = open_ws(&gate, &cookie).await;
+    tokio::time::sleep(Duration::from_millis(700)).await;
+    echoes(&mut ws, "still here").await;
+    let r = client()
+        .post(gate.url("/gate/leave?queue=drop"))
+        .header("cookie", &cookie)
+        .header("sec-fetch-site", "same-origin")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 200);
+    assert!(closed_within(&mut ws, within).await, "closed after /gate/leave");
+
+    let cookie = claim(&gate, "drop", &ticket(&qc, "drop", "u-app").await).await;
+    let mut ws = open_ws(&gate, &cookie).await;
+    assert_eq!(browse(&gate, "/checkout/done", Some(&cookie)).await.status(), 200);
+    assert!(closed_within(&mut ws, within).await, "closed after the app ended the session");
+
+    let cookie = claim(&gate, "drop", &ticket(&qc, "drop", "u-lapse").await).await;
+    let mut ws = open_ws(&gate, &cookie).await;
+    redis::cmd("SET").arg(testkit::clock_key("drop")).arg(start + 10 * 60_000).query::<()>(&mut admin).unwrap();
+    assert!(closed_within(&mut ws, within).await, "closed once the lease lapsed in Valkey");
+    gate.stop().await;
+
+    // The longest session (2 s), reached with the tunnel open and nothing else sent.
+    redis::cmd("SET").arg(testkit::clock_key("drop")).arg(queue_gate::now_ms()).query::<()>(&mut admin).unwrap();
+    let mut c = config(&s, Some(app.addr), &key);
+    c.rules.queues.insert(
+        "drop".into(),
+        QueueSettings { idle: Duration::from_secs(300), max_session: Some(Duration::from_secs(2)) },
+    );
+    let gate = Gate::start(c).await;
+    let cookie = claim(&gate, "drop", &ticket(&qc, "drop", "u-long").await).await;
+    let mut ws = open_ws(&gate, &cookie).await;
+    assert!(!closed_within(&mut ws, Duration::from_millis(500)).await, "open before the longest session");
+    assert!(closed_within(&mut ws, Duration::from_millis(2500)).await, "closed at the longest session");
+    gate.stop().await;
+}
+
+/// SESSION.END is not lost while Valkey is away: a person who leaves then has their
+/// END kept and sent once Valkey is back, and the next person is promoted long
+/// before the lease (60 s) would have lapsed by itself.
+async fn session_end_kept_while_valkey_is_away(b: Backend) {
+    // AOF written at every command: a kill -9 loses nothing.
+    let mut s = ValkeyServer::builder(b).arg("--appendonly").arg("yes").arg("--appendfsync").arg("always").start();
+    let qc = queue_client(&s).await;
+    qc.config_set("drop", &[("soft_cap", 1), ("session_lease", 60_000)]).await.unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let app = Upstream::start().await;
+    let gate = Gate::start(config(&s, Some(app.addr), &key_file(dir.path(), "k.pem"))).await;
+    let a = claim(&gate, "drop", &ticket(&qc, "drop", "u-a").await).await;
+    assert_eq!(qc.enter("drop", "u-b", "b").await.unwrap().status, Status::Waiting);
+    assert_eq!(browse(&gate, "/checkout", Some(&a)).await.status(), 200);
+
+    s.kill();
+    let down = eventually(Duration::from_secs(10), async || {
+        client().get(gate.url("/gate/healthz")).send().await.unwrap().status() == 503
+    })
+    .await;
+    assert!(down, "the gate notices Valkey is away");
+    let r = client()
+        .post(gate.url("/gate/leave?queue=drop"))
+        .header("cookie", &a)
+        .header("sec-fetch-site", "same-origin")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 200);
+    assert_eq!(browse(&gate, "/checkout", Some(&a)).await.status(), 302, "access ends at once");
+    let pending = async || {
+        let text = client().get(gate.url("/gate/metrics")).send().await.unwrap().text().await.unwrap();
+        text.lines().find_map(|l| l.strip_prefix("gate_ends_pending ")?.trim().parse::<f64>().ok()).unwrap_or(0.0)
+    };
+    assert!(eventually(Duration::from_secs(5), async || pending().await == 1.0).await, "the END is kept");
+    tokio::time::sleep(Duration::from_millis(500)).await;
+
+    s.restart();
+    let qc = queue_client(&s).await;
+    let promoted = eventually(Duration::from_secs(10), async || {
+        qc.status("drop", "u-b").await.unwrap().status == Status::Promoted
+    })
+    .await;
+    assert!(promoted, "the kept SESSION.END reached Valkey and promoted the next person");
+    assert_eq!(qc.heartbeat("drop", &["u-a"]).await.unwrap(), [false], "u-a's lease is gone");
+    assert!(eventually(Duration::from_secs(3), async || pending().await == 0.0).await);
+    gate.stop().await;
+}
+
+/// A page of another site cannot end someone's session nor claim a ticket in their
+/// browser; this site's pages, the person and non-browser clients can.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn leave_and_claim_refuse_other_sites() {
+    let s = ValkeyServer::start(Backend::Module);
+    let qc = queue_client(&s).await;
+    let dir = tempfile::tempdir().unwrap();
+    let app = Upstream::start().await;
+    let gate = Gate::start(config(&s, Some(app.addr), &key_file(dir.path(), "k.pem"))).await;
+    let cookie = claim(&gate, "drop", &ticket(&qc, "drop", "u-1").await).await;
+    let leave = |method: reqwest::Method, headers: &[(&'static str, &'static str)]| {
+        let mut r = client().request(method, gate.url("/gate/leave?queue=drop&return=/bye")).header("cookie", &cookie);
+        for (k, v) in headers {
+            r = r.header(*k, *v);
+        }
+        r.send()
+    };
+    use reqwest::Method;
+    // A link or redirect from another site (a top-level GET, which carries the Lax
+    // cookie), a sibling host, or an old browser's unmarked navigation: a page with a
+    // button, nothing ended.
+    for headers in [
+        &[("accept", HTML), ("sec-fetch-site", "cross-site")][..],
+        &[("accept", HTML), ("sec-fetch-site", "same-site")][..],
+        &[("accept", HTML)][..],
+    ] {
+        let r = leave(Method::GET, headers).await.unwrap();
+        assert_eq!(r.status(), 200, "{headers:?}");
+        assert!(r.headers().get("set-cookie").is_none(), "{headers:?}");
+        let page = r.text().await.unwrap();
+        assert!(page.contains("<form method=\"post\" action=\"leave?queue=drop&amp;return=/bye\">"), "{page}");
+        assert_eq!(browse(&gate, "/checkout", Some(&cookie)).await.status(), 200, "{headers:?}: still inside");
+    }
+    // Scripted or posted from elsewhere: 403.
+    for (method, headers) in [
+        (Method::POST, &[("sec-fetch-site", "cross-site")][..]),
+        (Method::POST, &[("origin", "http://evil.test")][..]),
+        (Method::POST, &[("origin", "null")][..]),
+        (Method::GET, &[("accept", "application/json"), ("sec-fetch-site", "cross-site")][..]),
+        (Method::GET, &[("origin", "http://evil.test")][..]),
+    ] {
+        let r = leave(method.clone(), headers).await.unwrap();
+        assert_eq!(r.status(), 403, "{method} {headers:?}");
+        assert_eq!(browse(&gate, "/checkout", Some(&cookie)).await.status(), 200, "{headers:?}: still inside");
+    }
+    assert_eq!(qc.heartbeat("drop", &["u-1"]).await.unwrap(), [true], "the lease is whole");
+    // The page's own button (a POST from this origin) ends it.
+    let host = gate.addr.to_string();
+    let origin = format!("http://{host}");
+    let r = client()
+        .post(gate.url("/gate/leave?queue=drop&return=/bye"))
+        .header("cookie", &cookie)
+        .header("accept", HTML)
+        .header("origin", &origin)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!((r.status().as_u16(), r.headers()["location"].to_str().unwrap()), (303, "/bye"));
+    assert_eq!(admission(&r), None);
+    assert_eq!(browse(&gate, "/checkout", Some(&cookie)).await.status(), 302);
+    // A same-origin link works as a GET; so does a client without browser headers.
+    for (i, headers) in [&[("accept", HTML), ("sec-fetch-site", "same-origin")][..], &[][..]].into_iter().enumerate() {
+        let c = claim(&gate, "drop", &ticket(&qc, "drop", &format!("u-{}", i + 2)).await).await;
+        let mut r = client().get(gate.url("/gate/leave?queue=drop")).header("cookie", &c);
+        for (k, v) in headers {
+            r = r.header(*k, *v);
+        }
+        assert!(r.send().await.unwrap().status().as_u16() < 400);
+        assert_eq!(browse(&gate, "/checkout", Some(&c)).await.status(), 302, "{headers:?}: left");
+    }
+
+    // A claim sent from another site is refused (the ticket is kept); from the
+    // sibling host's waiting room (same-site) or this site it works.
+    let t = ticket(&qc, "drop", "u-claim").await;
+    let url = gate.url(&format!("/gate/claim?queue=drop&ticketId={t}&return=/checkout"));
+    let r = client().get(&url).header("accept", HTML).header("sec-fetch-site", "cross-site").send().await.unwrap();
+    assert_eq!(r.status(), 403);
+    assert!(r.headers().get("set-cookie").is_none());
+    let r = client().get(&url).header("accept", HTML).header("sec-fetch-site", "same-site").send().await.unwrap();
+    assert_eq!(r.status(), 303, "the ticket was kept and claims from the same site");
+    assert!(admission(&r).is_some());
+    gate.stop().await;
+}
+
+/// --renew-redirect: a browser's GET whose token is due for renewal is sent through
+/// /gate/renew (in the proxy's convention), which sets the fresh cookie and comes
+/// back; other requests get the cookie on the 200 as before.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn renewal_by_redirect_in_forward_auth() {
+    use queue_gate::rules::QueueSettings;
+    let s = ValkeyServer::start(Backend::Module);
+    let qc = queue_client(&s).await;
+    let dir = tempfile::tempdir().unwrap();
+    let mut c = config(&s, None, &key_file(dir.path(), "k.pem"));
+    c.rules.queues.insert("drop".into(), QueueSettings { idle: Duration::from_secs(3), max_session: None });
+    c.renew_redirect = true;
+    let gate = Gate::start(c).await;
+    let cookie = claim(&gate, "drop", &ticket(&qc, "drop", "u-1").await).await;
+    let auth = |cookie: &str, headers: &[(&'static str, &'static str)]| {
+        let mut r =
+            client().get(gate.url("/gate/auth")).header("cookie", cookie).header("x-forwarded-uri", "/checkout?a=1");
+        for (k, v) in headers {
+            r = r.header(*k, *v);
+        }
+        r.send()
+    };
+    let r = auth(&cookie, &[("accept", HTML)]).await.unwrap();
+    assert_eq!((r.status().as_u16(), r.headers().get("set-cookie").is_none()), (200, true), "not yet due");
+    // Due once a third of the 3 s is left.
+    let exp = claims_of(&cookie).exp;
+    let due_at = Duration::from_millis((exp * 1000).saturating_sub(1000).saturating_sub(queue_gate::now_ms()));
+    tokio::time::sleep(due_at + Duration::from_millis(50)).await;
+    let r = auth(&cookie, &[("accept", "application/json")]).await.unwrap();
+    assert_eq!(r.status(), 200);
+    assert!(admission(&r).is_some(), "a non-navigation gets the cookie on the 200");
+    let r = auth(&cookie, &[("accept", HTML), ("x-forwarded-method", "POST")]).await.unwrap();
+    assert_eq!(r.status(), 200, "a POST is never redirected");
+    let r = auth(&cookie, &[("accept", HTML)]).await.unwrap();
+    assert_eq!(r.status(), 302);
+    assert_eq!(r.headers()["x-queue-decision"], "renew");
+    let to = r.headers()["location"].to_str().unwrap().to_string();
+    assert_eq!(to, "/gate/renew?queue=drop&return=%2Fcheckout%3Fa%3D1");
+    assert!(r.headers().get("set-cookie").is_none());
+    let r = client().get(gate.url(&to)).header("cookie", &cookie).header("accept", HTML).send().await.unwrap();
+    assert_eq!((r.status().as_u16(), r.headers()["location"].to_str().unwrap()), (303, "/checkout?a=1"));
+    let fresh = format!("queue_admission={}", admission(&r).expect("a fresh cookie"));
+    assert_eq!(claims_of(&fresh).sid, claims_of(&cookie).sid, "the same session");
+    assert!(claims_of(&fresh).exp > exp);
+    let r = auth(&fresh, &[("accept", HTML)]).await.unwrap();
+    assert_eq!((r.status().as_u16(), r.headers()["x-queue-user"].to_str().unwrap()), (200, "u-1"));
+    // /gate/renew with nothing to renew, or an open redirect: back (home), no cookie.
+    let r = client().get(gate.url("/gate/renew?queue=drop&return=%2F%2Fevil.test")).send().await.unwrap();
+    assert_eq!((r.status().as_u16(), r.headers()["location"].to_str().unwrap()), (303, "/"));
+    assert!(r.headers().get("set-cookie").is_none());
     gate.stop().await;
 }
