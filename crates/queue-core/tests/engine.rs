@@ -17,6 +17,9 @@ enum Step {
     At(i64),
     /// ENTER user; expect WAITING with that rank, or PROMOTED (rank 0).
     Enter(&'static str, i64),
+    /// A line with nobody admitted: soft cap 0, then ENTER each user in turn; expect
+    /// WAITING at ranks 1, 2, ...
+    Line(&'static [&'static str]),
     /// STATUS user: expected status and rank.
     Status(&'static str, &'static str, i64),
     /// PROMOTE [MAX]: expected promoted and dropped.
@@ -60,6 +63,13 @@ fn run(case: &Case) {
                 }
                 assert_eq!(st.rank(), rank, "{at}: {st:?}");
                 assert_eq!(st.status(), if rank == 0 { "PROMOTED" } else { "WAITING" }, "{at}");
+            }
+            Line(users) => {
+                s.configure(&[("soft_cap", 0)]).expect(&at);
+                for (i, user) in users.iter().enumerate() {
+                    let st = engine::enter(&mut s, &u(user), user.as_bytes()).expect(&at);
+                    assert_eq!((st.status(), st.rank()), ("WAITING", i as i64 + 1), "{at}: {user}");
+                }
             }
             Status(user, status, rank) => {
                 let now = engine::begin_observing(&mut s).expect(&at);
@@ -106,11 +116,7 @@ const CASES: &[Case] = &[
     Case {
         name: "fifo: tickets go out in entry order",
         steps: &[
-            Set(&[("soft_cap", 0)]),
-            Enter("a", 1),
-            Enter("b", 2),
-            Enter("c", 3),
-            Enter("d", 4),
+            Line(&["a", "b", "c", "d"]),
             Set(&[("soft_cap", 10)]),
             Promote(Some(1), 1, 0),
             Status("a", "PROMOTED", 0),
@@ -123,10 +129,7 @@ const CASES: &[Case] = &[
     Case {
         name: "fifo: re-entry goes to the back, leave moves everyone up",
         steps: &[
-            Set(&[("soft_cap", 0)]),
-            Enter("a", 1),
-            Enter("b", 2),
-            Enter("c", 3),
+            Line(&["a", "b", "c"]),
             Enter("a", 3),
             Status("b", "WAITING", 1),
             Leave("b", true),
@@ -158,12 +161,7 @@ const CASES: &[Case] = &[
     Case {
         name: "caps: soft cap, MAX and batch_max bound a promotion",
         steps: &[
-            Set(&[("soft_cap", 0)]),
-            Enter("a", 1),
-            Enter("b", 2),
-            Enter("c", 3),
-            Enter("d", 4),
-            Enter("e", 5),
+            Line(&["a", "b", "c", "d", "e"]),
             Set(&[("soft_cap", 3), ("batch_max", 2)]),
             Promote(None, 2, 0),
             Promote(Some(0), 0, 0),
@@ -193,14 +191,7 @@ const CASES: &[Case] = &[
     Case {
         name: "token bucket: a burst, then one per 100 ms at rate 10",
         steps: &[
-            Set(&[("soft_cap", 0)]),
-            Enter("a", 1),
-            Enter("b", 2),
-            Enter("c", 3),
-            Enter("d", 4),
-            Enter("e", 5),
-            Enter("f", 6),
-            Enter("g", 7),
+            Line(&["a", "b", "c", "d", "e", "f", "g"]),
             Set(&[("soft_cap", 100), ("rate", 10), ("burst", 3)]),
             Promote(None, 3, 0),
             Promote(None, 0, 0),
@@ -259,10 +250,8 @@ const CASES: &[Case] = &[
     Case {
         name: "abandonment: silent waiters are dropped after abandon_after, never promoted",
         steps: &[
-            Set(&[("soft_cap", 0), ("abandon_after", 1000)]),
-            Enter("quiet", 1),
-            Enter("talker", 2),
-            Enter("quiet2", 3),
+            Set(&[("abandon_after", 1000)]),
+            Line(&["quiet", "talker", "quiet2"]),
             At(600),
             Status("talker", "WAITING", 2),
             At(1000),
@@ -277,10 +266,8 @@ const CASES: &[Case] = &[
     Case {
         name: "abandonment: the sweep drops silent users behind the head",
         steps: &[
-            Set(&[("soft_cap", 0), ("abandon_after", 1000)]),
-            Enter("head", 1),
-            Enter("gone", 2),
-            Enter("tail", 3),
+            Set(&[("abandon_after", 1000)]),
+            Line(&["head", "gone", "tail"]),
             At(900),
             Status("head", "WAITING", 1),
             Status("tail", "WAITING", 3),
