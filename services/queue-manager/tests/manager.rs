@@ -142,13 +142,7 @@ fn a_paused_leader_that_lost_the_lease_does_not_promote(backend: Backend) {
         // Its lease runs out while it is frozen; another replica takes the key.
         let expired = eventually(Duration::from_secs(5), async || lease_holder(&server).is_none().then_some(())).await;
         assert!(expired.is_some(), "the lease never expired");
-        let _: () = redis::cmd("SET")
-            .arg(LEADER_KEY)
-            .arg("other-replica")
-            .arg("PX")
-            .arg(60_000)
-            .query(&mut server.conn())
-            .unwrap();
+        another_replica_takes_the_lease(&server);
         c.config_set("q", &[("soft_cap", 100)]);
         assert!(!manager.is_leader().await, "a frozen leader past its deadline reports leadership");
 
@@ -160,7 +154,7 @@ fn a_paused_leader_that_lost_the_lease_does_not_promote(backend: Backend) {
             assert!(!manager.is_leader().await);
             tokio::time::sleep(Duration::from_millis(50)).await;
         }
-        assert_eq!(lease_holder(&server).as_deref(), Some("other-replica"), "the woken replica took the lease");
+        assert_eq!(lease_holder(&server).as_deref(), Some(OTHER_REPLICA), "the woken replica took the lease");
 
         // The other replica goes away: ours takes over and promotes.
         let _: () = redis::cmd("DEL").arg(LEADER_KEY).query(&mut server.conn()).unwrap();

@@ -66,13 +66,7 @@ fn a_stopped_process_that_lost_the_lease_does_not_promote() {
         manager.signal("STOP");
         let expired = eventually(Duration::from_secs(5), async || lease_holder(&server).is_none().then_some(())).await;
         assert!(expired.is_some(), "the lease of a stopped process never expired");
-        let _: () = redis::cmd("SET")
-            .arg(LEADER_KEY)
-            .arg("other-replica")
-            .arg("PX")
-            .arg(60_000)
-            .query(&mut server.conn())
-            .unwrap();
+        another_replica_takes_the_lease(&server);
         c.config_set("s", &[("soft_cap", 100)]);
         // Overdue timers fire at once on waking.
         tokio::time::sleep(Duration::from_millis(300)).await;
@@ -90,7 +84,7 @@ fn a_stopped_process_that_lost_the_lease_does_not_promote() {
         }
         let h = manager.healthz().await.expect("healthz after waking");
         assert_eq!(h["leader"], false);
-        assert_eq!(lease_holder(&server).as_deref(), Some("other-replica"));
+        assert_eq!(lease_holder(&server).as_deref(), Some(OTHER_REPLICA));
 
         let _: () = redis::cmd("DEL").arg(LEADER_KEY).query(&mut server.conn()).unwrap();
         let resumed =

@@ -186,3 +186,13 @@ pub fn waiting_users(c: &mut Client, queue: &str, prefix: &str, n: usize, pairs:
 pub fn lease_holder(server: &ValkeyServer) -> Option<String> {
     redis::cmd("GET").arg(LEADER_KEY).query(&mut server.conn()).unwrap()
 }
+
+/// The holder another replica writes into the lease key.
+pub const OTHER_REPLICA: &str = "other-replica";
+
+/// Another replica takes the lease key (for a minute), as one would once ours let
+/// it expire.
+pub fn another_replica_takes_the_lease(server: &ValkeyServer) {
+    let _: () =
+        redis::cmd("SET").arg(LEADER_KEY).arg(OTHER_REPLICA).arg("PX").arg(60_000).query(&mut server.conn()).unwrap();
+}
