@@ -15,8 +15,10 @@ use crate::error::ApiError;
 use crate::extract::{JsonBody, SettingsRequest};
 use crate::routes::{queue_name, register};
 use crate::AppState;
-use axum::extract::{Path, State};
+use axum::extract::{FromRequestParts, Path, State};
+use axum::http::request::Parts;
 use axum::http::{header, HeaderMap, StatusCode};
+use axum::response::{IntoResponse, Response};
 use axum::Json;
 use queue_client::{QueueClient, QueueInfo};
 use serde_json::{json, Map, Value};
@@ -43,6 +45,38 @@ pub(crate) fn authorize(state: &AppState, headers: &HeaderMap) -> Result<(), Api
     } else {
         Err(ApiError::Unauthorized)
     }
+}
+
+/// The queue an admin request under `/api/admin/queues/{queue}` is about, with the
+/// state: the path read, then the bearer token checked (401), then the queue's name
+/// (400), in that order, before any body is read.
+pub struct AdminQueue {
+    pub state: Arc<AppState>,
+    pub queue: String,
+}
+
+impl FromRequestParts<Arc<AppState>> for AdminQueue {
+    type Rejection = Response;
+
+    async fn from_request_parts(parts: &mut Parts, state: &Arc<AppState>) -> Result<AdminQueue, Response> {
+        let Path(queue) =
+            Path::<String>::from_request_parts(parts, state).await.map_err(IntoResponse::into_response)?;
+        authorize(state, &parts.headers).map_err(IntoResponse::into_response)?;
+        let queue = queue_name(Some(&queue)).map_err(IntoResponse::into_response)?;
+        Ok(AdminQueue { state: state.clone(), queue })
+    }
+}
+
+/// A settings body (`{"name": value, ...}`) as sent; read by [`named_settings`].
+type SettingsBody = Result<JsonBody<SettingsRequest>, ApiError>;
+
+/// The settings a body names; `none_named` is the error's text when it names none.
+fn named_settings(body: SettingsBody, none_named: impl FnOnce() -> String) -> Result<Map<String, Value>, ApiError> {
+    let JsonBody(SettingsRequest(settings)) = body?;
+    if settings.is_empty() {
+        return Err(ApiError::Invalid(none_named()));
+    }
+    Ok(settings)
 }
 
 /// Writes the audit line and counts the change.
@@ -107,9 +141,7 @@ async fn queue_body(client: &QueueClient, queue: &str) -> Result<Value, ApiError
 
 /// `GET /api/admin/queues/{queue}`: QUEUE.INFO as JSON, with the queue's branding and
 /// live counts.
-pub async fn get(State(state): St, headers: HeaderMap, Path(queue): Path<String>) -> Result<Json<Value>, ApiError> {
-    authorize(&state, &headers)?;
-    let queue = queue_name(Some(&queue))?;
+pub async fn get(AdminQueue { state, queue }: AdminQueue) -> Result<Json<Value>, ApiError> {
     Ok(Json(queue_body(&state.store.client().await?, &queue).await?))
 }
 
@@ -139,18 +171,8 @@ fn checked_settings(settings: &Map<String, Value>) -> Result<Vec<(String, i64)>,
 /// `PUT /api/admin/queues/{queue}` `{"soft_cap": 500, "rate": 20, ...}`: changes
 /// settings at runtime (all or none), then answers like GET. Setting a soft cap above
 /// 0 while paused ends the pause (the new cap is the one to keep).
-pub async fn put(
-    State(state): St,
-    headers: HeaderMap,
-    Path(queue): Path<String>,
-    body: Result<JsonBody<SettingsRequest>, ApiError>,
-) -> Result<Json<Value>, ApiError> {
-    authorize(&state, &headers)?;
-    let queue = queue_name(Some(&queue))?;
-    let JsonBody(SettingsRequest(settings)) = body?;
-    if settings.is_empty() {
-        return Err(ApiError::Invalid("name at least one setting".into()));
-    }
+pub async fn put(AdminQueue { state, queue }: AdminQueue, body: SettingsBody) -> Result<Json<Value>, ApiError> {
+    let settings = named_settings(body, || "name at least one setting".into())?;
     let pairs = checked_settings(&settings)?;
     let client = state.store.client().await?;
     let before = client.config_get(&queue).await?;
@@ -180,18 +202,8 @@ fn at_named_field(e: queue_client::ClientError, pairs: &[(String, i64)]) -> ApiE
 /// `PUT /api/admin/queues/{queue}/brand` `{"title": "...", "accent": "#123456", ...}`:
 /// sets the named branding settings; an empty string or null removes one. All or
 /// none: the first bad value is an error naming its field.
-pub async fn put_brand(
-    State(state): St,
-    headers: HeaderMap,
-    Path(queue): Path<String>,
-    body: Result<JsonBody<SettingsRequest>, ApiError>,
-) -> Result<Json<Value>, ApiError> {
-    authorize(&state, &headers)?;
-    let queue = queue_name(Some(&queue))?;
-    let JsonBody(SettingsRequest(settings)) = body?;
-    if settings.is_empty() {
-        return Err(ApiError::Invalid(format!("name at least one branding setting ({})", brand::names())));
-    }
+pub async fn put_brand(AdminQueue { state, queue }: AdminQueue, body: SettingsBody) -> Result<Json<Value>, ApiError> {
+    let settings = named_settings(body, || format!("name at least one branding setting ({})", brand::names()))?;
     let (mut set, mut clear) = (Vec::new(), Vec::new());
     for (name, v) in &settings {
         let at = |m: String| ApiError::AtField(StatusCode::UNPROCESSABLE_ENTITY, name.clone(), m);
@@ -223,9 +235,7 @@ pub async fn put_brand(
 
 /// `POST /api/admin/queues/{queue}/pause`: stops admission (soft cap 0), remembering
 /// the soft cap it had for resume. Pausing a paused queue changes nothing.
-pub async fn pause(State(state): St, headers: HeaderMap, Path(queue): Path<String>) -> Result<Json<Value>, ApiError> {
-    authorize(&state, &headers)?;
-    let queue = queue_name(Some(&queue))?;
+pub async fn pause(AdminQueue { state, queue }: AdminQueue) -> Result<Json<Value>, ApiError> {
     let client = state.store.client().await?;
     let soft_cap = client.config_get(&queue).await?.soft_cap();
     if client.paused_soft_cap(&queue).await?.is_some() && soft_cap == 0 {
@@ -236,23 +246,32 @@ pub async fn pause(State(state): St, headers: HeaderMap, Path(queue): Path<Strin
     client.remember_pause(&queue, soft_cap).await?;
     client.config_set(&queue, &[("soft_cap", 0)]).await?;
     register(&state, &client, &queue).await;
-    audit(&state, &queue, "pause", json!({ "soft_cap": { "from": soft_cap, "to": 0 } }));
-    state.hub.wake(&queue);
-    Ok(Json(queue_body(&client, &queue).await?))
+    soft_cap_changed(&state, &client, &queue, "pause", soft_cap, 0).await
 }
 
 /// `POST /api/admin/queues/{queue}/resume`: restores the soft cap the pause replaced;
 /// 409 when the queue is not paused.
-pub async fn resume(State(state): St, headers: HeaderMap, Path(queue): Path<String>) -> Result<Json<Value>, ApiError> {
-    authorize(&state, &headers)?;
-    let queue = queue_name(Some(&queue))?;
+pub async fn resume(AdminQueue { state, queue }: AdminQueue) -> Result<Json<Value>, ApiError> {
     let client = state.store.client().await?;
     let Some(soft_cap) = client.paused_soft_cap(&queue).await? else {
         return Err(ApiError::Conflict("the queue is not paused (pause it first)".into()));
     };
     client.config_set(&queue, &[("soft_cap", soft_cap)]).await?;
     client.forget_pause(&queue).await?;
-    audit(&state, &queue, "resume", json!({ "soft_cap": { "from": 0, "to": soft_cap } }));
-    state.hub.wake(&queue);
-    Ok(Json(queue_body(&client, &queue).await?))
+    soft_cap_changed(&state, &client, &queue, "resume", 0, soft_cap).await
+}
+
+/// After a pause or resume: the audit line, push streams woken at once (the line
+/// moves or stops), and the queue as GET answers it.
+async fn soft_cap_changed(
+    state: &AppState,
+    client: &QueueClient,
+    queue: &str,
+    action: &'static str,
+    from: i64,
+    to: i64,
+) -> Result<Json<Value>, ApiError> {
+    audit(state, queue, action, json!({ "soft_cap": { "from": from, "to": to } }));
+    state.hub.wake(queue);
+    Ok(Json(queue_body(client, queue).await?))
 }
