@@ -1,9 +1,11 @@
 #!/usr/bin/env bash
 # Runs the whole system locally on loopback: valkey-server with the module (or, with
-# --lua, a bare server with the Lua library), queue-api, queue-manager and chat-server.
+# --lua, a bare server with the Lua library), queue-api, queue-manager, chat-server, and
+# the gate in proxy mode in front of an example app (/checkout waits in queue "shop").
 # Prints the URLs; Ctrl+C stops everything.
 #   bash scripts/run-local.sh [--lua] [--soft-cap N]
-# Ports: VALKEY_PORT (6390), API_PORT (8080), CHAT_PORT (8081), MANAGER_PORT (9091).
+# Ports: VALKEY_PORT (6390), API_PORT (8080), CHAT_PORT (8081), MANAGER_PORT (9091),
+# GATE_PORT (8090), APP_PORT (3000).
 set -euo pipefail
 root="$(cd "$(dirname "$0")/.." && pwd)"
 backend=module
@@ -12,12 +14,13 @@ while [ $# -gt 0 ]; do
   case "$1" in
     --lua) backend=lua ;;
     --soft-cap) soft_cap="$2"; shift ;;
-    -h|--help) sed -n '2,7p' "$0"; exit 0 ;;
+    -h|--help) sed -n '2,9p' "$0"; exit 0 ;;
     *) echo "unknown option $1" >&2; exit 2 ;;
   esac
   shift
 done
 VALKEY_PORT=${VALKEY_PORT:-6390}; API_PORT=${API_PORT:-8080}; CHAT_PORT=${CHAT_PORT:-8081}; MANAGER_PORT=${MANAGER_PORT:-9091}
+GATE_PORT=${GATE_PORT:-8090}; APP_PORT=${APP_PORT:-3000}
 
 bash "$root/scripts/install-deps.sh" >/dev/null
 # The same build as scripts/test.sh, so running the tests afterwards rebuilds nothing
@@ -46,21 +49,29 @@ wait_valkey "$VALKEY_PORT" || true
 [ "$backend" = lua ] && bash "$root/scripts/load-lua.sh" -p "$VALKEY_PORT" >/dev/null
 url="redis://127.0.0.1:$VALKEY_PORT/"
 cli=(valkey-cli -p "$VALKEY_PORT")
-if [ "$backend" = module ]; then "${cli[@]}" QUEUE.CONFIG default SET soft_cap "$soft_cap" >/dev/null
-else "${cli[@]}" FCALL queue_config 1 default SET soft_cap "$soft_cap" >/dev/null; fi
+for q in default shop; do
+  if [ "$backend" = module ]; then "${cli[@]}" QUEUE.CONFIG "$q" SET soft_cap "$soft_cap" >/dev/null
+  else "${cli[@]}" FCALL queue_config 1 "$q" SET soft_cap "$soft_cap" >/dev/null; fi
+done
 
 bin="$root/target/release"
 "$bin/chat-server" --valkey-url "$url" --listen "127.0.0.1:$CHAT_PORT" & pids+=($!)
 "$bin/queue-manager" --valkey-url "$url" --listen "127.0.0.1:$MANAGER_PORT" & pids+=($!)
 "$bin/queue-api" --valkey-url "$url" --listen "127.0.0.1:$API_PORT" --chat-url "http://127.0.0.1:$CHAT_PORT/" \
-  --admin-token "${ADMIN_TOKEN:-local-admin}" --trust-proxy & pids+=($!)
+  --admit-url shop=/gate/claim --admin-token "${ADMIN_TOKEN:-local-admin}" --trust-proxy & pids+=($!)
+# The gate in front of an example app (it answers with whom the gate said it serves):
+# /checkout waits in queue "shop", the waiting room is served same-origin under /gate/room/.
+"$bin/examples/gate-upstream" --listen "127.0.0.1:$APP_PORT" & pids+=($!)
+"$bin/queue-gate" --valkey-url "$url" --listen "127.0.0.1:$GATE_PORT" --upstream "http://127.0.0.1:$APP_PORT" \
+  --route /checkout=shop --queue-api "http://127.0.0.1:$API_PORT" & pids+=($!)
 
 cat <<MSG
 
 The waiting room is running ($backend backend, soft cap $soft_cap):
   waiting-room page   http://127.0.0.1:$API_PORT/
   chat page           http://127.0.0.1:$CHAT_PORT/   (the waiting room sends you there)
-  metrics             http://127.0.0.1:$API_PORT/metrics  http://127.0.0.1:$MANAGER_PORT/metrics  http://127.0.0.1:$CHAT_PORT/metrics
+  an app behind the gate  http://127.0.0.1:$GATE_PORT/checkout   (queue shop; the gate's JWKS at /.well-known/jwks.json)
+  metrics             http://127.0.0.1:$API_PORT/metrics  http://127.0.0.1:$MANAGER_PORT/metrics  http://127.0.0.1:$CHAT_PORT/metrics  http://127.0.0.1:$GATE_PORT/gate/metrics
   back office         curl -H 'Authorization: Bearer ${ADMIN_TOKEN:-local-admin}' http://127.0.0.1:$API_PORT/api/admin/queues/default
   valkey-cli          valkey-cli -p $VALKEY_PORT    (try QUEUE.INFO default)
   one person          $bin/queue-cli join --api http://127.0.0.1:$API_PORT --chat http://127.0.0.1:$CHAT_PORT --nickname alice
