@@ -485,15 +485,14 @@ async fn renewed_cookie_reaches_the_browser_through_nginx_and_caddy() {
                 .map(str::to_string)
                 .find(|v| !v.is_empty())
         };
+        let browse = |url: String, token: &str| {
+            let cookie = format!("queue_admission={token}");
+            let r = http.get(url).header("accept", "text/html").header("cookie", cookie).send();
+            async move { r.await.unwrap() }
+        };
         let (started, mut renewals, mut served) = (Instant::now(), 0, 0);
         while started.elapsed() < Duration::from_millis(5000) {
-            let r = http
-                .get(format!("{entrance}/checkout"))
-                .header("accept", "text/html")
-                .header("cookie", format!("queue_admission={token}"))
-                .send()
-                .await
-                .unwrap();
+            let r = browse(format!("{entrance}/checkout"), &token).await;
             let location = r.headers().get("location").map(|l| l.to_str().unwrap().to_string());
             match (r.status().as_u16(), location) {
                 (200, _) => {
@@ -504,13 +503,7 @@ async fn renewed_cookie_reaches_the_browser_through_nginx_and_caddy() {
                     }
                 }
                 (302, Some(to)) if to.starts_with("/gate/renew?") => {
-                    let r = http
-                        .get(format!("{entrance}{to}"))
-                        .header("accept", "text/html")
-                        .header("cookie", format!("queue_admission={token}"))
-                        .send()
-                        .await
-                        .unwrap();
+                    let r = browse(format!("{entrance}{to}"), &token).await;
                     assert_eq!(r.status(), 303, "{front:?}: /gate/renew");
                     assert_eq!(r.headers()["location"], "/checkout", "{front:?}: back where the person was");
                     token = set_cookie(&r).unwrap_or_else(|| panic!("{front:?}: /gate/renew set no cookie"));

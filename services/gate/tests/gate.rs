@@ -49,11 +49,7 @@ fn now_s() -> u64 {
 }
 
 async fn claim_once_then_admitted_through_the_proxy(b: Backend) {
-    let s = ValkeyServer::start(b);
-    let qc = queue_client(&s).await;
-    let dir = tempfile::tempdir().unwrap();
-    let app = Upstream::start().await;
-    let gate = Gate::start(config(&s, Some(app.addr), &key_file(dir.path(), "k.pem"))).await;
+    let Proxied { valkey: _s, qc, dir: _dir, app, gate } = Proxied::start(ValkeyServer::start(b)).await;
 
     // Not admitted: to the waiting room with the queue and the way back.
     let r = browse(&gate, "/checkout/cart?x=1", None).await;
@@ -444,11 +440,7 @@ async fn forward_auth_conventions(b: Backend) {
 }
 
 async fn websocket_and_upload_through_the_proxy(b: Backend) {
-    let s = ValkeyServer::start(b);
-    let qc = queue_client(&s).await;
-    let dir = tempfile::tempdir().unwrap();
-    let app = Upstream::start().await;
-    let gate = Gate::start(config(&s, Some(app.addr), &key_file(dir.path(), "k.pem"))).await;
+    let Proxied { valkey: _s, qc, dir: _dir, app, gate } = Proxied::start(ValkeyServer::start(b)).await;
     let cookie = claim(&gate, "drop", &ticket(&qc, "drop", "u-1").await).await;
 
     // WebSocket: refused without an admission, echoed with one.
@@ -704,11 +696,8 @@ async fn two_instances_share_only_valkey(b: Backend) {
 /// server processes only the heartbeats (one per queue per tick).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn admitted_requests_make_no_valkey_calls() {
-    let s = ValkeyServer::start(Backend::Module);
-    let qc = queue_client(&s).await;
-    let dir = tempfile::tempdir().unwrap();
-    let app = Upstream::start().await;
-    let gate = Gate::start(config(&s, Some(app.addr), &key_file(dir.path(), "k.pem"))).await;
+    let Proxied { valkey: s, qc, dir: _dir, app: _app, gate } =
+        Proxied::start(ValkeyServer::start(Backend::Module)).await;
     let mut cookies = Vec::new();
     for i in 0..20 {
         cookies.push(claim(&gate, "drop", &ticket(&qc, "drop", &format!("u-{i}")).await).await);
@@ -1013,11 +1002,8 @@ async fn session_end_kept_while_valkey_is_away(b: Backend) {
 /// browser; this site's pages, the person and non-browser clients can.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn leave_and_claim_refuse_other_sites() {
-    let s = ValkeyServer::start(Backend::Module);
-    let qc = queue_client(&s).await;
-    let dir = tempfile::tempdir().unwrap();
-    let app = Upstream::start().await;
-    let gate = Gate::start(config(&s, Some(app.addr), &key_file(dir.path(), "k.pem"))).await;
+    let Proxied { valkey: _s, qc, dir: _dir, app: _app, gate } =
+        Proxied::start(ValkeyServer::start(Backend::Module)).await;
     let cookie = claim(&gate, "drop", &ticket(&qc, "drop", "u-1").await).await;
     let leave = |method: reqwest::Method, headers: &[(&'static str, &'static str)]| {
         let mut r = client().request(method, gate.url("/gate/leave?queue=drop&return=/bye")).header("cookie", &cookie);

@@ -154,6 +154,26 @@ pub fn config(valkey: &ValkeyServer, upstream: Option<SocketAddr>, key: &Path) -
     c
 }
 
+/// What most tests start with: a real valkey-server, a queue client, the logging app,
+/// and the gate in proxy mode in front of it (the test routes, a key in `dir`).
+pub struct Proxied {
+    pub valkey: ValkeyServer,
+    pub qc: QueueClient,
+    pub dir: tempfile::TempDir,
+    pub app: Upstream,
+    pub gate: Gate,
+}
+
+impl Proxied {
+    pub async fn start(valkey: ValkeyServer) -> Proxied {
+        let qc = queue_client(&valkey).await;
+        let dir = tempfile::tempdir().unwrap();
+        let app = Upstream::start().await;
+        let gate = Gate::start(config(&valkey, Some(app.addr), &key_file(dir.path(), "k.pem"))).await;
+        Proxied { valkey, qc, dir, app, gate }
+    }
+}
+
 /// The gate running in this process on a real socket.
 pub struct Gate {
     pub addr: SocketAddr,
