@@ -324,10 +324,7 @@ async fn sessions_ended_by_the_app_and_by_leaving(b: Backend) {
 }
 
 async fn forward_auth_conventions(b: Backend) {
-    let s = ValkeyServer::start(b);
-    let qc = queue_client(&s).await;
-    let dir = tempfile::tempdir().unwrap();
-    let gate = Gate::start(config(&s, None, &key_file(dir.path(), "k.pem"))).await;
+    let Proxied { valkey: s, qc, dir, gate, .. } = Proxied::with(ValkeyServer::start(b), false, |_| {}).await;
     let auth = |headers: &[(&str, &str)], path: &str| {
         let mut r = client().get(gate.url(path));
         for (k, v) in headers {
@@ -551,10 +548,7 @@ async fn valkey_away_admitted_pass_claims_503_then_fail_open(b: Backend) {
 /// Open redirects: every refused return path sends the person to `/`.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn open_redirect_attempts_go_home() {
-    let s = ValkeyServer::start(Backend::Module);
-    let qc = queue_client(&s).await;
-    let dir = tempfile::tempdir().unwrap();
-    let gate = Gate::start(config(&s, None, &key_file(dir.path(), "k.pem"))).await;
+    let Proxied { valkey: _s, qc, gate, .. } = Proxied::with(ValkeyServer::start(Backend::Module), false, |_| {}).await;
     let attempts = [
         "//evil.example",
         "https://evil.example",
@@ -1085,13 +1079,11 @@ async fn leave_and_claim_refuse_other_sites() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn renewal_by_redirect_in_forward_auth() {
     use queue_gate::rules::QueueSettings;
-    let s = ValkeyServer::start(Backend::Module);
-    let qc = queue_client(&s).await;
-    let dir = tempfile::tempdir().unwrap();
-    let mut c = config(&s, None, &key_file(dir.path(), "k.pem"));
-    c.rules.queues.insert("drop".into(), QueueSettings { idle: Duration::from_secs(3), max_session: None });
-    c.renew_redirect = true;
-    let gate = Gate::start(c).await;
+    let Proxied { valkey: _s, qc, gate, .. } = Proxied::with(ValkeyServer::start(Backend::Module), false, |c| {
+        c.rules.queues.insert("drop".into(), QueueSettings { idle: Duration::from_secs(3), max_session: None });
+        c.renew_redirect = true;
+    })
+    .await;
     let cookie = claim(&gate, "drop", &ticket(&qc, "drop", "u-1").await).await;
     let auth = |cookie: &str, headers: &[(&'static str, &'static str)]| {
         let mut r =

@@ -155,7 +155,8 @@ pub fn config(valkey: &ValkeyServer, upstream: Option<SocketAddr>, key: &Path) -
 }
 
 /// What most tests start with: a real valkey-server, a queue client, the logging app,
-/// and the gate in proxy mode in front of it (the test routes, a key in `dir`).
+/// and the gate (the test routes, a key in `dir`), in proxy mode in front of the app
+/// ([`Proxied::start`]) or in forward-auth mode ([`Proxied::with`]).
 pub struct Proxied {
     pub valkey: ValkeyServer,
     pub qc: QueueClient,
@@ -166,10 +167,18 @@ pub struct Proxied {
 
 impl Proxied {
     pub async fn start(valkey: ValkeyServer) -> Proxied {
+        Proxied::with(valkey, true, |_| {}).await
+    }
+
+    /// The gate in proxy mode (`proxy`) or forward-auth mode, its configuration
+    /// changed by `edit` first.
+    pub async fn with(valkey: ValkeyServer, proxy: bool, edit: impl FnOnce(&mut Config)) -> Proxied {
         let qc = queue_client(&valkey).await;
         let dir = tempfile::tempdir().unwrap();
         let app = Upstream::start().await;
-        let gate = Gate::start(config(&valkey, Some(app.addr), &key_file(dir.path(), "k.pem"))).await;
+        let mut c = config(&valkey, proxy.then_some(app.addr), &key_file(dir.path(), "k.pem"));
+        edit(&mut c);
+        let gate = Gate::start(c).await;
         Proxied { valkey, qc, dir, app, gate }
     }
 }
