@@ -133,10 +133,16 @@ async fn waiting_room_served_under_gate_room() {
     let mut c = config(&s, Some(app.addr), &key_file(dir.path(), "k.pem"));
     c.queue_api = Some(format!("http://{}", api.addr).parse().unwrap());
     let gate = Gate::start(c).await;
+    // The page, its script, worker, styles, brand, messages and assets, the queue API.
     for (asked, served) in [
         ("/gate/room/?queue=drop&return=%2Fcheckout", "/?queue=drop&return=%2Fcheckout"),
         ("/gate/room/api/queue/status?queue=drop&userId=u", "/api/queue/status?queue=drop&userId=u"),
         ("/gate/room/app.js", "/app.js"),
+        ("/gate/room/pow-worker.js", "/pow-worker.js"),
+        ("/gate/room/brand.css?queue=drop", "/brand.css?queue=drop"),
+        ("/gate/room/i18n/en.json", "/i18n/en.json"),
+        ("/gate/room/assets/logo.svg", "/assets/logo.svg"),
+        ("/gate/room/api/queue/stream?queue=drop&userId=u", "/api/queue/stream?queue=drop&userId=u"),
     ] {
         let r = client().get(gate.url(asked)).send().await.unwrap();
         assert_eq!(r.status(), 200, "{asked}");
@@ -144,17 +150,6 @@ async fn waiting_room_served_under_gate_room() {
     }
     let r = client().get(gate.url("/gate/room?queue=drop")).send().await.unwrap();
     assert_eq!((r.status().as_u16(), r.headers()["location"].to_str().unwrap()), (301, "/gate/room/?queue=drop"));
-    // What the page needs besides: its worker, brand, messages and assets, the queue API.
-    for (asked, served) in [
-        ("/gate/room/pow-worker.js", "/pow-worker.js"),
-        ("/gate/room/brand.css?queue=drop", "/brand.css?queue=drop"),
-        ("/gate/room/i18n/en.json", "/i18n/en.json"),
-        ("/gate/room/assets/logo.svg", "/assets/logo.svg"),
-        ("/gate/room/api/queue/stream?queue=drop&userId=u", "/api/queue/stream?queue=drop&userId=u"),
-    ] {
-        assert_eq!(client().get(gate.url(asked)).send().await.unwrap().status(), 200, "{asked}");
-        assert_eq!(api.seen().last().unwrap().path, served);
-    }
     let r = client().post(gate.url("/gate/room/api/queue/entry")).body("{}").send().await.unwrap();
     assert_eq!((r.status().as_u16(), api.seen().last().unwrap().path.as_str()), (200, "/api/queue/entry"));
     // queue-api's back office and its other paths are not the public's: 404, and
@@ -272,13 +267,7 @@ async fn lapsed_lease_ends_access_within_a_tick(b: Backend) {
     })
     .await;
     assert!(refused, "a lapsed lease ends access within a tick or so");
-    let r = client()
-        .get(gate.url("/gate/auth"))
-        .header("x-original-uri", "/checkout")
-        .header("cookie", &cookie)
-        .send()
-        .await
-        .unwrap();
+    let r = auth_as_nginx(&gate, "/checkout", &cookie).await;
     assert_eq!((r.status().as_u16(), r.headers()["x-queue-decision"].to_str().unwrap()), (401, "lapsed"));
     gate.stop().await;
 }
@@ -829,13 +818,7 @@ async fn token_dies_before_its_lease_can_lapse(b: Backend) {
     let mut c = config(&s, Some(app.addr), &key);
     settings(&mut c);
     let other = Gate::start(c).await;
-    let r = client()
-        .get(other.url("/gate/auth"))
-        .header("x-original-uri", "/checkout")
-        .header("cookie", &cookie)
-        .send()
-        .await
-        .unwrap();
+    let r = auth_as_nginx(&other, "/checkout", &cookie).await;
     assert_eq!((r.status().as_u16(), r.headers()["x-queue-decision"].to_str().unwrap()), (401, "expired"));
     assert_eq!(browse(&other, "/checkout", Some(&cookie)).await.status(), 302, "nor at another instance");
     assert_eq!(qc.heartbeat("drop", &["u-1"]).await.unwrap(), [false], "the lease had lapsed");
@@ -907,13 +890,7 @@ async fn websocket_closed_when_the_session_ends(b: Backend) {
     let mut ws = open_ws(&gate, &cookie).await;
     tokio::time::sleep(Duration::from_millis(700)).await;
     echoes(&mut ws, "still here").await;
-    let r = client()
-        .post(gate.url("/gate/leave?queue=drop"))
-        .header("cookie", &cookie)
-        .header("sec-fetch-site", "same-origin")
-        .send()
-        .await
-        .unwrap();
+    let r = leave_here(&gate, "drop", &cookie).await;
     assert_eq!(r.status(), 200);
     assert!(closed_within(&mut ws, within).await, "closed after /gate/leave");
 
@@ -964,13 +941,7 @@ async fn session_end_kept_while_valkey_is_away(b: Backend) {
     })
     .await;
     assert!(down, "the gate notices Valkey is away");
-    let r = client()
-        .post(gate.url("/gate/leave?queue=drop"))
-        .header("cookie", &a)
-        .header("sec-fetch-site", "same-origin")
-        .send()
-        .await
-        .unwrap();
+    let r = leave_here(&gate, "drop", &a).await;
     assert_eq!(r.status(), 200);
     assert_eq!(browse(&gate, "/checkout", Some(&a)).await.status(), 302, "access ends at once");
     let pending = async || {

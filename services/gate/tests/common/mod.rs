@@ -278,6 +278,18 @@ pub async fn browse(gate: &Gate, path: &str, cookie: Option<&str>) -> reqwest::R
     req.send().await.unwrap()
 }
 
+/// `/gate/auth` asked as nginx asks it (`X-Original-URI`) about `uri` with `cookie`.
+pub async fn auth_as_nginx(gate: &Gate, uri: &str, cookie: &str) -> reqwest::Response {
+    let r = client().get(gate.url("/gate/auth")).header("x-original-uri", uri).header("cookie", cookie);
+    r.send().await.unwrap()
+}
+
+/// Leaves `queue` with `cookie` by the page's button (a POST from this origin), as JSON.
+pub async fn leave_here(gate: &Gate, queue: &str, cookie: &str) -> reqwest::Response {
+    let r = client().post(gate.url(&format!("/gate/leave?queue={queue}"))).header("cookie", cookie);
+    r.header("sec-fetch-site", "same-origin").send().await.unwrap()
+}
+
 /// Polls `f` until true or `deadline`.
 pub async fn eventually(deadline: Duration, mut f: impl AsyncFnMut() -> bool) -> bool {
     let end = Instant::now() + deadline;
