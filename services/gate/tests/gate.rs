@@ -273,12 +273,8 @@ async fn lapsed_lease_ends_access_within_a_tick(b: Backend) {
 }
 
 async fn sessions_ended_by_the_app_and_by_leaving(b: Backend) {
-    let s = ValkeyServer::start(b);
-    let qc = queue_client(&s).await;
+    let Proxied { valkey: _s, qc, dir: _dir, app: _app, gate } = Proxied::start(ValkeyServer::start(b)).await;
     qc.config_set("drop", &[("soft_cap", 1)]).await.unwrap();
-    let dir = tempfile::tempdir().unwrap();
-    let app = Upstream::start().await;
-    let gate = Gate::start(config(&s, Some(app.addr), &key_file(dir.path(), "k.pem"))).await;
 
     let a = claim(&gate, "drop", &ticket(&qc, "drop", "u-a").await).await;
     assert_eq!(qc.enter("drop", "u-b", "b").await.unwrap().status, Status::Waiting);
@@ -925,12 +921,9 @@ async fn websocket_closed_when_the_session_ends(b: Backend) {
 /// before the lease (60 s) would have lapsed by itself.
 async fn session_end_kept_while_valkey_is_away(b: Backend) {
     // AOF written at every command: a kill -9 loses nothing.
-    let mut s = ValkeyServer::builder(b).arg("--appendonly").arg("yes").arg("--appendfsync").arg("always").start();
-    let qc = queue_client(&s).await;
+    let valkey = ValkeyServer::builder(b).arg("--appendonly").arg("yes").arg("--appendfsync").arg("always").start();
+    let Proxied { valkey: mut s, qc, dir: _dir, app: _app, gate } = Proxied::start(valkey).await;
     qc.config_set("drop", &[("soft_cap", 1), ("session_lease", 60_000)]).await.unwrap();
-    let dir = tempfile::tempdir().unwrap();
-    let app = Upstream::start().await;
-    let gate = Gate::start(config(&s, Some(app.addr), &key_file(dir.path(), "k.pem"))).await;
     let a = claim(&gate, "drop", &ticket(&qc, "drop", "u-a").await).await;
     assert_eq!(qc.enter("drop", "u-b", "b").await.unwrap().status, Status::Waiting);
     assert_eq!(browse(&gate, "/checkout", Some(&a)).await.status(), 200);
