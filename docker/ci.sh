@@ -77,7 +77,7 @@ run "vq-app-$suffix" valkey-queue-ci/gate-example-app:test "LISTEN=127.0.0.1:$ap
 # address).
 run "vq-gate-$suffix" valkey-queue-ci/queue-gate:test "VALKEY_URL=$url" "LISTEN=127.0.0.1:$gate" "HEALTH_PORT=$gate" \
   "GATE_UPSTREAM=http://127.0.0.1:$app" "GATE_ROUTES=/checkout=shop" "QUEUE_API=http://127.0.0.1:$api" \
-  GATE_IDLE=2s GATE_TICK=200ms GATE_TRUST_PROXY=true
+  GATE_IDLE=4s GATE_TICK=200ms GATE_TRUST_PROXY=true
 for c in chat manager api app gate; do
   for _ in $(seq 1 150); do
     [ "$($DOCKER inspect -f '{{.State.Health.Status}}' "vq-$c-$suffix")" = healthy ] && break
@@ -91,7 +91,7 @@ status=0
   --users "${SWARM_USERS:-500}" --rate 100 --stay-secs 1 --admin-token ci-admin --timeout-secs 120 --quiet || status=$?
 # Through the gate: sent to the room, in line, claimed at /gate/claim, into the app.
 "$root/target/release/queue-cli" swarm --api "http://127.0.0.1:$api" --chat "http://127.0.0.1:$chat" --queue shop \
-  --gate "http://127.0.0.1:$gate" --gate-path /checkout --gate-idle-secs 2 \
+  --gate "http://127.0.0.1:$gate" --gate-path /checkout --gate-idle-secs 4 \
   --users "${GATE_SWARM_USERS:-200}" --rate 50 --stay-secs 0.5 --admin-token ci-admin --timeout-secs 120 --quiet || status=$?
 
 # 5. SIGTERM each service; each exits 0; no session is left.
