@@ -20,22 +20,30 @@ fn capacity_holds_and_tickets_claim_once_under_load(b: Backend) {
     let deadline = Instant::now() + Duration::from_secs(6);
     let mut handles = Vec::new();
 
-    // Entrants: join, poll, and collect their tickets.
+    // Entrants: join, poll, and collect their tickets. Each polls its own oldest user
+    // still waiting (its users are promoted in the order they entered), so tickets are
+    // collected however the threads are scheduled.
     for w in 0..4 {
         let (mut c, issued, stop) = (s.client(), issued.clone(), stop.clone());
         handles.push(std::thread::spawn(move || {
-            let mut i = 0;
+            let (mut i, mut oldest) = (0, 0);
             while !stop.load(Ordering::Relaxed) {
                 let u = format!("w{w}-{i}");
                 let r = c.enter("q", &u, "n");
                 if let Some(t) = field_str(&r, "ticketId") {
                     issued.lock().unwrap().push(t);
                 }
-                let r = c.status("q", &format!("w{w}-{}", i / 2));
-                if let Some(t) = field_str(&r, "ticketId") {
-                    issued.lock().unwrap().push(t);
-                }
                 i += 1;
+                while oldest < i {
+                    let r = c.status("q", &format!("w{w}-{oldest}"));
+                    if field_str(&r, "status").as_deref() == Some("WAITING") {
+                        break;
+                    }
+                    if let Some(t) = field_str(&r, "ticketId") {
+                        issued.lock().unwrap().push(t);
+                    }
+                    oldest += 1;
+                }
             }
         }));
     }
