@@ -64,7 +64,7 @@ run "vq-valkey-$suffix" valkey-queue-ci/valkey:test "VALKEY_PORT=$vport" "QUEUE_
 for _ in $(seq 1 100); do valkey-cli -p "$vport" ping 2>/dev/null | grep -q PONG && break; sleep 0.1; done
 valkey-cli -p "$vport" QUEUE.CONFIG default SET soft_cap 50 ticket_ttl 10000 abandon_after 5000 >/dev/null
 # The gate's queue: a short lease, so that idle people's slots come back within the run.
-valkey-cli -p "$vport" QUEUE.CONFIG shop SET soft_cap 20 ticket_ttl 10000 abandon_after 5000 session_lease 2000 >/dev/null
+valkey-cli -p "$vport" QUEUE.CONFIG shop SET soft_cap 20 ticket_ttl 10000 abandon_after 5000 session_lease 4000 >/dev/null
 url="redis://127.0.0.1:$vport/"
 run "vq-chat-$suffix" valkey-queue-ci/chat-server:test "VALKEY_URL=$url" "LISTEN=127.0.0.1:$chat" "HEALTH_PORT=$chat"
 run "vq-manager-$suffix" valkey-queue-ci/queue-manager:test "VALKEY_URL=$url" "LISTEN=127.0.0.1:$mgr" "HEALTH_PORT=$mgr"

@@ -72,7 +72,7 @@ fn gate_options(routes: &[(&str, &str)]) -> GateOptions {
 fn configure(c: &mut testkit::Client, queue: &str, opts: &StackOptions) {
     let (cap, ttl, abandon) =
         (opts.soft_cap.to_string(), opts.ticket_ttl_ms.to_string(), opts.abandon_after_ms.to_string());
-    let set = ["soft_cap", &cap, "ticket_ttl", &ttl, "abandon_after", &abandon, "session_lease", "2000"];
+    let set = ["soft_cap", &cap, "ticket_ttl", &ttl, "abandon_after", &abandon, "session_lease", "4000"];
     c.call("QUEUE.CONFIG", &[&[queue, "SET"][..], &set[..]].concat()).expect("configure the queue");
 }
 

@@ -209,7 +209,7 @@ pub async fn claim(
     gate.health.up();
     gate.metrics.claim("ok");
     let now_s = now / 1000;
-    let exp = gate.token_exp(queue, now_s, now_s);
+    let exp = gate.token_exp(queue, now_s, now);
     let claims = Claims {
         iss: ISSUER.to_string(),
         aud: queue.to_string(),
@@ -326,7 +326,7 @@ pub struct RenewQuery {
 }
 
 /// `/gate/renew?queue=&return=`: the request's token for `queue`, when due for renewal
-/// (a third of its life left, Valkey answering), is reissued as a new cookie; then
+/// (a tenth of its life gone, Valkey answering), is reissued as a new cookie; then
 /// 303 to `return` (same-site paths only). Forward auth sends browsers here with
 /// `--renew-redirect`: every proxy passes `/gate/` answers through whole, cookies
 /// included, which some do not do for the auth call's 200. A token that cannot be

@@ -86,7 +86,7 @@ pub struct Flags {
     #[arg(long, value_name = "FILE")]
     pub write_key: Option<PathBuf>,
     /// Lifetime of an admission token (10s to 1d), at most the queue's idle time (so
-    /// that no token outlives its lease); renewed when a third is left.
+    /// that no token outlives its lease); renewed once a tenth of it is gone.
     #[arg(long, env = "GATE_TOKEN_TTL", default_value = "10m", value_parser = duration(secs(10)..=secs(86_400)))]
     pub token_ttl: Duration,
     /// Someone not seen for this long is no longer renewed and the slot returns

@@ -198,21 +198,29 @@ impl Gate {
         self.config.token_ttl.min(self.config.rules.settings(queue).idle).as_secs().max(1)
     }
 
-    /// The expiry (seconds) of a token of `queue` issued at `now_s` for a session
-    /// claimed at `auth_time`: its lifetime, and never past the longest session.
-    pub fn token_exp(&self, queue: &str, auth_time: u64, now_s: u64) -> u64 {
-        let mut exp = now_s + self.token_life_s(queue);
+    /// The expiry (seconds) of a token of `queue` issued at `now_ms` for a session
+    /// claimed at `auth_time`: its lifetime from now rounded up to the second (a token
+    /// never lives a second short of it), and never past the longest session.
+    pub fn token_exp(&self, queue: &str, auth_time: u64, now_ms: u64) -> u64 {
+        let mut exp = now_ms.div_ceil(1000) + self.token_life_s(queue);
         if let Some(max) = self.config.rules.settings(queue).max_session {
-            exp = exp.min(auth_time + max.as_secs().max(1)).max(now_s + 1);
+            exp = exp.min(auth_time + max.as_secs().max(1)).max(now_ms / 1000 + 1);
         }
         exp
     }
 
-    /// Whether `v`'s token is due for renewal at `now_ms`: a third of its lifetime or
-    /// less left, and Valkey answering (a token is renewed only while its lease can be).
+    /// Whether `v`'s token is due for renewal at `now_ms`: a tenth of its lifetime gone
+    /// (at least a second, or half of a shorter life), a renewal would move its expiry
+    /// (not when the longest session caps it), and Valkey answering (a token is renewed
+    /// only while its lease can be). So a person can be silent for nine tenths of the
+    /// idle time after any request and still be in on the token it left with.
     pub fn renewal_due(&self, v: &Verified, now_ms: u64) -> bool {
+        let life_ms = self.token_life_s(&v.claims.aud) * 1000;
+        let step_ms = (life_ms / 10).max(1000.min(life_ms / 2));
         let left_ms = (v.claims.exp * 1000).saturating_sub(now_ms);
-        left_ms * 3 <= self.token_life_s(&v.claims.aud) * 1000 && self.health.is_up()
+        left_ms + step_ms <= life_ms
+            && self.token_exp(&v.claims.aud, v.claims.auth_time, now_ms) > v.claims.exp
+            && self.health.is_up()
     }
 
     /// A fresh token for `v`'s session (same session id and claim time) and its expiry.
@@ -220,15 +228,14 @@ impl Gate {
         let now_s = now_ms / 1000;
         let mut claims = v.claims.clone();
         claims.iat = now_s;
-        claims.exp = self.token_exp(&claims.aud, claims.auth_time, now_s);
+        claims.exp = self.token_exp(&claims.aud, claims.auth_time, now_ms);
         let fresh = self.config.keys.sign(&claims);
         self.table.session_for(&claims, now_ms);
         self.metrics.renewed.increment(1);
         (fresh, claims.exp)
     }
 
-    /// A Set-Cookie with a fresh token once a third of the lifetime is left, while
-    /// Valkey answers.
+    /// A Set-Cookie with a fresh token once it is due ([`Gate::renewal_due`]).
     fn renewal(&self, v: &Verified, req: &Incoming, now_ms: u64) -> Option<HeaderValue> {
         if !self.renewal_due(v, now_ms) {
             return None;

@@ -180,6 +180,14 @@ async fn send_pending(gate: &Gate, pending: &mut VecDeque<(u64, EndRequest)>) {
             );
             continue;
         }
+        if gate.table.live_since(&req.queue, &req.user, since) {
+            tracing::info!(
+                queue = req.queue,
+                user = req.user,
+                "kept SESSION.END dropped: the person claimed again since (their new session stays)"
+            );
+            continue;
+        }
         if !end_one(gate, &req).await {
             pending.push_front((since, req));
             break;

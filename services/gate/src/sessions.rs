@@ -207,6 +207,15 @@ impl Table {
         over
     }
 
+    /// Whether `user` holds a live session of `queue` here claimed at or after
+    /// `since_ms` (to the second): a later session, which a SESSION.END kept from
+    /// before it must not end (the command names the person, not the session).
+    pub fn live_since(&self, queue: &str, user: &str, since_ms: u64) -> bool {
+        self.sessions.iter().any(|s| {
+            s.queue == queue && s.user == user && s.state() == State::Live && s.auth_time * 1000 + 1000 > since_ms
+        })
+    }
+
     /// Live sessions seen within the idle time, per queue: the people inside as this
     /// instance sees them.
     pub fn inside(&self, now_ms: u64, idle_ms: impl Fn(&str) -> u64) -> BTreeMap<String, usize> {
