@@ -9,7 +9,7 @@
 //! ticket in their browser: see [`initiator`] for what each endpoint accepts.
 
 use crate::answer::{self, wants_html};
-use crate::lease::end_with;
+use crate::lease::end_one;
 use crate::proxy::Origin;
 use crate::returns::return_or_root;
 use crate::sessions::State as SessionState;
@@ -292,11 +292,7 @@ pub async fn leave(
             gate.metrics.ended(EndReason::Leave);
             let req = EndRequest { queue: v.claims.aud.clone(), user: v.claims.sub.clone(), reason: EndReason::Leave };
             // Valkey away: the ender keeps it and sends it once Valkey is back.
-            let sent = match gate.store.client().await {
-                Some(client) => end_with(&gate, &client, &req).await.is_some(),
-                None => false,
-            };
-            if !sent {
+            if !end_one(&gate, &req).await {
                 let _ = gate.ends.send(req);
             }
             left.push(v.claims.aud.clone());

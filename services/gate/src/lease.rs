@@ -197,7 +197,7 @@ async fn send_pending(gate: &Gate, pending: &mut VecDeque<(u64, EndRequest)>) {
 }
 
 /// SESSION.END for `req`; false when Valkey could not be reached (to try again).
-async fn end_one(gate: &Gate, req: &EndRequest) -> bool {
+pub async fn end_one(gate: &Gate, req: &EndRequest) -> bool {
     let Some(client) = gate.store.client().await else {
         tracing::warn!(queue = req.queue, user = req.user, "SESSION.END waits: Valkey not connected");
         return false;
@@ -208,7 +208,7 @@ async fn end_one(gate: &Gate, req: &EndRequest) -> bool {
 /// SESSION.END for `req`: whether the person had a lease, or None when Valkey could
 /// not be reached (the caller keeps it for later). Any other failure is logged and
 /// not retried (the lease then lapses by itself: this instance renews it no more).
-pub async fn end_with(gate: &Gate, client: &QueueClient, req: &EndRequest) -> Option<bool> {
+async fn end_with(gate: &Gate, client: &QueueClient, req: &EndRequest) -> Option<bool> {
     match client.end_session(&req.queue, &req.user).await {
         Ok(had) => {
             gate.health.up();
