@@ -40,10 +40,11 @@ local ALPHABET = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789
 local KEY_OPEN, KEY_CLOSE = "queue:{", "}:"
 local K_WAITING, K_SESSIONS, K_ACTIVE, K_STATS, K_CONFIG, K_CHUNK, K_CLOCK, K_PROMOTED = "waiting", "sessions", "active", "stats", "config", "w:", "clock", "promoted"
 local K_PRE, K_OPENING, K_PROOF = "pre", "opening", "proof"
+local K_LOG, K_WATCHED, K_INSTANCES, LOG_MAX, MAX_WATCH_LEASE_MS = "log", "watched", "instances", 10000, 600000
 local OPENING_PENDING, MAX_PROOF_PAGE = "opening", 100000
 
 -- Stats hash fields (queue-core's engine::stat) and the opening hash's fields.
-local S = { JOINING = "joining", P_MAX = "p_max", TOKENS = "tokens", TOKENS_AT = "tokens_at", RATE_AT = "rate_at", RATE_COUNT = "rate_count", RATE_PER_MIN = "rate_per_min", SWEEP = "sweep", PROMOTED = "promoted", CLAIMED = "claimed", TICKETS_EXPIRED = "expired", DROPPED = "dropped", LEFT = "left", ENDED = "ended", LEASES_EXPIRED = "lapsed", SLOT_WAIT_MS = "slot_wait_ms" }
+local S = { JOINING = "joining", P_MAX = "p_max", TOKENS = "tokens", TOKENS_AT = "tokens_at", RATE_AT = "rate_at", RATE_COUNT = "rate_count", RATE_PER_MIN = "rate_per_min", SWEEP = "sweep", PROMOTED = "promoted", CLAIMED = "claimed", TICKETS_EXPIRED = "expired", DROPPED = "dropped", LEFT = "left", ENDED = "ended", LEASES_EXPIRED = "lapsed", SLOT_WAIT_MS = "slot_wait_ms", LOG = "log" }
 local O = { SEED = "seed", COMMITMENT = "commitment", OPENED_AT = "opened_at", ENTRANTS = "entrants" }
 -- The standing's status strings and QUEUE.OPENING's states.
 local STATUS = { WAITING = "WAITING", PROMOTED = "PROMOTED", ACTIVE = "ACTIVE", UNKNOWN = "UNKNOWN" }

@@ -95,6 +95,17 @@ pub const OPENING: &str = "opening";
 pub const PROOF: &str = "proof";
 /// string: a queue's test clock in ms, read only by servers loaded for tests.
 pub const CLOCK: &str = "clock";
+/// stream: the change log, one entry per command that took waiting users out of the
+/// line (docs/commands.md, "The change log and watchers").
+pub const LOG: &str = "log";
+/// hash: userId -> the push instance watching it.
+pub const WATCHED: &str = "watched";
+/// zset: push instance -> its lease expiry (ms).
+pub const INSTANCES: &str = "instances";
+/// About how many entries the change log keeps (`XADD ... MAXLEN ~`).
+pub const LOG_MAX: i64 = 10_000;
+/// The longest lease QUEUE.WATCH gives an instance, in ms.
+pub const MAX_WATCH_LEASE_MS: i64 = 600_000;
 
 /// string: `queue:{Q}:pow:<id>`, a solved proof-of-work challenge's id, set (NX, with
 /// the challenge's expiry) when it is used, so that it works once.

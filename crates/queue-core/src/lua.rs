@@ -91,6 +91,14 @@ pub fn constants_block() -> String {
         lua_str(keys::PROOF)
     ));
     line(format!(
+        "local K_LOG, K_WATCHED, K_INSTANCES, LOG_MAX, MAX_WATCH_LEASE_MS = {}, {}, {}, {}, {}",
+        lua_str(keys::LOG),
+        lua_str(keys::WATCHED),
+        lua_str(keys::INSTANCES),
+        keys::LOG_MAX,
+        keys::MAX_WATCH_LEASE_MS
+    ));
+    line(format!(
         "local OPENING_PENDING, MAX_PROOF_PAGE = {}, {}",
         lua_str(crate::engine::stat::OPENING),
         crate::engine::opening::MAX_PROOF_PAGE
@@ -116,6 +124,7 @@ pub fn constants_block() -> String {
             ("ENDED", stat::ENDED),
             ("LEASES_EXPIRED", stat::LEASES_EXPIRED),
             ("SLOT_WAIT_MS", stat::SLOT_WAIT_MS),
+            ("LOG", stat::LOG),
         ];
         line(format!("local S = {}", lua_table(&stats)));
     }

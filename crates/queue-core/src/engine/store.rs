@@ -56,6 +56,8 @@ pub mod stat {
     /// 1 while an opening is scheduled (its seed drawn, not yet opened): the one
     /// field every command reads to know whether to open the queue first.
     pub const OPENING: &str = "opening";
+    /// The change log's last entry number (0 before any).
+    pub const LOG: &str = "log";
 }
 
 /// What the engine needs of the place a queue is kept. Reads never fail (a key of
