@@ -15,7 +15,7 @@ replace the entropy placeholder below with random bytes, which ticket secrets ar
 derived from.
 ]]
 
-local VERSION = "7"
+local VERSION = "8"
 local ENTROPY = "__QUEUE_ENTROPY__"
 -- Tests load the library with this set to true: a queue's commands then read the
 -- time from the string key queue:{Q}:clock when it exists (as the module's
@@ -89,6 +89,9 @@ local E_FULL = "FULL hard cap reached"
 local E_LINEFULL = "LINEFULL the line is full, try again later"
 -- END GENERATED
 
+-- QUEUE.WATCH's instance is named like a userId; its error says which it was.
+local E_INSTANCE = (E_USER:gsub("userId", "instance"))
+
 local function fail(msg)
   return redis.error_reply(msg)
 end
@@ -141,12 +144,16 @@ end
 local Q = {}
 Q.__index = Q
 
+-- The queue the running command opened, whose change log entry is written at the
+-- command's end (see `command` below).
+local current
+
 local function open(name)
   if not valid_name(name, false) then
     return nil
   end
   local prefix = KEY_OPEN .. name .. KEY_CLOSE
-  return setmetatable({
+  current = setmetatable({
     name = name,
     prefix = prefix,
     waiting = prefix .. K_WAITING,
@@ -154,12 +161,22 @@ local function open(name)
     active = prefix .. K_ACTIVE,
     stats_key = prefix .. K_STATS,
     config_key = prefix .. K_CONFIG,
+    watched = prefix .. K_WATCHED,
+    instances = prefix .. K_INSTANCES,
     settings = {},
     stats = {},
+    -- What this command took out of the line's waiting part, for the change log:
+    -- the head run (number of the last one taken there, how many), the numbers of
+    -- the others who left, and whether ranks changed otherwise (opening, repair).
+    log = { head = nil, gone = 0, left = {}, reset = false },
   }, Q)
+  return current
 end
 
-local KIND = { waiting = "zset", sessions = "zset", active = "hash", stats_key = "hash", config_key = "hash" }
+local KIND = {
+  waiting = "zset", sessions = "zset", active = "hash", stats_key = "hash", config_key = "hash",
+  watched = "hash", instances = "zset",
+}
 local ALL_PARTS = { "waiting", "sessions", "active", "stats_key" }
 
 -- WRONGTYPE unless each part is missing or of its type (checked before any write).
@@ -431,6 +448,74 @@ function Q:record(seq)
   return decode(read("HGET", self:chunk_key(seq), fmt(seq)))
 end
 
+-- Whether anyone is registered in `watched` (read once per command: most removals
+-- then cost nothing more; a key of another type counts as empty).
+function Q:has_watched()
+  if self.watched_n == nil then
+    self.watched_n = read("HLEN", self.watched) or 0
+  end
+  return self.watched_n > 0
+end
+
+-- Whether the waiting user `user`, whose record was heard from at `seen`, is
+-- abandoned: heard from at the later of its own time and the lease expiry of the
+-- instance it is registered under. The record alone decides first (one read).
+function Q:abandoned(user, seen, now, abandon_after)
+  if not is_abandoned(seen, now, abandon_after) then
+    return false
+  end
+  if not self:has_watched() then
+    return true
+  end
+  local instance = read("HGET", self.watched, user)
+  if not instance then
+    return true
+  end
+  local lease = tonumber(read("ZSCORE", self.instances, instance) or nil)
+  return lease == nil or is_abandoned(math.max(seen, math.floor(lease)), now, abandon_after)
+end
+
+-- The change log (docs/commands.md, "The change log and watchers"): one entry at the
+-- end of a command that took waiting users out of line, or changed ranks otherwise.
+function Q:log_left(seq)
+  local left = self.log.left
+  left[#left + 1] = fmt(seq)
+end
+
+function Q:log_head(seq)
+  self.log.head = seq
+  self.log.gone = self.log.gone + 1
+end
+
+function Q:flush_log()
+  local lg = self.log
+  if lg.head == nil and #lg.left == 0 and not lg.reset then
+    return
+  end
+  local n = self:stat(S.LOG) + 1
+  self:set_stat(S.LOG, n)
+  local entry = { "XADD", self.prefix .. K_LOG, "MAXLEN", "~", fmt(LOG_MAX), "*", "n", fmt(n) }
+  if lg.head ~= nil then
+    entry[#entry + 1] = "head"
+    entry[#entry + 1] = fmt(lg.head)
+    entry[#entry + 1] = "gone"
+    entry[#entry + 1] = fmt(lg.gone)
+  end
+  if #lg.left > 0 then
+    entry[#entry + 1] = "left"
+    entry[#entry + 1] = table.concat(lg.left, ",")
+  end
+  if lg.reset then
+    entry[#entry + 1] = "reset"
+    entry[#entry + 1] = "1"
+  end
+  entry[#entry + 1] = "waiting"
+  entry[#entry + 1] = fmt(self:waiting_count())
+  -- A log key of another type gets no entry (the command's writes are made).
+  redis.pcall(unpack(entry))
+  self.log = { head = nil, gone = 0, left = {}, reset = false }
+end
+
 function Q:touch(seq, now, nickname)
   redis.call("HSET", self:chunk_key(seq), fmt(seq), fmt(now) .. REC.SEEN_SEP .. nickname)
 end
@@ -465,6 +550,7 @@ function Q:ensure_layout()
   end
   self:repair()
   self:set_stat(LAYOUT_FIELD, LAYOUT)
+  self.log.reset = true
   return true
 end
 
@@ -534,9 +620,18 @@ function Q:repair()
   self:set_stat(S.P_MAX, last_holder)
 end
 
-function Q:remove(user, seq, was_promoted)
+-- Takes `user` (numbered `seq`) out of line, withdrawing its ticket if it had one,
+-- and its watcher registration. A waiting user's number goes to the change log's
+-- `left`, unless taken at the head (`at_head`: admit_head logs the head run).
+function Q:remove(user, seq, was_promoted, at_head)
   redis.call("ZREM", self.waiting, user)
   redis.call("HDEL", self:chunk_key(seq), fmt(seq))
+  if self:has_watched() then
+    redis.call("HDEL", self.watched, user)
+  end
+  if not was_promoted and not at_head then
+    self:log_left(seq)
+  end
   if was_promoted then
     local left = self:joining() - 1
     self:set_stat(S.JOINING, left)
@@ -650,14 +745,15 @@ function Q:admit_head(n, abandon_after, now)
     end
     local user, seq = h[1], h[2]
     local rec = self:record(seq)
-    if rec and not rec.promoted and not is_abandoned(rec.seen, now, abandon_after) then
+    if rec and not rec.promoted and not self:abandoned(user, rec.seen, now, abandon_after) then
       self:promote_user(seq, rec.nickname, now)
       promoted = promoted + 1
       p_max = seq
     else
-      self:remove(user, seq, false)
+      self:remove(user, seq, false, true)
       dropped = dropped + 1
     end
+    self:log_head(seq)
   end
   self:note_promoted(promoted, p_max)
   return promoted, dropped, p_max
@@ -970,6 +1066,7 @@ function Q:open_if_due(now)
   end
   redis.call("HSET", self:opening_key(), O.OPENED_AT, fmt(now), O.ENTRANTS, fmt(#proof))
   self:set_stat(OPENING_PENDING, 0)
+  self.log.reset = true
   return true
 end
 
@@ -1184,6 +1281,78 @@ local function queue_line(keys, args)
   return { first_rank, last, q:admissions_per_minute(q:now()), q:setting(RATE), users }
 end
 
+-- QUEUE.WATCH Q instance leaseMs [userId ...]: extends the instance's lease,
+-- registers the users who wait (in line or in the pre-queue) as watched by it (and
+-- takes back its registration of the others), and answers the checkpoint a watcher
+-- starts from: the log number, the number waiting, and per user its number in line
+-- (while WAITING in line, else 0) and standing map. Nobody counts as heard from.
+local function queue_watch(keys, args)
+  local instance, lease = args[1] or "", parse_int(args[2] or "")
+  local users = {}
+  for i = 3, #args do
+    users[#users + 1] = args[i]
+  end
+  local checks = {
+    { valid_name(instance, true), E_INSTANCE },
+    { lease ~= nil, E_NOT_INTEGER },
+    { lease ~= nil and lease >= 1 and lease <= MAX_WATCH_LEASE_MS, out_of_range("leaseMs", 1, MAX_WATCH_LEASE_MS) },
+  }
+  for _, c in ipairs(user_checks(users)) do
+    checks[#checks + 1] = c
+  end
+  local q, now, e = begin_opened("queue.watch", keys, #args >= 2, checks, { "waiting", "watched", "instances" })
+  if not q then
+    return e
+  end
+  redis.call("ZADD", q.instances, fmt(now + lease), instance)
+  local out = {}
+  for _, user in ipairs(users) do
+    local st = q:standing(user, now)
+    local registered = read("HGET", q.watched, user)
+    if st.status == STATUS.WAITING then
+      if registered ~= instance then
+        redis.call("HSET", q.watched, user, instance)
+      end
+    elseif registered == instance then
+      redis.call("HDEL", q.watched, user)
+    end
+    out[#out + 1] = { st.seq or 0, standing_reply(user, st, q:eta(st)) }
+  end
+  -- The checkpoint counts the entry this command writes (an opening, a repair).
+  q:flush_log()
+  return { q:stat(S.LOG), q:waiting_count(), out }
+end
+
+-- QUEUE.UNWATCH Q instance userId [userId ...]: the registrations by `instance`
+-- removed; a waiting user whose registration goes counts as heard from now.
+local function queue_unwatch(keys, args)
+  local instance = args[1] or ""
+  local users = {}
+  for i = 2, #args do
+    users[#users + 1] = args[i]
+  end
+  local checks = { { valid_name(instance, true), E_INSTANCE } }
+  for _, c in ipairs(user_checks(users)) do
+    checks[#checks + 1] = c
+  end
+  local q, now, e = begin_opened("queue.unwatch", keys, #args >= 2, checks, { "waiting", "watched" })
+  if not q then
+    return e
+  end
+  local removed = 0
+  for _, user in ipairs(users) do
+    if read("HGET", q.watched, user) == instance then
+      redis.call("HDEL", q.watched, user)
+      removed = removed + 1
+      local st = q:standing(user, now)
+      if st.status == STATUS.WAITING and st.seq then
+        q:touch(st.seq, now, st.nickname)
+      end
+    end
+  end
+  return removed
+end
+
 local function queue_leave(keys, args)
   local user = args[1] or ""
   local q, _, e = begin_opened("queue.leave", keys, #args == 1, user_checks({ user }), { "waiting", "stats_key" })
@@ -1232,7 +1401,7 @@ function Q:sweep(abandon_after, now, p_max)
     elseif rec.promoted then
       abandoned = false
     else
-      abandoned = is_abandoned(rec.seen, now, abandon_after)
+      abandoned = self:abandoned(b[1], rec.seen, now, abandon_after)
     end
     if abandoned then
       self:remove(b[1], b[2], false)
@@ -1497,16 +1666,32 @@ local function queue_version(keys, args)
   return VERSION
 end
 
-redis.register_function({ function_name = "queue_enter", callback = queue_enter })
-redis.register_function({ function_name = "queue_status", callback = queue_status, flags = { "allow-oom" } })
-redis.register_function({ function_name = "queue_ranks", callback = queue_ranks, flags = { "allow-oom" } })
-redis.register_function({ function_name = "queue_line", callback = queue_line, flags = { "allow-oom" } })
-redis.register_function({ function_name = "queue_leave", callback = queue_leave, flags = { "allow-oom" } })
-redis.register_function({ function_name = "queue_promote", callback = queue_promote })
-redis.register_function({ function_name = "ticket_claim", callback = ticket_claim })
-redis.register_function({ function_name = "session_heartbeat", callback = session_heartbeat, flags = { "allow-oom" } })
-redis.register_function({ function_name = "session_end", callback = session_end, flags = { "allow-oom" } })
+-- Every command that may change the line: its change log entry, if any, is written at its end, whatever it
+-- answers (a refused command may still have opened the queue or repaired it).
+local function command(fn)
+  return function(keys, args)
+    current = nil
+    local reply = fn(keys, args)
+    if current then
+      current:flush_log()
+      current = nil
+    end
+    return reply
+  end
+end
+
+redis.register_function({ function_name = "queue_enter", callback = command(queue_enter) })
+redis.register_function({ function_name = "queue_status", callback = command(queue_status), flags = { "allow-oom" } })
+redis.register_function({ function_name = "queue_ranks", callback = command(queue_ranks), flags = { "allow-oom" } })
+redis.register_function({ function_name = "queue_line", callback = command(queue_line), flags = { "allow-oom" } })
+redis.register_function({ function_name = "queue_watch", callback = command(queue_watch), flags = { "allow-oom" } })
+redis.register_function({ function_name = "queue_unwatch", callback = command(queue_unwatch), flags = { "allow-oom" } })
+redis.register_function({ function_name = "queue_leave", callback = command(queue_leave), flags = { "allow-oom" } })
+redis.register_function({ function_name = "queue_promote", callback = command(queue_promote) })
+redis.register_function({ function_name = "ticket_claim", callback = command(ticket_claim) })
+redis.register_function({ function_name = "session_heartbeat", callback = command(session_heartbeat), flags = { "allow-oom" } })
+redis.register_function({ function_name = "session_end", callback = command(session_end), flags = { "allow-oom" } })
 redis.register_function({ function_name = "queue_info", callback = queue_info, flags = { "no-writes" } })
-redis.register_function({ function_name = "queue_config", callback = queue_config, flags = { "allow-oom" } })
+redis.register_function({ function_name = "queue_config", callback = command(queue_config), flags = { "allow-oom" } })
 redis.register_function({ function_name = "queue_opening", callback = queue_opening, flags = { "no-writes" } })
 redis.register_function({ function_name = "queue_version", callback = queue_version, flags = { "no-writes" } })
