@@ -13,6 +13,8 @@ pub enum QueueError {
     OutOfRange(&'static str, i64, i64),
     InvalidQueue,
     InvalidUserId,
+    /// QUEUE.WATCH / QUEUE.UNWATCH: a push instance's id.
+    InvalidInstance,
     InvalidNickname,
     InvalidTicketId,
     UnknownConfigField(String),
@@ -45,6 +47,7 @@ impl fmt::Display for QueueError {
             }
             InvalidQueue => f.write_str("ERR invalid queue name: 1 to 64 characters from A-Z a-z 0-9 . _ : -"),
             InvalidUserId => f.write_str("ERR invalid userId: 1 to 64 characters from A-Z a-z 0-9 . _ : @ -"),
+            InvalidInstance => f.write_str("ERR invalid instance: 1 to 64 characters from A-Z a-z 0-9 . _ : @ -"),
             InvalidNickname => f.write_str("ERR invalid nickname: 1 to 32 bytes, no control characters"),
             InvalidTicketId => f.write_str("ERR invalid ticketId: 1 to 64 characters from A-Z a-z 0-9 . _ : @ -"),
             UnknownConfigField(name) => write!(f, "ERR unknown config field '{name}'"),

@@ -41,6 +41,15 @@ pub fn check_user(s: &[u8]) -> Result<&str, QueueError> {
     }
 }
 
+/// A push instance's id (QUEUE.WATCH): the characters of a userId.
+pub fn check_instance(s: &[u8]) -> Result<&str, QueueError> {
+    if valid_name(s, true) {
+        Ok(std::str::from_utf8(s).expect("ascii"))
+    } else {
+        Err(QueueError::InvalidInstance)
+    }
+}
+
 pub fn check_ticket(s: &[u8]) -> Result<&str, QueueError> {
     if valid_name(s, true) {
         Ok(std::str::from_utf8(s).expect("ascii"))

@@ -172,7 +172,7 @@ pub fn constants_block() -> String {
     line(format!("local COUNTERS = {{ {} }}", COUNTERS.iter().map(|c| lua_str(c)).collect::<Vec<_>>().join(", ")));
     line(String::new());
     line("-- Error texts (queue-core's QueueError); E_ARITY, E_RANGE and E_FIELD are formats.".into());
-    let errors: [(&str, String); 15] = [
+    let errors: [(&str, String); 16] = [
         ("E_ARITY", template(QueueError::Arity("%s"), &[])),
         ("E_SYNTAX", QueueError::Syntax.to_string()),
         ("E_NOT_INTEGER", QueueError::NotInteger.to_string()),
@@ -182,6 +182,7 @@ pub fn constants_block() -> String {
         ),
         ("E_QUEUE", QueueError::InvalidQueue.to_string()),
         ("E_USER", QueueError::InvalidUserId.to_string()),
+        ("E_INSTANCE", QueueError::InvalidInstance.to_string()),
         ("E_NICK", QueueError::InvalidNickname.to_string()),
         ("E_TICKET", QueueError::InvalidTicketId.to_string()),
         ("E_FIELD", template(QueueError::UnknownConfigField("%s".into()), &[])),
