@@ -140,6 +140,13 @@ unsafe extern "C" fn on_keyspace_event(
         let p = raw::RedisModule_StringPtrLen.unwrap()(key, &mut len);
         (std::slice::from_raw_parts(p.cast::<u8>(), len), raw::RedisModule_GetSelectedDb.unwrap()(ctx))
     };
+    // The change log and the watchers' keys: nothing of them is kept.
+    let unkept = [keys::LOG, keys::WATCHED, keys::INSTANCES]
+        .iter()
+        .any(|s| key.strip_suffix(s.as_bytes()).is_some_and(|k| k.ends_with(keys::KEY_CLOSE.as_bytes())));
+    if unkept {
+        return 0;
+    }
     if let Some(queue) = keys::owner_queue(key) {
         forget(db, queue);
     }

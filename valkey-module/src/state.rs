@@ -9,7 +9,7 @@ use crate::defaults;
 use crate::effects::Effects;
 use crate::server::{Key, Kind, Reply, Server, Str};
 use queue_core::config::{Config, FIELDS};
-use queue_core::engine::{Aux, Event, Part, Store};
+use queue_core::engine::{Aux, Event, LogDraft, Part, Store};
 use queue_core::keys::{self, CHUNK};
 use queue_core::ticket::SECRET_LEN;
 use queue_core::QueueError;
@@ -45,6 +45,12 @@ pub struct Queue<'s> {
     /// What was kept was this generation of the cache's entry (see `cache::save`).
     generation: u64,
     pub fx: Effects,
+    /// The change log entry in the making, appended by `finish`.
+    draft: LogDraft,
+    /// `watched` and `instances`, opened on first use (never cached across commands:
+    /// `cache` keeps nothing of them).
+    watched: OnceCell<Key>,
+    instances: OnceCell<Key>,
 }
 
 impl AsRef<[u8]> for Str {
@@ -85,6 +91,9 @@ impl<'s> Queue<'s> {
             layout: Cell::new(known.layout),
             generation,
             fx: Effects::default(),
+            draft: LogDraft::default(),
+            watched: OnceCell::new(),
+            instances: OnceCell::new(),
         })
     }
 
@@ -152,6 +161,7 @@ impl<'s> Queue<'s> {
 
     /// Replicates what the command wrote and announces it; nothing when nothing changed.
     pub fn finish(mut self, event: &std::ffi::CStr) {
+        queue_core::engine::close_log(&mut self);
         let fx = std::mem::take(&mut self.fx);
         if !fx.is_empty() {
             fx.replicate(self.srv);
@@ -205,6 +215,17 @@ impl Store for Queue<'_> {
     /// drops what is kept, `cache`): this module never gives a key another type.
     fn check(&self, parts: &[Part]) -> Result<(), QueueError> {
         for &p in parts {
+            let (key, kind) = match p {
+                Part::Watched => (self.watched_key(), Kind::Hash),
+                Part::Instances => (self.instances_key(), Kind::Zset),
+                _ => (None, Kind::Empty),
+            };
+            if let Some(key) = key {
+                if key.kind() != Kind::Empty && key.kind() != kind {
+                    return Err(QueueError::WrongType);
+                }
+                continue;
+            }
             let bit = 1u8 << p as u8;
             if self.checked.get() & bit != 0 {
                 continue;
@@ -437,9 +458,63 @@ impl Store for Queue<'_> {
     fn random_seed(&mut self) -> [u8; 32] {
         crate::ids::random_seed()
     }
+
+    fn log_draft(&mut self) -> &mut LogDraft {
+        &mut self.draft
+    }
+    /// XADD with an id the server picks, replicated with that id.
+    fn log_append(&mut self, fields: &[(&'static str, Vec<u8>)]) {
+        let key = self.key_name(keys::LOG.as_bytes());
+        let max = self.srv.int_str(keys::LOG_MAX);
+        let mut argv =
+            vec![key, self.srv.static_str("MAXLEN"), self.srv.static_str("~"), max, self.srv.static_str("*")];
+        for (f, v) in fields {
+            argv.push(self.srv.static_str(f));
+            argv.push(self.srv.str(v));
+        }
+        if let Reply::Bulk(id) = self.srv.call(c"XADD", &argv) {
+            argv[4] = self.srv.str(&id);
+            self.srv.replicate(c"XADD", &argv);
+        }
+    }
+    fn watcher(&self, user: &Str) -> Option<Vec<u8>> {
+        Some(self.watched_key()?.hget(*user)?.bytes().to_vec())
+    }
+    fn set_watcher(&mut self, user: &Str, instance: &[u8]) {
+        let Some(key) = self.watched_key() else { return };
+        let v = self.srv.str(instance);
+        key.hset(*user, v);
+        self.fx.hset(self.key_name(keys::WATCHED.as_bytes()), *user, v);
+    }
+    fn remove_watcher(&mut self, user: &Str) {
+        let Some(key) = self.watched_key() else { return };
+        if key.kind() == Kind::Hash && key.hget(*user).is_some() {
+            key.hdel(*user);
+            self.fx.hdel(self.key_name(keys::WATCHED.as_bytes()), *user);
+        }
+    }
+    fn instance_lease(&self, instance: &[u8]) -> Option<i64> {
+        self.instances_key()?.zscore(self.srv.str(instance)).map(|v| v as i64)
+    }
+    fn set_instance_lease(&mut self, instance: &[u8], until: i64) {
+        let Some(key) = self.instances_key() else { return };
+        let member = self.srv.str(instance);
+        key.zadd(member, score(until));
+        self.fx.zadd(self.key_name(keys::INSTANCES.as_bytes()), self.srv.int_str(until), member);
+    }
 }
 
 impl Queue<'_> {
+    /// `watched`, opened on first use; None in a read-only command when it does not exist.
+    fn watched_key(&self) -> Option<&Key> {
+        let k = self.watched.get_or_init(|| self.srv.open(self.key_name(keys::WATCHED.as_bytes()), self.write));
+        (k.kind() != Kind::Empty || self.write).then_some(k)
+    }
+    fn instances_key(&self) -> Option<&Key> {
+        let k = self.instances.get_or_init(|| self.srv.open(self.key_name(keys::INSTANCES.as_bytes()), self.write));
+        (k.kind() != Kind::Empty || self.write).then_some(k)
+    }
+
     fn aux_name(&self, key: Aux) -> Str {
         self.key_name(key.suffix().as_bytes())
     }

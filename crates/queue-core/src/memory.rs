@@ -16,6 +16,8 @@ pub enum Content {
     Zset(Vec<(String, i64)>),
     Hash(BTreeMap<String, String>),
     List(Vec<String>),
+    /// A stream's entries (their fields in order; ids are the server's clock).
+    Stream(Vec<Vec<(String, String)>>),
 }
 
 pub struct MemoryStore {
@@ -34,6 +36,11 @@ pub struct MemoryStore {
     proof: Vec<Vec<u8>>,
     /// What commands announced, oldest first: (promoted, waiting, at_ms).
     pub announcements: Vec<(i64, i64, i64)>,
+    draft: crate::engine::LogDraft,
+    /// The change log's entries, oldest first.
+    pub log: Vec<Vec<(&'static str, Vec<u8>)>>,
+    watched: BTreeMap<Vec<u8>, Vec<u8>>,
+    instances: BTreeMap<Vec<u8>, i64>,
 }
 
 impl MemoryStore {
@@ -53,6 +60,10 @@ impl MemoryStore {
             opening: BTreeMap::new(),
             proof: Vec::new(),
             announcements: Vec::new(),
+            draft: Default::default(),
+            log: Vec::new(),
+            watched: BTreeMap::new(),
+            instances: BTreeMap::new(),
         }
     }
 
@@ -130,6 +141,21 @@ impl MemoryStore {
         }
         if !self.proof.is_empty() {
             out.insert(key(crate::keys::PROOF), Content::List(self.proof.iter().map(|v| text(v)).collect()));
+        }
+        if !self.watched.is_empty() {
+            out.insert(
+                key(crate::keys::WATCHED),
+                Content::Hash(self.watched.iter().map(|(u, i)| (text(u), text(i))).collect()),
+            );
+        }
+        let mut instances: Vec<(String, i64)> = self.instances.iter().map(|(i, e)| (text(i), *e)).collect();
+        instances.sort_by(|a, b| (a.1, &a.0).cmp(&(b.1, &b.0)));
+        if !instances.is_empty() {
+            out.insert(key(crate::keys::INSTANCES), Content::Zset(instances));
+        }
+        if !self.log.is_empty() {
+            let entries = self.log.iter().map(|e| e.iter().map(|(f, v)| (f.to_string(), text(v))).collect()).collect();
+            out.insert(key(crate::keys::LOG), Content::Stream(entries));
         }
         out
     }
@@ -280,6 +306,28 @@ impl Store for MemoryStore {
             chunk.copy_from_slice(&s[..chunk.len()]);
         }
         seed
+    }
+
+    fn log_draft(&mut self) -> &mut crate::engine::LogDraft {
+        &mut self.draft
+    }
+    fn log_append(&mut self, fields: &[(&'static str, Vec<u8>)]) {
+        self.log.push(fields.to_vec());
+    }
+    fn watcher(&self, user: &Vec<u8>) -> Option<Vec<u8>> {
+        self.watched.get(user).cloned()
+    }
+    fn set_watcher(&mut self, user: &Vec<u8>, instance: &[u8]) {
+        self.watched.insert(user.clone(), instance.to_vec());
+    }
+    fn remove_watcher(&mut self, user: &Vec<u8>) {
+        self.watched.remove(user);
+    }
+    fn instance_lease(&self, instance: &[u8]) -> Option<i64> {
+        self.instances.get(instance).copied()
+    }
+    fn set_instance_lease(&mut self, instance: &[u8], until: i64) {
+        self.instances.insert(instance.to_vec(), until);
     }
 }
 

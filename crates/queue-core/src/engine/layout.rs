@@ -100,6 +100,9 @@ fn repair<S: Store>(s: &mut S) {
             s.delete_record(*seq);
         }
     }
+    if !moves.is_empty() {
+        super::watch::note_reset(s);
+    }
     for (user, _, value, new) in &moves {
         s.waiting_add(user, *new);
         if let Some(v) = value {

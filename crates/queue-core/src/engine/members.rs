@@ -82,8 +82,18 @@ pub fn add_waiter<S: Store>(s: &mut S, user: &S::User, seq: i64, now: i64, nickn
     touch(s, seq, now, nickname);
 }
 
-/// Takes `user` (numbered `seq`) out of line, withdrawing its ticket if it had one.
+/// Takes `user` (numbered `seq`) out of line, withdrawing its ticket if it had one;
+/// a waiting user's leaving goes into the change log.
 pub fn remove<S: Store>(s: &mut S, user: &S::User, seq: i64, was_promoted: bool) {
+    take_out(s, user, seq, was_promoted);
+    if !was_promoted {
+        super::watch::note_left(s, seq);
+    }
+}
+
+/// [`remove`] without the log (the caller tells it: a head taken by PROMOTE).
+pub fn take_out<S: Store>(s: &mut S, user: &S::User, seq: i64, was_promoted: bool) {
+    s.remove_watcher(user);
     s.waiting_remove(user);
     s.delete_record(seq);
     if was_promoted {

@@ -22,18 +22,20 @@ mod layout;
 mod members;
 pub mod opening;
 mod store;
+pub mod watch;
 
 pub use crate::replies::{Claimed, Info, Line, Promotion, Standing};
 pub use layout::ensure_layout;
 pub use members::{config, is_promoted, joining, next_seq, p_max, record, waiting_count, Rec};
 pub use store::{stat, Aux, Event, Part, Store, ALL_PARTS};
+pub use watch::{close_log, unwatch, watch, LogDraft, Watched};
 
 use crate::admission::{self, Bucket, RateWindow, SWEEP_BUDGET};
 use crate::error::QueueError;
 use crate::record;
 use crate::ticket;
 use layout::mark_layout;
-use members::{add_waiter, remove, touch};
+use members::{add_waiter, remove, take_out, touch};
 use store::add_stat;
 
 /// The token bucket refilled to `now` (full the first time it is seen).
@@ -129,16 +131,17 @@ fn admit_head<S: Store>(s: &mut S, n: i64, abandon_after: i64, now: i64) -> (i64
             break;
         }
         match record(s, seq) {
-            Some(Rec::Waiting { seen, nickname }) if !admission::is_abandoned(seen, now, abandon_after) => {
+            Some(Rec::Waiting { seen, nickname }) if !watch::abandoned(s, &user, seen, now, abandon_after) => {
                 promote_user(s, seq, &nickname, now);
                 promoted += 1;
                 top = seq;
             }
             _ => {
-                remove(s, &user, seq, false);
+                take_out(s, &user, seq, false);
                 dropped += 1;
             }
         }
+        watch::note_head(s, seq);
     }
     note_promoted(s, promoted, top);
     (promoted, dropped, top)
@@ -501,7 +504,7 @@ fn sweep<S: Store>(s: &mut S, abandon_after: i64, now: i64, top: i64) -> i64 {
     let mut dropped = 0;
     for (user, seq) in batch {
         let abandoned = match record(s, seq) {
-            Some(Rec::Waiting { seen, .. }) => admission::is_abandoned(seen, now, abandon_after),
+            Some(Rec::Waiting { seen, .. }) => watch::abandoned(s, &user, seen, now, abandon_after),
             Some(Rec::Promoted { .. }) => false,
             None => true,
         };

@@ -128,6 +128,7 @@ fn open<S: Store>(s: &mut S, now: i64) {
     s.aux_hset(Aux::Opening, OPENED_AT.as_bytes(), now.to_string().as_bytes());
     s.aux_hset(Aux::Opening, ENTRANTS.as_bytes(), proof.len().to_string().as_bytes());
     s.set_stat(stat::OPENING, 0);
+    super::watch::note_reset(s);
 }
 
 /// QUEUE.ENTER before the opening: into the pre-queue (someone there keeps their

@@ -15,6 +15,10 @@ pub enum Part {
     Active,
     Stats,
     Config,
+    /// The change log's watchers (hash userId -> instance).
+    Watched,
+    /// The push instances' leases (zset instance -> expiry).
+    Instances,
 }
 
 /// Every key a command that admits, withdraws or ends may write.
@@ -149,6 +153,21 @@ pub trait Store {
     fn user_of(&self, id: &[u8]) -> Self::User;
     /// 32 fresh random bytes (an opening's seed).
     fn random_seed(&mut self) -> [u8; 32];
+
+    // The change log and watchers (`super::watch`).
+    /// The log entry this command is writing.
+    fn log_draft(&mut self) -> &mut super::watch::LogDraft;
+    /// Appends an entry, its fields in order, to the change log (keeping about
+    /// `keys::LOG_MAX` entries).
+    fn log_append(&mut self, fields: &[(&'static str, Vec<u8>)]);
+    /// The instance `user` is registered under, if any.
+    fn watcher(&self, user: &Self::User) -> Option<Vec<u8>>;
+    fn set_watcher(&mut self, user: &Self::User, instance: &[u8]);
+    /// Removes `user`'s registration, if any.
+    fn remove_watcher(&mut self, user: &Self::User);
+    /// An instance's lease expiry (ms), if it has one.
+    fn instance_lease(&self, instance: &[u8]) -> Option<i64>;
+    fn set_instance_lease(&mut self, instance: &[u8], until: i64);
 }
 
 /// The opening's keys (docs/commands.md, "A verifiably fair opening").

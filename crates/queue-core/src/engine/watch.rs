@@ -1,0 +1,149 @@
+//! The change log and watchers (docs/commands.md, "The change log and watchers"):
+//! what a command took out of the line's waiting part, gathered while it runs and
+//! appended as one log entry at its end ([`close_log`]); push instances registering
+//! the people they stream to ([`watch`], [`unwatch`]), whose leases count those
+//! people as heard from ([`heard_from`]).
+
+use super::members::{joining, touch, waiting_count};
+use super::opening;
+use super::store::{stat, Part, Store};
+use super::{ensure_layout, standing, Standing};
+use crate::admission;
+use crate::error::QueueError;
+
+/// The entry a command is writing: who left the waiting part, as the log tells it.
+#[derive(Debug, Default, Clone, PartialEq, Eq)]
+pub struct LogDraft {
+    /// The number of the last one taken from the head, and how many were taken there.
+    pub head: Option<(i64, i64)>,
+    /// Numbers of other waiting users who left, in the order they left.
+    pub left: Vec<i64>,
+    /// Numbers or ranks changed in a way the entry does not list.
+    pub reset: bool,
+}
+
+impl LogDraft {
+    pub fn is_empty(&self) -> bool {
+        self.head.is_none() && self.left.is_empty() && !self.reset
+    }
+}
+
+/// The waiting user numbered `seq` was taken from the head (promoted, or dropped on the way).
+pub(super) fn note_head<S: Store>(s: &mut S, seq: i64) {
+    let d = s.log_draft();
+    let gone = d.head.map_or(0, |(_, n)| n);
+    d.head = Some((seq, gone + 1));
+}
+
+/// The waiting user numbered `seq` left other than from the head.
+pub(super) fn note_left<S: Store>(s: &mut S, seq: i64) {
+    s.log_draft().left.push(seq);
+}
+
+/// Numbers or ranks changed in a way the entry does not list.
+pub(super) fn note_reset<S: Store>(s: &mut S) {
+    s.log_draft().reset = true;
+}
+
+/// Appends the command's entry, if it has one: called once at the command's end (or
+/// earlier by a command that replies with the log's number), after every change.
+pub fn close_log<S: Store>(s: &mut S) {
+    let d = std::mem::take(s.log_draft());
+    if d.is_empty() {
+        return;
+    }
+    let n = stat(s, super::stat::LOG) + 1;
+    s.set_stat(super::stat::LOG, n);
+    let num = |v: i64| v.to_string().into_bytes();
+    let mut fields: Vec<(&'static str, Vec<u8>)> = vec![("n", num(n))];
+    if let Some((head, gone)) = d.head {
+        fields.push(("head", num(head)));
+        fields.push(("gone", num(gone)));
+    }
+    if !d.left.is_empty() {
+        let left: Vec<String> = d.left.iter().map(i64::to_string).collect();
+        fields.push(("left", left.join(",").into_bytes()));
+    }
+    if d.reset {
+        fields.push(("reset", b"1".to_vec()));
+    }
+    fields.push(("waiting", num(waiting_count(s))));
+    s.log_append(&fields);
+}
+
+/// When a waiting user last counted as heard from: the later of its own time and the
+/// lease expiry of the instance watching it.
+pub fn heard_from<S: Store>(s: &S, user: &S::User, seen: i64) -> i64 {
+    match s.watcher(user).and_then(|i| s.instance_lease(&i)) {
+        Some(until) => seen.max(until),
+        None => seen,
+    }
+}
+
+/// Whether a waiting user whose record says `seen` is dropped as silent at `now`:
+/// the record first (one read), the watcher only when the record alone says so.
+pub(super) fn abandoned<S: Store>(s: &S, user: &S::User, seen: i64, now: i64, abandon_after: i64) -> bool {
+    admission::is_abandoned(seen, now, abandon_after)
+        && admission::is_abandoned(heard_from(s, user, seen), now, abandon_after)
+}
+
+/// QUEUE.WATCH's reply: the log's number as of it, the number waiting, and each
+/// user's number in line (0 unless waiting in line) and standing.
+pub struct Watched {
+    pub log: i64,
+    pub waiting: i64,
+    pub users: Vec<(i64, Standing)>,
+}
+
+/// QUEUE.WATCH: extends `instance`'s lease to now + `lease_ms` and registers the
+/// users who wait (in line or in the pre-queue) as watched by it; nobody counts as
+/// heard from. A user who does not wait loses its registration by this instance.
+pub fn watch<S: Store>(s: &mut S, instance: &[u8], lease_ms: i64, users: &[S::User]) -> Result<Watched, QueueError> {
+    s.check(&[Part::Waiting, Part::Watched, Part::Instances])?;
+    ensure_layout(s)?;
+    let now = s.now();
+    opening::open_if_due(s, now)?;
+    s.set_instance_lease(instance, now + lease_ms);
+    let mut out = Vec::with_capacity(users.len());
+    for u in users {
+        let st = standing(s, u, now);
+        let seq = match &st {
+            Standing::Waiting { seq, .. } => *seq,
+            _ => 0,
+        };
+        match &st {
+            Standing::Waiting { .. } | Standing::Pre { .. } => s.set_watcher(u, instance),
+            _ => {
+                if s.watcher(u).as_deref() == Some(instance) {
+                    s.remove_watcher(u);
+                }
+            }
+        }
+        out.push((seq, st));
+    }
+    // The opening may have happened in this command: its entry comes first, so that
+    // the number replied covers it.
+    close_log(s);
+    Ok(Watched { log: stat(s, super::stat::LOG), waiting: s.waiting_len() - joining(s), users: out })
+}
+
+/// QUEUE.UNWATCH: removes the registrations `instance` holds of these users; each
+/// waiting user it removes counts as heard from now. Returns how many it removed.
+pub fn unwatch<S: Store>(s: &mut S, instance: &[u8], users: &[S::User]) -> Result<i64, QueueError> {
+    s.check(&[Part::Waiting, Part::Watched])?;
+    ensure_layout(s)?;
+    let now = s.now();
+    opening::open_if_due(s, now)?;
+    let mut removed = 0;
+    for u in users {
+        if s.watcher(u).as_deref() != Some(instance) {
+            continue;
+        }
+        s.remove_watcher(u);
+        removed += 1;
+        if let Standing::Waiting { seq, nickname, .. } = standing(s, u, now) {
+            touch(s, seq, now, &nickname);
+        }
+    }
+    Ok(removed)
+}
