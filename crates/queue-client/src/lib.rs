@@ -41,6 +41,7 @@ mod registry;
 mod reply;
 mod target;
 mod types;
+mod watch;
 
 pub use backend::Backend;
 pub use conn::ConnectOptions;
@@ -49,6 +50,7 @@ pub use lazy::LazyClient;
 pub use library::LIBRARY_VERSION;
 pub use target::{redact, Target, TlsFiles};
 pub use types::{Claim, LinePage, Opening, PromoteReport, QueueConfig, QueueInfo, Standing, Status};
+pub use watch::{Checkpoint, LogEntry};
 
 use conn::Conn;
 use error::is_missing_command;
@@ -120,7 +122,7 @@ pub fn tracing_as_now<F: Future>(f: F) -> impl Future<Output = F::Output> {
 
 /// The queue commands, each with its module name and its function twin.
 #[derive(Debug, Clone, Copy)]
-enum Op {
+pub(crate) enum Op {
     Enter,
     Status,
     Ranks,
@@ -133,6 +135,8 @@ enum Op {
     Info,
     Config,
     Opening,
+    Watch,
+    Unwatch,
 }
 
 impl Op {
@@ -150,6 +154,8 @@ impl Op {
             Op::Info => "QUEUE.INFO",
             Op::Config => "QUEUE.CONFIG",
             Op::Opening => "QUEUE.OPENING",
+            Op::Watch => "QUEUE.WATCH",
+            Op::Unwatch => "QUEUE.UNWATCH",
         }
     }
 
@@ -167,6 +173,8 @@ impl Op {
             Op::Info => "queue_info",
             Op::Config => "queue_config",
             Op::Opening => "queue_opening",
+            Op::Watch => "queue_watch",
+            Op::Unwatch => "queue_unwatch",
         }
     }
 

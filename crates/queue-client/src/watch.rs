@@ -1,0 +1,141 @@
+//! What push instances read and write (docs/commands.md, "The change log and
+//! watchers"): `QUEUE.WATCH` / `QUEUE.UNWATCH`, and the change log `queue:{Q}:log`
+//! read with XRANGE from the last entry applied.
+
+use crate::reply::{array, int, text};
+use crate::{ClientError, Op, QueueClient, Standing};
+use queue_core::keys::{self, LOG};
+use redis::Value;
+
+/// `QUEUE.WATCH`'s reply: the checkpoint a watcher starts from.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Checkpoint {
+    /// The change log's number as of the reply.
+    pub log: u64,
+    /// Users waiting in line.
+    pub waiting: u64,
+    /// Per user asked: its number in line (0 unless waiting in line) and standing.
+    pub users: Vec<(u64, Standing)>,
+}
+
+/// One entry of the change log.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct LogEntry {
+    /// The stream id (read on from it).
+    pub id: String,
+    /// The entry's number: one more than the previous entry's.
+    pub n: u64,
+    /// Every waiting user numbered at or below `.0` left the waiting part, `.1` of them.
+    pub head: Option<(u64, u64)>,
+    /// Numbers of other waiting users who left.
+    pub left: Vec<u64>,
+    /// Numbers or ranks changed in a way the entry does not list: ask again.
+    pub reset: bool,
+    /// Users waiting after the command.
+    pub waiting: u64,
+}
+
+fn protocol(what: &str) -> ClientError {
+    ClientError::protocol(format!("change log: {what}"))
+}
+
+fn nonneg(v: &Value, what: &str) -> Result<u64, ClientError> {
+    int(v).and_then(|v| u64::try_from(v).ok()).ok_or_else(|| protocol(what))
+}
+
+impl LogEntry {
+    /// An XRANGE item: `[id, [field, value, ...]]`.
+    fn from_value(v: Value) -> Result<LogEntry, ClientError> {
+        let mut item = array(v, "log entry")?;
+        if item.len() != 2 {
+            return Err(protocol("an entry is not [id, fields]"));
+        }
+        let fields = array(item.pop().unwrap_or(Value::Nil), "log entry fields")?;
+        let id = text(&item[0]).ok_or_else(|| protocol("an entry without an id"))?;
+        let mut e = LogEntry { id, ..LogEntry::default() };
+        let mut head = None;
+        let mut gone = None;
+        for pair in fields.chunks(2) {
+            let [f, v] = pair else { return Err(protocol("odd fields")) };
+            let (f, v) = (text(f).unwrap_or_default(), text(v).unwrap_or_default());
+            let number = |s: &str| s.parse::<u64>().map_err(|_| protocol(&format!("{f} is not a number: {s}")));
+            match f.as_str() {
+                "n" => e.n = number(&v)?,
+                "head" => head = Some(number(&v)?),
+                "gone" => gone = Some(number(&v)?),
+                "left" => e.left = v.split(',').map(number).collect::<Result<_, _>>()?,
+                "reset" => e.reset = v == "1",
+                "waiting" => e.waiting = number(&v)?,
+                _ => {}
+            }
+        }
+        if e.n == 0 {
+            return Err(protocol("an entry without its number"));
+        }
+        e.head = head.map(|h| (h, gone.unwrap_or(0)));
+        Ok(e)
+    }
+}
+
+impl QueueClient {
+    /// `QUEUE.WATCH Q instance leaseMs users...`: registers the waiting users under
+    /// `instance` and extends its lease; the checkpoint to read the log from. With no
+    /// users it only extends the lease.
+    pub async fn watch<S: AsRef<str>>(
+        &self,
+        queue: &str,
+        instance: &str,
+        lease_ms: u64,
+        user_ids: &[S],
+    ) -> Result<Checkpoint, ClientError> {
+        let lease = lease_ms.to_string();
+        let mut args: Vec<&str> = vec![instance, &lease];
+        args.extend(user_ids.iter().map(AsRef::as_ref));
+        let mut items = array(self.run(Op::Watch, queue, &args).await?, "watch")?;
+        if items.len() != 3 {
+            return Err(ClientError::protocol(format!("watch: {} items, want 3", items.len())));
+        }
+        let users = array(items.pop().unwrap_or(Value::Nil), "watch users")?;
+        if users.len() != user_ids.len() {
+            return Err(ClientError::protocol(format!("watch: {} users for {}", users.len(), user_ids.len())));
+        }
+        let users = users
+            .into_iter()
+            .map(|u| {
+                let mut pair = array(u, "watch user")?;
+                if pair.len() != 2 {
+                    return Err(ClientError::protocol("watch: a user is not [number, standing]"));
+                }
+                let standing = Standing::from_value(pair.pop().unwrap_or(Value::Nil))?;
+                Ok((nonneg(&pair[0], "watch: a number")?, standing))
+            })
+            .collect::<Result<_, ClientError>>()?;
+        Ok(Checkpoint { log: nonneg(&items[0], "watch: the log number")?, waiting: nonneg(&items[1], "watch: waiting")?, users })
+    }
+
+    /// `QUEUE.UNWATCH Q instance users...`: the registrations removed (their waiting
+    /// users count as heard from now). An empty list asks nothing.
+    pub async fn unwatch<S: AsRef<str>>(&self, queue: &str, instance: &str, user_ids: &[S]) -> Result<u64, ClientError> {
+        if user_ids.is_empty() {
+            return Ok(0);
+        }
+        let mut args: Vec<&str> = vec![instance];
+        args.extend(user_ids.iter().map(AsRef::as_ref));
+        nonneg(&self.run(Op::Unwatch, queue, &args).await?, "unwatch")
+    }
+
+    /// Up to `count` change log entries after stream id `after` ("0-0": from the
+    /// start), oldest first.
+    pub async fn log_after(&self, queue: &str, after: &str, count: usize) -> Result<Vec<LogEntry>, ClientError> {
+        let mut cmd = redis::cmd("XRANGE");
+        cmd.arg(keys::key(queue, LOG)).arg(format!("({after}")).arg("+").arg("COUNT").arg(count);
+        array(self.raw(&cmd).await?, "XRANGE log")?.into_iter().map(LogEntry::from_value).collect()
+    }
+
+    /// The change log's last entry, if any.
+    pub async fn log_last(&self, queue: &str) -> Result<Option<LogEntry>, ClientError> {
+        let mut cmd = redis::cmd("XREVRANGE");
+        cmd.arg(keys::key(queue, LOG)).arg("+").arg("-").arg("COUNT").arg(1);
+        array(self.raw(&cmd).await?, "XREVRANGE log")?.into_iter().next().map(LogEntry::from_value).transpose()
+    }
+}
