@@ -12,3 +12,4 @@ pub mod outage;
 pub mod stats;
 pub mod swarm;
 pub mod verify;
+pub mod watch;

@@ -27,6 +27,8 @@ struct Target {
 
 #[derive(Subcommand)]
 enum Command {
+    /// Push streams at scale and probes for bench/push-scale.sh (load, not a person).
+    Watch(queue_cli::watch::WatchArgs),
     /// One person: enter, watch the position, then chat with the ticket (lines from stdin;
     /// /status asks how many are in the room, /quit or end of input leaves).
     Join {
@@ -278,6 +280,7 @@ async fn main() -> ExitCode {
                 }
             }
         }
+        Command::Watch(args) => queue_cli::watch::run(args).await,
         Command::Verify { api, queue, user_id } => ExitCode::from(verify::run(&api, &queue, user_id.as_deref()).await),
         Command::Swarm {
             target,
