@@ -90,9 +90,6 @@ local E_FULL = "FULL hard cap reached"
 local E_LINEFULL = "LINEFULL the line is full, try again later"
 -- END GENERATED
 
--- QUEUE.WATCH's instance is named like a userId; its error says which it was.
-local E_INSTANCE = (E_USER:gsub("userId", "instance"))
-
 local function fail(msg)
   return redis.error_reply(msg)
 end
@@ -551,7 +548,6 @@ function Q:ensure_layout()
   end
   self:repair()
   self:set_stat(LAYOUT_FIELD, LAYOUT)
-  self.log.reset = true
   return true
 end
 
@@ -605,6 +601,10 @@ function Q:repair()
   local taken = {}
   for _, m in ipairs(moves) do
     taken[m.new] = true
+  end
+  -- Renumbered: the change log says ranks changed in a way it does not list.
+  if #moves > 0 then
+    self.log.reset = true
   end
   for _, m in ipairs(moves) do
     if m.value and not taken[m.seq] then
@@ -1261,7 +1261,7 @@ local function queue_line(keys, args)
     { count ~= nil, E_NOT_INTEGER },
     { count ~= nil and count >= 1 and count <= MAX_LINE_PAGE, out_of_range("count", 1, MAX_LINE_PAGE) },
   }
-  local q, e = begin_line("queue.line", keys, #args == 2, checks, { "waiting" })
+  local q, _, e = begin_opened("queue.line", keys, #args == 2, checks, { "waiting" })
   if not q then
     return e
   end
@@ -1685,7 +1685,7 @@ redis.register_function({ function_name = "queue_enter", callback = command(queu
 redis.register_function({ function_name = "queue_status", callback = command(queue_status), flags = { "allow-oom" } })
 redis.register_function({ function_name = "queue_ranks", callback = command(queue_ranks), flags = { "allow-oom" } })
 redis.register_function({ function_name = "queue_line", callback = command(queue_line), flags = { "allow-oom" } })
-redis.register_function({ function_name = "queue_watch", callback = command(queue_watch), flags = { "allow-oom" } })
+redis.register_function({ function_name = "queue_watch", callback = command(queue_watch) })
 redis.register_function({ function_name = "queue_unwatch", callback = command(queue_unwatch), flags = { "allow-oom" } })
 redis.register_function({ function_name = "queue_leave", callback = command(queue_leave), flags = { "allow-oom" } })
 redis.register_function({ function_name = "queue_promote", callback = command(queue_promote) })
