@@ -110,12 +110,21 @@ impl QueueClient {
                 Ok((nonneg(&pair[0], "watch: a number")?, standing))
             })
             .collect::<Result<_, ClientError>>()?;
-        Ok(Checkpoint { log: nonneg(&items[0], "watch: the log number")?, waiting: nonneg(&items[1], "watch: waiting")?, users })
+        Ok(Checkpoint {
+            log: nonneg(&items[0], "watch: the log number")?,
+            waiting: nonneg(&items[1], "watch: waiting")?,
+            users,
+        })
     }
 
     /// `QUEUE.UNWATCH Q instance users...`: the registrations removed (their waiting
     /// users count as heard from now). An empty list asks nothing.
-    pub async fn unwatch<S: AsRef<str>>(&self, queue: &str, instance: &str, user_ids: &[S]) -> Result<u64, ClientError> {
+    pub async fn unwatch<S: AsRef<str>>(
+        &self,
+        queue: &str,
+        instance: &str,
+        user_ids: &[S],
+    ) -> Result<u64, ClientError> {
         if user_ids.is_empty() {
             return Ok(0);
         }

@@ -6,9 +6,9 @@
 //! addresses so that ephemeral ports do not run out, waits for every first `position`
 //! event, then makes the head of the line leave and announces it: every stream's rank
 //! changes, and the time until all STREAMS streams have their new `position` is the
-//! fan-out time. Also reports the api's QUEUE.RANKS calls for it (from its /metrics),
-//! the api's memory per stream (RSS after opening minus before, over STREAMS) and this
-//! tool's own RSS.
+//! fan-out time. Also reports the api's QUEUE.WATCH calls for it (from its /metrics;
+//! 0 when the change log alone carried it), the api's memory per stream (RSS after
+//! opening minus before, over STREAMS) and this tool's own RSS.
 //!
 //! usage: sse_fanout <api host:port> <valkey url> [streams] [api pid]
 
@@ -24,9 +24,9 @@ fn rss_kib(pid: u32) -> Option<u64> {
     status.lines().find_map(|l| l.strip_prefix("VmRSS:")).and_then(|v| v.trim().trim_end_matches(" kB").parse().ok())
 }
 
-async fn ranks_calls(api: &str) -> u64 {
+async fn watch_calls(api: &str) -> u64 {
     let m = reqwest::get(format!("http://{api}/metrics")).await.unwrap().text().await.unwrap();
-    m.lines().find_map(|l| l.strip_prefix("queue_api_ranks_calls_total ")).and_then(|v| v.parse().ok()).unwrap_or(0)
+    m.lines().find_map(|l| l.strip_prefix("queue_api_watch_calls_total ")).and_then(|v| v.parse().ok()).unwrap_or(0)
 }
 
 /// Source addresses the streams are spread over (127.0.0.1 ..).
@@ -123,7 +123,7 @@ async fn main() {
         (Some(a), Some(b)) => (format!("{b}"), format!("{:.2}", (b.saturating_sub(a)) as f64 / n as f64)),
         _ => ("n/a".into(), "n/a".into()),
     };
-    let calls_before = ranks_calls(&api).await;
+    let calls_before = watch_calls(&api).await;
     let start = Instant::now();
     qc.leave(queue, &users[0]).await.unwrap();
     let event = queue_client::events::QueueEvent { queue: queue.into(), promoted: 0, waiting: n as u64, at_ms: 0 };
@@ -133,7 +133,7 @@ async fn main() {
         tokio::time::sleep(Duration::from_millis(2)).await;
     }
     let fanout = start.elapsed();
-    let calls = ranks_calls(&api).await - calls_before;
+    let calls = watch_calls(&api).await - calls_before;
     let own = rss_kib(std::process::id()).unwrap_or(0);
     // The instance holds --max-streams (the bench sets it to STREAMS): more are refused.
     let mut refused = std::collections::BTreeMap::<String, usize>::new();
@@ -159,7 +159,7 @@ async fn main() {
     }
     let refusals: Vec<String> = refused.iter().map(|(k, v)| format!("{k}:{v}")).collect();
     println!(
-        "streams={n} open_all_s={open_secs:.2} fanout_ms={:.1} ranks_calls_during_fanout={calls} api_rss_kib={api_rss} api_kib_per_stream={per_stream} load_tool_rss_kib={own} over_limit={}",
+        "streams={n} open_all_s={open_secs:.2} fanout_ms={:.1} watch_calls_during_fanout={calls} api_rss_kib={api_rss} api_kib_per_stream={per_stream} load_tool_rss_kib={own} over_limit={}",
         fanout.as_secs_f64() * 1e3,
         refusals.join(",")
     );

@@ -1,39 +1,56 @@
-//! Push updates for many streams at the price of one: each queue with open streams
-//! has one refresher that, on every tick and whenever a promotion is announced,
-//! walks the line with `QUEUE.LINE` (ids only, ranks implied by the order) for the
-//! waiting users' ranks, asks `QUEUE.RANKS` only about the users the walk did not
-//! find (new streams, promoted or gone users), and hands each stream its user's
-//! standing only when it changed. Every quarter of `abandon_after` (at most 15 s) it
-//! asks `QUEUE.RANKS` about everyone instead, which counts them as still there, and it
-//! does so every time when the line is so long, against the streams it has, that the
-//! walk would cost Valkey more than asking.
+//! Push updates at the price of what changes in the line, not of its length times
+//! the instances (docs/commands.md, "The change log and watchers").
+//!
+//! Each queue with open streams here has one follower task. It registers each
+//! streamed person with `QUEUE.WATCH`, which replies their number in line and rank as
+//! of a log number (the checkpoint), and extends this instance's lease, which counts
+//! every registered person as heard from: one call per queue per tick, however many
+//! people it streams to. Then it reads the queue's change log (`XRANGE` from the last
+//! entry applied, every [`POLL`] and at once on a promotion announcement) and
+//! computes ranks itself: an entry says who left the waiting part (the head up to a
+//! number, and other numbers), so a person's new rank is the old one minus those who
+//! left ahead of them. Only people the log says left, and everyone after a gap in the
+//! log (entries trimmed before they were read, a failover, a restart) or an entry
+//! that says reset, are asked again. `QUEUE.UNWATCH` when a person's last stream
+//! closes starts their usual abandon_after.
 
 use crate::metrics::Metrics;
 use crate::store::Store;
-use queue_client::{Standing, Status};
-use std::collections::{HashMap, HashSet};
+use queue_client::{Checkpoint, ClientError, LogEntry, QueueClient, Standing, Status};
+use std::collections::{BTreeMap, HashMap, HashSet};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 use tokio::sync::{watch, Notify};
+use tokio::time::Instant;
 
-/// Users asked about per QUEUE.RANKS call (bounds one call's time inside Valkey).
-const RANKS_BATCH: usize = 10_000;
-/// Waiting users listed per QUEUE.LINE call.
-const LINE_PAGE: u32 = 10_000;
+/// Users registered per QUEUE.WATCH call (bounds one call's time inside Valkey).
+const WATCH_BATCH: usize = 10_000;
+/// Log entries read per XRANGE call.
+const LOG_PAGE: usize = 1_000;
+/// How often the log is read between announcements (at most the tick): a change
+/// reaches the streams it concerns within this, plus the time to send.
+pub const POLL: Duration = Duration::from_millis(50);
+
+/// What the streams of a user read, and how many streams it has here.
+type Channel = (watch::Sender<Option<Standing>>, usize);
 
 #[derive(Default)]
-struct Watched {
-    /// Per user: the channel its streams read, and how many streams it has.
-    users: HashMap<String, (watch::Sender<Option<Standing>>, usize)>,
+struct Shared {
+    users: HashMap<String, Channel>,
+    /// Users to register (a new stream) or ask again (their standing may have changed
+    /// in a way the log does not tell: they left the pre-queue here).
+    fresh: Vec<String>,
+    /// Users whose last stream here closed.
+    closed: Vec<String>,
 }
 
 struct QueueWatch {
-    watched: Mutex<Watched>,
+    shared: Mutex<Shared>,
     wake: Notify,
-    /// Users waiting in the queue as of the last refresh (`UNKNOWN` before the first).
+    /// Users waiting in the queue as last heard (`UNKNOWN` before).
     waiting: AtomicU64,
-    /// Whether admission is paused (soft cap 0) as of the last refresh.
+    /// Whether admission is paused (soft cap 0) as of the last tick.
     paused: AtomicBool,
     /// The total and the pause as last published to streams: changed when the total
     /// moved noticeably ([`noticeable`]) or the pause flipped, so that a stream tells
@@ -58,18 +75,19 @@ fn noticeable(shown: Option<u64>, now: u64) -> bool {
 }
 
 impl QueueWatch {
-    /// Takes what one QUEUE.INFO said: the total and the pause, which every event
-    /// sent from now on carries.
-    fn note(&self, waiting: u64, paused: bool) {
+    fn note_waiting(&self, waiting: u64) {
         self.waiting.store(waiting, Ordering::Relaxed);
-        self.paused.store(paused, Ordering::Relaxed);
+    }
+
+    fn total(&self) -> Option<u64> {
+        Some(self.waiting.load(Ordering::Relaxed)).filter(|&w| w != UNKNOWN)
     }
 
     /// Tells the streams when the total moved noticeably or the pause flipped since
-    /// last told. Called after the refresh that read them has handed out the new
-    /// ranks, so that a stream whose rank changed too sends one event, not two.
+    /// last told. Called after the new ranks were handed out, so that a stream whose
+    /// rank changed too sends one event, not two.
     fn publish(&self) {
-        let Some(waiting) = Some(self.waiting.load(Ordering::Relaxed)).filter(|&w| w != UNKNOWN) else { return };
+        let Some(waiting) = self.total() else { return };
         let paused = self.paused.load(Ordering::Relaxed);
         self.summary.send_if_modified(|s| {
             if noticeable(s.total, waiting) || s.paused != paused {
@@ -86,6 +104,9 @@ pub struct Hub {
     queues: Mutex<HashMap<String, Arc<QueueWatch>>>,
     store: Store,
     tick: Duration,
+    /// This process's name in the queues' `instances` (its lease vouches for the
+    /// people it streams to).
+    instance: String,
     metrics: Arc<Metrics>,
 }
 
@@ -101,20 +122,23 @@ pub struct Subscription {
 }
 
 impl Subscription {
-    /// How many wait in the queue, as of the last refresh (seed 001's total), if known.
+    /// How many wait in the queue, as last heard (seed 001's total), if known.
     pub fn total_waiting(&self) -> Option<u64> {
-        Some(self.watch.waiting.load(Ordering::Relaxed)).filter(|&w| w != UNKNOWN)
+        self.watch.total()
     }
 
-    /// Whether admission is paused (soft cap 0), as of the last refresh.
+    /// Whether admission is paused (soft cap 0), as of the last tick.
     pub fn paused(&self) -> bool {
         self.watch.paused.load(Ordering::Relaxed)
     }
 
     /// Takes the queue's counts read by the stream itself (before the queue's first
-    /// refresh, so that its first event has the total too).
+    /// tick here, so that its first event has the total too).
     pub fn note(&self, info: &queue_client::QueueInfo) {
-        self.watch.note(info.waiting, info.config.soft_cap() == 0);
+        if self.watch.total().is_none() {
+            self.watch.note_waiting(info.waiting);
+            self.watch.paused.store(info.config.soft_cap() == 0, Ordering::Relaxed);
+        }
         self.watch.publish();
     }
 }
@@ -126,22 +150,35 @@ impl Drop for Subscription {
     }
 }
 
+/// A process's instance name: the host's name (in the characters a userId may hold)
+/// with the process id and a random suffix, so that a restarted process is a new
+/// instance.
+fn instance_name() -> String {
+    let host = std::fs::read_to_string("/proc/sys/kernel/hostname").unwrap_or_default();
+    let host: String =
+        host.trim().chars().filter(|c| c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | '-')).take(32).collect();
+    let mut random = [0u8; 4];
+    getrandom::fill(&mut random).unwrap_or_default();
+    let random: String = random.iter().map(|b| format!("{b:02x}")).collect();
+    format!("api-{}{}{}-{random}", host, if host.is_empty() { "" } else { "-" }, std::process::id())
+}
+
 impl Hub {
     pub fn new(store: Store, tick: Duration, metrics: Arc<Metrics>) -> Arc<Hub> {
-        Arc::new(Hub { queues: Mutex::new(HashMap::new()), store, tick, metrics })
+        Arc::new(Hub { queues: Mutex::new(HashMap::new()), store, tick, instance: instance_name(), metrics })
     }
 
-    /// Registers a stream for `user` on `queue`; its first standing comes at once.
+    /// Registers a stream for `user` on `queue`; its standing is checked at once.
     pub fn subscribe(self: &Arc<Hub>, queue: &str, user: &str) -> Subscription {
-        // Under the registry lock, so that a refresher retiring its queue either
-        // sees this user or is replaced by a new one.
+        // Under the registry lock, so that a follower retiring its queue either sees
+        // this user or is replaced by a new one.
         let (watch, new_queue, updates) = {
             let mut queues = self.queues.lock().unwrap();
             let (w, new_queue) = match queues.get(queue) {
                 Some(w) => (w.clone(), false),
                 None => {
                     let w = Arc::new(QueueWatch {
-                        watched: Mutex::default(),
+                        shared: Mutex::default(),
                         wake: Notify::new(),
                         waiting: AtomicU64::new(UNKNOWN),
                         paused: AtomicBool::new(false),
@@ -152,15 +189,20 @@ impl Hub {
                 }
             };
             let updates = {
-                let mut watched = w.watched.lock().unwrap();
-                let entry = watched.users.entry(user.to_string()).or_insert_with(|| (watch::channel(None).0, 0));
+                let mut shared = w.shared.lock().unwrap();
+                let shared = &mut *shared;
+                let entry = shared.users.entry(user.to_string()).or_insert_with(|| {
+                    shared.fresh.push(user.to_string());
+                    (watch::channel(None).0, 0)
+                });
                 entry.1 += 1;
                 entry.0.subscribe()
             };
             (w, new_queue, updates)
         };
         if new_queue {
-            tokio::spawn(refresher(self.clone(), queue.to_string(), watch.clone()));
+            let follower = Follower::new(self.clone(), queue.to_string(), watch.clone());
+            tokio::spawn(follower.run());
         }
         watch.wake.notify_one();
         self.metrics.sse_streams.increment(1.0);
@@ -171,19 +213,33 @@ impl Hub {
     fn unsubscribe(&self, queue: &str, user: &str) {
         let queues = self.queues.lock().unwrap();
         if let Some(w) = queues.get(queue) {
-            let mut watched = w.watched.lock().unwrap();
-            if let Some(entry) = watched.users.get_mut(user) {
+            let mut shared = w.shared.lock().unwrap();
+            if let Some(entry) = shared.users.get_mut(user) {
                 entry.1 -= 1;
                 if entry.1 == 0 {
-                    watched.users.remove(user);
+                    shared.users.remove(user);
+                    shared.closed.push(user.to_string());
+                    w.wake.notify_one();
                 }
             }
         }
     }
 
-    /// Refreshes `queue` now (a promotion was announced).
+    /// Reads `queue`'s log now (a promotion was announced).
     pub fn wake(&self, queue: &str) {
         if let Some(w) = self.queues.lock().unwrap().get(queue) {
+            w.wake.notify_one();
+        }
+    }
+
+    /// Asks about `user` again now (it left through this instance: from the
+    /// pre-queue, which the log does not tell).
+    pub fn recheck(&self, queue: &str, user: &str) {
+        if let Some(w) = self.queues.lock().unwrap().get(queue) {
+            let mut shared = w.shared.lock().unwrap();
+            if shared.users.contains_key(user) {
+                shared.fresh.push(user.to_string());
+            }
             w.wake.notify_one();
         }
     }
@@ -192,155 +248,407 @@ impl Hub {
     pub fn watched_queues(&self) -> usize {
         self.queues.lock().unwrap().len()
     }
+
+    /// How long this instance's lease vouches for its people: three ticks, and at
+    /// least 10 s so that a slow tick or a brief outage does not lapse it.
+    fn lease(&self) -> Duration {
+        (self.tick * 3).max(Duration::from_secs(10))
+    }
 }
 
-async fn refresher(hub: Arc<Hub>, queue: String, watch: Arc<QueueWatch>) {
-    // When every stream's user was last asked about with QUEUE.RANKS (which counts a
-    // waiting user as heard from, so that open streams keep their place).
-    let mut touched: Option<tokio::time::Instant> = None;
-    loop {
-        let users: Vec<String> = {
-            let mut queues = hub.queues.lock().unwrap();
-            let watched = watch.watched.lock().unwrap();
-            if watched.users.is_empty() {
-                // Nobody left: retire (under the registry lock, so no subscriber races us).
-                queues.remove(&queue);
+/// Where a waiting person in line stands, as this instance knows it.
+#[derive(Debug, Clone, Copy)]
+struct InLine {
+    seq: u64,
+    rank: u64,
+    /// The log number their rank is as of: entries up to it are already counted.
+    pos: u64,
+}
+
+/// What the log says happened to a person numbered `seq`: gone from the waiting
+/// part, or how many left ahead of them.
+#[derive(Debug, PartialEq, Eq)]
+enum Effect {
+    Gone,
+    Ahead(u64),
+}
+
+/// The docs' rule for one entry: gone if numbered at or below `head` or listed in
+/// `left`; else `gone` when the head is below, plus the `left` numbers below.
+fn effect_of(e: &LogEntry, seq: u64) -> Effect {
+    let mut ahead = 0;
+    if let Some((head, gone)) = e.head {
+        if seq <= head {
+            return Effect::Gone;
+        }
+        ahead += gone;
+    }
+    for &l in &e.left {
+        if l == seq {
+            return Effect::Gone;
+        }
+        if l < seq {
+            ahead += 1;
+        }
+    }
+    Effect::Ahead(ahead)
+}
+
+/// Several entries at once for everyone numbered in ascending order: one pass over
+/// the people and the entries' numbers, as [`effect_of`] summed over the entries.
+struct Batch {
+    /// (number, how many left there): people numbered above it count them.
+    marks: Vec<(u64, u64)>,
+    /// People numbered at or below this are gone.
+    head: Option<u64>,
+    left: HashSet<u64>,
+}
+
+impl Batch {
+    fn new(entries: &[LogEntry]) -> Batch {
+        let mut marks = Vec::new();
+        let mut head = None;
+        let mut left = HashSet::new();
+        for e in entries {
+            if let Some((h, gone)) = e.head {
+                marks.push((h, gone));
+                head = Some(head.map_or(h, |x: u64| x.max(h)));
+            }
+            for &l in &e.left {
+                marks.push((l, 1));
+                left.insert(l);
+            }
+        }
+        marks.sort_unstable();
+        Batch { marks, head, left }
+    }
+}
+
+struct Follower {
+    hub: Arc<Hub>,
+    queue: String,
+    watch: Arc<QueueWatch>,
+    /// The last entry applied: (stream id, number); None until read.
+    cursor: Option<(String, u64)>,
+    line: HashMap<String, InLine>,
+    by_seq: BTreeMap<u64, String>,
+    /// People in the pre-queue (rank 0 until the opening, which the log announces).
+    pre: HashSet<String>,
+    to_watch: Vec<String>,
+    to_unwatch: Vec<String>,
+    /// The admissions per minute estimates use, and the opening time, as of the last tick.
+    per_min: Option<i64>,
+    opens_at: Option<i64>,
+    last_tick: Option<Instant>,
+}
+
+impl Follower {
+    fn new(hub: Arc<Hub>, queue: String, watch: Arc<QueueWatch>) -> Follower {
+        Follower {
+            hub,
+            queue,
+            watch,
+            cursor: None,
+            line: HashMap::new(),
+            by_seq: BTreeMap::new(),
+            pre: HashSet::new(),
+            to_watch: Vec::new(),
+            to_unwatch: Vec::new(),
+            per_min: None,
+            opens_at: None,
+            last_tick: None,
+        }
+    }
+
+    async fn run(mut self) {
+        let poll = POLL.min(self.hub.tick);
+        loop {
+            if self.take_shared() {
                 return;
             }
-            watched.users.keys().cloned().collect()
-        };
-        if let Ok(client) = hub.store.client().await {
-            // abandon_after and the line's length, read every time (one small call).
-            let info = client.info(&queue).await.ok();
-            if let Some(i) = &info {
-                watch.note(i.waiting, i.config.soft_cap() == 0);
-            }
-            let period = touch_period(info.as_ref().map(|i| i.config.0.abandon_after()), hub.tick);
-            let touch = touched.is_none_or(|t| t.elapsed() >= period);
-            if touch {
-                touched = Some(tokio::time::Instant::now());
-            }
-            // Walking costs ~0.1 us per waiting user, QUEUE.RANKS ~6 us per user asked.
-            let walk = !touch && info.is_some_and(|i| users.len() as u64 * WALK_PER_RANKS >= i.waiting);
-            if let Err(e) = refresh(&hub, &client, &queue, &watch, users, walk).await {
-                tracing::warn!(queue, error = %e, "refreshing push streams failed");
-            }
-            watch.publish();
-        }
-        tokio::select! {
-            _ = tokio::time::sleep(hub.tick) => {}
-            _ = watch.wake.notified() => {}
-        }
-    }
-}
-
-/// How many waiting users a walk may cover for each user it saves asking QUEUE.RANKS
-/// about (their costs per user inside Valkey, about 6 us against 0.085 us).
-const WALK_PER_RANKS: u64 = 64;
-
-/// How often every stream's user is asked about with QUEUE.RANKS: often enough that
-/// nobody with an open stream is dropped as silent (a quarter of abandon_after), at
-/// least every tick and at most every 15 s; every tick when abandon_after is unknown.
-fn touch_period(abandon_after: Option<i64>, tick: Duration) -> Duration {
-    match abandon_after {
-        None => tick,
-        Some(a) if a <= 0 => Duration::from_secs(15).max(tick),
-        Some(a) => Duration::from_millis((a / 4) as u64).clamp(tick, Duration::from_secs(15).max(tick)),
-    }
-}
-
-/// One refresh. When `walk`: the ranks of waiting users from a walk of the line
-/// (QUEUE.LINE, a few integers and ids per page), stopping once every user known to
-/// wait was found; then QUEUE.RANKS for the others (new streams, promoted or gone
-/// users). Otherwise, or when a walk fails, QUEUE.RANKS for everyone.
-async fn refresh(
-    hub: &Hub,
-    client: &queue_client::QueueClient,
-    queue: &str,
-    watch: &QueueWatch,
-    users: Vec<String>,
-    walk: bool,
-) -> Result<(), queue_client::ClientError> {
-    let mut found: HashSet<String> = HashSet::new();
-    if walk {
-        let waiting_known = {
-            let watched = watch.watched.lock().unwrap();
-            watched
-                .users
-                .values()
-                .filter(|(tx, _)| tx.borrow().as_ref().is_some_and(|st| st.status == Status::Waiting))
-                .count()
-        };
-        if let Err(e) = walk_line(hub, client, queue, watch, waiting_known, &mut found).await {
-            tracing::warn!(queue, error = %e, "walking the line failed; asking about everyone");
-            found.clear();
-        }
-    }
-    let rest: Vec<&String> = users.iter().filter(|u| !found.contains(*u)).collect();
-    for batch in rest.chunks(RANKS_BATCH) {
-        hub.metrics.ranks_calls.increment(1);
-        let standings = client.ranks(queue, batch).await?;
-        let watched = watch.watched.lock().unwrap();
-        for s in standings {
-            if let Some((tx, _)) = watched.users.get(&s.user_id) {
-                let promoted_now = s.status == Status::Promoted;
-                tx.send_if_modified(|cur| {
-                    if cur.as_ref() == Some(&s) {
-                        return false;
-                    }
-                    if promoted_now && cur.as_ref().is_none_or(|c| c.status != Status::Promoted) {
-                        hub.metrics.promoted(&s);
-                    }
-                    *cur = Some(s.clone());
-                    true
-                });
-            }
-        }
-    }
-    Ok(())
-}
-
-/// Walks QUEUE.LINE pages, giving each stream whose user is known to wait its new rank
-/// and estimated wait, until `waiting_known` of them were found or the line ends.
-async fn walk_line(
-    hub: &Hub,
-    client: &queue_client::QueueClient,
-    queue: &str,
-    watch: &QueueWatch,
-    waiting_known: usize,
-    found: &mut HashSet<String>,
-) -> Result<(), queue_client::ClientError> {
-    let mut cursor = 0;
-    while found.len() < waiting_known {
-        hub.metrics.line_calls.increment(1);
-        let page = client.line(queue, cursor, LINE_PAGE).await?;
-        let watched = watch.watched.lock().unwrap();
-        for (i, user) in page.users.iter().enumerate() {
-            let Some((tx, _)) = watched.users.get(user) else { continue };
-            let rank = page.first_rank + i as u64;
-            let eta = page.estimated_wait_seconds(rank);
-            // Only a user already known to wait keeps its nickname from before.
-            let mut known = false;
-            tx.send_if_modified(|cur| match cur {
-                Some(st) if st.status == Status::Waiting => {
-                    known = true;
-                    let changed = st.rank != rank || st.estimated_wait_seconds != eta;
-                    st.rank = rank;
-                    st.estimated_wait_seconds = eta;
-                    changed
+            if let Ok(client) = self.hub.store.client().await {
+                if let Err(e) = self.cycle(&client).await {
+                    tracing::warn!(queue = self.queue, error = %e, "following the change log failed");
                 }
-                _ => false,
-            });
-            if known {
-                found.insert(user.clone());
+                self.watch.publish();
+            }
+            tokio::select! {
+                _ = tokio::time::sleep(poll) => {}
+                _ = self.watch.wake.notified() => {}
             }
         }
-        if page.cursor == 0 {
-            break;
-        }
-        cursor = page.cursor;
     }
-    Ok(())
+
+    /// Takes new and closed streams; true when nobody is left (the queue is retired,
+    /// under the registry lock, so that no subscriber races it).
+    fn take_shared(&mut self) -> bool {
+        let (hub, watch) = (self.hub.clone(), self.watch.clone());
+        let mut queues = hub.queues.lock().unwrap();
+        let mut shared = watch.shared.lock().unwrap();
+        for u in std::mem::take(&mut shared.closed) {
+            if !shared.users.contains_key(&u) {
+                self.forget(&u);
+                self.to_unwatch.push(u);
+            }
+        }
+        for u in std::mem::take(&mut shared.fresh) {
+            self.forget(&u);
+            self.to_watch.push(u);
+        }
+        if shared.users.is_empty() && self.to_unwatch.is_empty() {
+            queues.remove(&self.queue);
+            return true;
+        }
+        false
+    }
+
+    fn forget(&mut self, user: &str) {
+        if let Some(l) = self.line.remove(user) {
+            self.by_seq.remove(&l.seq);
+        }
+        self.pre.remove(user);
+    }
+
+    /// Everyone is asked again (a gap in the log, or an entry that says reset).
+    fn reset_all(&mut self) {
+        self.hub.metrics.log_resets.increment(1);
+        self.by_seq.clear();
+        self.to_watch.extend(self.line.drain().map(|(u, _)| u));
+        self.to_watch.extend(self.pre.drain());
+    }
+
+    async fn cycle(&mut self, client: &QueueClient) -> Result<(), ClientError> {
+        let q = self.queue.clone();
+        let tick_due = self.last_tick.is_none_or(|t| t.elapsed() >= self.hub.tick);
+        // Once a tick, and before the first read: the log's last entry, read before
+        // the entries after the cursor, so that an entry that existed then and was
+        // not read is a gap (the log moved backwards: a failover, a restore).
+        let last = if tick_due || self.cursor.is_none() { Some(client.log_last(&q).await?) } else { None };
+        if self.cursor.is_none() {
+            let last = last.clone().flatten();
+            self.cursor = Some(last.map_or(("0-0".to_string(), 0), |e| (e.id, e.n)));
+        }
+        let applied_before = self.applied();
+        loop {
+            let (after, _) = self.cursor.clone().unwrap_or_default();
+            self.hub.metrics.log_reads.increment(1);
+            let entries = client.log_after(&q, &after, LOG_PAGE).await?;
+            let full = entries.len() == LOG_PAGE;
+            self.apply(&entries);
+            if !full {
+                break;
+            }
+        }
+        if let Some(last) = last {
+            let applied = self.applied();
+            // Moved back (its last entry is older than what was applied), or an entry
+            // that was there was not read after the cursor (its ids moved back).
+            let behind = match &last {
+                Some(e) => e.n < applied_before || applied < e.n,
+                None => applied_before > 0,
+            };
+            if behind {
+                tracing::info!(queue = q, applied, "the change log moved back; asking everyone again");
+                self.reset_all();
+                self.cursor = Some(last.map_or(("0-0".to_string(), 0), |e| (e.id, e.n)));
+            }
+        }
+        if tick_due {
+            self.last_tick = Some(Instant::now());
+            let info = client.info(&q).await?;
+            self.watch.note_waiting(info.waiting);
+            self.watch.paused.store(info.config.soft_cap() == 0, Ordering::Relaxed);
+            let per_min = info.admission_rate_per_min as i64;
+            if self.per_min != Some(per_min) {
+                self.per_min = Some(per_min);
+                let users: Vec<String> = self.line.keys().cloned().collect();
+                for u in users {
+                    self.send_rank(&u);
+                }
+            }
+            let opens_at = Some(info.config.0.opens_at()).filter(|&t| t > 0);
+            if self.opens_at.is_some() && self.opens_at != opens_at {
+                self.to_watch.extend(self.pre.drain());
+            }
+            self.opens_at = opens_at;
+        }
+        self.register(client, tick_due).await?;
+        while !self.to_unwatch.is_empty() {
+            let n = self.to_unwatch.len().min(WATCH_BATCH);
+            let batch: Vec<String> = self.to_unwatch.drain(..n).collect();
+            if let Err(e) = client.unwatch(&q, &self.hub.instance, &batch).await {
+                self.to_unwatch.extend(batch);
+                return Err(e);
+            }
+        }
+        Ok(())
+    }
+
+    fn applied(&self) -> u64 {
+        self.cursor.as_ref().map_or(0, |c| c.1)
+    }
+
+    /// QUEUE.WATCH for the people to (re)check, and the lease once a tick.
+    async fn register(&mut self, client: &QueueClient, renew: bool) -> Result<(), ClientError> {
+        let lease = self.hub.lease().as_millis() as u64;
+        if self.to_watch.is_empty() && renew {
+            self.hub.metrics.watch_calls.increment(1);
+            let cp = client.watch::<&str>(&self.queue, &self.hub.instance, lease, &[]).await?;
+            self.check_position(&cp);
+        }
+        while !self.to_watch.is_empty() {
+            let n = self.to_watch.len().min(WATCH_BATCH);
+            let mut batch: Vec<String> = self.to_watch.drain(..n).collect();
+            batch.sort_unstable();
+            batch.dedup();
+            self.hub.metrics.watch_calls.increment(1);
+            match client.watch(&self.queue, &self.hub.instance, lease, &batch).await {
+                Ok(cp) => self.take_checkpoint(&batch, cp),
+                Err(e) => {
+                    self.to_watch.extend(batch);
+                    return Err(e);
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// A checkpoint older than what was applied: the log moved back since (a
+    /// failover); everyone is asked again from the log's new end.
+    fn check_position(&mut self, cp: &Checkpoint) -> bool {
+        self.watch.note_waiting(cp.waiting);
+        if cp.log < self.applied() {
+            self.reset_all();
+            self.cursor = None;
+            return false;
+        }
+        true
+    }
+
+    fn take_checkpoint(&mut self, batch: &[String], cp: Checkpoint) {
+        let current = self.check_position(&cp);
+        let shared = self.watch.shared.lock().unwrap();
+        for (user, (seq, st)) in batch.iter().zip(cp.users) {
+            let Some((tx, _)) = shared.users.get(user) else { continue };
+            if current && st.status == Status::Waiting {
+                if seq > 0 {
+                    self.line.insert(user.clone(), InLine { seq, rank: st.rank, pos: cp.log });
+                    self.by_seq.insert(seq, user.clone());
+                } else {
+                    self.pre.insert(user.clone());
+                }
+            }
+            send(&self.hub, tx, st);
+        }
+    }
+
+    /// Applies entries read after the cursor: a gap or a reset asks everyone again.
+    fn apply(&mut self, entries: &[LogEntry]) {
+        let Some(last) = entries.last() else { return };
+        let first = self.applied() + 1;
+        let contiguous = entries.iter().enumerate().all(|(i, e)| e.n == first + i as u64);
+        let reset = entries.iter().any(|e| e.reset);
+        self.cursor = Some((last.id.clone(), last.n));
+        self.watch.note_waiting(last.waiting);
+        if !contiguous || reset {
+            if !contiguous {
+                tracing::info!(queue = self.queue, expected = first, got = entries[0].n, "a gap in the change log");
+            }
+            self.reset_all();
+            return;
+        }
+        let batch = Batch::new(entries);
+        let mut changed: Vec<(String, Effect)> = Vec::new();
+        // Everyone whose rank is as of an entry before these: one pass in number order.
+        let mut marks = batch.marks.iter().peekable();
+        let mut ahead = 0u64;
+        for (&seq, user) in &self.by_seq {
+            let l = &self.line[user];
+            if l.pos >= first {
+                continue;
+            }
+            while let Some(&&(at, n)) = marks.peek() {
+                if at >= seq {
+                    break;
+                }
+                ahead += n;
+                marks.next();
+            }
+            let gone = batch.head.is_some_and(|h| seq <= h) || batch.left.contains(&seq);
+            if gone {
+                changed.push((user.clone(), Effect::Gone));
+            } else if ahead > 0 {
+                changed.push((user.clone(), Effect::Ahead(ahead)));
+            }
+        }
+        // Those checked in between: only the entries after their checkpoint.
+        for (user, l) in &self.line {
+            if l.pos < first || l.pos >= last.n {
+                continue;
+            }
+            let mut total = 0;
+            let mut gone = false;
+            for e in entries.iter().filter(|e| e.n > l.pos) {
+                match effect_of(e, l.seq) {
+                    Effect::Gone => gone = true,
+                    Effect::Ahead(n) => total += n,
+                }
+            }
+            changed.push((user.clone(), if gone { Effect::Gone } else { Effect::Ahead(total) }));
+        }
+        for (user, effect) in changed {
+            match effect {
+                Effect::Gone => {
+                    self.forget(&user);
+                    self.to_watch.push(user);
+                }
+                Effect::Ahead(n) => {
+                    if let Some(l) = self.line.get_mut(&user) {
+                        l.rank = l.rank.saturating_sub(n).max(1);
+                    }
+                    if n > 0 {
+                        self.send_rank(&user);
+                    }
+                }
+            }
+        }
+    }
+
+    /// Hands `user`'s stream its rank as this instance knows it, with the estimate.
+    fn send_rank(&self, user: &str) {
+        let Some(l) = self.line.get(user) else { return };
+        let shared = self.watch.shared.lock().unwrap();
+        let Some((tx, _)) = shared.users.get(user) else { return };
+        let eta = self
+            .per_min
+            .and_then(|m| queue_core::admission::estimated_wait_seconds(l.rank as i64, m))
+            .map(|s| s.max(0) as u64);
+        tx.send_if_modified(|cur| match cur {
+            Some(st) if st.status == Status::Waiting => {
+                let eta = if self.per_min.is_some() { eta } else { st.estimated_wait_seconds };
+                let changed = st.rank != l.rank || st.estimated_wait_seconds != eta;
+                st.rank = l.rank;
+                st.estimated_wait_seconds = eta;
+                changed
+            }
+            _ => false,
+        });
+    }
+}
+
+/// Hands a checked standing to a user's streams (counting a promotion once).
+fn send(hub: &Hub, tx: &watch::Sender<Option<Standing>>, s: Standing) {
+    let promoted_now = s.status == Status::Promoted;
+    tx.send_if_modified(|cur| {
+        if cur.as_ref() == Some(&s) {
+            return false;
+        }
+        if promoted_now && cur.as_ref().is_none_or(|c| c.status != Status::Promoted) {
+            hub.metrics.promoted(&s);
+        }
+        *cur = Some(s);
+        true
+    });
 }
 
 #[cfg(test)]
@@ -359,14 +667,44 @@ mod tests {
         assert!(!noticeable(Some(1_000_000), 1_009_999));
     }
 
+    fn entry(n: u64, head: Option<(u64, u64)>, left: &[u64]) -> LogEntry {
+        LogEntry { id: format!("{n}-0"), n, head, left: left.to_vec(), reset: false, waiting: 0 }
+    }
+
     #[test]
-    fn touches_come_at_a_quarter_of_abandon_after_within_bounds() {
-        let tick = Duration::from_secs(1);
-        assert_eq!(touch_period(None, tick), tick);
-        assert_eq!(touch_period(Some(0), tick), Duration::from_secs(15));
-        assert_eq!(touch_period(Some(60_000), tick), Duration::from_secs(15));
-        assert_eq!(touch_period(Some(20_000), tick), Duration::from_secs(5));
-        assert_eq!(touch_period(Some(2_000), tick), tick);
-        assert_eq!(touch_period(Some(1_000), Duration::from_secs(30)), Duration::from_secs(30));
+    fn one_entry_follows_the_documented_rule() {
+        let e = entry(1, Some((10, 3)), &[14, 20]);
+        assert_eq!(effect_of(&e, 10), Effect::Gone, "at the head");
+        assert_eq!(effect_of(&e, 7), Effect::Gone, "below the head");
+        assert_eq!(effect_of(&e, 14), Effect::Gone, "listed");
+        assert_eq!(effect_of(&e, 12), Effect::Ahead(3));
+        assert_eq!(effect_of(&e, 15), Effect::Ahead(4));
+        assert_eq!(effect_of(&e, 99), Effect::Ahead(5));
+        assert_eq!(effect_of(&entry(2, None, &[5]), 3), Effect::Ahead(0));
+    }
+
+    /// The one-pass batch agrees with the rule applied entry by entry, for people
+    /// spread over numbers around the entries' marks.
+    #[test]
+    fn a_batch_is_the_sum_of_its_entries() {
+        let entries = [entry(1, Some((4, 2)), &[9]), entry(2, None, &[12, 6]), entry(3, Some((7, 1)), &[15])];
+        let batch = Batch::new(&entries);
+        for seq in 1..20u64 {
+            let mut want = Effect::Ahead(0);
+            let mut sum = 0;
+            for e in &entries {
+                match effect_of(e, seq) {
+                    Effect::Gone => want = Effect::Gone,
+                    Effect::Ahead(n) => sum += n,
+                }
+            }
+            if want != Effect::Gone {
+                want = Effect::Ahead(sum);
+            }
+            let gone = batch.head.is_some_and(|h| seq <= h) || batch.left.contains(&seq);
+            let ahead: u64 = batch.marks.iter().filter(|m| m.0 < seq).map(|m| m.1).sum();
+            let got = if gone { Effect::Gone } else { Effect::Ahead(ahead) };
+            assert_eq!(got, want, "number {seq}");
+        }
     }
 }

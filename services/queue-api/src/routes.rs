@@ -219,8 +219,9 @@ pub async fn leave(State(state): St, from: ClientIp, q: WhoQuery) -> Result<Json
     if !state.store.client().await?.leave(&queue, &user).await? {
         return Err(ApiError::NotFound("not waiting and holding no ticket: nothing to leave".into()));
     }
-    // Open streams of this user end with `unknown` now rather than on the next tick.
-    state.hub.wake(&queue);
+    // Open streams of this user here end with `unknown` now (the change log tells
+    // other instances of a place in line; a pre-queue place only this one).
+    state.hub.recheck(&queue, &user);
     Ok(Json(json!({ "userId": user, "queue": queue, "left": true })))
 }
 
