@@ -17,7 +17,7 @@ e2e_tests!(each_service_under_its_own_rule, each_service_under_its_own_rule_on_a
 /// queue command's key is the bare queue name; the module touches only that queue's
 /// `queue:{Q}:*` keys).
 const MODULE_RULES: [(&str, &str); 3] = [
-    ("queue-api", "-@all +ping +sadd +set +hget +hgetall +psubscribe ~queue:* ~queue-registry resetchannels &queue:{*}:promoted (+@queue ~*)"),
+    ("queue-api", "-@all +ping +sadd +set +hget +hgetall +psubscribe +xrange +xrevrange ~queue:* ~queue-registry resetchannels &queue:{*}:promoted (+@queue ~*)"),
     (
         "queue-manager",
         "-@all +ping +get +set +eval +pexpire +del +scan +smembers +hgetall +publish ~queue:* ~queue-registry ~queue-manager:leader resetchannels &queue:{*}:promoted (+@queue ~*)",
@@ -29,7 +29,7 @@ const MODULE_RULES: [(&str, &str); 3] = [
 /// any queue name, and the commands the library's functions call, on `queue:*` keys
 /// (its announcements need `&queue:{*}:promoted` on every service).
 const LUA_SELECTOR: &str = "(+fcall +fcall_ro ~*)";
-const LUA_COMMANDS: &str = "+get +set +del +type +time +hget +hgetall +hlen +hset +hdel +lrange +rpush +zadd +zcard +zcount +zrange +zrank +zrem +zscore +publish +spublish";
+const LUA_COMMANDS: &str = "+get +set +del +type +time +hget +hgetall +hlen +hset +hdel +lrange +rpush +zadd +zcard +zcount +zrange +zrank +zrem +zscore +xadd +publish +spublish";
 
 fn rule(backend: Backend, service: &str) -> String {
     let base = MODULE_RULES.iter().find(|(s, _)| *s == service).unwrap().1;
