@@ -129,8 +129,9 @@ fn b(s: &str) -> Vec<u8> {
 
 // ---------------------------------------------------------------- the generator
 
-/// Queues the set-up fills; `wt` and `wt2` hold keys of the wrong type.
-const QUEUES: [&str; 6] = ["fz", "fz2", "open", "wt", "wt2", "empty"];
+/// Queues the set-up fills; `wt`, `wt2` and `wt3` (its watchers and change log) hold
+/// keys of the wrong type.
+const QUEUES: [&str; 7] = ["fz", "fz2", "open", "wt", "wt2", "wt3", "empty"];
 /// Valid names nobody set up: an accepted write makes them a queue (few, so that the
 /// dataset, and the digest's cost, stay small).
 const OTHER_QUEUES: [&str; 3] = ["n", "a.b:c-d_E9", "qqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqq"];
@@ -342,6 +343,23 @@ impl Gen {
                 }
             }
             "TICKET.CLAIM" => a.push(self.ticket()),
+            "QUEUE.WATCH" | "QUEUE.UNWATCH" => {
+                // The instance is named like a userId; WATCH's lease is 1-600000 ms.
+                let instance = if self.rng.chance(80) { b(self.pick(&["pod-1", "pod-2"])) } else { self.user() };
+                a.push(instance);
+                if cmd == "QUEUE.WATCH" {
+                    let lease = match self.rng.below(4) {
+                        0 | 1 => self.rng.range(1, 600_000).to_string().into_bytes(),
+                        2 => b(self.pick(&["0", "1", "600000", "600001", "-1"])),
+                        _ => self.number(),
+                    };
+                    a.push(lease);
+                }
+                let n = if self.rng.chance(2) { 200 } else { self.rng.range(0, 5) };
+                for _ in 0..n {
+                    a.push(self.user());
+                }
+            }
             "QUEUE.INFO" => {}
             "QUEUE.OPENING" => {
                 if self.rng.chance(50) {
@@ -479,6 +497,11 @@ fn populate(c: &mut Resp, backend: Backend) -> Vec<String> {
             }
         }
     }
+    // Watchers: registrations and instance leases.
+    call(c, "QUEUE.WATCH", &["fz", "pod-1", "60000", "u5", "u6", "u7"]);
+    call(c, "QUEUE.WATCH", &["open", "pod-2", "60000", "u1", "u2"]);
+    call(c, "QUEUE.ENTER", &["wt3", "u1", "nick"]);
+    call(c, "QUEUE.ENTER", &["wt3", "u2", "nick"]);
     // Half the tickets claimed: live sessions (leases of 30 s on a frozen clock).
     for t in tickets.iter().step_by(2) {
         let q = if call(c, "TICKET.CLAIM", &["fz", t]).is_error() { "fz2" } else { continue };
@@ -493,6 +516,9 @@ fn populate(c: &mut Resp, backend: Backend) -> Vec<String> {
         };
     }
     c.call(&[b"SET", b"queue:{wt2}:active", b"not a hash"]);
+    c.call(&[b"SET", b"queue:{wt3}:watched", b"not a hash"]);
+    c.call(&[b"SET", b"queue:{wt3}:instances", b"not a zset"]);
+    c.call(&[b"SET", b"queue:{wt3}:log", b"not a stream"]);
     tickets
 }
 

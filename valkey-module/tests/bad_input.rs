@@ -6,7 +6,8 @@ use testkit::{digest, Backend, Client, ValkeyServer};
 
 testkit::backend_tests!(bad_arguments_are_refused_and_change_nothing, random_argument_vectors_never_hurt);
 
-/// A queue with someone waiting, someone promoted and someone inside.
+/// A queue with someone waiting (watched by push instance `pod`), someone promoted
+/// and someone inside.
 fn populated(b: Backend) -> (ValkeyServer, Client, String) {
     let s = ValkeyServer::start(b);
     let mut c = s.client();
@@ -15,6 +16,7 @@ fn populated(b: Backend) -> (ValkeyServer, Client, String) {
     c.claim("q", &t).unwrap();
     let t = testkit::field_str(&c.enter("q", "promoted", "p"), "ticketId").unwrap();
     c.enter("q", "waiting", "w");
+    c.call("QUEUE.WATCH", &["q", "pod", "30000", "waiting"]).expect("WATCH");
     (s, c, t)
 }
 
@@ -23,6 +25,8 @@ const BAD_USER: &str = "ERR invalid userId: 1 to 64 characters from A-Z a-z 0-9 
 const BAD_QUEUE: &str = "ERR invalid queue name: 1 to 64 characters from A-Z a-z 0-9 . _ : -";
 const BAD_NICK: &str = "ERR invalid nickname: 1 to 32 bytes, no control characters";
 const NOT_INT: &str = "ERR value is not an integer or out of range";
+const BAD_INSTANCE: &str = "ERR invalid instance: 1 to 64 characters from A-Z a-z 0-9 . _ : @ -";
+const BAD_LEASE: &str = "ERR leaseMs must be an integer from 1 to 600000";
 
 fn bad_arguments_are_refused_and_change_nothing(b: Backend) {
     let (s, mut c, _ticket) = populated(b);
@@ -71,6 +75,31 @@ fn bad_arguments_are_refused_and_change_nothing(b: Backend) {
             "ERR batch_max must be an integer from 1 to 100000".into(),
         ),
         ("QUEUE.CONFIG", vec!["q", "FROB", "x"], "ERR syntax error".into()),
+        // QUEUE.WATCH Q instance leaseMs [userId ...]: the instance is named like a
+        // userId; nothing changes, not even the lease, when anything is refused.
+        ("QUEUE.WATCH", vec!["q"], format!("{ARITY} 'queue.watch' command")),
+        ("QUEUE.WATCH", vec!["q", "pod"], format!("{ARITY} 'queue.watch' command")),
+        ("QUEUE.WATCH", vec!["q", "", "1000"], BAD_INSTANCE.into()),
+        ("QUEUE.WATCH", vec!["q", "a b", "1000"], BAD_INSTANCE.into()),
+        ("QUEUE.WATCH", vec!["q", "{pod}", "1000", "waiting"], BAD_INSTANCE.into()),
+        ("QUEUE.WATCH", vec!["q", &long, "1000"], BAD_INSTANCE.into()),
+        ("QUEUE.WATCH", vec!["q", "pod", "0"], BAD_LEASE.into()),
+        ("QUEUE.WATCH", vec!["q", "pod", "-1", "waiting"], BAD_LEASE.into()),
+        ("QUEUE.WATCH", vec!["q", "pod", "600001"], BAD_LEASE.into()),
+        ("QUEUE.WATCH", vec!["q", "pod", "9223372036854775807"], BAD_LEASE.into()),
+        ("QUEUE.WATCH", vec!["q", "pod", "1.5"], NOT_INT.into()),
+        ("QUEUE.WATCH", vec!["q", "pod", "soon", "waiting"], NOT_INT.into()),
+        ("QUEUE.WATCH", vec!["q", "pod", "99999999999999999999"], NOT_INT.into()),
+        ("QUEUE.WATCH", vec!["q", "pod", "1000", "waiting", "not ok"], BAD_USER.into()),
+        ("QUEUE.WATCH", vec!["q", "pod", "1000", ""], BAD_USER.into()),
+        ("QUEUE.WATCH", vec!["a{b}", "pod", "1000"], BAD_QUEUE.into()),
+        // QUEUE.UNWATCH Q instance userId [userId ...].
+        ("QUEUE.UNWATCH", vec!["q"], format!("{ARITY} 'queue.unwatch' command")),
+        ("QUEUE.UNWATCH", vec!["q", "pod"], format!("{ARITY} 'queue.unwatch' command")),
+        ("QUEUE.UNWATCH", vec!["q", "a b", "waiting"], BAD_INSTANCE.into()),
+        ("QUEUE.UNWATCH", vec!["q", &long, "waiting"], BAD_INSTANCE.into()),
+        ("QUEUE.UNWATCH", vec!["q", "pod", "waiting", "a|b"], BAD_USER.into()),
+        ("QUEUE.UNWATCH", vec!["", "pod", "waiting"], BAD_QUEUE.into()),
     ];
     let before = digest(&mut raw);
     for (cmd, args, want) in &cases {
@@ -89,11 +118,37 @@ fn bad_arguments_are_refused_and_change_nothing(b: Backend) {
         ("TICKET.CLAIM", vec!["w", "t"]),
         ("SESSION.END", vec!["w", "u"]),
         ("QUEUE.INFO", vec!["w"]),
+        ("QUEUE.WATCH", vec!["w", "pod", "1000", "u"]),
+        ("QUEUE.UNWATCH", vec!["w", "pod", "u"]),
     ] {
         let got = c.err(cmd, &args);
         assert_eq!(got, "WRONGTYPE Operation against a key holding the wrong kind of value", "{cmd}");
     }
     assert_eq!(digest(&mut raw), before);
+    // The watchers' keys of another type: WATCH and UNWATCH refuse, nothing changes.
+    for (key, cmd, args) in [
+        ("queue:{x}:watched", "QUEUE.WATCH", vec!["x", "pod", "1000", "u"]),
+        ("queue:{x}:watched", "QUEUE.UNWATCH", vec!["x", "pod", "u"]),
+        ("queue:{y}:instances", "QUEUE.WATCH", vec!["y", "pod", "1000"]),
+    ] {
+        let _: () = redis::cmd("SET").arg(key).arg("x").query(&mut raw).unwrap();
+        let before = digest(&mut raw);
+        let got = c.err(cmd, &args);
+        assert_eq!(got, "WRONGTYPE Operation against a key holding the wrong kind of value", "{cmd} {args:?}");
+        assert_eq!(digest(&mut raw), before, "{cmd} {args:?}");
+    }
+    // Good arguments at the edges are taken: an instance with '@', 64 characters, the
+    // shortest and longest leases, no users.
+    let i64chars = "p".repeat(64);
+    for args in [
+        vec!["q", "pod@host-1:7000", "1"],
+        vec!["q", &i64chars, "600000", "waiting", "nobody"],
+        vec!["q", "pod", "1", "waiting"],
+    ] {
+        c.call("QUEUE.WATCH", &args).unwrap_or_else(|e| panic!("WATCH {args:?}: {e}"));
+    }
+    let n = testkit::as_int(&c.call("QUEUE.UNWATCH", &["q", "pod", "waiting", "nobody"]).unwrap());
+    assert_eq!(n, Some(1), "pod's registration of waiting went; nobody had none");
 }
 
 fn arg_strategy() -> impl Strategy<Value = Vec<u8>> {

@@ -104,11 +104,31 @@ fn dump(c: &mut Client) -> BTreeMap<String, String> {
                 let v: BTreeMap<String, String> = redis::cmd("HGETALL").arg(&k).query(&mut c.con).unwrap();
                 format!("{:?}", v.iter().map(|(f, x)| (f.clone(), mask_text(x))).collect::<BTreeMap<_, _>>())
             }
+            // The change log: each entry's fields in order; the ids (the server's clock
+            // in ms, then a counter) are left out once checked to be ids.
+            "stream" => {
+                let v: Vec<(String, Vec<(String, String)>)> =
+                    redis::cmd("XRANGE").arg(&k).arg("-").arg("+").query(&mut c.con).unwrap();
+                for (id, _) in &v {
+                    let ok = id.split_once('-').is_some_and(|(ms, n)| {
+                        [ms, n].iter().all(|p| !p.is_empty() && p.bytes().all(|b| b.is_ascii_digit()))
+                    });
+                    assert!(ok, "{k}: entry id {id:?}");
+                }
+                stream_text(v.into_iter().map(|(_, f)| f).collect())
+            }
             other => other.to_string(),
         };
         out.insert(k, content);
     }
     out
+}
+
+/// A change log's entries as `dump` shows them: fields in order, values masked.
+fn stream_text(entries: Vec<Vec<(String, String)>>) -> String {
+    let masked: Vec<Vec<(String, String)>> =
+        entries.into_iter().map(|e| e.into_iter().map(|(f, v)| (f, mask_text(&v))).collect()).collect();
+    format!("{masked:?}")
 }
 
 /// One random operation on a small population of users and two queues.
@@ -137,7 +157,16 @@ fn random_op(rng: &mut Rng, users: &[String], tickets: &[(String, String)]) -> (
         }
         11 => ("SESSION.HEARTBEAT", vec![q, u, someone]),
         12 | 13 => ("SESSION.END", vec![q, u]),
-        15 => ("QUEUE.LINE", vec![q, rng.below(30).to_string(), (1 + rng.below(4)).to_string()]),
+        15 => match rng.below(3) {
+            0 => ("QUEUE.LINE", vec![q, rng.below(30).to_string(), (1 + rng.below(4)).to_string()]),
+            1 => {
+                let lease = [1, 1_000, 60_000, 600_000][rng.below(4) as usize].to_string();
+                let mut args = vec![q, format!("pod-{}", rng.below(2)), lease];
+                args.extend((0..rng.below(4)).map(|_| users[rng.below(users.len() as u64) as usize].clone()));
+                ("QUEUE.WATCH", args)
+            }
+            _ => ("QUEUE.UNWATCH", vec![q, format!("pod-{}", rng.below(2)), u, someone]),
+        },
         _ => match rng.below(4) {
             0 => ("QUEUE.CONFIG", vec![q, "SET".into(), "soft_cap".into(), rng.below(7).to_string()]),
             1 => ("QUEUE.CONFIG", vec![q, "SET".into(), "hard_cap".into(), rng.below(4).to_string()]),
@@ -385,6 +414,26 @@ impl Engines {
                     .map_or_else(error, |l| Value::Array(l.into_iter().map(|b| Value::Int(i64::from(b))).collect()))
             }
             "SESSION.END" => engine::end(s, &user(1)).map_or_else(error, |b| Value::Int(i64::from(b))),
+            "QUEUE.WATCH" => {
+                let users: Vec<Vec<u8>> = args[3..].iter().map(|u| u.as_bytes().to_vec()).collect();
+                match engine::watch(s, args[1].as_bytes(), args[2].parse().unwrap(), &users) {
+                    Ok(w) => {
+                        let each = users
+                            .iter()
+                            .zip(&w.users)
+                            .map(|(u, (num, st))| {
+                                Value::Array(vec![Value::Int(*num), standing_value(u, st, engine::eta(s, st))])
+                            })
+                            .collect();
+                        Value::Array(vec![Value::Int(w.log), Value::Int(w.waiting), Value::Array(each)])
+                    }
+                    Err(e) => error(e),
+                }
+            }
+            "QUEUE.UNWATCH" => {
+                let users: Vec<Vec<u8>> = args[2..].iter().map(|u| u.as_bytes().to_vec()).collect();
+                engine::unwatch(s, args[1].as_bytes(), &users).map_or_else(error, Value::Int)
+            }
             "QUEUE.CONFIG" if args[1] == "SET" => {
                 let v: i64 = args[3].parse().unwrap();
                 s.configure(&[(args[2].as_str(), v)]).map_or_else(error, |_| Value::Okay)
@@ -444,6 +493,7 @@ impl Engines {
                         format!("{:?}", h.iter().map(|(f, x)| (f.clone(), mask_text(x))).collect::<BTreeMap<_, _>>())
                     }
                     Content::List(v) => format!("{v:?}"),
+                    Content::Stream(v) => stream_text(v),
                 };
                 out.insert(k, text);
             }

@@ -5,7 +5,7 @@ use std::collections::HashSet;
 use std::time::Duration;
 use testkit::{field_int, field_str, Backend, ValkeyServer};
 
-const COMMANDS: [&str; 11] = [
+const COMMANDS: [&str; 13] = [
     "queue.enter",
     "queue.status",
     "queue.ranks",
@@ -17,6 +17,8 @@ const COMMANDS: [&str; 11] = [
     "session.end",
     "queue.info",
     "queue.config",
+    "queue.watch",
+    "queue.unwatch",
 ];
 
 /// Arguments after the queue that fit each command's arity.
@@ -27,6 +29,8 @@ fn sample_args(name: &str) -> Vec<&'static str> {
         "queue.line" => vec!["0", "10"],
         "queue.info" => vec![],
         "queue.config" => vec!["GET", "soft_cap"],
+        "queue.watch" => vec!["pod-1", "30000", "u"],
+        "queue.unwatch" => vec!["pod-1", "u"],
         _ => vec!["u"],
     }
 }

@@ -25,6 +25,12 @@ testkit::backend_tests!(
     an_expired_key_is_seen_gone,
     max_waiting_refuses_newcomers_only,
     slot_wait_counts_how_long_expired_slots_stood_empty,
+    a_watched_user_is_heard_from_while_its_instance_lease_lives,
+    unwatch_counts_the_person_as_heard_from_now,
+    registrations_go_when_the_user_leaves_the_line,
+    the_change_log_tells_who_left_the_waiting_part,
+    the_opening_writes_a_reset_entry,
+    the_change_log_keeps_about_ten_thousand_entries,
 );
 
 /// The test clock's start.
@@ -653,4 +659,349 @@ fn slot_wait_counts_how_long_expired_slots_stood_empty(b: Backend) {
     // e's and f's tickets both went (both expiring at T0 + 6200): g and h are in.
     assert_eq!(field_str(&c.status("q", "h"), "status").as_deref(), Some("PROMOTED"));
     assert_eq!(wait(&mut c), 3_200 + 2 * 300);
+}
+
+/// QUEUE.WATCH's reply: (log number, waiting, per user (number, standing map)).
+type Checkpoint = (i64, i64, Vec<(i64, std::collections::HashMap<String, redis::Value>)>);
+
+fn watch(c: &mut Client, q: &str, instance: &str, lease_ms: i64, users: &[&str]) -> Checkpoint {
+    let lease = lease_ms.to_string();
+    let mut args = vec![q, instance, lease.as_str()];
+    args.extend_from_slice(users);
+    let v = c.call("QUEUE.WATCH", &args).unwrap_or_else(|e| panic!("WATCH {args:?}: {e}"));
+    let redis::Value::Array(items) = &v else { panic!("WATCH: {v:?}") };
+    assert_eq!(items.len(), 3, "WATCH: {v:?}");
+    let redis::Value::Array(each) = &items[2] else { panic!("WATCH: {v:?}") };
+    let each = each
+        .iter()
+        .map(|p| match p {
+            redis::Value::Array(pair) if pair.len() == 2 => (as_int(&pair[0]).unwrap(), testkit::fields(&pair[1])),
+            other => panic!("WATCH user entry {other:?}"),
+        })
+        .collect::<Vec<_>>();
+    assert_eq!(each.len(), users.len());
+    (as_int(&items[0]).unwrap(), as_int(&items[1]).unwrap(), each)
+}
+
+fn unwatch(c: &mut Client, q: &str, instance: &str, users: &[&str]) -> i64 {
+    let mut args = vec![q, instance];
+    args.extend_from_slice(users);
+    as_int(&c.call("QUEUE.UNWATCH", &args).unwrap()).unwrap()
+}
+
+/// Each user's number in line (0 unless waiting in line), by a WATCH that registers
+/// them under a throwaway instance of the shortest lease, then takes that back.
+fn numbers(c: &mut Client, q: &str, users: &[&str]) -> Vec<i64> {
+    let (_, _, each) = watch(c, q, "numbers", 1, users);
+    let nums: Vec<i64> = each.iter().map(|(n, _)| *n).collect();
+    // Unwatching counts as heard from: drop the registrations by hand instead.
+    for u in users {
+        let _: () = redis::cmd("HDEL").arg(format!("queue:{{{q}}}:watched")).arg(*u).query(&mut c.con).unwrap();
+    }
+    nums
+}
+
+/// The change log's entries after `after` ("-" for all): (id, fields in order).
+fn log_after(c: &mut Client, q: &str, after: &str) -> Vec<(String, Vec<(String, String)>)> {
+    let from = if after == "-" { "-".to_string() } else { format!("({after}") };
+    redis::cmd("XRANGE").arg(format!("queue:{{{q}}}:log")).arg(from).arg("+").query(&mut c.con).unwrap()
+}
+
+/// Reads the entries written since the last call and checks them against `want`
+/// (field, value) lists, in order.
+struct LogReader {
+    q: String,
+    last: String,
+}
+
+impl LogReader {
+    fn new(q: &str) -> LogReader {
+        LogReader { q: q.into(), last: "-".into() }
+    }
+    fn expect(&mut self, c: &mut Client, what: &str, want: &[&[(&str, String)]]) {
+        let got = log_after(c, &self.q, &self.last);
+        if let Some((id, _)) = got.last() {
+            self.last = id.clone();
+        }
+        let got: Vec<Vec<(String, String)>> = got.into_iter().map(|(_, f)| f).collect();
+        let want: Vec<Vec<(String, String)>> =
+            want.iter().map(|e| e.iter().map(|(f, v)| (f.to_string(), v.clone())).collect()).collect();
+        assert_eq!(got, want, "change log after {what}");
+    }
+}
+
+fn watched(c: &mut Client, q: &str) -> std::collections::BTreeMap<String, String> {
+    redis::cmd("HGETALL").arg(format!("queue:{{{q}}}:watched")).query(&mut c.con).unwrap()
+}
+
+fn waiting_now(c: &mut Client, q: &str) -> i64 {
+    field_int(&c.info(q), "waiting")
+}
+
+/// A registered waiting user is heard from as long as its instance's lease lives:
+/// PROMOTE (its walk and its sweep) drops it only `abandon_after` after the later of
+/// its own time and the lease's end; WATCH itself counts nobody as heard from.
+fn a_watched_user_is_heard_from_while_its_instance_lease_lives(b: Backend) {
+    let (_s, mut c) = server(b);
+    closed_queue(&mut c, "q");
+    c.config_set("q", &[("abandon_after", 1_000)]);
+    for u in ["a", "b", "c"] {
+        c.enter("q", u, u);
+    }
+    let (n, waiting, each) = watch(&mut c, "q", "pod-1", 5_000, &["b"]);
+    assert_eq!((n, waiting), (0, 3));
+    assert_eq!(field_str(&each[0].1, "status").as_deref(), Some("WAITING"));
+    assert_eq!(field_int(&each[0].1, "rank"), 2);
+    assert!(each[0].0 > 0, "b's number in line");
+    // a and c are silent past abandon_after; b's instance vouches for it until T0 + 5000.
+    c.set_clock("q", T0 + 1_001);
+    let r = c.promote("q", Some(0));
+    assert_eq!(field_int(&r, "dropped"), 2, "{r:?}");
+    assert_eq!(waiting_now(&mut c, "q"), 1);
+    // Renewing the lease with no users keeps b's registration and vouches further.
+    c.set_clock("q", T0 + 4_000);
+    let (_, waiting, each) = watch(&mut c, "q", "pod-1", 2_000, &[]);
+    assert_eq!((waiting, each.len()), (1, 0));
+    // The lease ends at T0 + 6000: b is heard from then, and dropped only past
+    // T0 + 7000.
+    c.set_clock("q", T0 + 7_000);
+    assert_eq!(field_int(&c.promote("q", Some(0)), "dropped"), 0, "silent for exactly abandon_after since the lease");
+    c.set_clock("q", T0 + 7_001);
+    assert_eq!(field_int(&c.promote("q", Some(0)), "dropped"), 1, "the instance stopped renewing");
+    assert_eq!(field_str(&c.status("q", "b"), "status").as_deref(), Some("UNKNOWN"));
+    assert!(watched(&mut c, "q").is_empty(), "a dropped user's registration goes");
+
+    // The walk at the head too: x silent, y watched, z silent; y is promoted, x and z
+    // dropped on the way (room for ten).
+    closed_queue(&mut c, "s");
+    c.config_set("s", &[("abandon_after", 1_000)]);
+    for u in ["x", "y", "z"] {
+        c.enter("s", u, u);
+    }
+    watch(&mut c, "s", "pod-2", 3_000, &["y", "x"]);
+    // x re-registered under another instance whose lease is over at once.
+    c.set_clock("s", T0 + 1);
+    watch(&mut c, "s", "pod-3", 1, &["x"]);
+    c.set_clock("s", T0 + 2_000);
+    c.config_set("s", &[("soft_cap", 10)]);
+    let r = c.promote("s", None);
+    assert_eq!((field_int(&r, "promoted"), field_int(&r, "dropped")), (1, 2), "{r:?}");
+    assert_eq!(field_str(&c.status("s", "y"), "status").as_deref(), Some("PROMOTED"));
+    assert_eq!(waiting_now(&mut c, "s"), 0);
+}
+
+/// QUEUE.UNWATCH takes back the instance's registrations (not another's) and counts
+/// each person whose registration went as heard from at that moment, so the usual
+/// abandon_after runs from when the page closed.
+fn unwatch_counts_the_person_as_heard_from_now(b: Backend) {
+    let (_s, mut c) = server(b);
+    closed_queue(&mut c, "q");
+    c.config_set("q", &[("abandon_after", 1_000)]);
+    c.enter("q", "a", "a");
+    c.enter("q", "b", "b");
+    watch(&mut c, "q", "pod-1", 100_000, &["a"]);
+    watch(&mut c, "q", "pod-2", 100_000, &["b"]);
+    c.set_clock("q", T0 + 50_000);
+    assert_eq!(unwatch(&mut c, "q", "pod-2", &["a"]), 0, "a is pod-1's");
+    assert_eq!(watched(&mut c, "q").get("a").map(String::as_str), Some("pod-1"));
+    assert_eq!(unwatch(&mut c, "q", "pod-1", &["a", "nobody"]), 1);
+    assert_eq!(unwatch(&mut c, "q", "pod-1", &["a"]), 0, "already gone");
+    assert!(!watched(&mut c, "q").contains_key("a"));
+    // a is heard from at T0 + 50000 now, no longer vouched for by pod-1's lease.
+    c.set_clock("q", T0 + 51_000);
+    assert_eq!(field_int(&c.promote("q", Some(0)), "dropped"), 0);
+    c.set_clock("q", T0 + 51_001);
+    assert_eq!(field_int(&c.promote("q", Some(0)), "dropped"), 1);
+    assert_eq!(field_str(&c.status("q", "a"), "status").as_deref(), Some("UNKNOWN"));
+    // b, still pod-2's, waits on.
+    assert_eq!(field_str(&c.status("q", "b"), "status").as_deref(), Some("WAITING"));
+}
+
+/// Taking a user out of line removes its registration: leaving, re-entering, being
+/// dropped, claiming, a ticket expiring. A ticket holder is still in line (its
+/// registration stays until then); WATCH does not register those who do not wait.
+fn registrations_go_when_the_user_leaves_the_line(b: Backend) {
+    let (_s, mut c) = server(b);
+    closed_queue(&mut c, "q");
+    c.config_set("q", &[("ticket_ttl", 1_000), ("abandon_after", 100_000)]);
+    let users = ["a", "b", "c", "d", "e"];
+    for u in users {
+        c.enter("q", u, u);
+    }
+    watch(&mut c, "q", "pod", 600_000, &users);
+    assert_eq!(watched(&mut c, "q").len(), 5);
+    c.config_set("q", &[("soft_cap", 2)]);
+    assert_eq!(field_int(&c.promote("q", None), "promoted"), 2);
+    let w = watched(&mut c, "q");
+    assert!(w.contains_key("a") && w.contains_key("b"), "ticket holders are still in line: {w:?}");
+    let ta = field_str(&c.status("q", "a"), "ticketId").unwrap();
+    c.claim("q", &ta).unwrap();
+    assert!(!watched(&mut c, "q").contains_key("a"), "claimed");
+    assert_eq!(c.leave("q", "c"), 1);
+    assert!(!watched(&mut c, "q").contains_key("c"), "left");
+    c.enter("q", "d", "d");
+    assert!(!watched(&mut c, "q").contains_key("d"), "re-entered");
+    c.set_clock("q", T0 + 1_000);
+    c.promote("q", Some(0));
+    assert!(!watched(&mut c, "q").contains_key("b"), "b's ticket expired");
+    // Only e is still registered; WATCH of someone inside, holding a ticket or unknown
+    // registers nobody.
+    assert_eq!(watched(&mut c, "q").into_keys().collect::<Vec<_>>(), vec!["e".to_string()]);
+    let (_, _, each) = watch(&mut c, "q", "pod", 600_000, &["a", "nobody"]);
+    assert_eq!(each.iter().map(|(n, _)| *n).collect::<Vec<_>>(), vec![0, 0]);
+    assert_eq!(field_str(&each[0].1, "status").as_deref(), Some("ACTIVE"));
+    assert_eq!(field_str(&each[1].1, "status").as_deref(), Some("UNKNOWN"));
+    assert_eq!(watched(&mut c, "q").len(), 1);
+}
+
+/// One entry per command that takes people out of the line's waiting part, with the
+/// documented fields in order: LEAVE and re-entry name the old number in `left`;
+/// PROMOTE's tickets and the silent dropped on the way are `head`/`gone`, the sweep's
+/// drops `left`; a slot freed inside a command fills from the head; arrivals, claims,
+/// expiries, settings and reads write none; `n` goes up by one.
+fn the_change_log_tells_who_left_the_waiting_part(b: Backend) {
+    let (_s, mut c) = server(b);
+    closed_queue(&mut c, "q");
+    c.config_set("q", &[("abandon_after", 1_000), ("ticket_ttl", 60_000)]);
+    let mut log = LogReader::new("q");
+    for u in ["u1", "u2", "u3", "u4", "u5", "u6"] {
+        c.enter("q", u, u);
+    }
+    log.expect(&mut c, "arrivals", &[]);
+    let num = numbers(&mut c, "q", &["u1", "u2", "u3", "u4", "u5", "u6"]);
+    let n = |i: usize| num[i - 1].to_string();
+    assert!(num.windows(2).all(|w| w[0] < w[1]), "numbers in entry order: {num:?}");
+    assert_eq!(c.leave("q", "u2"), 1);
+    log.expect(&mut c, "LEAVE", &[&[("n", "1".into()), ("left", n(2)), ("waiting", "5".into())]]);
+    c.set_clock("q", T0 + 600);
+    c.enter("q", "u3", "u3");
+    log.expect(&mut c, "re-entry", &[&[("n", "2".into()), ("left", n(3)), ("waiting", "5".into())]]);
+    assert_eq!(c.leave("q", "nobody"), 0);
+    c.status("q", "u4");
+    c.enter("q", "u7", "u7");
+    let (ln, _, _) = watch(&mut c, "q", "pod", 1, &[]);
+    assert_eq!(ln, 2, "WATCH's checkpoint: the log's number");
+    log.expect(&mut c, "a LEAVE of nobody, STATUS, an arrival, WATCH", &[]);
+    let new = numbers(&mut c, "q", &["u3", "u7"]);
+    assert!(new[0] > num[5] && new[1] > new[0], "after everyone: {new:?} {num:?}");
+    // u1 and u4 promoted: the head.
+    c.config_set("q", &[("soft_cap", 2)]);
+    log.expect(&mut c, "QUEUE.CONFIG", &[]);
+    assert_eq!(field_int(&c.promote("q", None), "promoted"), 2);
+    log.expect(
+        &mut c,
+        "PROMOTE",
+        &[&[("n", "3".into()), ("head", n(4)), ("gone", "2".into()), ("waiting", "4".into())]],
+    );
+    let t1 = field_str(&c.status("q", "u1"), "ticketId").unwrap();
+    c.claim("q", &t1).unwrap();
+    log.expect(&mut c, "a claim", &[]);
+    // A ticket holder leaves: its slot goes to u5 inside LEAVE.
+    assert_eq!(c.leave("q", "u4"), 1);
+    log.expect(
+        &mut c,
+        "LEAVE of a holder",
+        &[&[("n", "4".into()), ("head", n(5)), ("gone", "1".into()), ("waiting", "3".into())]],
+    );
+    // At T0 + 1200 u6 (heard from at T0) is silent: dropped on the way to u3.
+    c.set_clock("q", T0 + 1_200);
+    c.config_set("q", &[("soft_cap", 3)]);
+    let r = c.promote("q", None);
+    assert_eq!((field_int(&r, "promoted"), field_int(&r, "dropped")), (1, 1), "{r:?}");
+    log.expect(
+        &mut c,
+        "PROMOTE dropping on the way",
+        &[&[("n", "5".into()), ("head", new[0].to_string()), ("gone", "2".into()), ("waiting", "1".into())]],
+    );
+    // The sweep: u7 (heard from at T0 + 600) silent behind u8 who talks.
+    c.enter("q", "u8", "u8");
+    let u8n = numbers(&mut c, "q", &["u8"])[0];
+    c.set_clock("q", T0 + 1_700);
+    c.status("q", "u8");
+    let r = c.promote("q", Some(0));
+    assert_eq!(field_int(&r, "dropped"), 1, "{r:?}");
+    log.expect(&mut c, "the sweep", &[&[("n", "6".into()), ("left", new[1].to_string()), ("waiting", "1".into())]]);
+    // A session ending with someone waiting: the slot fills from the head.
+    c.end("q", "u1");
+    log.expect(
+        &mut c,
+        "SESSION.END",
+        &[&[("n", "7".into()), ("head", u8n.to_string()), ("gone", "1".into()), ("waiting", "0".into())]],
+    );
+    // Tickets expiring write nothing; neither does a session ending with nobody waiting.
+    c.set_clock("q", T0 + 100_000);
+    let r = c.promote("q", None);
+    assert!(field_int(&r, "tickets_expired") >= 1, "{r:?}");
+    log.expect(&mut c, "expiries", &[]);
+    assert_eq!(field_int(&c.info("q"), "waiting"), 0);
+    let stats: std::collections::HashMap<String, String> =
+        redis::cmd("HGETALL").arg("queue:{q}:stats").query(&mut c.con).unwrap();
+    assert_eq!(stats.get("log").map(String::as_str), Some("7"), "the stats field log: the last number");
+}
+
+/// The opening places the pre-queue in line in an order no entry lists: one entry
+/// with `reset`. WATCH registers people in the pre-queue (number 0: not in line yet).
+fn the_opening_writes_a_reset_entry(b: Backend) {
+    let (_s, mut c) = server(b);
+    closed_queue(&mut c, "q");
+    c.config_set("q", &[("opens_at", T0 + 10_000)]);
+    let mut log = LogReader::new("q");
+    for u in ["p1", "p2", "p3"] {
+        c.enter("q", u, u);
+    }
+    let (ln, _, each) = watch(&mut c, "q", "pod", 60_000, &["p1", "p2"]);
+    assert_eq!(ln, 0);
+    assert_eq!(each.iter().map(|(n, _)| *n).collect::<Vec<_>>(), vec![0, 0], "not in line before the opening");
+    assert_eq!(field_str(&each[0].1, "status").as_deref(), Some("WAITING"));
+    assert_eq!(watched(&mut c, "q").len(), 2, "people in the pre-queue are registered");
+    assert_eq!(c.leave("q", "p3"), 1);
+    log.expect(&mut c, "LEAVE from the pre-queue", &[]);
+    c.set_clock("q", T0 + 10_000);
+    // The first command at or after opens_at opens the queue: WATCH's checkpoint counts it.
+    let (ln, waiting, each) = watch(&mut c, "q", "pod", 60_000, &["p1", "p2"]);
+    assert_eq!((ln, waiting), (1, 2));
+    assert!(each.iter().all(|(n, st)| *n > 0 && field_int(st, "rank") > 0), "{each:?}");
+    log.expect(&mut c, "the opening", &[&[("n", "1".into()), ("reset", "1".into()), ("waiting", "2".into())]]);
+    // After it, the usual entries.
+    c.leave("q", "p1");
+    let p1 = each[0].0.to_string();
+    log.expect(&mut c, "LEAVE", &[&[("n", "2".into()), ("left", p1), ("waiting", "1".into())]]);
+}
+
+/// The log keeps about its last 10,000 entries (`MAXLEN ~`), numbered one after the
+/// other, and the stats field `log` keeps counting.
+fn the_change_log_keeps_about_ten_thousand_entries(b: Backend) {
+    let (_s, mut c) = server(b);
+    closed_queue(&mut c, "q");
+    c.enter("q", "first", "f");
+    c.enter("q", "u", "n");
+    let first = numbers(&mut c, "q", &["first"])[0];
+    // Each re-entry of a waiting user writes one entry.
+    let entries = 10_500;
+    for chunk in 0..entries / 500 {
+        let mut pipe = redis::pipe();
+        for _ in 0..500 {
+            pipe.add_command(c.cmd("QUEUE.ENTER", &["q", "u", "n"])).ignore();
+        }
+        let _: () = pipe.query(&mut c.con).unwrap_or_else(|e| panic!("chunk {chunk}: {e}"));
+    }
+    let len: i64 = redis::cmd("XLEN").arg("queue:{q}:log").query(&mut c.con).unwrap();
+    assert!((10_000..10_200).contains(&len), "about 10,000 entries kept: {len}");
+    let all = log_after(&mut c, "q", "-");
+    let ns: Vec<i64> = all.iter().map(|(_, f)| f.iter().find(|(k, _)| k == "n").unwrap().1.parse().unwrap()).collect();
+    assert_eq!(*ns.last().unwrap(), entries as i64, "the last entry's number");
+    assert!(ns.windows(2).all(|w| w[1] == w[0] + 1), "n goes up by one");
+    // Each entry names u's old number, always after first's (u, re-entering, is
+    // numbered after the last one in line: first).
+    let lefts: Vec<i64> =
+        all.iter().map(|(_, f)| f.iter().find(|(k, _)| k == "left").unwrap().1.parse().unwrap()).collect();
+    assert!(lefts.iter().all(|&l| l > first), "{:?}", &lefts[..5]);
+    for (_, f) in &all {
+        let keys: Vec<&str> = f.iter().map(|(k, _)| k.as_str()).collect();
+        assert_eq!(keys, vec!["n", "left", "waiting"]);
+        assert_eq!(f[2].1, "2");
+    }
+    let stats: std::collections::HashMap<String, String> =
+        redis::cmd("HGETALL").arg("queue:{q}:stats").query(&mut c.con).unwrap();
+    assert_eq!(stats.get("log").map(String::as_str), Some("10500"));
 }

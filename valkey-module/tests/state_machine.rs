@@ -2,14 +2,23 @@
 //! `reference/` (written from the rules in docs/commands.md, not from either implementation),
 //! on both backends. Each run is a fresh queue with random settings and a few
 //! users; each step one of ENTER (new, re-entry, or refused while max_waiting wait), STATUS, RANKS, LEAVE, PROMOTE,
-//! CLAIM (live, used, withdrawn and made-up tickets), HEARTBEAT, END, or a move of
-//! the server's test clock (small, or just past ticket_ttl, session_lease or
+//! CLAIM (live, used, withdrawn and made-up tickets), HEARTBEAT, END, WATCH and
+//! UNWATCH (two push instances, leases shorter and longer than abandon_after), or a
+//! move of the server's test clock (small, or just past ticket_ttl, session_lease or
 //! abandon_after). After every step, in the same round trip:
 //!
 //! - the reply equals the model's;
 //! - the queue's data, read without side effects, holds exactly the model's line
 //!   (same people, same order, waiting or holding which ticket until when, last-seen
-//!   times), sessions and `joining`;
+//!   times), sessions, `joining`, the watchers' registrations, the instances' leases
+//!   and the change log's number; a newcomer's number in line is above everyone's in
+//!   line and every number promoted since tickets were last all gone;
+//! - the change log's new entries (read from the stream after the last one seen) are
+//!   exactly the entry the model expects of the command, or none;
+//! - a watcher simulated here, which starts from the checkpoints WATCH replies give
+//!   and follows the change log by the rule docs/commands.md states and nothing else,
+//!   knows every watched user's rank: the model's (and RANKS's) for each one still
+//!   waiting, and learns of each one's leaving by the entry that says so;
 //! - QUEUE.INFO's counts and counters equal the model's, none below zero, and
 //!   active + joining <= soft_cap;
 //! - FIFO, checked apart from the model: nobody holds a ticket while someone who
@@ -26,8 +35,8 @@
 mod reference;
 
 use redis::Value;
-use reference::{ClaimOutcome, Model, Place, Settings, Standing};
-use std::collections::HashMap;
+use reference::{ClaimOutcome, LogEntry, Model, Place, Settings, Standing};
+use std::collections::{BTreeMap, HashMap};
 use testkit::{as_int, as_string, clock_key, fields, Backend, Rng, ValkeyServer};
 
 testkit::backend_tests!(model_agrees_step_by_step);
@@ -45,8 +54,12 @@ for i = 1, #m, 2 do
   line[#line + 1] = redis.call("HGET", chunk, m[i + 1]) or ""
 end
 return { line, redis.call("ZRANGE", p .. "sessions", 0, -1, "WITHSCORES"), redis.call("HGETALL", p .. "active"),
-  redis.call("HGET", p .. "stats", "joining") or "0" }
+  redis.call("HGET", p .. "stats", "joining") or "0", redis.call("HGETALL", p .. "watched"),
+  redis.call("ZRANGE", p .. "instances", 0, -1, "WITHSCORES"), redis.call("HGET", p .. "stats", "log") or "0" }
 "#;
+
+/// The push instances of the runs.
+const INSTANCES: [&str; 2] = ["pod-a", "pod-b"];
 
 const NICKS: [&str; 3] = ["ann", "bo", "cy"];
 
@@ -74,6 +87,7 @@ fn model_agrees_step_by_step(b: Backend) {
         }
     };
     let (mut steps, mut runs, mut failed) = (0u64, 0u64, Vec::new());
+    let (mut entries, mut watched) = (0u64, 0u64);
     for (i, &seed) in seeds.iter().enumerate() {
         if steps >= total && env_u64("MODEL_SEED").is_none() {
             break;
@@ -82,6 +96,8 @@ fn model_agrees_step_by_step(b: Backend) {
         let r = run.go(&mut con);
         steps += run.step;
         runs += 1;
+        entries += run.log_entries;
+        watched += run.watcher_checks;
         if let Err(e) = r {
             failed.push(seed);
             let msg = format!("{b:?}: seed {seed} failed at step {} (replay: MODEL_SEED={seed}):\n{e}", run.step);
@@ -91,7 +107,10 @@ fn model_agrees_step_by_step(b: Backend) {
             eprintln!("{msg}\n");
         }
     }
-    eprintln!("{b:?}: {runs} runs, {steps} steps, {} failed seeds {failed:?}", failed.len());
+    eprintln!(
+        "{b:?}: {runs} runs, {steps} steps, {entries} change-log entries, {watched} watched ranks confirmed, {} failed seeds {failed:?}",
+        failed.len()
+    );
     assert!(failed.is_empty(), "{} of {runs} runs failed: seeds {failed:?}", failed.len());
 }
 
@@ -105,6 +124,8 @@ enum Op {
     Claim(String),
     Heartbeat(Vec<String>),
     End(String),
+    Watch(String, i64, Vec<String>),
+    Unwatch(String, Vec<String>),
     Advance(i64),
 }
 
@@ -125,6 +146,14 @@ struct Run {
     /// Every ticket ever handed out, and how many sessions it opened.
     tickets: Vec<String>,
     opened: HashMap<String, u32>,
+    /// The id of the last change-log entry read ("-" before any).
+    log_id: String,
+    /// The simulated watcher: each user it follows -> (number, rank) as of the last
+    /// entry read, from a WATCH checkpoint and the entries since.
+    watcher: BTreeMap<String, (i64, i64)>,
+    /// Change-log entries read, and watched ranks confirmed (for the summary).
+    log_entries: u64,
+    watcher_checks: u64,
 }
 
 impl Run {
@@ -156,6 +185,10 @@ impl Run {
             entries: 0,
             tickets: Vec::new(),
             opened: HashMap::new(),
+            log_id: "-".into(),
+            watcher: BTreeMap::new(),
+            log_entries: 0,
+            watcher_checks: 0,
         }
     }
 
@@ -198,7 +231,21 @@ impl Run {
 
     fn pick(&mut self) -> Op {
         let s = self.model.s;
-        match self.rng.below(100) {
+        match self.rng.below(110) {
+            100..106 => {
+                let i = INSTANCES[self.rng.below(2) as usize].to_string();
+                let lease = match self.rng.below(5) {
+                    0 => self.rng.range(1, 200),
+                    1 | 2 => self.rng.range(1, 2 * s.abandon_after.max(100)),
+                    3 => s.abandon_after.max(1),
+                    _ => self.rng.range(1, 600_000),
+                };
+                Op::Watch(i, lease, (0..self.rng.range(0, 3)).map(|_| self.user()).collect())
+            }
+            106..110 => {
+                let i = INSTANCES[self.rng.below(2) as usize].to_string();
+                Op::Unwatch(i, (0..self.rng.range(1, 3)).map(|_| self.user()).collect())
+            }
             0..25 => {
                 let nick = NICKS[self.rng.below(3) as usize].to_string();
                 Op::Enter(self.user(), nick)
@@ -264,6 +311,17 @@ impl Run {
                 pipe.add_command(self.cmd("SESSION.HEARTBEAT", &us.iter().map(String::as_str).collect::<Vec<_>>()))
             }
             Op::End(u) => pipe.add_command(self.cmd("SESSION.END", &[u])),
+            Op::Watch(i, lease, us) => {
+                let lease = lease.to_string();
+                let mut args = vec![i.as_str(), lease.as_str()];
+                args.extend(us.iter().map(String::as_str));
+                pipe.add_command(self.cmd("QUEUE.WATCH", &args))
+            }
+            Op::Unwatch(i, us) => {
+                let mut args = vec![i.as_str()];
+                args.extend(us.iter().map(String::as_str));
+                pipe.add_command(self.cmd("QUEUE.UNWATCH", &args))
+            }
             Op::Advance(_) => pipe.cmd("PING"),
         };
         let reply: Result<Value, String> = match pipe.query::<Vec<Value>>(con) {
@@ -287,6 +345,9 @@ impl Run {
             _ => redis::cmd("QUEUE.INFO").arg(&self.q).clone(),
         };
         pipe.add_command(info_cmd);
+        let log_key = format!("queue:{{{}}}:log", self.q);
+        let from = if self.log_id == "-" { "-".to_string() } else { format!("({}", self.log_id) };
+        pipe.cmd("XRANGE").arg(&log_key).arg(from).arg("+");
         let replies: Vec<Value> = pipe.query(con).map_err(|e| format!("pipeline: {e}"))?;
         let reply = match reply {
             Ok(v) => v,
@@ -318,6 +379,8 @@ impl Run {
 
     /// RANKS of everyone (observe_all runs), the stored data and INFO.
     fn check_rest(&mut self, replies: Vec<Value>, now: i64) -> Result<(), String> {
+        // The entry the model expects of the command (RANKS below writes none).
+        let entry = self.model.take_log();
         let mut r = replies.into_iter();
         if self.observe_all {
             let ranks = r.next().unwrap();
@@ -330,7 +393,56 @@ impl Run {
         let data = r.next().unwrap();
         self.check_data(&data)?;
         let info = r.next().unwrap();
-        self.check_info(&info, now)
+        self.check_info(&info, now)?;
+        let log = r.next().unwrap();
+        self.check_log(&log, entry)?;
+        self.check_watcher()
+    }
+
+    /// The change log's new entries against the model's, then the simulated watcher
+    /// applies them.
+    fn check_log(&mut self, log: &Value, want: Option<LogEntry>) -> Result<(), String> {
+        let got = stream_entries(log)?;
+        if let Some((id, _)) = got.last() {
+            self.log_id = id.clone();
+        }
+        let want_fields: Vec<Vec<(String, String)>> = want.iter().map(LogEntry::fields).collect();
+        let got_fields: Vec<Vec<(String, String)>> = got.iter().map(|(_, f)| f.clone()).collect();
+        if got_fields != want_fields {
+            return Err(format!("change log: new entries {got_fields:?}, model {want_fields:?}"));
+        }
+        for (_, fields) in &got {
+            self.log_entries += 1;
+            let e = LogEntry::parse(fields)?;
+            if e.reset {
+                self.watcher.clear();
+                continue;
+            }
+            let watcher = std::mem::take(&mut self.watcher);
+            self.watcher = watcher
+                .into_iter()
+                .filter_map(|(u, (s, r))| reference::apply_entry(s, r, &e).map(|r| (u, (s, r))))
+                .collect();
+        }
+        Ok(())
+    }
+
+    /// Every user the watcher follows waits with that number at that rank, as the
+    /// model (checked against the server's data and RANKS) has it.
+    fn check_watcher(&mut self) -> Result<(), String> {
+        self.watcher_checks += self.watcher.len() as u64;
+        let waiting = self.model.waiting_numbers();
+        for (u, &(s, r)) in &self.watcher {
+            match waiting.iter().find(|(w, _, _)| w == u) {
+                Some((_, Some(num), rank)) if *num == s && *rank == r => {}
+                found => {
+                    return Err(format!(
+                    "watcher: {u} (number {s}) at rank {r} by the change log, model {found:?} (waiting: {waiting:?})"
+                ))
+                }
+            }
+        }
+        Ok(())
     }
 
     fn check_op(&mut self, op: &Op, reply: &Value, now: i64) -> Result<(), String> {
@@ -427,6 +539,41 @@ impl Run {
                 }
             }
             Op::End(u) => expect_int("END", reply, self.model.end(u, now))?,
+            Op::Watch(i, lease, us) => {
+                let (n, waiting, each) =
+                    self.model.watch(i, *lease, &us.iter().map(String::as_str).collect::<Vec<_>>(), now);
+                let (got_n, got_waiting, got_each) = watch_reply(reply)?;
+                if (got_n, got_waiting, got_each.len()) != (n, waiting, us.len()) {
+                    return Err(format!(
+                        "WATCH: log number {got_n}, waiting {got_waiting}, {} users; model {n}, {waiting}, {}",
+                        got_each.len(),
+                        us.len()
+                    ));
+                }
+                for ((u, (want_num, want)), (got_num, v)) in us.iter().zip(each).zip(got_each) {
+                    if got_num != want_num {
+                        return Err(format!("WATCH: {u} has number {got_num}, model {want_num}"));
+                    }
+                    check_standing(u, &v, &want, &mut self.model).map_err(|e| format!("WATCH: {e}"))?;
+                }
+                // The checkpoint: the watcher follows each waiting user from here.
+                let ranks = self.model.waiting_numbers();
+                for u in us {
+                    match ranks.iter().find(|(w, _, _)| w == u) {
+                        Some((_, Some(s), r)) => {
+                            self.watcher.insert(u.clone(), (*s, *r));
+                        }
+                        _ => {
+                            self.watcher.remove(u);
+                        }
+                    }
+                }
+            }
+            Op::Unwatch(i, us) => expect_int(
+                "UNWATCH",
+                reply,
+                self.model.unwatch(i, &us.iter().map(String::as_str).collect::<Vec<_>>(), now),
+            )?,
             Op::Advance(_) => {}
         }
         Ok(())
@@ -436,7 +583,9 @@ impl Run {
     /// issued are learnt here (`<number>.<secret>`, from the ticket's record).
     fn check_data(&mut self, data: &Value) -> Result<(), String> {
         let parts = strings_of(data);
-        let [line, sessions, active, joining] = &parts[..] else { return Err(format!("inspect: {data:?}")) };
+        let [line, sessions, active, joining, watched, instances, log_n] = &parts[..] else {
+            return Err(format!("inspect: {data:?}"));
+        };
         let joining = joining.first().map(String::as_str).unwrap_or("0");
         let stored: Vec<(&str, &str, &str)> =
             line.chunks(3).map(|c| (c[0].as_str(), c[1].as_str(), c[2].as_str())).collect();
@@ -446,6 +595,24 @@ impl Run {
             return Err(format!("line holds {stored_who:?}, model {model_who:?}"));
         }
         let mut learnt = Vec::new();
+        let mut numbers = Vec::new();
+        for (p, &(user, seq, _)) in self.model.line.iter().zip(&stored) {
+            let seq: i64 = seq.parse().map_err(|_| format!("{user}'s number {seq:?}"))?;
+            match p.number {
+                Some(n) if n != seq => return Err(format!("{user} has number {seq}, was {n}")),
+                Some(_) => {}
+                None => numbers.push((user.to_string(), seq)),
+            }
+        }
+        for (user, seq) in numbers {
+            // "Key layout": a newcomer is numbered after the last one in line and after
+            // `p_max`, the highest number promoted (since tickets were last all gone).
+            let above = self.model.line.iter().filter_map(|p| p.number).chain([self.model.max_promoted]).max();
+            if above.is_some_and(|a| seq <= a) {
+                return Err(format!("{user} was numbered {seq}, not after {above:?} (in line or p_max)"));
+            }
+            self.model.learn_number(&user, seq);
+        }
         for (p, &(user, seq, rec)) in self.model.line.iter().zip(&stored) {
             match (&p.place, rec.strip_prefix('P')) {
                 (Place::Waiting { seen }, None) => {
@@ -499,6 +666,24 @@ impl Run {
             self.model.sessions.iter().map(|(u, s)| (u.clone(), s.nickname.clone())).collect();
         if got != want {
             return Err(format!("active {got:?}, model {want:?}"));
+        }
+        let got: Vec<(String, String)> = watched.chunks(2).map(|c| (c[0].clone(), c[1].clone())).collect();
+        let want: Vec<(String, String)> = self.model.watched.iter().map(|(u, i)| (u.clone(), i.clone())).collect();
+        let mut got_sorted = got.clone();
+        got_sorted.sort();
+        if got_sorted != want {
+            return Err(format!("watched {got:?}, model {want:?}"));
+        }
+        let mut got: Vec<(String, String)> = instances.chunks(2).map(|c| (c[0].clone(), c[1].clone())).collect();
+        got.sort();
+        let want: Vec<(String, String)> =
+            self.model.instances.iter().map(|(i, l)| (i.clone(), l.to_string())).collect();
+        if got != want {
+            return Err(format!("instances {got:?}, model {want:?}"));
+        }
+        let log_n = log_n.first().map(String::as_str).unwrap_or("0");
+        if log_n.parse::<i64>().ok() != Some(self.model.log_n) {
+            return Err(format!("stats log {log_n}, model {}", self.model.log_n));
         }
         // FIFO, apart from the model: every ticket holder entered before every waiter.
         let mut last_holder = 0;
@@ -558,6 +743,48 @@ fn expect_int(what: &str, reply: &Value, want: i64) -> Result<(), String> {
         Some(v) if v == want => Ok(()),
         _ => Err(format!("{what}: got {reply:?}, model {want}")),
     }
+}
+
+/// XRANGE's reply: (id, fields) per entry.
+fn stream_entries(v: &Value) -> Result<Vec<(String, Vec<(String, String)>)>, String> {
+    let text = |x: &Value| as_string(x).or_else(|| as_int(x).map(|i| i.to_string()));
+    let Value::Array(entries) = v else { return Err(format!("XRANGE: {v:?}")) };
+    entries
+        .iter()
+        .map(|e| match e {
+            Value::Array(pair) if pair.len() == 2 => {
+                let id = text(&pair[0]).ok_or_else(|| format!("XRANGE entry {e:?}"))?;
+                let fields: Vec<String> = match &pair[1] {
+                    Value::Array(f) => f.iter().map(|x| text(x).unwrap_or_default()).collect(),
+                    Value::Map(m) => {
+                        m.iter().flat_map(|(k, v)| [text(k).unwrap_or_default(), text(v).unwrap_or_default()]).collect()
+                    }
+                    other => return Err(format!("XRANGE fields {other:?}")),
+                };
+                Ok((id, fields.chunks(2).map(|c| (c[0].clone(), c.get(1).cloned().unwrap_or_default())).collect()))
+            }
+            other => Err(format!("XRANGE entry {other:?}")),
+        })
+        .collect()
+}
+
+/// QUEUE.WATCH's reply: the log number, the number waiting, and per user its number
+/// and standing map (`[n, waiting, [[number, map], ...]]`).
+fn watch_reply(v: &Value) -> Result<(i64, i64, Vec<(i64, Value)>), String> {
+    let bad = || format!("WATCH reply {v:?}");
+    let Value::Array(items) = v else { return Err(bad()) };
+    let (Some(n), Some(waiting)) = (items.first().and_then(as_int), items.get(1).and_then(as_int)) else {
+        return Err(bad());
+    };
+    let Some(Value::Array(each)) = items.get(2).filter(|_| items.len() == 3) else { return Err(bad()) };
+    let each = each
+        .iter()
+        .map(|p| match p {
+            Value::Array(pair) if pair.len() == 2 => as_int(&pair[0]).map(|num| (num, pair[1].clone())).ok_or_else(bad),
+            _ => Err(bad()),
+        })
+        .collect::<Result<_, _>>()?;
+    Ok((n, waiting, each))
 }
 
 /// A nested array reply as lists of strings (numbers as their text).

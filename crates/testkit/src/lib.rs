@@ -28,7 +28,7 @@ pub enum Backend {
 }
 
 /// Every queue command, as the module names them.
-pub const COMMANDS: [&str; 12] = [
+pub const COMMANDS: [&str; 14] = [
     "QUEUE.ENTER",
     "QUEUE.STATUS",
     "QUEUE.RANKS",
@@ -41,6 +41,8 @@ pub const COMMANDS: [&str; 12] = [
     "QUEUE.INFO",
     "QUEUE.CONFIG",
     "QUEUE.OPENING",
+    "QUEUE.WATCH",
+    "QUEUE.UNWATCH",
 ];
 
 /// A small deterministic generator (xorshift64*), so a failure replays exactly.

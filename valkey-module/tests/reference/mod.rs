@@ -1,12 +1,17 @@
 //! A reference model of one queue, written from the rules in docs/commands.md ("The
 //! commands", "A slot freed inside a command", "What PROMOTE does", "Errors",
-//! "Settings"), not from either implementation: a plain
-//! line of people in entry order, a table of sessions, and the counters. It knows
-//! nothing of sequence numbers, chunks, `p_max` or how ranks are computed; a ticket is
-//! whatever string the server handed out, remembered by whom it was given to.
+//! "Settings", "The change log and watchers"), not from either implementation: a plain
+//! line of people in entry order, a table of sessions, the watchers' registrations and
+//! instance leases, the change log's number, and the counters. It knows nothing of
+//! chunks, `p_max` or how ranks are computed; a ticket is whatever string the server
+//! handed out, remembered by whom it was given to, and a person's number in line is
+//! whatever the server gave it (learnt like a ticket, checked against "Key layout"'s
+//! rule by the test: after everyone in line and every number ever promoted), used
+//! only to say which numbers a change-log entry names.
 //!
-//! Left out on purpose: the token bucket (runs use `rate` 0) and the estimated wait
-//! (the measured admission rate), which the state-machine test does not compare.
+//! Left out on purpose: the token bucket (runs use `rate` 0), the estimated wait
+//! (the measured admission rate), the pre-queue and the opening, which the
+//! state-machine test does not exercise.
 
 use std::collections::BTreeMap;
 
@@ -37,6 +42,8 @@ pub struct Person {
     pub user: String,
     pub nickname: String,
     pub place: Place,
+    /// Its number in line, as the server gave it (`None` until learnt).
+    pub number: Option<i64>,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -104,17 +111,162 @@ pub const EXPIRED: &str = "EXPIRED ticket has expired";
 pub const INSIDE: &str = "INSIDE user is already inside";
 pub const FULL: &str = "FULL hard cap reached";
 
+/// One entry of the change log (`queue:{Q}:log`) as "The change log and watchers"
+/// describes it.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct LogEntry {
+    pub n: i64,
+    /// The highest number taken from the head (promoted, or dropped on the way).
+    pub head: Option<i64>,
+    /// How many were taken from the head.
+    pub gone: i64,
+    /// Numbers of other waiting users who left, in the order they left.
+    pub left: Vec<i64>,
+    pub reset: bool,
+    pub waiting: i64,
+}
+
+impl LogEntry {
+    /// The stream entry's fields, in the documented order, absent when empty.
+    pub fn fields(&self) -> Vec<(String, String)> {
+        let mut f = vec![("n".to_string(), self.n.to_string())];
+        if let Some(h) = self.head {
+            f.push(("head".into(), h.to_string()));
+            f.push(("gone".into(), self.gone.to_string()));
+        }
+        if !self.left.is_empty() {
+            f.push(("left".into(), self.left.iter().map(i64::to_string).collect::<Vec<_>>().join(",")));
+        }
+        if self.reset {
+            f.push(("reset".into(), "1".into()));
+        }
+        f.push(("waiting".into(), self.waiting.to_string()));
+        f
+    }
+
+    /// Reads an entry's fields back (any order; unknown fields refused).
+    pub fn parse(fields: &[(String, String)]) -> Result<LogEntry, String> {
+        let mut e = LogEntry::default();
+        let int = |v: &str| v.parse::<i64>().map_err(|_| format!("not a number: {v:?} in {fields:?}"));
+        for (k, v) in fields {
+            match k.as_str() {
+                "n" => e.n = int(v)?,
+                "head" => e.head = Some(int(v)?),
+                "gone" => e.gone = int(v)?,
+                "left" => e.left = v.split(',').map(int).collect::<Result<_, _>>()?,
+                "reset" => e.reset = v == "1",
+                "waiting" => e.waiting = int(v)?,
+                other => return Err(format!("unknown field {other:?} in {fields:?}")),
+            }
+        }
+        Ok(e)
+    }
+}
+
+/// What the command being modelled took out of the line's waiting part so far.
+#[derive(Debug, Default)]
+struct Pending {
+    head: Option<i64>,
+    gone: i64,
+    left: Vec<i64>,
+    reset: bool,
+}
+
+/// A watcher's rank arithmetic, exactly as "The change log and watchers" states it:
+/// for a waiting user with number `s` and rank `r` after entry `n`, its standing after
+/// entry `n+1`: `None` when gone, else its new rank.
+pub fn apply_entry(s: i64, r: i64, e: &LogEntry) -> Option<i64> {
+    if e.head.is_some_and(|h| s <= h) || e.left.contains(&s) {
+        return None;
+    }
+    let mut r = r;
+    if e.head.is_some_and(|h| h < s) {
+        r -= e.gone;
+    }
+    r -= e.left.iter().filter(|&&x| x < s).count() as i64;
+    Some(r)
+}
+
 pub struct Model {
     pub s: Settings,
     /// Everyone in line, in entry order: waiting people and ticket holders.
     pub line: Vec<Person>,
     pub sessions: BTreeMap<String, Session>,
     pub counters: Counters,
+    /// Watcher registrations: userId -> the push instance watching it.
+    pub watched: BTreeMap<String, String>,
+    /// Push instances' leases: instance -> lease expiry (ms).
+    pub instances: BTreeMap<String, i64>,
+    /// The change log's last number (0 before any entry).
+    pub log_n: i64,
+    /// The highest number promoted since tickets were last all gone ("Key layout"'s
+    /// `p_max`: newcomers are numbered after it), once known.
+    pub max_promoted: i64,
+    pending: Pending,
 }
 
 impl Model {
     pub fn new(s: Settings) -> Self {
-        Model { s, line: Vec::new(), sessions: BTreeMap::new(), counters: Counters::default() }
+        Model {
+            s,
+            line: Vec::new(),
+            sessions: BTreeMap::new(),
+            counters: Counters::default(),
+            watched: BTreeMap::new(),
+            instances: BTreeMap::new(),
+            log_n: 0,
+            max_promoted: 0,
+            pending: Pending::default(),
+        }
+    }
+
+    /// The change-log entry the command just modelled writes, if any ("An entry is
+    /// written when head, left or reset is"), numbered one after the last.
+    pub fn take_log(&mut self) -> Option<LogEntry> {
+        let p = std::mem::take(&mut self.pending);
+        if p.head.is_none() && p.left.is_empty() && !p.reset {
+            return None;
+        }
+        self.log_n += 1;
+        Some(LogEntry {
+            n: self.log_n,
+            head: p.head,
+            gone: p.gone,
+            left: p.left,
+            reset: p.reset,
+            waiting: self.waiting(),
+        })
+    }
+
+    fn number_of(p: &Person) -> i64 {
+        p.number.unwrap_or_else(|| panic!("model: {} left the waiting part before its number was learnt", p.user))
+    }
+
+    /// A waiting person taken from the head (promoted, or dropped on the way).
+    fn took_from_head(&mut self, number: i64) {
+        self.pending.head = Some(self.pending.head.map_or(number, |h| h.max(number)));
+        self.pending.gone += 1;
+    }
+
+    /// A waiting person left from elsewhere than the head (LEAVE, re-entry, the sweep).
+    fn left_line(&mut self, number: i64) {
+        self.pending.left.push(number);
+    }
+
+    /// Someone leaves the line altogether (left, re-entered, dropped, claimed, a ticket
+    /// expired): its registration goes.
+    fn out_of_line(&mut self, user: &str) {
+        self.watched.remove(user);
+        if self.joining() == 0 {
+            self.max_promoted = 0;
+        }
+    }
+
+    /// When a waiting person was last heard from: the later of its own time and the
+    /// lease expiry of the instance it is registered under.
+    fn heard_from(&self, user: &str, seen: i64) -> i64 {
+        let lease = self.watched.get(user).and_then(|i| self.instances.get(i)).copied();
+        lease.map_or(seen, |l| l.max(seen))
     }
 
     fn position(&self, user: &str) -> Option<usize> {
@@ -138,9 +290,10 @@ impl Model {
         (self.s.soft_cap - active - self.joining()).max(0)
     }
 
-    /// A waiting person is dropped once not heard from for longer than abandon_after.
-    fn abandoned(&self, seen: i64, now: i64) -> bool {
-        self.s.abandon_after > 0 && now - seen > self.s.abandon_after
+    /// A waiting person is dropped once not heard from for longer than abandon_after
+    /// (heard from: its own time, or the lease of the instance watching it).
+    fn abandoned(&self, user: &str, seen: i64, now: i64) -> bool {
+        self.s.abandon_after > 0 && now - self.heard_from(user, seen) > self.s.abandon_after
     }
 
     /// Housekeeping: expired tickets and leases go, their places come back. Returns
@@ -155,7 +308,16 @@ impl Model {
             }
         }
         let tickets = freed.len() as i64;
+        let expired: Vec<String> = self
+            .line
+            .iter()
+            .filter(|p| matches!(p.place, Place::Ticket { expiry, .. } if expiry <= now))
+            .map(|p| p.user.clone())
+            .collect();
         self.line.retain(|p| !matches!(p.place, Place::Ticket { expiry, .. } if expiry <= now));
+        for u in &expired {
+            self.out_of_line(u);
+        }
         freed.extend(self.sessions.values().filter(|s| s.lease <= now).map(|s| s.lease));
         let leases = freed.len() as i64 - tickets;
         self.sessions.retain(|_, s| s.lease > now);
@@ -181,21 +343,35 @@ impl Model {
             return;
         }
         let n = self.free_slots(self.sessions.len() as i64).min(self.s.batch_max);
-        let (mut promoted, mut i) = (0, 0);
+        let promoted = self.admit_head(n, now).0;
+        self.counters.promoted += promoted;
+        self.note_slot_wait(freed, promoted, now);
+    }
+
+    /// Tickets for up to `n` waiting people from the head, in line order; silent ones
+    /// met on the way are dropped, never promoted. Everyone met is taken from the head.
+    /// Returns (promoted, dropped, who was promoted).
+    fn admit_head(&mut self, n: i64, now: i64) -> (i64, i64, Vec<String>) {
+        let (mut promoted, mut dropped, mut who, mut i) = (0, 0, Vec::new(), 0);
         while promoted < n && i < self.line.len() {
             if let Place::Waiting { seen } = self.line[i].place {
-                if self.abandoned(seen, now) {
-                    self.line.remove(i);
+                let number = Self::number_of(&self.line[i]);
+                self.took_from_head(number);
+                if self.abandoned(&self.line[i].user, seen, now) {
+                    let p = self.line.remove(i);
+                    self.out_of_line(&p.user);
+                    dropped += 1;
                     self.counters.dropped += 1;
                     continue;
                 }
                 self.line[i].place = Place::Ticket { ticket: None, expiry: now + self.s.ticket_ttl };
+                self.max_promoted = self.max_promoted.max(number);
+                who.push(self.line[i].user.clone());
                 promoted += 1;
             }
             i += 1;
         }
-        self.counters.promoted += promoted;
-        self.note_slot_wait(freed, promoted, now);
+        (promoted, dropped, who)
     }
 
     fn rank_of(&self, i: usize) -> i64 {
@@ -215,8 +391,11 @@ impl Model {
     /// else waits and there is room.
     pub fn enter(&mut self, user: &str, nickname: &str, now: i64) -> Standing {
         if let Some(i) = self.position(user) {
-            if matches!(self.line.remove(i).place, Place::Ticket { .. }) {
-                self.fill(now, Vec::new());
+            let old = self.line.remove(i);
+            self.out_of_line(user);
+            match old.place {
+                Place::Ticket { .. } => self.fill(now, Vec::new()),
+                Place::Waiting { .. } => self.left_line(Self::number_of(&old)),
             }
         }
         let admit_now = self.waiting() == 0 && self.s.soft_cap > 0;
@@ -228,12 +407,18 @@ impl Model {
                     user: user.into(),
                     nickname: nickname.into(),
                     place: Place::Ticket { ticket: None, expiry: now + self.s.ticket_ttl },
+                    number: None,
                 });
                 self.counters.promoted += 1;
                 return Standing::Promoted { ticket: None, nickname: nickname.into() };
             }
         }
-        self.line.push(Person { user: user.into(), nickname: nickname.into(), place: Place::Waiting { seen: now } });
+        self.line.push(Person {
+            user: user.into(),
+            nickname: nickname.into(),
+            place: Place::Waiting { seen: now },
+            number: None,
+        });
         Standing::Waiting { rank: self.waiting(), nickname: nickname.into() }
     }
 
@@ -241,6 +426,12 @@ impl Model {
     /// from; the stored time is refreshed at most every abandon_after / 8 (between
     /// 250 ms and 30 s), so that polling is not a write each time.
     pub fn status(&mut self, user: &str, now: i64) -> Standing {
+        self.standing(user, now, true)
+    }
+
+    /// Where `user` stands; with `heard`, a waiting person counts as heard from (as
+    /// STATUS, RANKS and UNWATCH do; WATCH does not).
+    fn standing(&mut self, user: &str, now: i64, heard: bool) -> Standing {
         if let Some(i) = self.position(user) {
             let rank = self.rank_of(i);
             let refresh = (self.s.abandon_after / 8).clamp(250, 30_000);
@@ -248,7 +439,7 @@ impl Model {
             let p = &mut self.line[i];
             return match &mut p.place {
                 Place::Waiting { seen } => {
-                    if abandon_after > 0 && now - *seen >= refresh {
+                    if heard && abandon_after > 0 && now - *seen >= refresh {
                         *seen = now;
                     }
                     Standing::Waiting { rank, nickname: p.nickname.clone() }
@@ -271,9 +462,11 @@ impl Model {
         match self.position(user) {
             Some(i) => {
                 let gone = self.line.remove(i);
+                self.out_of_line(user);
                 self.counters.left += 1;
-                if matches!(gone.place, Place::Ticket { .. }) {
-                    self.fill(now, Vec::new());
+                match gone.place {
+                    Place::Ticket { .. } => self.fill(now, Vec::new()),
+                    Place::Waiting { .. } => self.left_line(Self::number_of(&gone)),
                 }
                 1
             }
@@ -288,26 +481,24 @@ impl Model {
         if let Some(m) = max {
             n = n.min(m);
         }
-        // Silent waiters are dropped, never promoted; then the head gets tickets.
-        let before = self.line.len();
-        let line = std::mem::take(&mut self.line);
-        self.line = line
-            .into_iter()
-            .filter(|p| !matches!(p.place, Place::Waiting { seen } if self.abandoned(seen, now)))
-            .collect();
-        let dropped = (before - self.line.len()) as i64;
-        let mut promoted = Vec::new();
-        for p in self.line.iter_mut() {
-            if promoted.len() as i64 >= n {
-                break;
-            }
-            if matches!(p.place, Place::Waiting { .. }) {
-                p.place = Place::Ticket { ticket: None, expiry: now + self.s.ticket_ttl };
-                promoted.push(p.user.clone());
+        // The head gets tickets, silent waiters met on the way dropped, never promoted
+        // (taken from the head); then the sweep drops silent ones further back (with
+        // fewer than 256 waiters, all of them), in line order (each one "left").
+        let (_, mut dropped, promoted) = self.admit_head(n, now);
+        let mut i = 0;
+        while i < self.line.len() {
+            match self.line[i].place {
+                Place::Waiting { seen } if self.abandoned(&self.line[i].user, seen, now) => {
+                    let p = self.line.remove(i);
+                    self.out_of_line(&p.user);
+                    self.left_line(Self::number_of(&p));
+                    dropped += 1;
+                    self.counters.dropped += 1;
+                }
+                _ => i += 1,
             }
         }
         self.counters.promoted += promoted.len() as i64;
-        self.counters.dropped += dropped;
         self.note_slot_wait(freed, promoted.len() as i64, now);
         let active = self.sessions.len() as i64;
         PromoteOutcome {
@@ -354,6 +545,7 @@ impl Model {
             return ClaimOutcome::Error(FULL);
         }
         let p = self.line.remove(i);
+        self.out_of_line(&user);
         self.sessions.insert(user.clone(), Session { nickname: p.nickname.clone(), lease: now + self.s.session_lease });
         self.counters.claimed += 1;
         ClaimOutcome::Claimed { user, nickname: p.nickname, lease_ms: self.s.session_lease }
@@ -384,6 +576,88 @@ impl Model {
         } else {
             0
         }
+    }
+
+    /// QUEUE.WATCH: extends `instance`'s lease to now + lease_ms and registers the
+    /// named users who wait under it; nobody counts as heard from. Returns the log
+    /// number, the number waiting, and per user its number in line while waiting (else
+    /// 0) with its standing.
+    ///
+    /// Not in docs/commands.md, done by both implementations: a named user who does
+    /// not wait loses its registration by this instance (one by another instance
+    /// stays). Only the `watched` hash shows it: a registration counts for waiting
+    /// users only, and nobody waits again without re-entering, which removes it anyway.
+    pub fn watch(
+        &mut self,
+        instance: &str,
+        lease_ms: i64,
+        users: &[&str],
+        now: i64,
+    ) -> (i64, i64, Vec<(i64, Standing)>) {
+        self.instances.insert(instance.to_string(), now + lease_ms);
+        let mut each = Vec::new();
+        for u in users {
+            let standing = self.standing(u, now, false);
+            let number = match self.position(u) {
+                Some(i) if matches!(self.line[i].place, Place::Waiting { .. }) => {
+                    self.watched.insert(u.to_string(), instance.to_string());
+                    Self::number_of(&self.line[i])
+                }
+                _ => {
+                    if self.watched.get(*u).is_some_and(|i| i == instance) {
+                        self.watched.remove(*u);
+                    }
+                    0
+                }
+            };
+            each.push((number, standing));
+        }
+        (self.log_n, self.waiting(), each)
+    }
+
+    /// QUEUE.UNWATCH: removes the named users' registrations under `instance` (how
+    /// many); each waiting user whose registration goes counts as heard from now (its
+    /// time set to now, not kept to the refresh interval STATUS keeps). The docs say
+    /// "a waiting user counts as heard from now" after "each user registered by
+    /// instance is no longer watched": read as a user whose registration goes, as
+    /// both implementations do (a user named but not registered by it is untouched).
+    pub fn unwatch(&mut self, instance: &str, users: &[&str], now: i64) -> i64 {
+        let mut removed = 0;
+        for u in users {
+            if self.watched.get(*u).is_some_and(|i| i == instance) {
+                self.watched.remove(*u);
+                removed += 1;
+                if let Some(i) = self.position(u) {
+                    if let Place::Waiting { seen } = &mut self.line[i].place {
+                        *seen = now;
+                    }
+                }
+            }
+        }
+        removed
+    }
+
+    /// A person's number in line, learnt from the server.
+    pub fn learn_number(&mut self, user: &str, number: i64) {
+        let i = self.position(user).expect("learn_number: user in line");
+        assert!(self.line[i].number.is_none(), "learn_number: {user} has a number");
+        self.line[i].number = Some(number);
+        if matches!(self.line[i].place, Place::Ticket { .. }) {
+            self.max_promoted = self.max_promoted.max(number);
+        }
+    }
+
+    /// The waiting people with their numbers and ranks, in line order.
+    pub fn waiting_numbers(&self) -> Vec<(String, Option<i64>, i64)> {
+        let mut r = 0;
+        let mut out = Vec::new();
+        for p in &self.line {
+            if matches!(p.place, Place::Waiting { .. }) {
+                r += 1;
+                out.push((p.user.clone(), p.number, r));
+            }
+        }
+        out
     }
 
     /// QUEUE.INFO's counts as of `now`: (waiting, joining, active, available_slots).
