@@ -51,7 +51,7 @@ else
   N=${N:-200000}; S=${S:-4000}; ROUNDS=${ROUNDS:-3}; SECS=${SECS:-20}; WARMUP=${WARMUP:-3}; SETTLE=${SETTLE:-4}
 fi
 INSTANCES=${INSTANCES:-1 3 6}; BACKEND=${BACKEND:-module}
-ENTER_RATE=${ENTER_RATE:-1000}; LEAVE_RATE=${LEAVE_RATE:-100}; PROMOTE_RATE=${PROMOTE_RATE:-500}
+export ENTER_RATE=${ENTER_RATE:-1000} LEAVE_RATE=${LEAVE_RATE:-100} PROMOTE_RATE=${PROMOTE_RATE:-500}
 PROMOTE_EVERY_MS=${PROMOTE_EVERY_MS:-200}; TICKET_TTL_MS=${TICKET_TTL_MS:-5000}; ANNOUNCE=${ANNOUNCE:-1}
 PROBES=${PROBES:-4}; PROMOTE_PROBES=${PROMOTE_PROBES:-4}; STREAMS_PER_PROC=${STREAMS_PER_PROC:-8000}
 API_FLAGS=${API_FLAGS:-}
@@ -59,7 +59,7 @@ API_BIN=${API_BIN:-$root/target/release/queue-api}
 MODULE_SO=${MODULE_SO:-$root/target/release/libvalkey_queue.so}
 CLI_BIN=${CLI_BIN:-$root/target/release/queue-cli}
 LUA_LIB=${LUA_LIB:-$root/lua-fallback/queue.lua}
-export TOP_LEVEL=${TOP_LEVEL:-'^(queue\.|ticket\.|session\.|fcall|fcall_ro|eval|evalsha|publish|spublish|ping|hello|select|multi|xread|xreadgroup|subscribe|psubscribe|ssubscribe|unsubscribe|punsubscribe|sunsubscribe)'}
+export TOP_LEVEL=${TOP_LEVEL:-'^(queue\.|ticket\.|session\.|fcall|fcall_ro|eval|evalsha|publish|ping|hello|select|multi|xread|xreadgroup|subscribe|psubscribe|ssubscribe|unsubscribe|punsubscribe|sunsubscribe)'}
 Q=push
 
 command -v valkey-server >/dev/null || bash "$root/scripts/install-deps.sh"

@@ -61,7 +61,8 @@ def derive(r):
         "leave_timeouts": r.get("leave_timeouts", 0),
         "promote_p50_ms": pct(lat_p, 50), "promote_p99_ms": pct(lat_p, 99), "promote_n": len(lat_p),
         "promote_timeouts": r.get("promote_timeouts", 0),
-        "entered_per_s": round(ch["entered"] / secs), "left_per_s": round(ch["left"] / secs),
+        "entered_per_s": round(ch["entered"] / secs), "leaves_per_s": round(ch["leaves"] / secs),
+        "left_per_s": round(ch["left"] / secs),
         "promoted_per_s": round(ch["promoted"] / secs),
         "commands": {n: {"calls_per_s": round(c / secs, 1), "us_per_s": round(u / secs), "us_per_call": round(u / c, 2) if c else None}
                      for n, (c, u) in sorted(per.items(), key=lambda kv: -kv[1][1])},
@@ -84,13 +85,13 @@ def main(path):
             ("total_ns_per_person_s", "all ns/person/s", 1), ("push_ms_per_s", "push ms/s", 2),
             ("churn_ms_per_s", "churn ms/s", 2), ("main_thread_ms_per_s", "main thr ms/s", 1),
             ("events_per_s", "events/s", 0), ("leave_p50_ms", "leave p50 ms", 1), ("leave_p99_ms", "leave p99 ms", 1),
-            ("promote_p50_ms", "promote p50 ms", 1), ("promote_p99_ms", "promote p99 ms", 1)]
+            ("promote_p50_ms", "promote p50 ms", 1), ("promote_p99_ms", "promote p99 ms", 1),
+            ("promoted_per_s", "promoted/s", 0)]
     groups = {}
     for r in runs:
         groups.setdefault((r["phase"], r["instances"]), []).append(r)
     summary = {}
-    lines = []
-    header = f"{'phase':<7} {'I':>2} {'n':>2} " + " ".join(f"{h:>22}" for _, h, _ in cols)
+    table = []
     for (phase, inst) in sorted(groups, key=lambda k: (k[0] != "steady", k[1])):
         rs = groups[(phase, inst)]
         row = {"kind": "summary", "phase": phase, "instances": inst, "rounds": len(rs)}
@@ -99,14 +100,14 @@ def main(path):
             vals = [r[key] for r in rs if r[key] is not None]
             if not vals:
                 row[key] = None
-                cells.append(f"{'-':>22}")
+                cells.append("-")
                 continue
             med = statistics.median(vals)
             row[key] = {"median": med, "min": min(vals), "max": max(vals)}
             cell = fmt(float(med), nd) if nd else str(round(med))
             if len(vals) > 1:
                 cell += f" ({fmt(float(min(vals)), nd) if nd else round(min(vals))}-{fmt(float(max(vals)), nd) if nd else round(max(vals))})"
-            cells.append(f"{cell:>22}")
+            cells.append(cell)
         # per command: medians of us/s and us/call
         cmds = {}
         for r in rs:
@@ -117,7 +118,7 @@ def main(path):
                                "us_per_call": statistics.median([c["us_per_call"] for c in cs if c["us_per_call"] is not None] or [0])}
                            for n, cs in cmds.items()}
         summary[(phase, inst)] = row
-        lines.append(f"{phase:<7} {inst:>2} {len(rs):>2} " + " ".join(cells))
+        table.append([phase, str(inst), str(len(rs))] + cells)
     ratios = []
     insts = sorted({i for _, i in groups})
     if len(insts) > 1:
@@ -137,10 +138,21 @@ def main(path):
                 rr[key] = round(xb / xa, 2) if xa and xb else None
             ratios.append(rr)
     print()
-    print("medians over rounds (min-max); push = commands sent by queue-api; ns/person/s = Valkey time per second / open streams")
-    print(header)
-    for l in lines:
-        print(l)
+    print("medians over rounds (min-max); Valkey time from INFO commandstats (top-level commands); push = sent by queue-api;")
+    print("ns/person/s = Valkey time per second / open streams; main thr = Valkey main thread's CPU (INFO cpu)")
+    heads = ["phase", "I", "n"] + [h for _, h, _ in cols]
+    widths = [max(len(x[c]) for x in [heads] + table) for c in range(len(heads))]
+    for x in [heads] + table:
+        print(" ".join(v.ljust(w) if c == 0 else v.rjust(w) for c, (v, w) in enumerate(zip(x, widths))))
+    asked = {k: float(os.environ.get(k.upper(), "0") or 0) for k in ("enter_rate", "leave_rate", "promote_rate")}
+    for r in runs:
+        if r["phase"] != "churn":
+            continue
+        got = {"enter_rate": r["entered_per_s"], "leave_rate": r["leaves_per_s"], "promote_rate": r["promoted_per_s"]}
+        if any(asked[k] and got[k] < 0.9 * asked[k] for k in asked):
+            print(f"note: round {r['round']}, I={r['instances']}: the churn fell short: {got['enter_rate']} entries/s, "
+                  f"{got['leave_rate']} leaves/s, {got['promote_rate']} promotions/s (asked {asked['enter_rate']:g}, "
+                  f"{asked['leave_rate']:g}, {asked['promote_rate']:g}): the driver fell behind (the machine short of CPU?)")
     for rr in ratios:
         print(f"ratio {rr['of']} instances, {rr['phase']}: push ns/person/s x{fmt(rr['push_ns_per_person_s'], 2)}, "
               f"push ms/s x{fmt(rr['push_ms_per_s'], 2)}, all commands ms/s x{fmt(rr['total_ms_per_s'], 2)}, "
