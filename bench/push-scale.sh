@@ -170,11 +170,11 @@ one() { # round instances
   sleep "$SETTLE"
   local common=(--valkey "redis://127.0.0.1:$vport/" --api "$apis" --queue "$Q" --backend "$BACKEND" --line "$N"
     --secs "$SECS" --leave-probes "$PROBES" --source $((base + 16)) --status "$(IFS=,; echo "${files[*]}")")
-  "$CLI_BIN" watch drive "${common[@]}" --warmup 1 --out "$d/steady.json"
+  "$CLI_BIN" watch drive "${common[@]}" --warmup 1 --tag s --out "$d/steady.json"
   qcall QUEUE.CONFIG "$Q" SET ticket_ttl "$TICKET_TTL_MS" >/dev/null
   "$CLI_BIN" watch drive "${common[@]}" --warmup "$WARMUP" --enter-rate "$ENTER_RATE" --leave-rate "$LEAVE_RATE" \
     --promote-rate "$PROMOTE_RATE" --promote-every-ms "$PROMOTE_EVERY_MS" --promote-probes "$PROMOTE_PROBES" \
-    --announce "$([ "$ANNOUNCE" = 1 ] && echo true || echo false)" --out "$d/churn.json"
+    --announce "$([ "$ANNOUNCE" = 1 ] && echo true || echo false)" --tag c --out "$d/churn.json"
   for ph in steady churn; do
     python3 -c "import json,sys; r=json.load(open(sys.argv[1])); r.update(round=int(sys.argv[2]), instances=int(sys.argv[3]), phase=sys.argv[4], streams_per_instance=int(sys.argv[5]), line=int(sys.argv[6])); print(json.dumps(r))" \
       "$d/$ph.json" "$round" "$inst" "$ph" "$S" "$N" >>"$OUT/raw.jsonl"

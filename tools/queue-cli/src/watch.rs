@@ -138,6 +138,10 @@ pub struct DriveArgs {
     /// Source address of the probe streams (127.0.0.B).
     #[arg(long, default_value_t = 250)]
     source: u8,
+    /// Prefix of the probes' people (each phase its own, so that people who left in
+    /// one phase are not entered again, behind the watchers, in the next).
+    #[arg(long, default_value = "")]
+    tag: String,
     /// Status files of the `watch streams` processes, comma-separated.
     #[arg(long, value_delimiter = ',')]
     status: Vec<String>,
@@ -512,17 +516,18 @@ async fn leave_probe(
     mut conn: MultiplexedConnection,
     mut sse: Sse,
     victims: usize,
+    tag: String,
     queue: String,
     lua: bool,
     win: Arc<Window>,
     out: Arc<Mutex<Samples>>,
 ) {
-    let watcher = format!("lw-{k}");
+    let watcher = format!("{tag}lw-{k}");
     let mut next = victims;
     while Instant::now() < win.end && next > 0 {
         tokio::time::sleep(Duration::from_millis(rand::random_range(200..1200))).await;
         next -= 1;
-        let victim = format!("lv-{k}-{next:04}");
+        let victim = format!("{tag}lv-{k}-{next:04}");
         let mut tx = redis::pipe();
         tx.atomic()
             .add_command(qcmd(lua, "QUEUE.STATUS", &queue).arg(&watcher).clone())
@@ -621,6 +626,7 @@ async fn drive(a: DriveArgs) -> Result<(), String> {
     let mut meter = conn("bench-meter").await?;
     let source = Ipv4Addr::new(127, 0, 0, a.source);
     let queue = a.queue.clone();
+    let tag = a.tag.clone();
     let promoting = a.promote_rate > 0.0;
 
     // Promote probe watchers: at the back, streams open before anything starts.
@@ -630,7 +636,7 @@ async fn drive(a: DriveArgs) -> Result<(), String> {
     if promoting {
         let mut c = conn("bench-probe").await?;
         for k in 0..a.promote_probes {
-            let user = format!("pw-{k}");
+            let user = format!("{}pw-{k}", a.tag);
             qcmd(lua, "QUEUE.ENTER", &queue)
                 .arg(&user)
                 .arg("probe")
@@ -655,12 +661,13 @@ async fn drive(a: DriveArgs) -> Result<(), String> {
         let mut c = conn("bench-probe").await?;
         let mut p = redis::pipe();
         for v in 0..victims {
-            p.add_command(qcmd(lua, "QUEUE.ENTER", &queue).arg(format!("lv-{k}-{v:04}")).arg("probe").clone()).ignore();
+            p.add_command(qcmd(lua, "QUEUE.ENTER", &queue).arg(format!("{}lv-{k}-{v:04}", a.tag)).arg("probe").clone())
+                .ignore();
         }
-        p.add_command(qcmd(lua, "QUEUE.ENTER", &queue).arg(format!("lw-{k}")).arg("probe").clone()).ignore();
+        p.add_command(qcmd(lua, "QUEUE.ENTER", &queue).arg(format!("{tag}lw-{k}")).arg("probe").clone()).ignore();
         p.query_async::<()>(&mut c).await.map_err(|e| e.to_string())?;
         let api = a.api[(k + 1) % a.api.len()];
-        let (sse, _) = open_first(api, source, &queue, &format!("lw-{k}")).await?;
+        let (sse, _) = open_first(api, source, &queue, &format!("{tag}lw-{k}")).await?;
         tasks.push((sse, c));
     }
     tokio::time::sleep(Duration::from_millis(a.probe_settle_ms)).await;
@@ -680,7 +687,17 @@ async fn drive(a: DriveArgs) -> Result<(), String> {
         .into_iter()
         .enumerate()
         .map(|(k, (sse, c))| {
-            tokio::spawn(leave_probe(k, c, sse, victims, queue.clone(), lua, win.clone(), leave_out.clone()))
+            tokio::spawn(leave_probe(
+                k,
+                c,
+                sse,
+                victims,
+                tag.clone(),
+                queue.clone(),
+                lua,
+                win.clone(),
+                leave_out.clone(),
+            ))
         })
         .collect();
     let mut tasks = tasks;
