@@ -67,6 +67,7 @@ testkit::backend_tests!(
     proof_of_work_at_entry,
     a_full_line_answers_503_with_retry_after,
     concurrent_status_reads_each_see_the_line_after_they_arrive,
+    push_streams_follow_the_change_log,
 );
 
 /// Every status answer in a burst of concurrent requests (many people, some asked
@@ -245,7 +246,7 @@ async fn sse_delivers_position_and_ticket(b: Backend) {
     let qc = client_for(&s).await;
     qc.config_set("default", &[("soft_cap", 0)]).await.unwrap();
     let mut config = queue_api::Config::local(&s.url());
-    config.push_tick = Duration::from_secs(60); // only announcements refresh, proving the wake-up path
+    config.push_tick = Duration::from_secs(60); // the change log, not the tick, carries changes
     let api = Api::start(config).await;
     let (_, a) = post_entry(&api, json!({ "nickname": "a" })).await;
     let (_, b2) = post_entry(&api, json!({ "nickname": "b" })).await;
@@ -274,7 +275,8 @@ async fn sse_delivers_position_and_ticket(b: Backend) {
     };
     let pos = next_event("position").await;
     assert_eq!(pos["rank"], 2);
-    // The first leaves: with the 60 s tick, only an announcement can refresh us.
+    // The first leaves: with the 60 s tick, only the change log (read every 50 ms and
+    // at once on an announcement) can refresh us.
     qc.leave("default", a["userId"].as_str().unwrap()).await.unwrap();
     let event = queue_client::events::QueueEvent { queue: "default".into(), promoted: 0, waiting: 1, at_ms: 0 };
     assert!(qc.publish_event(&event).await.unwrap() >= 1, "the api subscribes to announcements");
@@ -790,4 +792,160 @@ async fn stream_limits_refuse_with_429_and_503() {
         }
     };
     api.stop().await;
+}
+
+/// Every event of each push stream, as (event name, data), in arrival order.
+type Seen = std::sync::Arc<std::sync::Mutex<std::collections::HashMap<String, Vec<(String, Value)>>>>;
+
+/// Follows `user`'s push stream at `url` until it ends or the task is aborted.
+fn follow_stream(url: String, user: String, seen: Seen) -> tokio::task::JoinHandle<()> {
+    tokio::spawn(async move {
+        let resp = reqwest::get(url).await.unwrap();
+        assert_eq!(resp.status(), 200, "stream of {user}");
+        let mut body = resp.bytes_stream();
+        let mut text = String::new();
+        while let Some(Ok(chunk)) = body.next().await {
+            text.push_str(&String::from_utf8_lossy(&chunk));
+            while let Some(i) = text.find("\n\n") {
+                let block: String = text.drain(..i + 2).collect();
+                let name = block.lines().find_map(|l| l.strip_prefix("event: ")).unwrap_or("").to_string();
+                let Some(data) = block.lines().find_map(|l| l.strip_prefix("data: ")) else { continue };
+                let v: Value = serde_json::from_str(data).unwrap();
+                seen.lock().unwrap().entry(user.clone()).or_default().push((name, v));
+            }
+        }
+    })
+}
+
+/// The waiting people in line order (QUEUE.LINE: nobody counts as heard from).
+async fn line_now(qc: &queue_client::QueueClient) -> Vec<String> {
+    let mut out = Vec::new();
+    let mut cursor = 0;
+    loop {
+        let page = qc.line("default", cursor, 1000).await.unwrap();
+        out.extend(page.users);
+        if page.cursor == 0 {
+            return out;
+        }
+        cursor = page.cursor;
+    }
+}
+
+/// Waits until every open stream's last event matches the line: `position` with the
+/// person's rank while they wait, a final event otherwise.
+async fn streams_settle(qc: &queue_client::QueueClient, seen: &Seen, streamed: &[String], step: &str) {
+    let deadline = Instant::now() + Duration::from_secs(5);
+    loop {
+        let line = line_now(qc).await;
+        let wrong: Vec<String> = {
+            let seen = seen.lock().unwrap();
+            streamed
+                .iter()
+                .filter_map(|u| {
+                    let last = seen.get(u).and_then(|e| e.last());
+                    let want = line.iter().position(|x| x == u).map(|i| i as u64 + 1);
+                    let ok = match (last, want) {
+                        (Some((name, v)), Some(rank)) => name == "position" && v["rank"] == rank,
+                        (Some((name, _)), None) => name != "position",
+                        (None, _) => false,
+                    };
+                    (!ok).then(|| format!("{u}: last {:?}, rank in line {want:?}", last))
+                })
+                .collect()
+        };
+        if wrong.is_empty() {
+            return;
+        }
+        assert!(Instant::now() < deadline, "{step}: streams disagree with the line: {wrong:?}");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+/// Push streams on two instances follow the change log: after every change (someone
+/// ahead leaving, a streamed person leaving or re-entering, promotions, newcomers,
+/// people dropped as silent) each stream shows the rank the line gives, every
+/// position event carries the total, and a rank never goes up unless its person
+/// re-entered. Nobody polls: the people with a stream are kept by the instances'
+/// leases, the others are dropped abandon_after after their entry, and a person whose
+/// stream closed is dropped abandon_after after it closed.
+async fn push_streams_follow_the_change_log(b: Backend) {
+    let s = ValkeyServer::start(b);
+    let qc = client_for(&s).await;
+    qc.config_set("default", &[("soft_cap", 0), ("abandon_after", 3000)]).await.unwrap();
+    let mut apis = Vec::new();
+    for _ in 0..2 {
+        let mut config = queue_api::Config::local(&s.url());
+        config.push_tick = Duration::from_millis(200);
+        apis.push(Api::start(config).await);
+    }
+    let users: Vec<String> = (0..30).map(|i| format!("p{i:02}")).collect();
+    for u in &users {
+        qc.enter("default", u, u).await.unwrap();
+    }
+    let streamed: Vec<String> = users.iter().step_by(2).cloned().collect();
+    let seen: Seen = Default::default();
+    let mut tasks = std::collections::HashMap::new();
+    for (i, u) in streamed.iter().enumerate() {
+        let url = apis[i % 2].url(&format!("/api/queue/stream?userId={u}"));
+        tasks.insert(u.clone(), follow_stream(url, u.clone(), seen.clone()));
+    }
+    streams_settle(&qc, &seen, &streamed, "opened").await;
+    qc.leave("default", "p03").await.unwrap();
+    streams_settle(&qc, &seen, &streamed, "someone ahead left").await;
+    qc.leave("default", "p04").await.unwrap();
+    streams_settle(&qc, &seen, &streamed, "a streamed person left").await;
+    qc.enter("default", "p06", "p06").await.unwrap();
+    streams_settle(&qc, &seen, &streamed, "a streamed person re-entered").await;
+    qc.config_set("default", &[("soft_cap", 3)]).await.unwrap();
+    qc.promote("default", None).await.unwrap();
+    qc.config_set("default", &[("soft_cap", 0)]).await.unwrap();
+    streams_settle(&qc, &seen, &streamed, "three promoted").await;
+    for i in 0..5 {
+        qc.enter("default", &format!("new{i}"), "n").await.unwrap();
+    }
+    streams_settle(&qc, &seen, &streamed, "newcomers").await;
+    // Past abandon_after with housekeeping on the way: only the streamed stay.
+    let until = Instant::now() + Duration::from_millis(3600);
+    while Instant::now() < until {
+        qc.promote("default", Some(0)).await.unwrap();
+        tokio::time::sleep(Duration::from_millis(300)).await;
+    }
+    qc.promote("default", Some(0)).await.unwrap();
+    let line = line_now(&qc).await;
+    let mut kept: Vec<String> = streamed.iter().filter(|u| line.contains(u)).cloned().collect();
+    assert_eq!(line.len(), kept.len(), "only the streamed stay in line: {line:?}");
+    assert!(kept.len() >= 8, "the streamed people waiting are kept: {line:?}");
+    streams_settle(&qc, &seen, &streamed, "the silent dropped").await;
+    // A closed stream: its person is heard from at the close, and dropped abandon_after later.
+    let closed = kept.remove(kept.len() / 2);
+    tasks.remove(&closed).unwrap().abort();
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    qc.promote("default", Some(0)).await.unwrap();
+    assert!(line_now(&qc).await.contains(&closed), "still within abandon_after of the close");
+    tokio::time::sleep(Duration::from_millis(2500)).await;
+    qc.promote("default", Some(0)).await.unwrap();
+    let line = line_now(&qc).await;
+    assert!(!line.contains(&closed), "dropped abandon_after after its stream closed");
+    let (mut sorted, mut want) = (line.clone(), kept.clone());
+    sorted.sort();
+    want.sort();
+    assert_eq!(sorted, want, "the others stay");
+    // Every position event has the total; ranks only go down, but for the re-entry.
+    let seen = seen.lock().unwrap();
+    for (u, events) in seen.iter() {
+        let ranks: Vec<u64> =
+            events.iter().filter(|(n, _)| n == "position").map(|(_, v)| v["rank"].as_u64().unwrap()).collect();
+        for (_, v) in events.iter().filter(|(n, _)| n == "position") {
+            assert!(v["totalWaiting"].as_u64().is_some_and(|t| t >= v["rank"].as_u64().unwrap()), "{u}: {v}");
+        }
+        let ups = ranks.windows(2).filter(|w| w[1] > w[0]).count();
+        assert_eq!(ups, usize::from(u == "p06"), "{u}: ranks {ranks:?}");
+    }
+    drop(seen);
+    for t in tasks.into_values() {
+        t.abort();
+    }
+    for api in apis {
+        api.stop().await;
+    }
 }

@@ -56,8 +56,8 @@ pub struct ChaosConfig {
     pub timeout: Duration,
     /// Where queue-api, queue-manager and chat-server are (target/release).
     pub bin_dir: PathBuf,
-    /// The module (libvalkey_queue.so).
-    pub module: PathBuf,
+    /// The module (libvalkey_queue.so); None: the Lua library (the services install it).
+    pub module: Option<PathBuf>,
     pub valkey_server: String,
 }
 
@@ -188,11 +188,10 @@ fn valkey_args(cfg: &ChaosConfig, port: u16, dir: &std::path::Path, fsync: Fsync
         "yes",
         "--appendfsync",
         fsync.as_str(),
-        "--loadmodule",
-        &cfg.module.display().to_string(),
     ]
     .iter()
     .map(|s| s.to_string())
+    .chain(cfg.module.iter().flat_map(|m| ["--loadmodule".to_string(), m.display().to_string()]))
     .collect()
 }
 
@@ -275,9 +274,19 @@ async fn query<T: redis::FromRedisValue>(
         .map_err(|e| e.to_string())
 }
 
-/// QUEUE.INFO's integer fields.
+/// Whether this run's backend is the Lua library (set once at the start of a run).
+static LUA: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+
+/// QUEUE.INFO's integer fields (FCALL_RO queue_info on the Lua library).
 async fn queue_info(conn: &mut redis::aio::MultiplexedConnection) -> Result<BTreeMap<String, i64>, String> {
-    let v: redis::Value = query(conn, redis::cmd("QUEUE.INFO").arg(QUEUE)).await?;
+    let mut cmd = if LUA.load(std::sync::atomic::Ordering::Relaxed) {
+        let mut c = redis::cmd("FCALL_RO");
+        c.arg("queue_info").arg(1);
+        c
+    } else {
+        redis::cmd("QUEUE.INFO")
+    };
+    let v: redis::Value = query(conn, cmd.arg(QUEUE)).await?;
     let pairs: Vec<(redis::Value, redis::Value)> = match v {
         redis::Value::Map(m) => m,
         redis::Value::Array(a) => {
@@ -796,13 +805,17 @@ async fn start_stack(cfg: &ChaosConfig, stack: &mut Stack, http: &reqwest::Clien
     stack.valkey.spawn()?;
     let url = stack.valkey_url();
     wait_valkey(&url, Duration::from_secs(20)).await.ok_or("valkey-server did not answer PING")?;
-    let mut c = valkey_conn(&url).await?;
-    let ms = |d: Duration| d.as_millis().to_string();
-    let mut set = redis::cmd("QUEUE.CONFIG");
-    set.arg(QUEUE).arg("SET").arg("soft_cap").arg(cfg.soft_cap);
-    set.arg("ticket_ttl").arg(ms(cfg.ticket_ttl)).arg("session_lease").arg(ms(cfg.session_lease));
-    set.arg("abandon_after").arg(ms(cfg.abandon_after));
-    query::<String>(&mut c, &set).await.map_err(|e| format!("QUEUE.CONFIG: {e} (is the module loaded?)"))?;
+    // The client finds the backend (and installs the Lua library where there is no module).
+    let qc = queue_client::QueueClient::connect(&url).await.map_err(|e| format!("connecting: {e}"))?;
+    LUA.store(qc.backend() == queue_client::Backend::Lua, std::sync::atomic::Ordering::Relaxed);
+    let ms = |d: Duration| d.as_millis() as i64;
+    let settings = [
+        ("soft_cap", cfg.soft_cap as i64),
+        ("ticket_ttl", ms(cfg.ticket_ttl)),
+        ("session_lease", ms(cfg.session_lease)),
+        ("abandon_after", ms(cfg.abandon_after)),
+    ];
+    qc.config_set(QUEUE, &settings).await.map_err(|e| format!("QUEUE.CONFIG: {e}"))?;
     stack.chat.spawn()?;
     for m in &mut stack.managers {
         m.spawn()?;

@@ -59,7 +59,7 @@ enum Command {
         #[arg(long)]
         user_id: Option<String>,
     },
-    /// The chaos run: starts its own stack (valkey-server with the module and AOF, two
+    /// The chaos run: starts its own stack (valkey-server with the module or the Lua library and AOF, two
     /// queue-managers, queue-api, chat-server) on free loopback ports, runs a swarm
     /// through it and kills -9 / restarts / SIGSTOPs the services on a seeded schedule;
     /// prints what users saw and how long each recovery took, the audits and the
@@ -114,6 +114,10 @@ enum Command {
         /// The module (default: libvalkey_queue.so in --bin-dir).
         #[arg(long)]
         module: Option<std::path::PathBuf>,
+        /// The backend: `module` (loaded by valkey-server) or `lua` (the Lua library,
+        /// which the services install with FUNCTION LOAD; kept in the AOF).
+        #[arg(long, default_value = "module", value_parser = ["module", "lua"])]
+        backend: String,
         /// The valkey-server to run.
         #[arg(long, default_value = "valkey-server")]
         valkey_server: String,
@@ -232,6 +236,7 @@ async fn main() -> ExitCode {
             timeout_secs,
             bin_dir,
             module,
+            backend,
             valkey_server,
         } => {
             if rate <= 0.0 || !rate.is_finite() {
@@ -242,7 +247,7 @@ async fn main() -> ExitCode {
             let bin_dir = bin_dir
                 .or_else(|| std::env::current_exe().ok()?.parent().map(|p| p.to_path_buf()))
                 .unwrap_or_else(|| "target/release".into());
-            let module = module.unwrap_or_else(|| bin_dir.join("libvalkey_queue.so"));
+            let module = (backend == "module").then(|| module.unwrap_or_else(|| bin_dir.join("libvalkey_queue.so")));
             let cfg = chaos::ChaosConfig {
                 users,
                 rate,
