@@ -288,7 +288,7 @@ impl Follow {
                         return None;
                     }
                     self.sub.summary.borrow_and_update();
-                    // A new standing from the same refresh goes first (it carries the
+                    // A new standing from the same read goes first (it carries the
                     // new total too).
                     if self.sub.updates.has_changed().unwrap_or(false) {
                         self.pending = self.sub.updates.borrow_and_update().clone();
@@ -337,7 +337,7 @@ pub async fn stream(
     let (queue, first) = lookup(&state, &q).await?;
     let sub = state.hub.subscribe(&queue, &first.user_id);
     if sub.total_waiting().is_none() {
-        // The queue's first stream here: its refresher has not read the total yet.
+        // The queue's first stream here: its follower has not read the total yet.
         if let Ok(Ok(info)) = async { Ok::<_, ApiError>(state.store.client().await?.info(&queue).await) }.await {
             sub.note(&info);
         }
