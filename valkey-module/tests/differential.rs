@@ -206,6 +206,9 @@ fn lockstep(reference: &mut Client, other: &mut Client, steps: usize, mut other_
     let reference_data = dump(reference);
     assert_eq!(reference_data, dump(other), "final data differs");
     assert_eq!(reference_data, engines.dump(), "final data differs from the engine's in memory");
+    for k in ["queue:{q}:log", "queue:{q}:watched", "queue:{q}:instances"] {
+        assert!(reference_data.get(k).is_some_and(|v| v.len() > 2), "the run left nothing in {k} to compare");
+    }
     let (q, o) = (reference.info("q"), reference.info("other"));
     let sum = |f: &str| testkit::field_int(&q, f) + testkit::field_int(&o, f);
     assert!(sum("promoted") > 40 && sum("claimed") > 10, "the run admitted too few to mean much: {q:?} {o:?}");
@@ -352,7 +355,15 @@ impl Engines {
         s
     }
 
+    /// The command's reply; then its change-log entry, if it wrote one, appended as a
+    /// server does at a command's end.
     fn reply(&mut self, name: &str, args: &[String]) -> Value {
+        let v = self.run(name, args);
+        engine::close_log(self.store(&args[0]));
+        v
+    }
+
+    fn run(&mut self, name: &str, args: &[String]) -> Value {
         let error = |e: queue_core::QueueError| Value::SimpleString(format!("error: {e}"));
         let s = self.store(&args[0]);
         let user = |i: usize| args[i].as_bytes().to_vec();
