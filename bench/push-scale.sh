@@ -32,8 +32,9 @@
 # Push cost: the time of the commands queue-api sends (everything but the driver's
 # ENTER, LEAVE, PROMOTE, CONFIG, STATUS, PUBLISH, MULTI), summed over top-level
 # commands only: commands a module or a function calls inside another (ZRANK inside
-# QUEUE.STATUS, HGET inside FCALL) are in their caller's time too, so only names
-# matching TOP_LEVEL count in the sums (EXEC never: its commands count by name). Work
+# QUEUE.STATUS, HGET inside FCALL, XADD of the change log inside LEAVE) are in their
+# caller's time too, so only names matching TOP_LEVEL count in the sums (EXEC never:
+# its commands count by name; the change log's readers XRANGE and XREVRANGE do). Work
 # the changing commands do for push (say, writing a change log) is in their own time,
 # printed per call beside. With BACKEND=lua every command is an FCALL: the slow log
 # (threshold 0 during the window) splits their time by function.
@@ -59,7 +60,7 @@ API_BIN=${API_BIN:-$root/target/release/queue-api}
 MODULE_SO=${MODULE_SO:-$root/target/release/libvalkey_queue.so}
 CLI_BIN=${CLI_BIN:-$root/target/release/queue-cli}
 LUA_LIB=${LUA_LIB:-$root/lua-fallback/queue.lua}
-export TOP_LEVEL=${TOP_LEVEL:-'^(queue\.|ticket\.|session\.|fcall|fcall_ro|eval|evalsha|publish|ping|hello|select|multi|xread|xreadgroup|subscribe|psubscribe|ssubscribe|unsubscribe|punsubscribe|sunsubscribe)'}
+export TOP_LEVEL=${TOP_LEVEL:-'^(queue\.|ticket\.|session\.|fcall|fcall_ro|eval|evalsha|publish|ping|hello|select|multi|xread|xreadgroup|xrange|xrevrange|xlen|xinfo|subscribe|psubscribe|ssubscribe|unsubscribe|punsubscribe|sunsubscribe)'}
 Q=push
 
 command -v valkey-server >/dev/null || bash "$root/scripts/install-deps.sh"

@@ -17,7 +17,7 @@ import re
 import statistics
 import sys
 
-TOP = re.compile(os.environ.get("TOP_LEVEL", r"^(queue\.|ticket\.|session\.|fcall|fcall_ro|publish|ping|hello|select|multi)"))
+TOP = re.compile(os.environ.get("TOP_LEVEL", r"^(queue\.|ticket\.|session\.|fcall|fcall_ro|publish|ping|hello|select|multi|xread|xrange|xrevrange|xlen|xinfo)"))
 CHURN = {"queue.enter", "queue.leave", "queue.promote", "queue.config", "queue.status", "ticket.claim", "publish",
          "multi", "queue_enter", "queue_leave", "queue_promote", "queue_config", "queue_status", "ticket_claim"}
 
