@@ -8,7 +8,7 @@
 #      STREAMS_PER_PROC streams each, under the open-files limit) from 16 loopback
 #      source addresses (127.0.0.x, a fresh block per configuration);
 #   3. two windows of SECS seconds (`queue-cli watch drive`):
-#      steady  nothing changes but the leave probe's own pairs;
+#      steady  nothing changes but the leave probe's own leaves (about 3 a second);
 #      churn   ENTER_RATE entries/s at the back, LEAVE_RATE leaves/s of random people
 #              in line, PROMOTE_RATE promotions/s as one QUEUE.PROMOTE MAX n every
 #              PROMOTE_EVERY_MS, after raising soft_cap by MAX in the same MULTI
