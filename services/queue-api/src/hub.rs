@@ -387,8 +387,16 @@ impl Follower {
         let mut shared = watch.shared.lock().unwrap();
         for u in std::mem::take(&mut shared.closed) {
             if !shared.users.contains_key(&u) {
+                // Only a person still waiting needs unregistering: taking someone out of
+                // line (a claim, an expiry, leaving) removed their registration already.
+                let registered = self.line.contains_key(&u)
+                    || self.pre.contains(&u)
+                    || self.to_watch.len() > 64
+                    || self.to_watch.contains(&u);
                 self.forget(&u);
-                self.to_unwatch.push(u);
+                if registered {
+                    self.to_unwatch.push(u);
+                }
             }
         }
         for u in std::mem::take(&mut shared.fresh) {
