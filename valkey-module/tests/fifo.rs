@@ -17,6 +17,7 @@ testkit::backend_tests!(
     old_data_with_drifted_counters_is_recounted,
     random_old_data_is_repaired_keeping_every_place,
     old_data_loaded_after_a_flush_is_repaired,
+    a_repair_that_moves_numbers_writes_a_reset_entry,
 );
 
 const T0: i64 = 1_700_000_000_000;
@@ -315,4 +316,22 @@ fn random_old_data_is_repaired_keeping_every_place(b: Backend) {
             .collect();
         panic!("replica differs from the primary: {differ:?}");
     }
+}
+
+/// A layout repair moves waiting users' numbers in a way no entry lists: the change
+/// log gets one entry with `reset` (docs/commands.md, "The change log and watchers"),
+/// so watchers ask again; data already in the current layout writes none.
+fn a_repair_that_moves_numbers_writes_a_reset_entry(b: Backend) {
+    let (_s, mut c) = server(b);
+    write_old_data(&mut c, 2, 3);
+    assert_eq!(as_int(&c.call("QUEUE.LEAVE", &["q", "nobody"]).unwrap()), Some(0));
+    let log: Vec<(String, Vec<(String, String)>)> =
+        redis::cmd("XRANGE").arg("queue:{q}:log").arg("-").arg("+").query(&mut c.con).unwrap();
+    let fields: Vec<Vec<(String, String)>> = log.into_iter().map(|(_, f)| f).collect();
+    let want: Vec<(String, String)> =
+        [("n", "1"), ("reset", "1"), ("waiting", "3")].iter().map(|(f, v)| (f.to_string(), v.to_string())).collect();
+    assert_eq!(fields, vec![want]);
+    let xlen = |c: &mut Client| -> i64 { redis::cmd("XLEN").arg("queue:{q}:log").query(&mut c.con).unwrap() };
+    c.status("q", "e");
+    assert_eq!(xlen(&mut c), 1, "repaired once");
 }

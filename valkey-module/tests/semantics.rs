@@ -31,6 +31,7 @@ testkit::backend_tests!(
     the_change_log_tells_who_left_the_waiting_part,
     the_opening_writes_a_reset_entry,
     the_change_log_keeps_about_ten_thousand_entries,
+    a_replica_holds_the_same_log_registrations_and_leases,
 );
 
 /// The test clock's start.
@@ -1004,4 +1005,37 @@ fn the_change_log_keeps_about_ten_thousand_entries(b: Backend) {
     let stats: std::collections::HashMap<String, String> =
         redis::cmd("HGETALL").arg("queue:{q}:stats").query(&mut c.con).unwrap();
     assert_eq!(stats.get("log").map(String::as_str), Some("10500"));
+}
+
+/// The log replicates with the ids the primary's entries got, and the registrations
+/// and leases as written: a replica promoted after a failover continues the same log.
+fn a_replica_holds_the_same_log_registrations_and_leases(b: Backend) {
+    let primary = ValkeyServer::builder(b).test_clock().start();
+    let replica = ValkeyServer::builder(b).test_clock().start_replica_of(&primary);
+    let mut c = primary.client();
+    c.set_clock("q", T0);
+    closed_queue(&mut c, "q");
+    for u in ["a", "b", "c", "d"] {
+        c.enter("q", u, u);
+    }
+    watch(&mut c, "q", "pod", 30_000, &["b", "c", "d"]);
+    c.leave("q", "a");
+    c.enter("q", "b", "b");
+    c.config_set("q", &[("soft_cap", 1)]);
+    c.promote("q", None);
+    let acked: i64 = redis::cmd("WAIT").arg(1).arg(5_000).query(&mut c.con).unwrap();
+    assert_eq!(acked, 1, "the replica has every write");
+    let mut rc = replica.conn();
+    let read = |con: &mut redis::Connection| {
+        let log: Vec<(String, Vec<(String, String)>)> =
+            redis::cmd("XRANGE").arg("queue:{q}:log").arg("-").arg("+").query(con).unwrap();
+        let w: std::collections::BTreeMap<String, String> =
+            redis::cmd("HGETALL").arg("queue:{q}:watched").query(con).unwrap();
+        let i: Vec<(String, String)> =
+            redis::cmd("ZRANGE").arg("queue:{q}:instances").arg(0).arg(-1).arg("WITHSCORES").query(con).unwrap();
+        (log, w, i)
+    };
+    let on_primary = read(&mut c.con);
+    assert_eq!(on_primary.0.len(), 3, "LEAVE, re-entry, PROMOTE: {:?}", on_primary.0);
+    assert_eq!(read(&mut rc), on_primary);
 }
