@@ -746,7 +746,10 @@ fn expect_int(what: &str, reply: &Value, want: i64) -> Result<(), String> {
 }
 
 /// XRANGE's reply: (id, fields) per entry.
-fn stream_entries(v: &Value) -> Result<Vec<(String, Vec<(String, String)>)>, String> {
+/// A stream entry: its id and its fields in order.
+type Entry = (String, Vec<(String, String)>);
+
+fn stream_entries(v: &Value) -> Result<Vec<Entry>, String> {
     let text = |x: &Value| as_string(x).or_else(|| as_int(x).map(|i| i.to_string()));
     let Value::Array(entries) = v else { return Err(format!("XRANGE: {v:?}")) };
     entries
@@ -770,7 +773,10 @@ fn stream_entries(v: &Value) -> Result<Vec<(String, Vec<(String, String)>)>, Str
 
 /// QUEUE.WATCH's reply: the log number, the number waiting, and per user its number
 /// and standing map (`[n, waiting, [[number, map], ...]]`).
-fn watch_reply(v: &Value) -> Result<(i64, i64, Vec<(i64, Value)>), String> {
+/// QUEUE.WATCH's checkpoint: (log number, waiting, per user (number, standing map)).
+type Checkpoint = (i64, i64, Vec<(i64, Value)>);
+
+fn watch_reply(v: &Value) -> Result<Checkpoint, String> {
     let bad = || format!("WATCH reply {v:?}");
     let Value::Array(items) = v else { return Err(bad()) };
     let (Some(n), Some(waiting)) = (items.first().and_then(as_int), items.get(1).and_then(as_int)) else {
