@@ -3,7 +3,9 @@
 # median of interleaved rounds with the spread (min..max) printed:
 #  1. proxy mode, an admitted person's requests: the gate's throughput over nginx
 #     proxy_pass to the same upstream app, same load tool (wrk), same connections
-#     (target >= 0.8);
+#     (target >= 0.8), and the CPU time each spends per request (the gate process's,
+#     nginx's workers', utime+stime from /proc: steadier than throughput on a busy
+#     machine);
 #  2. latency the gate adds: p99 through the gate minus p99 straight to the app, at a
 #     light load of 4 connections (target <= 1 ms), nginx's beside it;
 #  3. forward auth: the gate's CPU time per decision for an admitted person
@@ -18,6 +20,7 @@
 #   bash bench/gate-bench.sh                  # 5 rounds of 10 s
 #   REDUCED=1 bash bench/gate-bench.sh        # CI: 3 short rounds, about a minute
 #   ROUNDS=7 SECS=20 CONNS=64 bash bench/gate-bench.sh
+#   GATE=/path/to/an/older/queue-gate bash bench/gate-bench.sh   # another build of the gate
 #
 # Starts its own valkey-server (module), the example upstream app
 # (tests/gate/upstream.rs), the gate twice (proxy mode, and forward-auth mode for
@@ -32,6 +35,7 @@ ROUNDS=${ROUNDS:-5}
 SECS=${SECS:-10}
 LAT_SECS=${LAT_SECS:-5}
 CONNS=${CONNS:-32}
+GATE=${GATE:-target/release/queue-gate}
 if [ -n "${REDUCED:-}" ]; then ROUNDS=3; SECS=3; LAT_SECS=2; fi
 TICK_MS=1000
 for tool in wrk nginx curl; do
@@ -68,9 +72,9 @@ target/release/queue-gate --write-key "$dir/key.pem" >/dev/null
 # and never be due for renewal in it.
 gate_flags=(--valkey-url "$url" --key "$dir/key.pem" --route /checkout=bench --tick "${TICK_MS}ms"
   --idle 6h --token-ttl 6h)
-RUST_LOG=warn target/release/queue-gate "${gate_flags[@]}" --listen "127.0.0.1:$gport" \
+RUST_LOG=warn "$GATE" "${gate_flags[@]}" --listen "127.0.0.1:$gport" \
   --upstream "http://127.0.0.1:$uport" >"$dir/gate.log" 2>&1 & gpid=$!; pids+=($gpid)
-RUST_LOG=warn target/release/queue-gate "${gate_flags[@]}" --listen "127.0.0.1:$aport" \
+RUST_LOG=warn "$GATE" "${gate_flags[@]}" --listen "127.0.0.1:$aport" \
   >"$dir/gate-auth.log" 2>&1 & apid=$!; pids+=($apid)
 mkdir -p "$dir/nginx"
 cat >"$dir/nginx.conf" <<NGINX
@@ -99,11 +103,12 @@ http {
     }
 }
 NGINX
-"$NGINX" -c "$dir/nginx.conf" -p "$dir/nginx" -e "$dir/nginx/error.log" & pids+=($!)
+"$NGINX" -c "$dir/nginx.conf" -p "$dir/nginx" -e "$dir/nginx/error.log" & npid=$!; pids+=($npid)
 wait_http "http://127.0.0.1:$uport/healthz"
 wait_http "http://127.0.0.1:$gport/gate/healthz"
 wait_http "http://127.0.0.1:$aport/gate/healthz"
 wait_http "http://127.0.0.1:$nport/healthz"
+nworkers=$(pgrep -P "$npid" | tr '\n' ' ')
 
 # One admitted person: entered straight into Valkey (promoted at once), claimed at the gate.
 ticket=$(valkey-cli -p "$vport" QUEUE.ENTER bench u-bench bench | awk 'p{print; exit} $0=="ticketId"{p=1}')
@@ -139,7 +144,7 @@ total = re.search(r"(\d+) requests in", text).group(1)
 print(rps, us(*p99.groups()) if p99 else -1, int(bad.group(1)) if bad else 0, total,
       sum(map(int, errors.groups())) if errors else 0)'
 }
-cpu_ticks() { awk '{print $14 + $15}' "/proc/$1/stat"; }
+cpu_ticks() { local t=0 p; for p in "$@"; do t=$((t + $(awk '{print $14 + $15}' "/proc/$p/stat"))); done; echo "$t"; }
 clk=$(getconf CLK_TCK)
 commandstats() { valkey-cli -p "$vport" INFO commandstats | tr -d '\r' | grep '^cmdstat_'; }
 
@@ -154,9 +159,13 @@ for r in $(seq "$ROUNDS"); do
   if [ $((r % 2)) = 1 ]; then order="nginx gate"; else order="gate nginx"; fi
   for who in $order; do
     if [ "$who" = nginx ]; then
-      read -r n_rps _ n_bad _ n_err < <(run_wrk 2 "$CONNS" "$SECS" "http://127.0.0.1:$nport/checkout" "$cookie")
+      n0=$(cpu_ticks $nworkers)
+      read -r n_rps _ n_bad n_total n_err < <(run_wrk 2 "$CONNS" "$SECS" "http://127.0.0.1:$nport/checkout" "$cookie")
+      n1=$(cpu_ticks $nworkers)
     else
+      p0=$(cpu_ticks "$gpid")
       read -r g_rps _ g_bad g_total g_err < <(run_wrk 2 "$CONNS" "$SECS" "http://127.0.0.1:$gport/checkout" "$cookie")
+      p1=$(cpu_ticks "$gpid")
       gate_requests=$((gate_requests + g_total))
     fi
   done
@@ -176,15 +185,18 @@ for r in $(seq "$ROUNDS"); do
   read -r _ _ dc_ns < <(target/release/examples/decision-cost 1 | awk 'NR == 1')
   bad=$((n_bad + g_bad + a_bad + h_bad + n_err + g_err))
   [ "$bad" = 0 ] || { echo "round $r: $bad failed or refused requests (nginx $n_bad, gate $g_bad, auth $a_bad, health $h_bad; socket errors $n_err/$g_err)" >&2; exit 1; }
-  python3 - "$r" "$n_rps" "$g_rps" "$d_p99" "$ln_p99" "$lg_p99" "$a_total" "$((c1 - c0))" "$h_total" "$((c2 - c1))" "$clk" "$a_rps" "$dc_ns" >>"$results" <<'PY'
+  python3 - "$r" "$n_rps" "$g_rps" "$d_p99" "$ln_p99" "$lg_p99" "$a_total" "$((c1 - c0))" "$h_total" "$((c2 - c1))" "$clk" "$a_rps" "$dc_ns" \
+    "$g_total" "$((p1 - p0))" "$n_total" "$((n1 - n0))" >>"$results" <<'PY'
 import sys
-r, n_rps, g_rps, d, ln, lg, a_total, a_ticks, h_total, h_ticks, clk, a_rps, dc_ns = sys.argv[1:]
+r, n_rps, g_rps, d, ln, lg, a_total, a_ticks, h_total, h_ticks, clk, a_rps, dc_ns, g_total, g_ticks, n_total, n_ticks = sys.argv[1:]
 n_rps, g_rps, d, ln, lg = map(float, (n_rps, g_rps, d, ln, lg))
 auth_us = int(a_ticks) / int(clk) * 1e6 / int(a_total)
 health_us = int(h_ticks) / int(clk) * 1e6 / int(h_total)
-print(r, g_rps / n_rps, n_rps, g_rps, lg - d, ln - d, auth_us, health_us, a_rps, float(dc_ns) / 1000)
+g_cpu = int(g_ticks) / int(clk) * 1e6 / int(g_total)
+n_cpu = int(n_ticks) / int(clk) * 1e6 / int(n_total)
+print(r, g_rps / n_rps, n_rps, g_rps, lg - d, ln - d, auth_us, health_us, a_rps, float(dc_ns) / 1000, g_cpu, n_cpu)
 PY
-  tail -1 "$results" | awk '{printf "round %d: throughput gate/nginx %.3f (nginx %.0f/s, gate %.0f/s); p99 added: gate %.0f us, nginx %.0f us; forward auth %.2f us CPU per decision (%.0f/s), %.2f per health check; the decision alone %.3f us\n", $1, $2, $3, $4, $5, $6, $7, $9, $8, $10}'
+  tail -1 "$results" | awk '{printf "round %d: throughput gate/nginx %.3f (nginx %.0f/s, gate %.0f/s; CPU per request %.1f us, nginx %.1f); p99 added: gate %.0f us, nginx %.0f us; forward auth %.2f us CPU per decision (%.0f/s), %.2f per health check; the decision alone %.3f us\n", $1, $2, $3, $4, $11, $12, $5, $6, $7, $9, $8, $10}'
 done
 t_end=$(date +%s.%N)
 stats_after=$(commandstats)
@@ -202,6 +214,8 @@ print(f"summary over {len(rows)} rounds:")
 show("proxy throughput, gate / nginx", 1, "{:.3f}", "target >= 0.8")
 show("  nginx proxy_pass (requests/s)", 2, "{:.0f}", "")
 show("  gate proxy mode (requests/s)", 3, "{:.0f}", "")
+show("  gate CPU per proxied request (us)", 10, "{:.1f}", "")
+show("  nginx CPU per proxied request (us)", 11, "{:.1f}", "(its 2 workers)")
 show("p99 added by the gate (us, 4 conns)", 4, "{:.0f}", "target <= 1000")
 show("  p99 added by nginx (us)", 5, "{:.0f}", "")
 show("forward auth CPU per decision (us)", 6, "{:.2f}", "target <= 5")
