@@ -16,7 +16,6 @@ pub mod cookie;
 pub mod decide;
 pub mod health;
 pub mod lease;
-pub mod link;
 pub mod metrics;
 pub mod proxy;
 pub mod returns;
@@ -156,8 +155,7 @@ pub async fn serve(
         routes = gate.config.rules.routes().len(),
         "queue-gate ready"
     );
-    let proxy = gate.config.upstream.is_some();
-    let result = link::serve(listener, app(gate.clone()), shutdown, limits, proxy).await;
+    let result = service_kit::http::serve(listener, app(gate.clone()), shutdown, limits).await;
     let _ = stop_tx.send(true);
     let _ = ticker.await;
     // Sessions ended by the last requests still get their SESSION.END.

@@ -2,14 +2,10 @@
 //! decided ([`crate::decide`]) and, when it may pass, forwarded with its body
 //! streamed both ways (never buffered), hop-by-hop headers dropped,
 //! `X-Forwarded-For/-Proto/-Host` set and WebSocket upgrades (no other) carried through.
-//! A request goes to the app over its client connection's own upstream connection
-//! ([`crate::link`]). The waiting room is served the same way under `/gate/room/` from
-//! `--queue-api`, over a pool of keep-alive connections shared by every client (one
-//! connection each for everyone waiting would be far too many).
+//! The waiting room is served the same way under `/gate/room/` from `--queue-api`.
 
 use crate::answer::{self, Convention};
 use crate::decide::{Decision, Incoming};
-use crate::link::{BoxError, Link};
 use crate::sessions::{Session, State};
 use crate::{now_ms, EndReason, Gate};
 use axum::body::Body;
@@ -23,7 +19,7 @@ use std::net::{IpAddr, SocketAddr};
 use std::sync::Arc;
 use std::time::Instant;
 
-/// The client the waiting room is served with (a keep-alive pool).
+/// The client the gate forwards with (a keep-alive pool per upstream).
 pub type HttpClient = Client<HttpConnector, Body>;
 
 /// The response header by which the app ends the person's session.
@@ -201,8 +197,6 @@ pub async fn room(
     };
     let origin =
         Origin::of(req.headers(), req.uri(), peer, gate.config.trust_proxy, gate.config.client_ip_header.as_ref());
-    let mut req = req;
-    req.extensions_mut().remove::<Arc<Link>>();
     send(&gate, req, &api, path, &origin, None).await
 }
 
@@ -228,8 +222,7 @@ pub struct Admitted {
     pub session: Arc<Session>,
 }
 
-/// Forwards `req` to `base` + `path_and_query`, over the request's [`Link`] when it
-/// has one, else the pool; maps failures to 502/504.
+/// Forwards `req` to `base` + `path_and_query`; maps failures to 502/504.
 async fn send(
     gate: &Gate,
     mut req: Request,
@@ -239,7 +232,6 @@ async fn send(
     admitted: Option<&Admitted>,
 ) -> Response {
     let upgrade = is_upgrade(req.headers()).then(|| hyper::upgrade::on(&mut req));
-    let link = req.extensions_mut().remove::<Arc<Link>>();
     let target = match join(base, &path_and_query) {
         Ok(u) => u,
         Err(_) => {
@@ -260,27 +252,11 @@ async fn send(
             parts.headers.insert(QUEUE_NAME, q);
         }
     }
+    parts.uri = target;
     parts.version = axum::http::Version::HTTP_11;
+    let outgoing = axum::http::Request::from_parts(parts, body);
     let started = Instant::now();
-    let answered = match &link {
-        Some(link) => {
-            // Origin-form, with a Host (as the pool's client does it).
-            if !parts.headers.contains_key(header::HOST) {
-                if let Some(Ok(h)) = base.authority().map(|a| HeaderValue::from_str(a.as_str())) {
-                    parts.headers.insert(header::HOST, h);
-                }
-            }
-            parts.uri = target.path_and_query().map_or(Uri::from_static("/"), |p| Uri::from(p.clone()));
-            let outgoing = axum::http::Request::from_parts(parts, body);
-            tokio::time::timeout(gate.config.upstream_timeout, link.request(base, outgoing)).await
-        }
-        None => {
-            parts.uri = target;
-            let outgoing = axum::http::Request::from_parts(parts, body);
-            let pooled = async { gate.http.request(outgoing).await.map_err(BoxError::from) };
-            tokio::time::timeout(gate.config.upstream_timeout, pooled).await
-        }
-    };
+    let answered = tokio::time::timeout(gate.config.upstream_timeout, gate.http.request(outgoing)).await;
     gate.metrics.upstream.record(started.elapsed().as_secs_f64());
     let mut resp = match answered {
         Ok(Ok(resp)) => resp,
