@@ -141,6 +141,35 @@ impl QueueClient {
         array(self.raw(&cmd).await?, "XRANGE log")?.into_iter().map(LogEntry::from_value).collect()
     }
 
+    /// Entries after stream id `after`, waiting up to `block_ms` for the first (XREAD
+    /// BLOCK): empty when none came. Blocks the connection it is sent on, so send it on
+    /// one of its own ([`crate::LazyClient`] per reader).
+    pub async fn log_wait(
+        &self,
+        queue: &str,
+        after: &str,
+        count: usize,
+        block_ms: u64,
+    ) -> Result<Vec<LogEntry>, ClientError> {
+        let mut cmd = redis::cmd("XREAD");
+        cmd.arg("COUNT").arg(count).arg("BLOCK").arg(block_ms).arg("STREAMS").arg(keys::key(queue, LOG)).arg(after);
+        let streams = match self.raw(&cmd).await? {
+            Value::Nil => return Ok(Vec::new()),
+            Value::Map(m) => m.into_iter().map(|(_, v)| v).collect::<Vec<_>>(),
+            v => array(v, "XREAD")?
+                .into_iter()
+                .map(|s| array(s, "XREAD stream").map(|mut kv| kv.pop().unwrap_or(Value::Nil)))
+                .collect::<Result<_, _>>()?,
+        };
+        let mut out = Vec::new();
+        for entries in streams {
+            for e in array(entries, "XREAD entries")? {
+                out.push(LogEntry::from_value(e)?);
+            }
+        }
+        Ok(out)
+    }
+
     /// The change log's last entry, if any.
     pub async fn log_last(&self, queue: &str) -> Result<Option<LogEntry>, ClientError> {
         let mut cmd = redis::cmd("XREVRANGE");

@@ -5,9 +5,10 @@
 //! streamed person with `QUEUE.WATCH`, which replies their number in line and rank as
 //! of a log number (the checkpoint), and extends this instance's lease, which counts
 //! every registered person as heard from: one call per queue per tick, however many
-//! people it streams to. Then it reads the queue's change log (`XRANGE` from the last
-//! entry applied, every [`POLL`] and at once on a promotion announcement) and
-//! computes ranks itself: an entry says who left the waiting part (the head up to a
+//! people it streams to. Then it reads the queue's change log (a blocking `XREAD` from
+//! the last entry read, on a connection of its own, so entries arrive as they are
+//! written and a quiet line costs nothing; batched by [`GATHER`]) and computes ranks
+//! itself: an entry says who left the waiting part (the head up to a
 //! number, and other numbers), so a person's new rank is the old one minus those who
 //! left ahead of them. Only people the log says left, and everyone after a gap in the
 //! log (entries trimmed before they were read, a failover, a restart) or an entry
@@ -26,11 +27,15 @@ use tokio::time::Instant;
 
 /// Users registered per QUEUE.WATCH call (bounds one call's time inside Valkey).
 const WATCH_BATCH: usize = 10_000;
-/// Log entries read per XRANGE call.
+/// Log entries read per call.
 const LOG_PAGE: usize = 1_000;
-/// How often the log is read between announcements (at most the tick): a change
-/// reaches the streams it concerns within this, plus the time to send.
-pub const POLL: Duration = Duration::from_millis(50);
+/// How long one blocking read of the log waits for an entry (Valkey serves a blocked
+/// reader only when an entry comes: a quiet line costs nothing between ticks).
+const BLOCK: Duration = Duration::from_millis(1000);
+/// After entries came, how long the reader waits before reading again, so that a busy
+/// line is read in batches (at most 50 reads a second per queue and instance) while a
+/// change still reaches its streams well within 100 ms.
+const GATHER: Duration = Duration::from_millis(20);
 
 /// What the streams of a user read, and how many streams it has here.
 type Channel = (watch::Sender<Option<Standing>>, usize);
@@ -340,6 +345,10 @@ struct Follower {
     per_min: Option<i64>,
     opens_at: Option<i64>,
     last_tick: Option<Instant>,
+    /// The cursor was set anew (the reader must read from it).
+    moved: bool,
+    /// The log's last number a tick ago, when it was ahead of what was applied.
+    suspect: Option<u64>,
 }
 
 impl Follower {
@@ -357,14 +366,28 @@ impl Follower {
             per_min: None,
             opens_at: None,
             last_tick: None,
+            moved: false,
+            suspect: None,
         }
     }
 
     async fn run(mut self) {
-        let poll = POLL.min(self.hub.tick);
+        let (cursor_tx, cursor_rx) = watch::channel(None);
+        let (entries_tx, mut entries_rx) = tokio::sync::mpsc::channel(16);
+        let reader = tokio::spawn(read_log(
+            self.hub.store.dedicated(),
+            self.queue.clone(),
+            cursor_rx,
+            entries_tx,
+            self.hub.metrics.clone(),
+        ));
         loop {
             if self.take_shared() {
+                reader.abort();
                 return;
+            }
+            while let Ok(entries) = entries_rx.try_recv() {
+                self.apply(&entries);
             }
             if let Ok(client) = self.hub.store.client().await {
                 if let Err(e) = self.cycle(&client).await {
@@ -372,8 +395,14 @@ impl Follower {
                 }
                 self.watch.publish();
             }
+            // The reader reads on from where it is, unless the cursor was set anew.
+            if std::mem::take(&mut self.moved) {
+                let _ = cursor_tx.send(self.cursor.as_ref().map(|c| c.0.clone()));
+            }
+            let next_tick = self.last_tick.map_or_else(Instant::now, |t| t + self.hub.tick);
             tokio::select! {
-                _ = tokio::time::sleep(poll) => {}
+                Some(entries) = entries_rx.recv() => self.apply(&entries),
+                _ = tokio::time::sleep_until(next_tick) => {}
                 _ = self.watch.wake.notified() => {}
             }
         }
@@ -428,37 +457,27 @@ impl Follower {
     async fn cycle(&mut self, client: &QueueClient) -> Result<(), ClientError> {
         let q = self.queue.clone();
         let tick_due = self.last_tick.is_none_or(|t| t.elapsed() >= self.hub.tick);
-        // Once a tick, and before the first read: the log's last entry, read before
-        // the entries after the cursor, so that an entry that existed then and was
-        // not read is a gap (the log moved backwards: a failover, a restore).
-        let last = if tick_due || self.cursor.is_none() { Some(client.log_last(&q).await?) } else { None };
-        if self.cursor.is_none() {
-            let last = last.clone().flatten();
-            self.cursor = Some(last.map_or(("0-0".to_string(), 0), |e| (e.id, e.n)));
-        }
-        let applied_before = self.applied();
-        loop {
-            let (after, _) = self.cursor.clone().unwrap_or_default();
-            self.hub.metrics.log_reads.increment(1);
-            let entries = client.log_after(&q, &after, LOG_PAGE).await?;
-            let full = entries.len() == LOG_PAGE;
-            self.apply(&entries);
-            if !full {
-                break;
-            }
-        }
-        if let Some(last) = last {
+        // Once a tick, and before the first read: the log's last entry. Older than what
+        // was applied: the log moved back (a failover, a restore that lost the newest).
+        // Newer, and still not applied a tick later: entries the reader cannot reach
+        // (their ids moved back). Either way everyone is asked again from there.
+        if tick_due || self.cursor.is_none() {
+            let last = client.log_last(&q).await?;
             let applied = self.applied();
-            // Moved back (its last entry is older than what was applied), or an entry
-            // that was there was not read after the cursor (its ids moved back).
             let behind = match &last {
-                Some(e) => e.n < applied_before || applied < e.n,
-                None => applied_before > 0,
+                Some(e) => e.n < applied || self.suspect.is_some_and(|s| applied < s),
+                None => applied > 0,
             };
-            if behind {
-                tracing::info!(queue = q, applied, "the change log moved back; asking everyone again");
-                self.reset_all();
-                self.cursor = Some(last.map_or(("0-0".to_string(), 0), |e| (e.id, e.n)));
+            if self.cursor.is_none() || behind {
+                if self.cursor.is_some() {
+                    tracing::info!(queue = q, applied, "the change log moved back; asking everyone again");
+                    self.reset_all();
+                }
+                self.cursor = Some(last.as_ref().map_or(("0-0".to_string(), 0), |e| (e.id.clone(), e.n)));
+                self.moved = true;
+                self.suspect = None;
+            } else {
+                self.suspect = last.map(|e| e.n).filter(|&n| n > applied);
             }
         }
         if tick_due {
@@ -528,6 +547,7 @@ impl Follower {
         if cp.log < self.applied() {
             self.reset_all();
             self.cursor = None;
+            self.last_tick = None;
             return false;
         }
         true
@@ -552,8 +572,14 @@ impl Follower {
 
     /// Applies entries read after the cursor: a gap or a reset asks everyone again.
     fn apply(&mut self, entries: &[LogEntry]) {
+        // Entries already applied (the reader still on a cursor from before a reset).
+        let applied = self.applied();
+        let entries = &entries[entries.iter().position(|e| e.n > applied).unwrap_or(entries.len())..];
         let Some(last) = entries.last() else { return };
-        let first = self.applied() + 1;
+        if self.cursor.is_none() {
+            return;
+        }
+        let first = applied + 1;
         let contiguous = entries.iter().enumerate().all(|(i, e)| e.n == first + i as u64);
         let reset = entries.iter().any(|e| e.reset);
         self.cursor = Some((last.id.clone(), last.n));
@@ -563,6 +589,7 @@ impl Follower {
                 tracing::info!(queue = self.queue, expected = first, got = entries[0].n, "a gap in the change log");
             }
             self.reset_all();
+            self.moved = true;
             return;
         }
         let batch = Batch::new(entries);
@@ -641,6 +668,51 @@ impl Follower {
             }
             _ => false,
         });
+    }
+}
+
+/// Reads `queue`'s change log on a connection of its own, from the cursor the
+/// follower sets (and sets anew after a gap), handing it the entries as they come.
+async fn read_log(
+    store: Store,
+    queue: String,
+    mut cursor: watch::Receiver<Option<String>>,
+    out: tokio::sync::mpsc::Sender<Vec<LogEntry>>,
+    metrics: Arc<Metrics>,
+) {
+    let mut after: Option<String> = None;
+    loop {
+        if cursor.has_changed().unwrap_or(false) || after.is_none() {
+            after = cursor.borrow_and_update().clone();
+        }
+        let Some(from) = after.clone() else {
+            if cursor.changed().await.is_err() {
+                return;
+            }
+            continue;
+        };
+        let Ok(client) = store.client().await else {
+            tokio::time::sleep(Duration::from_millis(200)).await;
+            continue;
+        };
+        metrics.log_reads.increment(1);
+        match client.log_wait(&queue, &from, LOG_PAGE, BLOCK.as_millis() as u64).await {
+            Ok(entries) => {
+                let Some(last) = entries.last() else { continue };
+                after = Some(last.id.clone());
+                if out.send(entries).await.is_err() {
+                    return;
+                }
+                tokio::time::sleep(GATHER).await;
+            }
+            Err(e) => {
+                tracing::debug!(queue, error = %e, "reading the change log failed");
+                tokio::time::sleep(Duration::from_millis(200)).await;
+            }
+        }
+        if out.is_closed() {
+            return;
+        }
     }
 }
 
