@@ -931,7 +931,7 @@ async fn push_streams_follow_the_change_log(b: Backend) {
     want.sort();
     assert_eq!(sorted, want, "the others stay");
     // Every position event has the total; ranks only go down, but for the re-entry.
-    let seen = seen.lock().unwrap();
+    let seen = seen.lock().unwrap().clone();
     for (u, events) in seen.iter() {
         let ranks: Vec<u64> =
             events.iter().filter(|(n, _)| n == "position").map(|(_, v)| v["rank"].as_u64().unwrap()).collect();
@@ -941,7 +941,6 @@ async fn push_streams_follow_the_change_log(b: Backend) {
         let ups = ranks.windows(2).filter(|w| w[1] > w[0]).count();
         assert_eq!(ups, usize::from(u == "p06"), "{u}: ranks {ranks:?}");
     }
-    drop(seen);
     for t in tasks.into_values() {
         t.abort();
     }
