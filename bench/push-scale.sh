@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # push-scale.sh -- what push streams cost Valkey as instances are added (a report, not
-# a test; exits 0 whatever the figures). Per configuration, on a fresh valkey-server:
+# a test; exits 0 whatever the figures, unless CHECK=1 and a change never reached its stream). Per configuration, on a fresh valkey-server:
 #   1. one queue filled with N waiting people (nobody admitted: soft_cap 0), pipelined
 #      QUEUE.ENTER through valkey-cli --pipe;
 #   2. I queue-api instances, each with S open push streams of people spread evenly
@@ -26,7 +26,8 @@
 # per summary row).
 #
 #   bash bench/push-scale.sh                        # N=200000 S=4000 ROUNDS=3 SECS=20 (~10 min)
-#   QUICK=1 bash bench/push-scale.sh                # N=20000 S=500 ROUNDS=1 SECS=4 (CI, < 2 min)
+#   QUICK=1 bash bench/push-scale.sh                # N=20000 S=500 ROUNDS=1 SECS=4 (< 2 min)
+#   QUICK=1 CHECK=1 bash bench/push-scale.sh        # scripts/test.sh's run: fails when a probe's event never came
 #   BACKEND=lua bash bench/push-scale.sh            # the Lua library (lua-fallback/queue.lua)
 #
 # Push cost: the time of the commands queue-api sends (everything but the driver's
@@ -192,3 +193,25 @@ for r in $(seq "$ROUNDS"); do
 done
 python3 "$root/bench/lib/push_summary.py" "$OUT/raw.jsonl" | tee "$OUT/summary.txt"
 [ "$OUT" = "$work" ] || echo "raw results: $OUT/raw.jsonl" >&2
+# CHECK=1 (scripts/test.sh): fail when a change never reached the stream it concerned
+# (a probe timed out), no probe was measured, or the churn phase delivered no events.
+if [ "${CHECK:-0}" = 1 ]; then
+  python3 - "$OUT/summary.txt" <<'PY'
+import json, sys
+bad = []
+for line in open(sys.argv[1]):
+    if not line.startswith('{"kind": "run"'):
+        continue
+    r = json.loads(line)
+    where = "%s I=%s round %s" % (r["phase"], r["instances"], r["round"])
+    if r.get("leave_timeouts") or r.get("promote_timeouts"):
+        bad.append("%s: %s leave and %s promote probes never saw their event" % (where, r.get("leave_timeouts"), r.get("promote_timeouts")))
+    if not r.get("leave_n"):
+        bad.append("%s: no leave probe measured" % where)
+    if r["phase"] == "churn" and not (r.get("events_per_s") and r.get("promote_n")):
+        bad.append("%s: no events or no promote probe under churn" % where)
+for b in bad:
+    print("push-scale check failed: " + b, file=sys.stderr)
+sys.exit(1 if bad else 0)
+PY
+fi
