@@ -523,7 +523,9 @@ impl Follower {
             let cp = client.watch::<&str>(&self.queue, &self.hub.instance, lease, &[]).await?;
             self.check_position(&cp);
         }
-        while !self.to_watch.is_empty() {
+        // Checkpoints only from a known place in the log (after a move back, the next
+        // cycle sets it first).
+        while !self.to_watch.is_empty() && self.cursor.is_some() {
             let n = self.to_watch.len().min(WATCH_BATCH);
             let mut batch: Vec<String> = self.to_watch.drain(..n).collect();
             batch.sort_unstable();
@@ -555,6 +557,10 @@ impl Follower {
 
     fn take_checkpoint(&mut self, batch: &[String], cp: Checkpoint) {
         let current = self.check_position(&cp);
+        if !current {
+            // Asked again with everyone, once the cursor is set anew.
+            self.to_watch.extend(batch.iter().cloned());
+        }
         let shared = self.watch.shared.lock().unwrap();
         for (user, (seq, st)) in batch.iter().zip(cp.users) {
             let Some((tx, _)) = shared.users.get(user) else { continue };
