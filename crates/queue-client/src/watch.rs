@@ -1,6 +1,6 @@
 //! What push instances read and write (docs/commands.md, "The change log and
 //! watchers"): `QUEUE.WATCH` / `QUEUE.UNWATCH`, and the change log `queue:{Q}:log`
-//! read with XRANGE from the last entry applied.
+//! read with XREAD (blocking) from the last entry read, and its last entry (XREVRANGE).
 
 use crate::reply::{array, int, text};
 use crate::{ClientError, Op, QueueClient, Standing};
@@ -131,14 +131,6 @@ impl QueueClient {
         let mut args: Vec<&str> = vec![instance];
         args.extend(user_ids.iter().map(AsRef::as_ref));
         nonneg(&self.run(Op::Unwatch, queue, &args).await?, "unwatch")
-    }
-
-    /// Up to `count` change log entries after stream id `after` ("0-0": from the
-    /// start), oldest first.
-    pub async fn log_after(&self, queue: &str, after: &str, count: usize) -> Result<Vec<LogEntry>, ClientError> {
-        let mut cmd = redis::cmd("XRANGE");
-        cmd.arg(keys::key(queue, LOG)).arg(format!("({after}")).arg("+").arg("COUNT").arg(count);
-        array(self.raw(&cmd).await?, "XRANGE log")?.into_iter().map(LogEntry::from_value).collect()
     }
 
     /// Entries after stream id `after`, waiting up to `block_ms` for the first (XREAD

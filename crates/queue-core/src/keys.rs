@@ -25,37 +25,30 @@ fn valid_name(s: &[u8], allow_at: bool) -> bool {
     !s.is_empty() && s.len() <= MAX_NAME_LEN && s.iter().all(|&b| is_name_byte(b, allow_at))
 }
 
-pub fn check_queue(s: &[u8]) -> Result<&str, QueueError> {
-    if valid_name(s, false) {
+/// `s` as text when it is a valid name (`@` allowed or not), else `err`.
+fn checked_name(s: &[u8], allow_at: bool, err: QueueError) -> Result<&str, QueueError> {
+    if valid_name(s, allow_at) {
         Ok(std::str::from_utf8(s).expect("ascii"))
     } else {
-        Err(QueueError::InvalidQueue)
+        Err(err)
     }
 }
 
+pub fn check_queue(s: &[u8]) -> Result<&str, QueueError> {
+    checked_name(s, false, QueueError::InvalidQueue)
+}
+
 pub fn check_user(s: &[u8]) -> Result<&str, QueueError> {
-    if valid_name(s, true) {
-        Ok(std::str::from_utf8(s).expect("ascii"))
-    } else {
-        Err(QueueError::InvalidUserId)
-    }
+    checked_name(s, true, QueueError::InvalidUserId)
 }
 
 /// A push instance's id (QUEUE.WATCH): the characters of a userId.
 pub fn check_instance(s: &[u8]) -> Result<&str, QueueError> {
-    if valid_name(s, true) {
-        Ok(std::str::from_utf8(s).expect("ascii"))
-    } else {
-        Err(QueueError::InvalidInstance)
-    }
+    checked_name(s, true, QueueError::InvalidInstance)
 }
 
 pub fn check_ticket(s: &[u8]) -> Result<&str, QueueError> {
-    if valid_name(s, true) {
-        Ok(std::str::from_utf8(s).expect("ascii"))
-    } else {
-        Err(QueueError::InvalidTicketId)
-    }
+    checked_name(s, true, QueueError::InvalidTicketId)
 }
 
 /// Nicknames are shown to people, so any UTF-8 text is welcome, but no control bytes

@@ -4,7 +4,7 @@
 //! the people they stream to ([`watch`], [`unwatch`]), whose leases count those
 //! people as heard from ([`heard_from`]).
 
-use super::members::{joining, touch, waiting_count};
+use super::members::{touch, waiting_count};
 use super::opening;
 use super::store::{stat, Part, Store};
 use super::{ensure_layout, standing, Standing};
@@ -124,7 +124,7 @@ pub fn watch<S: Store>(s: &mut S, instance: &[u8], lease_ms: i64, users: &[S::Us
     // The opening may have happened in this command: its entry comes first, so that
     // the number replied covers it.
     close_log(s);
-    Ok(Watched { log: stat(s, super::stat::LOG), waiting: s.waiting_len() - joining(s), users: out })
+    Ok(Watched { log: stat(s, super::stat::LOG), waiting: waiting_count(s), users: out })
 }
 
 /// QUEUE.UNWATCH: removes the registrations `instance` holds of these users; each
