@@ -289,10 +289,15 @@ impl Follow {
                     }
                     self.sub.summary.borrow_and_update();
                     // A new standing from the same read goes first (it carries the
-                    // new total too).
+                    // new total too). One equal to the last sent (the first
+                    // standing, read by the stream itself, coming back from the
+                    // follower) is no news: the total still is.
                     if self.sub.updates.has_changed().unwrap_or(false) {
-                        self.pending = self.sub.updates.borrow_and_update().clone();
-                        continue;
+                        let s = self.sub.updates.borrow_and_update().clone();
+                        if s.is_some() && self.last.as_ref().map(|(l, _)| l) != s.as_ref() {
+                            self.pending = s;
+                            continue;
+                        }
                     }
                     let now = self.summary();
                     if let Some((s, sent)) = &self.last {
