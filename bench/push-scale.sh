@@ -61,7 +61,7 @@ API_BIN=${API_BIN:-$root/target/release/queue-api}
 MODULE_SO=${MODULE_SO:-$root/target/release/libvalkey_queue.so}
 CLI_BIN=${CLI_BIN:-$root/target/release/queue-cli}
 LUA_LIB=${LUA_LIB:-$root/lua-fallback/queue.lua}
-export TOP_LEVEL=${TOP_LEVEL:-'^(queue\.|ticket\.|session\.|fcall|fcall_ro|eval|evalsha|publish|ping|hello|select|multi|xread|xreadgroup|xrange|xrevrange|xlen|xinfo|subscribe|psubscribe|ssubscribe|unsubscribe|punsubscribe|sunsubscribe)'}
+export TOP_LEVEL=${TOP_LEVEL:-'^(queue\.|ticket\.|session\.|fcall|fcall_ro|eval|evalsha|publish|ping|hello|select|multi|xread|xreadgroup|xrange|xrevrange|xlen|xinfo|subscribe|psubscribe|ssubscribe|unsubscribe|punsubscribe|sunsubscribe|echo)'}
 Q=push
 
 command -v valkey-server >/dev/null || bash "$root/scripts/install-deps.sh"

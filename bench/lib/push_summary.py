@@ -17,9 +17,9 @@ import re
 import statistics
 import sys
 
-TOP = re.compile(os.environ.get("TOP_LEVEL", r"^(queue\.|ticket\.|session\.|fcall|fcall_ro|publish|ping|hello|select|multi|xread|xrange|xrevrange|xlen|xinfo)"))
+TOP = re.compile(os.environ.get("TOP_LEVEL", r"^(queue\.|ticket\.|session\.|fcall|fcall_ro|publish|ping|hello|select|multi|xread|xrange|xrevrange|xlen|xinfo|echo)"))
 CHURN = {"queue.enter", "queue.leave", "queue.promote", "queue.config", "queue.status", "ticket.claim", "publish",
-         "multi", "queue_enter", "queue_leave", "queue_promote", "queue_config", "queue_status", "ticket_claim"}
+         "multi", "echo", "queue_enter", "queue_leave", "queue_promote", "queue_config", "queue_status", "ticket_claim"}
 
 
 def pct(xs, p):
@@ -43,6 +43,9 @@ def derive(r):
     churn = sum(u for n, (c, u) in per.items() if n.split(" ")[-1] in CHURN)
     total = sum(u for c, u in per.values())
     push = total - churn
+    push_calls = sum(c for n, (c, u) in per.items() if n.split(" ")[-1] not in CHURN)
+    # The floor: the driver's ECHO every 200 ms, what any command sent that rarely costs.
+    floor = per.get("echo")
     s0, s1 = r["streams_start"], r["streams_end"]
     streams = (s0.get("open", 0) + s1.get("open", 0)) / 2
     lat_l, lat_p = r.get("lat_leave_ms") or [], r.get("lat_promote_ms") or []
@@ -53,6 +56,8 @@ def derive(r):
         "push_ns_per_person_s": round(push * 1000 / secs / streams, 1) if streams else None,
         "total_ns_per_person_s": round(total * 1000 / secs / streams, 1) if streams else None,
         "push_ms_per_s": round(push / secs / 1000, 2),
+        "push_calls_per_s": round(push_calls / secs, 1),
+        "floor_us_per_call": round(floor[1] / floor[0], 1) if floor and floor[0] else None,
         "churn_ms_per_s": round(churn / secs / 1000, 2),
         "total_ms_per_s": round(total / secs / 1000, 2),
         "main_thread_ms_per_s": round(r["cpu_main_s"] * 1000 / secs, 1),
@@ -83,6 +88,7 @@ def main(path):
         print(json.dumps(r))
     cols = [("streams", "streams", 0), ("push_ns_per_person_s", "push ns/person/s", 1),
             ("total_ns_per_person_s", "all ns/person/s", 1), ("push_ms_per_s", "push ms/s", 2),
+            ("push_calls_per_s", "push calls/s", 1), ("floor_us_per_call", "echo us", 1),
             ("churn_ms_per_s", "churn ms/s", 2), ("main_thread_ms_per_s", "main thr ms/s", 1),
             ("events_per_s", "events/s", 0), ("leave_p50_ms", "leave p50 ms", 1), ("leave_p99_ms", "leave p99 ms", 1),
             ("promote_p50_ms", "promote p50 ms", 1), ("promote_p99_ms", "promote p99 ms", 1),
@@ -139,7 +145,9 @@ def main(path):
             ratios.append(rr)
     print()
     print("medians over rounds (min-max); Valkey time from INFO commandstats (top-level commands); push = sent by queue-api;")
-    print("ns/person/s = Valkey time per second / open streams; main thr = Valkey main thread's CPU (INFO cpu)")
+    print("ns/person/s = Valkey time per second / open streams; main thr = Valkey main thread's CPU (INFO cpu);")
+    print("push calls/s = commands queue-api sent per second (all instances); echo us = Valkey time of one ECHO sent")
+    print("every 200 ms by the driver (what any command sent that rarely costs on this machine: not push)")
     heads = ["phase", "I", "n"] + [h for _, h, _ in cols]
     widths = [max(len(x[c]) for x in [heads] + table) for c in range(len(heads))]
     for x in [heads] + table:

@@ -702,6 +702,21 @@ async fn drive(a: DriveArgs) -> Result<(), String> {
         .collect();
     let mut tasks = tasks;
 
+    // The floor: an ECHO every 200 ms, as sparse as queue-api's own calls in a quiet
+    // line, so that the report can show what any command costs here when sent that
+    // rarely (commandstats `echo`: never counted as push).
+    {
+        let mut c = conn("bench-floor").await?;
+        let win = win.clone();
+        tasks.push(tokio::spawn(async move {
+            let mut tick = tokio::time::interval(Duration::from_millis(200));
+            while Instant::now() < win.end {
+                tick.tick().await;
+                let _: Result<String, _> = redis::cmd("ECHO").arg("floor").query_async(&mut c).await;
+            }
+        }));
+    }
+
     // Churn: entries and leaves every 10 ms, PROMOTE every promote_every_ms.
     let churn = Arc::new(Mutex::new(Churn::default()));
     if a.enter_rate > 0.0 || a.leave_rate > 0.0 {
