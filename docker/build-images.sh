@@ -7,10 +7,15 @@
 #
 #   bash docker/build-images.sh
 #   BASE=my/debian:bookworm VALKEY_BASE=my/valkey:8 TAG=1.0 bash docker/build-images.sh
+#   PROFILE=dist bash docker/build-images.sh    # images for production (see below)
 #
 # BASE (default debian:bookworm-slim) is the services' base image, VALKEY_BASE
 # (default valkey/valkey:8.0-bookworm) one that has valkey-server on PATH; PREFIX
 # (valkey-queue) and TAG (latest) name the images, as docker/compose.yaml expects.
+# PROFILE (release) is the cargo profile the binaries come from: `dist` (Cargo.toml:
+# release with whole-program link-time optimization and one codegen unit) takes a
+# few more minutes to build and gives faster binaries (bench/README.md, "The gate");
+# CI uses the release build its tests ran on.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 BASE=${BASE:-debian:bookworm-slim}
@@ -18,23 +23,25 @@ VALKEY_BASE=${VALKEY_BASE:-valkey/valkey:8.0-bookworm}
 PREFIX=${PREFIX:-valkey-queue}
 TAG=${TAG:-latest}
 DOCKER=${DOCKER:-docker}
+PROFILE=${PROFILE:-release}
+out=target/$PROFILE
 
 services=(queue-api:8080 queue-manager:9091 chat-server:8081 queue-gate:8090)
 need=""
-for s in "${services[@]}"; do [ -x "target/release/${s%%:*}" ] || need=1; done
-[ -f target/release/libvalkey_queue.so ] || need=1
+for s in "${services[@]}"; do [ -x "$out/${s%%:*}" ] || need=1; done
+[ -f "$out/libvalkey_queue.so" ] || need=1
 if [ -n "$need" ]; then
-  cargo build --release -p queue-api -p queue-manager -p chat-server -p queue-gate -p valkey-queue
+  cargo build --profile "$PROFILE" -p queue-api -p queue-manager -p chat-server -p queue-gate -p valkey-queue
 fi
-[ -x target/release/examples/gate-upstream ] || cargo build --release -p e2e --example gate-upstream
+[ -x "$out/examples/gate-upstream" ] || cargo build --profile "$PROFILE" -p e2e --example gate-upstream
 
 ctx=$(mktemp -d)
 trap 'rm -rf "$ctx"' EXIT
 for s in "${services[@]}"; do
-  cp "target/release/${s%%:*}" "$ctx/"
+  cp "$out/${s%%:*}" "$ctx/"
 done
-cp target/release/examples/gate-upstream "$ctx/gate-example-app"
-cp target/release/libvalkey_queue.so docker/valkey-entrypoint.sh "$ctx/"
+cp "$out/examples/gate-upstream" "$ctx/gate-example-app"
+cp "$out/libvalkey_queue.so" docker/valkey-entrypoint.sh "$ctx/"
 strip --strip-debug "$ctx"/queue-api "$ctx"/queue-manager "$ctx"/chat-server "$ctx"/queue-gate \
   "$ctx"/gate-example-app "$ctx"/libvalkey_queue.so 2>/dev/null || true
 
