@@ -703,9 +703,9 @@ fn numbers(c: &mut Client, q: &str, users: &[&str]) -> Vec<i64> {
 }
 
 /// The change log's entries after `after` ("-" for all): (id, fields in order).
-fn log_after(c: &mut Client, q: &str, after: &str) -> Vec<(String, Vec<(String, String)>)> {
+fn log_after(con: &mut redis::Connection, q: &str, after: &str) -> Vec<(String, Vec<(String, String)>)> {
     let from = if after == "-" { "-".to_string() } else { format!("({after}") };
-    redis::cmd("XRANGE").arg(format!("queue:{{{q}}}:log")).arg(from).arg("+").query(&mut c.con).unwrap()
+    redis::cmd("XRANGE").arg(format!("queue:{{{q}}}:log")).arg(from).arg("+").query(con).unwrap()
 }
 
 /// Reads the entries written since the last call and checks them against `want`
@@ -720,7 +720,7 @@ impl LogReader {
         LogReader { q: q.into(), last: "-".into() }
     }
     fn expect(&mut self, c: &mut Client, what: &str, want: &[&[(&str, String)]]) {
-        let got = log_after(c, &self.q, &self.last);
+        let got = log_after(&mut c.con, &self.q, &self.last);
         if let Some((id, _)) = got.last() {
             self.last = id.clone();
         }
@@ -988,7 +988,7 @@ fn the_change_log_keeps_about_ten_thousand_entries(b: Backend) {
     }
     let len: i64 = redis::cmd("XLEN").arg("queue:{q}:log").query(&mut c.con).unwrap();
     assert!((10_000..10_200).contains(&len), "about 10,000 entries kept: {len}");
-    let all = log_after(&mut c, "q", "-");
+    let all = log_after(&mut c.con, "q", "-");
     let ns: Vec<i64> = all.iter().map(|(_, f)| f.iter().find(|(k, _)| k == "n").unwrap().1.parse().unwrap()).collect();
     assert_eq!(*ns.last().unwrap(), entries as i64, "the last entry's number");
     assert!(ns.windows(2).all(|w| w[1] == w[0] + 1), "n goes up by one");
@@ -1027,8 +1027,7 @@ fn a_replica_holds_the_same_log_registrations_and_leases(b: Backend) {
     assert_eq!(acked, 1, "the replica has every write");
     let mut rc = replica.conn();
     let read = |con: &mut redis::Connection| {
-        let log: Vec<(String, Vec<(String, String)>)> =
-            redis::cmd("XRANGE").arg("queue:{q}:log").arg("-").arg("+").query(con).unwrap();
+        let log = log_after(con, "q", "-");
         let w: std::collections::BTreeMap<String, String> =
             redis::cmd("HGETALL").arg("queue:{q}:watched").query(con).unwrap();
         let i: Vec<(String, String)> =

@@ -745,10 +745,10 @@ fn expect_int(what: &str, reply: &Value, want: i64) -> Result<(), String> {
     }
 }
 
-/// XRANGE's reply: (id, fields) per entry.
 /// A stream entry: its id and its fields in order.
 type Entry = (String, Vec<(String, String)>);
 
+/// XRANGE's reply: (id, fields) per entry.
 fn stream_entries(v: &Value) -> Result<Vec<Entry>, String> {
     let text = |x: &Value| as_string(x).or_else(|| as_int(x).map(|i| i.to_string()));
     let Value::Array(entries) = v else { return Err(format!("XRANGE: {v:?}")) };
@@ -771,11 +771,11 @@ fn stream_entries(v: &Value) -> Result<Vec<Entry>, String> {
         .collect()
 }
 
-/// QUEUE.WATCH's reply: the log number, the number waiting, and per user its number
-/// and standing map (`[n, waiting, [[number, map], ...]]`).
 /// QUEUE.WATCH's checkpoint: (log number, waiting, per user (number, standing map)).
 type Checkpoint = (i64, i64, Vec<(i64, Value)>);
 
+/// QUEUE.WATCH's reply: the log number, the number waiting, and per user its number
+/// and standing map (`[n, waiting, [[number, map], ...]]`).
 fn watch_reply(v: &Value) -> Result<Checkpoint, String> {
     let bad = || format!("WATCH reply {v:?}");
     let Value::Array(items) = v else { return Err(bad()) };
