@@ -41,6 +41,7 @@ local KEY_OPEN, KEY_CLOSE = "queue:{", "}:"
 local K_WAITING, K_SESSIONS, K_ACTIVE, K_STATS, K_CONFIG, K_CHUNK, K_CLOCK, K_PROMOTED = "waiting", "sessions", "active", "stats", "config", "w:", "clock", "promoted"
 local K_PRE, K_OPENING, K_PROOF = "pre", "opening", "proof"
 local K_LOG, K_WATCHED, K_INSTANCES, LOG_MAX, MAX_WATCH_LEASE_MS = "log", "watched", "instances", 10000, 600000
+local K_CHANGES = "changes"
 local OPENING_PENDING, MAX_PROOF_PAGE = "opening", 100000
 
 -- Stats hash fields (queue-core's engine::stat) and the opening hash's fields.
@@ -510,8 +511,17 @@ function Q:flush_log()
   entry[#entry + 1] = "waiting"
   entry[#entry + 1] = fmt(self:waiting_count())
   -- A log key of another type gets no entry (the command's writes are made).
-  redis.pcall(unpack(entry))
+  local id = redis.pcall(unpack(entry))
   self.log = { head = nil, gone = 0, left = {}, reset = false }
+  if type(id) == "string" then
+    -- Published for push instances: the id, then the fields and values. A caller not
+    -- allowed the channel (ACL) publishes nothing; watchers catch up within a tick.
+    local message = id .. " " .. table.concat(entry, " ", 7)
+    local sent = redis.pcall("SPUBLISH", self.prefix .. K_CHANGES, message)
+    if sent == 0 then
+      redis.pcall("PUBLISH", self.prefix .. K_CHANGES, message)
+    end
+  end
 end
 
 function Q:touch(seq, now, nickname)

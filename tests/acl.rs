@@ -17,7 +17,7 @@ e2e_tests!(each_service_under_its_own_rule, each_service_under_its_own_rule_on_a
 /// queue command's key is the bare queue name; the module touches only that queue's
 /// `queue:{Q}:*` keys).
 const MODULE_RULES: [(&str, &str); 3] = [
-    ("queue-api", "-@all +ping +sadd +set +hget +hgetall +psubscribe +xread +xrevrange ~queue:* ~queue-registry resetchannels &queue:{*}:promoted (+@queue ~*)"),
+    ("queue-api", "-@all +ping +sadd +set +hget +hgetall +psubscribe +xrange +xrevrange ~queue:* ~queue-registry resetchannels &queue:{*}:promoted &queue:{*}:changes (+@queue ~*)"),
     (
         "queue-manager",
         "-@all +ping +get +set +eval +pexpire +del +scan +smembers +hgetall +publish ~queue:* ~queue-registry ~queue-manager:leader resetchannels &queue:{*}:promoted (+@queue ~*)",
@@ -27,7 +27,8 @@ const MODULE_RULES: [(&str, &str); 3] = [
 
 /// With the Lua library, instead of the module's selector: FCALL and FCALL_RO on
 /// any queue name, and the commands the library's functions call, on `queue:*` keys
-/// (its announcements need `&queue:{*}:promoted` on every service).
+/// (its announcements and published changes need `&queue:{*}:promoted
+/// &queue:{*}:changes` on every service).
 const LUA_SELECTOR: &str = "(+fcall +fcall_ro ~*)";
 const LUA_COMMANDS: &str = "+get +set +del +type +time +hget +hgetall +hlen +hset +hdel +lrange +rpush +zadd +zcard +zcount +zrange +zrank +zrem +zscore +xadd +publish +spublish";
 
@@ -37,7 +38,8 @@ fn rule(backend: Backend, service: &str) -> String {
         Backend::Module => base.to_string(),
         _ => base
             .replace("(+@queue ~*)", &format!("{LUA_COMMANDS} {LUA_SELECTOR}"))
-            .replace("&chat:{*}:room", "&chat:{*}:room &queue:{*}:promoted"),
+            .replace("resetchannels &queue:{*}:promoted &queue:{*}:changes", "resetchannels")
+            .replace("resetchannels", "resetchannels &queue:{*}:promoted &queue:{*}:changes"),
     }
 }
 

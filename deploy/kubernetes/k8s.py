@@ -162,8 +162,7 @@ def acl_drift():
         if missing:
             problems.append(f"in-cluster-valkey/users.acl: {service} lacks {sorted(missing)} of the module rule")
         want_lua = (want - {"(+@queue", "~*)"}) | set(lua.group(1).split())
-        if service == "chat-server":
-            want_lua.add("&queue:{*}:promoted")
+        want_lua |= {"&queue:{*}:promoted", "&queue:{*}:changes"}
         missing = want_lua - managed.get(service, set())
         if missing:
             problems.append(f"managed-valkey/valkey-users.acl: {service} lacks {sorted(missing)} of the Lua rule")

@@ -462,7 +462,9 @@ impl Store for Queue<'_> {
     fn log_draft(&mut self) -> &mut LogDraft {
         &mut self.draft
     }
-    /// XADD with an id the server picks, replicated with that id.
+    /// XADD with an id the server picks, replicated with that id, then published on
+    /// the queue's changes channel (id, fields and values, space-separated) so that
+    /// push instances learn of it without reading the log.
     fn log_append(&mut self, fields: &[(&'static str, Vec<u8>)]) {
         let key = self.key_name(keys::LOG.as_bytes());
         let max = self.srv.int_str(keys::LOG_MAX);
@@ -475,6 +477,14 @@ impl Store for Queue<'_> {
         if let Reply::Bulk(id) = self.srv.call(c"XADD", &argv) {
             argv[4] = self.srv.str(&id);
             self.srv.replicate(c"XADD", &argv);
+            let mut message = id;
+            for (f, v) in fields {
+                message.push(b' ');
+                message.extend_from_slice(f.as_bytes());
+                message.push(b' ');
+                message.extend_from_slice(v);
+            }
+            self.srv.publish(self.key_name(keys::CHANGES.as_bytes()), self.srv.str(&message));
         }
     }
     fn watcher(&self, user: &Str) -> Option<Vec<u8>> {

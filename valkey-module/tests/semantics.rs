@@ -709,21 +709,51 @@ fn log_after(con: &mut redis::Connection, q: &str, after: &str) -> Vec<(String, 
 }
 
 /// Reads the entries written since the last call and checks them against `want`
-/// (field, value) lists, in order.
+/// (field, value) lists, in order; and that each was published on the queue's
+/// changes channel, as written (id, then fields and values), and nothing else was.
 struct LogReader {
     q: String,
     last: String,
+    changes: redis::Connection,
 }
 
 impl LogReader {
-    fn new(q: &str) -> LogReader {
-        LogReader { q: q.into(), last: "-".into() }
+    fn new(s: &ValkeyServer, q: &str) -> LogReader {
+        let mut changes = redis::Client::open(s.admin_url()).unwrap().get_connection().unwrap();
+        let _: redis::Value =
+            redis::cmd("SUBSCRIBE").arg(format!("queue:{{{q}}}:changes")).query(&mut changes).unwrap();
+        LogReader { q: q.into(), last: "-".into(), changes }
     }
     fn expect(&mut self, c: &mut Client, what: &str, want: &[&[(&str, String)]]) {
         let got = log_after(&mut c.con, &self.q, &self.last);
         if let Some((id, _)) = got.last() {
             self.last = id.clone();
         }
+        let written: Vec<String> = got
+            .iter()
+            .map(|(id, fields)| {
+                let mut m = id.clone();
+                for (f, v) in fields {
+                    m.push_str(&format!(" {f} {v}"));
+                }
+                m
+            })
+            .collect();
+        // A marker published after the command: everything it published came before.
+        let channel = format!("queue:{{{}}}:changes", self.q);
+        let _: i64 = redis::cmd("PUBLISH").arg(&channel).arg("end").query(&mut c.con).unwrap();
+        self.changes.set_read_timeout(Some(std::time::Duration::from_secs(10))).unwrap();
+        let mut heard = Vec::new();
+        loop {
+            let v = self.changes.recv_response().unwrap();
+            let redis::Value::Array(parts) = v else { panic!("a pub/sub message: {v:?}") };
+            let redis::Value::BulkString(payload) = &parts[2] else { panic!("a payload: {parts:?}") };
+            if payload == b"end" {
+                break;
+            }
+            heard.push(String::from_utf8(payload.clone()).unwrap());
+        }
+        assert_eq!(heard, written, "published changes after {what}");
         let got: Vec<Vec<(String, String)>> = got.into_iter().map(|(_, f)| f).collect();
         let want: Vec<Vec<(String, String)>> =
             want.iter().map(|e| e.iter().map(|(f, v)| (f.to_string(), v.clone())).collect()).collect();
@@ -861,10 +891,10 @@ fn registrations_go_when_the_user_leaves_the_line(b: Backend) {
 /// drops `left`; a slot freed inside a command fills from the head; arrivals, claims,
 /// expiries, settings and reads write none; `n` goes up by one.
 fn the_change_log_tells_who_left_the_waiting_part(b: Backend) {
-    let (_s, mut c) = server(b);
+    let (s, mut c) = server(b);
     closed_queue(&mut c, "q");
     c.config_set("q", &[("abandon_after", 1_000), ("ticket_ttl", 60_000)]);
-    let mut log = LogReader::new("q");
+    let mut log = LogReader::new(&s, "q");
     for u in ["u1", "u2", "u3", "u4", "u5", "u6"] {
         c.enter("q", u, u);
     }
@@ -943,10 +973,10 @@ fn the_change_log_tells_who_left_the_waiting_part(b: Backend) {
 /// The opening places the pre-queue in line in an order no entry lists: one entry
 /// with `reset`. WATCH registers people in the pre-queue (number 0: not in line yet).
 fn the_opening_writes_a_reset_entry(b: Backend) {
-    let (_s, mut c) = server(b);
+    let (s, mut c) = server(b);
     closed_queue(&mut c, "q");
     c.config_set("q", &[("opens_at", T0 + 10_000)]);
-    let mut log = LogReader::new("q");
+    let mut log = LogReader::new(&s, "q");
     for u in ["p1", "p2", "p3"] {
         c.enter("q", u, u);
     }

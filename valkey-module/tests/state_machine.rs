@@ -77,6 +77,9 @@ fn env_u64(name: &str) -> Option<u64> {
 fn model_agrees_step_by_step(b: Backend) {
     let server = ValkeyServer::builder(b).test_clock().start();
     let mut con = server.conn();
+    // Every queue's published changes, compared with the entries each step wrote.
+    let mut changes = Some(server.conn());
+    let _: Value = redis::cmd("PSUBSCRIBE").arg("queue:{*}:changes").query(changes.as_mut().unwrap()).unwrap();
     let total = env_u64("MODEL_STEPS").unwrap_or(150_000);
     let keep_going = std::env::var("MODEL_KEEP_GOING").is_ok_and(|v| v == "1");
     let seeds: Vec<u64> = match env_u64("MODEL_SEED") {
@@ -93,7 +96,9 @@ fn model_agrees_step_by_step(b: Backend) {
             break;
         }
         let mut run = Run::new(b, seed, format!("m{i}"));
+        run.changes = changes.take();
         let r = run.go(&mut con);
+        changes = run.changes.take();
         steps += run.step;
         runs += 1;
         entries += run.log_entries;
@@ -154,6 +159,8 @@ struct Run {
     /// Change-log entries read, and watched ranks confirmed (for the summary).
     log_entries: u64,
     watcher_checks: u64,
+    /// A connection subscribed to every queue's changes channel.
+    changes: Option<redis::Connection>,
 }
 
 impl Run {
@@ -189,6 +196,7 @@ impl Run {
             watcher: BTreeMap::new(),
             log_entries: 0,
             watcher_checks: 0,
+            changes: None,
         }
     }
 
@@ -348,6 +356,8 @@ impl Run {
         let log_key = format!("queue:{{{}}}:log", self.q);
         let from = if self.log_id == "-" { "-".to_string() } else { format!("({}", self.log_id) };
         pipe.cmd("XRANGE").arg(&log_key).arg(from).arg("+");
+        // After everything the step published: a marker.
+        pipe.cmd("PUBLISH").arg(format!("queue:{{{}}}:changes", self.q)).arg("end").ignore();
         let replies: Vec<Value> = pipe.query(con).map_err(|e| format!("pipeline: {e}"))?;
         let reply = match reply {
             Ok(v) => v,
@@ -411,6 +421,14 @@ impl Run {
         if got_fields != want_fields {
             return Err(format!("change log: new entries {got_fields:?}, model {want_fields:?}"));
         }
+        // Each entry written was published as written (id, fields and values), and
+        // nothing else.
+        let written: Vec<String> =
+            got.iter().map(|(id, fields)| fields.iter().fold(id.clone(), |m, (f, v)| format!("{m} {f} {v}"))).collect();
+        let heard = self.heard_until_marker()?;
+        if heard != written {
+            return Err(format!("published changes {heard:?}, written {written:?}"));
+        }
         for (_, fields) in &got {
             self.log_entries += 1;
             let e = LogEntry::parse(fields)?;
@@ -429,6 +447,28 @@ impl Run {
 
     /// Every user the watcher follows waits with that number at that rank, as the
     /// model (checked against the server's data and RANKS) has it.
+    /// The changes published on this run's queue since the last call, up to the
+    /// step's marker.
+    fn heard_until_marker(&mut self) -> Result<Vec<String>, String> {
+        let channel = format!("queue:{{{}}}:changes", self.q);
+        let Some(sub) = self.changes.as_mut() else { return Ok(Vec::new()) };
+        let mut heard = Vec::new();
+        loop {
+            let v = sub.recv_response().map_err(|e| format!("changes channel: {e}"))?;
+            let Value::Array(parts) = v else { return Err(format!("changes channel: {v:?}")) };
+            let [_, _, Value::BulkString(ch), Value::BulkString(payload)] = &parts[..] else {
+                return Err(format!("changes channel: {parts:?}"));
+            };
+            if ch != channel.as_bytes() {
+                return Err(format!("published on {} during a step of {channel}", String::from_utf8_lossy(ch)));
+            }
+            if payload == b"end" {
+                return Ok(heard);
+            }
+            heard.push(String::from_utf8_lossy(payload).into_owned());
+        }
+    }
+
     fn check_watcher(&mut self) -> Result<(), String> {
         self.watcher_checks += self.watcher.len() as u64;
         let waiting = self.model.waiting_numbers();

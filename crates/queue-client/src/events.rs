@@ -6,8 +6,9 @@
 //! sharded pub/sub works), payload [`QueueEvent`] as JSON. Published with PUBLISH on a
 //! single server and SPUBLISH on a cluster.
 
+use crate::announce::Announcement;
 use crate::feed::Feed;
-use crate::{ClientError, QueueClient, Target};
+use crate::{ClientError, LogEntry, QueueClient, Target};
 use queue_core::keys;
 use serde::{Deserialize, Serialize};
 use std::time::Duration;
@@ -51,18 +52,7 @@ pub const CLUSTER_DISCOVER_EVERY: Duration = Duration::from_secs(2);
 /// finds the queues (the registry and every primary's keys, every
 /// [`CLUSTER_DISCOVER_EVERY`]) and SSUBSCRIBEs to each one's channel on its shard.
 pub fn subscribe_target(target: Target) -> mpsc::Receiver<QueueEvent> {
-    if !target.cluster {
-        return subscribe_all_target(target);
-    }
-    keep_subscribed(target, |target, tx| async move {
-        match sharded_round(&target, &tx).await {
-            Ok(()) => Round::Unheard,
-            Err(e) => {
-                tracing::warn!(error = %e, "event subscription unavailable; retrying");
-                Round::Lost { connected: false }
-            }
-        }
-    })
+    subscribe(target, PROMOTED_PATTERN, promoted_channel, event_of)
 }
 
 /// How one subscription round ended.
@@ -76,9 +66,10 @@ enum Round {
 /// Runs subscription rounds on a task until nobody listens, waiting between two
 /// rounds from 100 ms, doubled after each up to 5 s (from 100 ms again after a round
 /// that had connected).
-fn keep_subscribed<R, F>(target: Target, round: R) -> mpsc::Receiver<QueueEvent>
+fn keep_subscribed<T, R, F>(target: Target, round: R) -> mpsc::Receiver<T>
 where
-    R: Fn(Target, mpsc::Sender<QueueEvent>) -> F + Send + 'static,
+    T: Send + 'static,
+    R: Fn(Target, mpsc::Sender<T>) -> F + Send + 'static,
     F: std::future::Future<Output = Round> + Send,
 {
     let (tx, rx) = mpsc::channel(1024);
@@ -101,12 +92,12 @@ where
     rx
 }
 
-/// Sends on the events `feed` hears (payloads that are not events are skipped) until
+/// Sends on what `feed` hears and `parse` reads (other payloads are skipped) until
 /// it closes (false) or nobody listens (true).
-async fn forward(feed: &mut Feed, tx: &mpsc::Sender<QueueEvent>) -> bool {
+async fn forward<T>(feed: &mut Feed, tx: &mpsc::Sender<T>, parse: fn(&Announcement) -> Option<T>) -> bool {
     while let Some(heard) = feed.next().await {
-        if let Ok(event) = serde_json::from_slice::<QueueEvent>(&heard.payload) {
-            if tx.send(event).await.is_err() {
+        if let Some(item) = parse(&heard) {
+            if tx.send(item).await.is_err() {
                 return true;
             }
         }
@@ -114,8 +105,18 @@ async fn forward(feed: &mut Feed, tx: &mpsc::Sender<QueueEvent>) -> bool {
     false
 }
 
-/// One sharded subscription with its discovery loop; Ok once nobody listens.
-async fn sharded_round(target: &Target, tx: &mpsc::Sender<QueueEvent>) -> Result<(), ClientError> {
+fn event_of(heard: &Announcement) -> Option<QueueEvent> {
+    serde_json::from_slice(&heard.payload).ok()
+}
+
+/// One sharded subscription with its discovery loop (each queue's `channel`); Ok
+/// once nobody listens.
+async fn sharded_round<T>(
+    target: &Target,
+    tx: &mpsc::Sender<T>,
+    channel: fn(&str) -> String,
+    parse: fn(&Announcement) -> Option<T>,
+) -> Result<(), ClientError> {
     let (mut feed, channels) = Feed::open(target, PROMOTED_PATTERN, Some(Duration::from_secs(5))).await?;
     let client = QueueClient::connect_target(target, crate::LazyClient::service_options()).await?;
     let discover = async {
@@ -123,7 +124,7 @@ async fn sharded_round(target: &Target, tx: &mpsc::Sender<QueueEvent>) -> Result
             let mut queues = client.scan_queues().await.unwrap_or_default();
             queues.extend(client.registered_queues().await.unwrap_or_default());
             for q in queues.iter().filter(|q| keys::check_queue(q.as_bytes()).is_ok()) {
-                if let Err(e) = channels.add(&promoted_channel(q)).await {
+                if let Err(e) = channels.add(&channel(q)).await {
                     tracing::debug!(queue = q, error = %e, "cannot subscribe yet");
                 }
             }
@@ -132,8 +133,67 @@ async fn sharded_round(target: &Target, tx: &mpsc::Sender<QueueEvent>) -> Result
     };
     tokio::select! {
         () = discover => unreachable!("the discovery loop never ends"),
-        done = forward(&mut feed, tx) => if done { Ok(()) } else { Err(ClientError::Unavailable("the event feed closed".into())) },
+        done = forward(&mut feed, tx, parse) => if done { Ok(()) } else { Err(ClientError::Unavailable("the event feed closed".into())) },
     }
+}
+
+/// Subscribes on what `target` names: on one server by `pattern`, on a cluster each
+/// discovered queue's `channel` on its shard; reconnecting with backoff.
+fn subscribe<T: Send + 'static>(
+    target: Target,
+    pattern: &'static str,
+    channel: fn(&str) -> String,
+    parse: fn(&Announcement) -> Option<T>,
+) -> mpsc::Receiver<T> {
+    if target.cluster {
+        return keep_subscribed(target, move |target, tx| async move {
+            match sharded_round(&target, &tx, channel, parse).await {
+                Ok(()) => Round::Unheard,
+                Err(e) => {
+                    tracing::warn!(error = %e, "event subscription unavailable; retrying");
+                    Round::Lost { connected: false }
+                }
+            }
+        });
+    }
+    keep_subscribed(target, move |target, tx| async move {
+        let Ok((mut feed, _)) = Feed::open(&target, pattern, None).await else {
+            return Round::Lost { connected: false };
+        };
+        if forward(&mut feed, &tx, parse).await {
+            Round::Unheard
+        } else {
+            Round::Lost { connected: true }
+        }
+    })
+}
+
+/// A change log entry of a queue, as published by the command that wrote it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Change {
+    /// The queue whose log it is.
+    pub queue: String,
+    /// The entry, as written.
+    pub entry: LogEntry,
+}
+
+/// The changes channel of `queue`.
+pub fn changes_channel(queue: &str) -> String {
+    keys::key(queue, keys::CHANGES)
+}
+
+fn change_of(heard: &Announcement) -> Option<Change> {
+    let queue = heard.channel.strip_prefix("queue:{")?.strip_suffix("}:changes")?;
+    let entry = LogEntry::from_message(&heard.payload).ok()?;
+    Some(Change { queue: queue.to_string(), entry })
+}
+
+/// Receives every queue's change log entries as they are written (docs/commands.md,
+/// "The change log and watchers"), from what `target` names, as [`subscribe_target`]
+/// does events. Entries published while disconnected are lost: watchers compare the
+/// log's number with what they applied and read what they missed.
+pub fn subscribe_changes(target: Target) -> mpsc::Receiver<Change> {
+    subscribe(target, keys::CHANGES_PATTERN, changes_channel, change_of)
 }
 
 /// Receives every queue's events from one server, reconnecting (with backoff) when
@@ -144,16 +204,7 @@ pub fn subscribe_all(url: String) -> mpsc::Receiver<QueueEvent> {
 }
 
 fn subscribe_all_target(target: Target) -> mpsc::Receiver<QueueEvent> {
-    keep_subscribed(target, |target, tx| async move {
-        let Ok((mut events, _)) = Feed::open(&target, PROMOTED_PATTERN, None).await else {
-            return Round::Lost { connected: false };
-        };
-        if forward(&mut events, &tx).await {
-            Round::Unheard
-        } else {
-            Round::Lost { connected: true }
-        }
-    })
+    subscribe(target, PROMOTED_PATTERN, promoted_channel, event_of)
 }
 
 #[cfg(test)]
@@ -168,5 +219,21 @@ mod tests {
         let e: QueueEvent = serde_json::from_str(&payload).unwrap();
         assert_eq!(e, QueueEvent { queue: "q-1".into(), promoted: 2, waiting: 40, at_ms: 1_700_000_000_000 });
         assert_eq!(serde_json::to_string(&e).unwrap(), payload);
+    }
+
+    #[test]
+    fn a_published_change_reads_as_its_log_entry() {
+        let heard = |channel: &str, payload: &str| Announcement { channel: channel.into(), payload: payload.into() };
+        let c = change_of(&heard("queue:{q-1}:changes", "1700-3 n 7 head 40 gone 2 left 44,47 waiting 90")).unwrap();
+        assert_eq!(c.queue, "q-1");
+        let want =
+            LogEntry { id: "1700-3".into(), n: 7, head: Some((40, 2)), left: vec![44, 47], reset: false, waiting: 90 };
+        assert_eq!(c.entry, want);
+        let c = change_of(&heard("queue:{q}:changes", "1-0 n 1 reset 1 waiting 2")).unwrap();
+        assert!(c.entry.reset && c.entry.head.is_none() && c.entry.left.is_empty());
+        assert_eq!(change_of(&heard("queue:{q}:promoted", "1-0 n 1 waiting 2")), None, "another channel");
+        assert_eq!(change_of(&heard("queue:{q}:changes", "1-0 waiting 2")), None, "no number");
+        assert_eq!(change_of(&heard("queue:{q}:changes", "1-0 n x waiting 2")), None, "not a number");
+        assert_eq!(change_of(&heard("queue:{q}:changes", "")), None);
     }
 }

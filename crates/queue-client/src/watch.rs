@@ -1,6 +1,7 @@
 //! What push instances read and write (docs/commands.md, "The change log and
 //! watchers"): `QUEUE.WATCH` / `QUEUE.UNWATCH`, and the change log `queue:{Q}:log`
-//! read with XREAD (blocking) from the last entry read, and its last entry (XREVRANGE).
+//! as published on `queue:{Q}:changes` ([`crate::events::subscribe_changes`]), read with
+//! XRANGE after the last entry applied, and its last entry (XREVRANGE).
 
 use crate::reply::{array, int, text};
 use crate::{ClientError, Op, QueueClient, Standing};
@@ -44,6 +45,15 @@ fn nonneg(v: &Value, what: &str) -> Result<u64, ClientError> {
 }
 
 impl LogEntry {
+    /// A message of the queue's changes channel: the entry's id, then its fields and
+    /// values, separated by spaces (as the command that wrote it published it).
+    pub fn from_message(payload: &[u8]) -> Result<LogEntry, ClientError> {
+        let text = std::str::from_utf8(payload).map_err(|_| protocol("a change that is not text"))?;
+        let mut words = text.split(' ').map(|w| Value::BulkString(w.as_bytes().to_vec()));
+        let id = words.next().ok_or_else(|| protocol("an empty change"))?;
+        LogEntry::from_value(Value::Array(vec![id, Value::Array(words.collect())]))
+    }
+
     /// An XRANGE item: `[id, [field, value, ...]]`.
     fn from_value(v: Value) -> Result<LogEntry, ClientError> {
         let mut item = array(v, "log entry")?;
@@ -133,33 +143,13 @@ impl QueueClient {
         nonneg(&self.run(Op::Unwatch, queue, &args).await?, "unwatch")
     }
 
-    /// Entries after stream id `after`, waiting up to `block_ms` for the first (XREAD
-    /// BLOCK): empty when none came. Blocks the connection it is sent on, so send it on
-    /// one of its own ([`crate::LazyClient`] per reader).
-    pub async fn log_wait(
-        &self,
-        queue: &str,
-        after: &str,
-        count: usize,
-        block_ms: u64,
-    ) -> Result<Vec<LogEntry>, ClientError> {
-        let mut cmd = redis::cmd("XREAD");
-        cmd.arg("COUNT").arg(count).arg("BLOCK").arg(block_ms).arg("STREAMS").arg(keys::key(queue, LOG)).arg(after);
-        let streams = match self.raw(&cmd).await? {
-            Value::Nil => return Ok(Vec::new()),
-            Value::Map(m) => m.into_iter().map(|(_, v)| v).collect::<Vec<_>>(),
-            v => array(v, "XREAD")?
-                .into_iter()
-                .map(|s| array(s, "XREAD stream").map(|mut kv| kv.pop().unwrap_or(Value::Nil)))
-                .collect::<Result<_, _>>()?,
-        };
-        let mut out = Vec::new();
-        for entries in streams {
-            for e in array(entries, "XREAD entries")? {
-                out.push(LogEntry::from_value(e)?);
-            }
-        }
-        Ok(out)
+    /// At most `count` entries after stream id `after` (XRANGE from it, exclusive),
+    /// without waiting: what a watcher missed on the changes channel.
+    pub async fn log_after(&self, queue: &str, after: &str, count: usize) -> Result<Vec<LogEntry>, ClientError> {
+        let mut cmd = redis::cmd("XRANGE");
+        let from = if after == "0-0" { "-".to_string() } else { format!("({after}") };
+        cmd.arg(keys::key(queue, LOG)).arg(from).arg("+").arg("COUNT").arg(count);
+        array(self.raw(&cmd).await?, "XRANGE log")?.into_iter().map(LogEntry::from_value).collect()
     }
 
     /// The change log's last entry, if any.

@@ -120,6 +120,12 @@ pub const HEALTH: &str = "health";
 pub const PROMOTED: &str = "promoted";
 /// The pattern matching every queue's promotion channel.
 pub const PROMOTED_PATTERN: &str = "queue:{*}:promoted";
+/// Pub/sub channel suffix: a queue's change log, entry by entry, as the command that
+/// wrote an entry publishes it, `queue:{Q}:changes` (docs/commands.md, "The change log
+/// and watchers"): the entry's id, then its fields and values, separated by spaces.
+pub const CHANGES: &str = "changes";
+/// The pattern matching every queue's changes channel.
+pub const CHANGES_PATTERN: &str = "queue:{*}:changes";
 /// The pattern matching every key of every queue (discovery's SCAN).
 pub const ANY_KEY_PATTERN: &str = "queue:{*}:*";
 
@@ -202,6 +208,7 @@ mod tests {
         assert_eq!(key("default", CHUNK_PREFIX), "queue:{default}:w:");
         assert_eq!(key("default", PROMOTED), "queue:{default}:promoted");
         assert_eq!(key("*", PROMOTED), PROMOTED_PATTERN);
+        assert_eq!(key("*", CHANGES), CHANGES_PATTERN);
         assert_eq!(key("*", "*"), ANY_KEY_PATTERN);
         assert_eq!(room_channel("*"), ROOM_PATTERN);
     }

@@ -5,15 +5,17 @@
 //! streamed person with `QUEUE.WATCH`, which replies their number in line and rank as
 //! of a log number (the checkpoint), and extends this instance's lease, which counts
 //! every registered person as heard from: one call per queue per tick, however many
-//! people it streams to. Then it reads the queue's change log (a blocking `XREAD` from
-//! the last entry read, on a connection of its own, so entries arrive as they are
-//! written and a quiet line costs nothing; batched by [`GATHER`]) and computes ranks
-//! itself: an entry says who left the waiting part (the head up to a
-//! number, and other numbers), so a person's new rank is the old one minus those who
-//! left ahead of them. Only people the log says left, and everyone after a gap in the
-//! log (entries trimmed before they were read, a failover, a restart) or an entry
-//! that says reset, are asked again. `QUEUE.UNWATCH` when a person's last stream
-//! closes starts their usual abandon_after.
+//! people it streams to. Then it takes the queue's change log entries as the commands
+//! that wrote them publish them (`queue:{Q}:changes`, one subscription per process
+//! for every queue: no call of its own per change) and computes ranks itself: an
+//! entry says who left the waiting part (the head up to a number, and other numbers),
+//! so a person's new rank is the old one minus those who left ahead of them. The log
+//! itself is read (XRANGE after the last entry applied) only for what the channel
+//! missed: a number skipped, or the log's number in the tick's renewal ahead of what
+//! was applied. Only people the log says left, and everyone after a gap in the log
+//! (entries trimmed before they were read, a failover, a restart) or an entry that
+//! says reset, are asked again. `QUEUE.UNWATCH` when a person's last stream closes
+//! starts their usual abandon_after.
 
 use crate::metrics::Metrics;
 use crate::store::Store;
@@ -27,15 +29,14 @@ use tokio::time::Instant;
 
 /// Users registered per QUEUE.WATCH call (bounds one call's time inside Valkey).
 const WATCH_BATCH: usize = 10_000;
-/// Log entries read per call.
+/// Log entries read per call (catching up after a lost message).
 const LOG_PAGE: usize = 1_000;
-/// How long one blocking read of the log waits for an entry (Valkey serves a blocked
-/// reader only when an entry comes: a quiet line costs nothing between ticks).
-const BLOCK: Duration = Duration::from_millis(1000);
-/// After entries came, how long the reader waits before reading again, so that a busy
-/// line is read in batches (at most 50 reads a second per queue and instance) while a
-/// change still reaches its streams well within 100 ms.
-const GATHER: Duration = Duration::from_millis(20);
+/// How long entries that a checkpoint says the log holds beyond what was applied may
+/// still be on their way on the changes channel before the log is read for them (a
+/// reply on another connection can overtake a message by a little).
+const IN_FLIGHT: Duration = Duration::from_millis(50);
+/// How long a follower waits after a cycle failed (Valkey away) before the next.
+const RETRY: Duration = Duration::from_millis(200);
 
 /// What the streams of a user read, and how many streams it has here.
 type Channel = (watch::Sender<Option<Standing>>, usize);
@@ -48,6 +49,8 @@ struct Shared {
     fresh: Vec<String>,
     /// Users whose last stream here closed.
     closed: Vec<String>,
+    /// Log entries as published on the queue's changes channel, not taken yet.
+    pushed: Vec<LogEntry>,
 }
 
 struct QueueWatch {
@@ -230,7 +233,15 @@ impl Hub {
         }
     }
 
-    /// Reads `queue`'s log now (a promotion was announced).
+    /// Takes a change log entry of `queue` as its command published it.
+    pub fn change(&self, queue: &str, entry: LogEntry) {
+        if let Some(w) = self.queues.lock().unwrap().get(queue) {
+            w.shared.lock().unwrap().pushed.push(entry);
+            w.wake.notify_one();
+        }
+    }
+
+    /// Looks at `queue` now (a promotion was announced).
     pub fn wake(&self, queue: &str) {
         if let Some(w) = self.queues.lock().unwrap().get(queue) {
             w.wake.notify_one();
@@ -345,10 +356,11 @@ struct Follower {
     per_min: Option<i64>,
     opens_at: Option<i64>,
     last_tick: Option<Instant>,
-    /// The cursor was set anew (the reader must read from it).
-    moved: bool,
-    /// The log's last number a tick ago, when it was ahead of what was applied.
-    suspect: Option<u64>,
+    /// Published entries taken, by number, not applied yet (after a gap).
+    pending: BTreeMap<u64, LogEntry>,
+    /// The highest log number a checkpoint reported beyond what was applied, and
+    /// since when one did.
+    behind: Option<(u64, Instant)>,
 }
 
 impl Follower {
@@ -366,42 +378,29 @@ impl Follower {
             per_min: None,
             opens_at: None,
             last_tick: None,
-            moved: false,
-            suspect: None,
+            pending: BTreeMap::new(),
+            behind: None,
         }
     }
 
     async fn run(mut self) {
-        let (cursor_tx, cursor_rx) = watch::channel(None);
-        let (entries_tx, mut entries_rx) = tokio::sync::mpsc::channel(16);
-        let reader = tokio::spawn(read_log(
-            self.hub.store.dedicated(),
-            self.queue.clone(),
-            cursor_rx,
-            entries_tx,
-            self.hub.metrics.clone(),
-        ));
         loop {
             if self.take_shared() {
-                reader.abort();
                 return;
             }
-            while let Ok(entries) = entries_rx.try_recv() {
-                self.apply(&entries);
-            }
+            let mut failed = true;
             if let Ok(client) = self.hub.store.client().await {
-                if let Err(e) = self.cycle(&client).await {
-                    tracing::warn!(queue = self.queue, error = %e, "following the change log failed");
+                match self.cycle(&client).await {
+                    Ok(()) => failed = false,
+                    Err(e) => tracing::warn!(queue = self.queue, error = %e, "following the change log failed"),
                 }
                 self.watch.publish();
             }
-            // The reader reads on from where it is, unless the cursor was set anew.
-            if std::mem::take(&mut self.moved) {
-                let _ = cursor_tx.send(self.cursor.as_ref().map(|c| c.0.clone()));
-            }
             let next_tick = self.last_tick.map_or_else(Instant::now, |t| t + self.hub.tick);
+            let next_tick = self.behind.map_or(next_tick, |(_, since)| next_tick.min(since + IN_FLIGHT));
+            // After a failure (Valkey away), not again at once.
+            let next_tick = if failed { next_tick.max(Instant::now() + RETRY) } else { next_tick };
             tokio::select! {
-                Some(entries) = entries_rx.recv() => self.apply(&entries),
                 _ = tokio::time::sleep_until(next_tick) => {}
                 _ = self.watch.wake.notified() => {}
             }
@@ -432,6 +431,7 @@ impl Follower {
             self.forget(&u);
             self.to_watch.push(u);
         }
+        self.pending.extend(std::mem::take(&mut shared.pushed).into_iter().map(|e| (e.n, e)));
         if shared.users.is_empty() && self.to_unwatch.is_empty() {
             queues.remove(&self.queue);
             return true;
@@ -454,32 +454,27 @@ impl Follower {
         self.to_watch.extend(self.pre.drain());
     }
 
+    /// The log is not the one applied (it moved back, or was written anew after a
+    /// failover): everyone is asked again from its end, read at once.
+    fn reposition(&mut self, why: &str) {
+        tracing::info!(queue = self.queue, applied = self.applied(), why, "asking everyone again");
+        self.reset_all();
+        self.cursor = None;
+        self.last_tick = None;
+        self.pending.clear();
+        self.behind = None;
+    }
+
     async fn cycle(&mut self, client: &QueueClient) -> Result<(), ClientError> {
         let q = self.queue.clone();
         let tick_due = self.last_tick.is_none_or(|t| t.elapsed() >= self.hub.tick);
-        // Once a tick, and before the first read: the log's last entry. Older than what
-        // was applied: the log moved back (a failover, a restore that lost the newest).
-        // Newer, and still not applied a tick later: entries the reader cannot reach
-        // (their ids moved back). Either way everyone is asked again from there.
-        if tick_due || self.cursor.is_none() {
+        // Before the first entry: where the log ends.
+        if self.cursor.is_none() {
             let last = client.log_last(&q).await?;
-            let applied = self.applied();
-            let behind = match &last {
-                Some(e) => e.n < applied || self.suspect.is_some_and(|s| applied < s),
-                None => applied > 0,
-            };
-            if self.cursor.is_none() || behind {
-                if self.cursor.is_some() {
-                    tracing::info!(queue = q, applied, "the change log moved back; asking everyone again");
-                    self.reset_all();
-                }
-                self.cursor = Some(last.as_ref().map_or(("0-0".to_string(), 0), |e| (e.id.clone(), e.n)));
-                self.moved = true;
-                self.suspect = None;
-            } else {
-                self.suspect = last.map(|e| e.n).filter(|&n| n > applied);
-            }
+            self.cursor = Some(last.as_ref().map_or(("0-0".to_string(), 0), |e| (e.id.clone(), e.n)));
+            self.pending.retain(|&n, _| n > self.cursor.as_ref().map_or(0, |c| c.1));
         }
+        self.apply_pending(client).await?;
         if tick_due {
             self.last_tick = Some(Instant::now());
             let info = client.info(&q).await?;
@@ -500,6 +495,7 @@ impl Follower {
             self.opens_at = opens_at;
         }
         self.register(client, tick_due).await?;
+        self.check_behind(client).await?;
         while !self.to_unwatch.is_empty() {
             let n = self.to_unwatch.len().min(WATCH_BATCH);
             let batch: Vec<String> = self.to_unwatch.drain(..n).collect();
@@ -543,16 +539,87 @@ impl Follower {
     }
 
     /// A checkpoint older than what was applied: the log moved back since (a
-    /// failover); everyone is asked again from the log's new end.
+    /// failover); everyone is asked again from the log's new end. Newer: entries
+    /// not applied yet (in flight on the channel, or lost), looked at each tick.
     fn check_position(&mut self, cp: &Checkpoint) -> bool {
         self.watch.note_waiting(cp.waiting);
         if cp.log < self.applied() {
-            self.reset_all();
-            self.cursor = None;
-            self.last_tick = None;
+            self.reposition("the change log moved back");
             return false;
         }
+        if cp.log > self.applied() {
+            self.behind = Some(self.behind.map_or((cp.log, Instant::now()), |(n, t)| (n.max(cp.log), t)));
+        }
         true
+    }
+
+    /// After a checkpoint said the log holds entries beyond what was applied (the
+    /// tick's renewal looks every tick): what came on the channel meanwhile is
+    /// applied; still behind [`IN_FLIGHT`] later (a message lost, say while the
+    /// subscription reconnected), the log is read. Read to its end and still behind:
+    /// the entries cannot be reached after the last one applied (the log was written
+    /// anew with ids that moved back), and everyone is asked again from its end.
+    async fn check_behind(&mut self, client: &QueueClient) -> Result<(), ClientError> {
+        let Some((n, since)) = self.behind else { return Ok(()) };
+        {
+            let mut shared = self.watch.shared.lock().unwrap();
+            self.pending.extend(std::mem::take(&mut shared.pushed).into_iter().map(|e| (e.n, e)));
+        }
+        self.apply_pending(client).await?;
+        if n <= self.applied() {
+            self.behind = None;
+        } else if since.elapsed() >= IN_FLIGHT {
+            self.catch_up(client).await?;
+            if self.cursor.is_some() && n > self.applied() {
+                self.reposition("the change log's newest entries cannot be read after the last one applied");
+            }
+            self.behind = None;
+        }
+        Ok(())
+    }
+
+    /// Applies the published entries taken, in number order. A number missing before
+    /// them (a message lost) is read from the log first; entries whose ids and
+    /// numbers disagree with what was applied mean the log was written anew.
+    async fn apply_pending(&mut self, client: &QueueClient) -> Result<(), ClientError> {
+        let mut read = false;
+        loop {
+            let Some((cursor_id, applied)) = self.cursor.as_ref().map(|c| (stream_id(&c.0), c.1)) else {
+                return Ok(());
+            };
+            if self.pending.iter().any(|(&n, e)| (n <= applied) != (stream_id(&e.id) <= cursor_id)) {
+                self.reposition("a published entry disagrees with the change log applied");
+                return Ok(());
+            }
+            self.pending.retain(|&n, _| n > applied);
+            let Some(&first) = self.pending.keys().next() else { return Ok(()) };
+            if first > applied + 1 && !read {
+                read = true;
+                self.catch_up(client).await?;
+                continue;
+            }
+            // In order; still a gap after reading the log: apply() asks everyone again.
+            let entries: Vec<LogEntry> = std::mem::take(&mut self.pending).into_values().collect();
+            self.apply(&entries);
+            return Ok(());
+        }
+    }
+
+    /// Reads the log after the last entry applied, to its end.
+    async fn catch_up(&mut self, client: &QueueClient) -> Result<(), ClientError> {
+        loop {
+            let Some((from, applied)) = self.cursor.clone() else { return Ok(()) };
+            self.hub.metrics.log_reads.increment(1);
+            let entries = client.log_after(&self.queue, &from, LOG_PAGE).await?;
+            if entries.first().is_some_and(|e| e.n <= applied) {
+                self.reposition("an entry after the last one applied has an earlier number");
+                return Ok(());
+            }
+            self.apply(&entries);
+            if entries.len() < LOG_PAGE {
+                return Ok(());
+            }
+        }
     }
 
     fn take_checkpoint(&mut self, batch: &[String], cp: Checkpoint) {
@@ -595,7 +662,6 @@ impl Follower {
                 tracing::info!(queue = self.queue, expected = first, got = entries[0].n, "a gap in the change log");
             }
             self.reset_all();
-            self.moved = true;
             return;
         }
         let batch = Batch::new(entries);
@@ -677,49 +743,10 @@ impl Follower {
     }
 }
 
-/// Reads `queue`'s change log on a connection of its own, from the cursor the
-/// follower sets (and sets anew after a gap), handing it the entries as they come.
-async fn read_log(
-    store: Store,
-    queue: String,
-    mut cursor: watch::Receiver<Option<String>>,
-    out: tokio::sync::mpsc::Sender<Vec<LogEntry>>,
-    metrics: Arc<Metrics>,
-) {
-    let mut after: Option<String> = None;
-    loop {
-        if cursor.has_changed().unwrap_or(false) || after.is_none() {
-            after = cursor.borrow_and_update().clone();
-        }
-        let Some(from) = after.clone() else {
-            if cursor.changed().await.is_err() {
-                return;
-            }
-            continue;
-        };
-        let Ok(client) = store.client().await else {
-            tokio::time::sleep(Duration::from_millis(200)).await;
-            continue;
-        };
-        metrics.log_reads.increment(1);
-        match client.log_wait(&queue, &from, LOG_PAGE, BLOCK.as_millis() as u64).await {
-            Ok(entries) => {
-                let Some(last) = entries.last() else { continue };
-                after = Some(last.id.clone());
-                if out.send(entries).await.is_err() {
-                    return;
-                }
-                tokio::time::sleep(GATHER).await;
-            }
-            Err(e) => {
-                tracing::debug!(queue, error = %e, "reading the change log failed");
-                tokio::time::sleep(Duration::from_millis(200)).await;
-            }
-        }
-        if out.is_closed() {
-            return;
-        }
-    }
+/// A stream id's (milliseconds, sequence), to compare ids.
+fn stream_id(id: &str) -> (u64, u64) {
+    let (ms, seq) = id.split_once('-').unwrap_or((id, "0"));
+    (ms.parse().unwrap_or(0), seq.parse().unwrap_or(0))
 }
 
 /// Hands a checked standing to a user's streams (counting a promotion once).

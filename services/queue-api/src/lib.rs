@@ -114,6 +114,14 @@ pub async fn serve(
             hub_events.wake(&e.queue);
         }
     });
+    // The change log's entries, as the commands that wrote them publish them.
+    let mut changes = queue_client::events::subscribe_changes(config.common.target());
+    let hub_changes = hub.clone();
+    tokio::spawn(async move {
+        while let Some(c) = changes.recv().await {
+            hub_changes.change(&c.queue, c.entry);
+        }
+    });
     let state = Arc::new(AppState {
         limiter: limit::RateLimiter::new(config.rate_limit, config.rate_burst),
         pow: pow::Gate::new(config.pow_secret.as_deref()),

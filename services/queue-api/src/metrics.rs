@@ -45,7 +45,10 @@ impl Default for Metrics {
                 "queue_api_watch_calls_total",
                 "QUEUE.WATCH calls made for push streams (registrations and this instance's lease).",
             ),
-            log_reads: r.counter("queue_api_log_reads_total", "Reads of the queues' change logs for push streams."),
+            log_reads: r.counter(
+                "queue_api_log_reads_total",
+                "Reads of the queues' change logs for what their changes channels missed.",
+            ),
             log_resets: r.counter(
                 "queue_api_log_resets_total",
                 "Times every push stream of a queue was checked again (a gap in its change log, a reset).",

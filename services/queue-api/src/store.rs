@@ -5,17 +5,12 @@ use crate::error::ApiError;
 use queue_client::{LazyClient, QueueClient, Target};
 
 #[derive(Clone)]
-pub struct Store(LazyClient, Target);
+pub struct Store(LazyClient);
 
 impl Store {
     /// Connects in the background to what `target` names (one server or a cluster).
     pub fn connect(target: Target) -> Store {
-        Store(LazyClient::connect_target(target.clone()), target)
-    }
-
-    /// A connection of its own to the same store (for a blocking read).
-    pub fn dedicated(&self) -> Store {
-        Store::connect(self.1.clone())
+        Store(LazyClient::connect_target(target))
     }
 
     /// The client, or 503 while the first connection is not made yet.

@@ -68,6 +68,7 @@ testkit::backend_tests!(
     a_full_line_answers_503_with_retry_after,
     concurrent_status_reads_each_see_the_line_after_they_arrive,
     push_streams_follow_the_change_log,
+    published_changes_reach_streams_and_lost_ones_are_read,
 );
 
 /// Every status answer in a burst of concurrent requests (many people, some asked
@@ -942,6 +943,92 @@ async fn push_streams_follow_the_change_log(b: Backend) {
         assert_eq!(ups, usize::from(u == "p06"), "{u}: ranks {ranks:?}");
     }
     for t in tasks.into_values() {
+        t.abort();
+    }
+    for api in apis {
+        api.stop().await;
+    }
+}
+
+/// A counter's value on `/metrics` (0 when absent).
+async fn counter(api: &Api, name: &str) -> f64 {
+    let text = reqwest::get(api.url("/metrics")).await.unwrap().text().await.unwrap();
+    text.lines()
+        .find_map(|l| l.strip_prefix(name).and_then(|rest| rest.strip_prefix(' ')))
+        .map_or(0.0, |v| v.trim().parse().unwrap())
+}
+
+/// Waits until Valkey has at least `n` pub/sub connections (each queue-api holds
+/// two: promotions and changes).
+async fn wait_subscribed(s: &ValkeyServer, n: usize, step: &str) {
+    let mut admin = s.conn();
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while redis::cmd("CLIENT")
+        .arg("LIST")
+        .arg("TYPE")
+        .arg("pubsub")
+        .query::<String>(&mut admin)
+        .unwrap()
+        .lines()
+        .count()
+        < n
+    {
+        assert!(Instant::now() < deadline, "{step}: queue-api did not subscribe");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+/// With no tick after the first (a push tick of a minute), changes reach the streams
+/// through the entries their commands publish, and the log is never read. An entry
+/// lost (the subscriptions killed just before it was written) is read from the log
+/// when the next one shows the gap; a last entry lost, with nothing after it, is read
+/// at the next tick (another instance, ticking every 300 ms), when the lease's
+/// renewal shows the log ahead.
+async fn published_changes_reach_streams_and_lost_ones_are_read(b: Backend) {
+    let s = ValkeyServer::start(b);
+    let qc = client_for(&s).await;
+    qc.config_set("default", &[("soft_cap", 0)]).await.unwrap();
+    let mut apis = Vec::new();
+    for tick in [60_000, 300] {
+        let mut config = queue_api::Config::local(&s.url());
+        config.push_tick = Duration::from_millis(tick);
+        apis.push(Api::start(config).await);
+    }
+    let users: Vec<String> = (0..20).map(|i| format!("p{i:02}")).collect();
+    for u in &users {
+        qc.enter("default", u, u).await.unwrap();
+    }
+    let (slow, fast): (Vec<String>, Vec<String>) = (users[10..15].to_vec(), users[15..].to_vec());
+    let seen: Seen = Default::default();
+    let mut tasks = Vec::new();
+    for (api, people) in [(&apis[0], &slow), (&apis[1], &fast)] {
+        for u in people {
+            tasks.push(follow_stream(api.url(&format!("/api/queue/stream?userId={u}")), u.clone(), seen.clone()));
+        }
+    }
+    streams_settle(&qc, &seen, &slow, "opened").await;
+    wait_subscribed(&s, 4, "started").await;
+    for u in ["p00", "p01", "p02"] {
+        qc.leave("default", u).await.unwrap();
+        streams_settle(&qc, &seen, &slow, &format!("{u} left: published")).await;
+    }
+    assert_eq!(counter(&apis[0], "queue_api_log_reads_total").await, 0.0, "published entries need no read");
+    // One entry lost, then one published: the gap is read.
+    let mut admin = s.conn();
+    let _: i64 = redis::cmd("CLIENT").arg("KILL").arg("TYPE").arg("pubsub").query(&mut admin).unwrap();
+    qc.leave("default", "p03").await.unwrap();
+    wait_subscribed(&s, 4, "subscribed again").await;
+    qc.leave("default", "p04").await.unwrap();
+    streams_settle(&qc, &seen, &slow, "an entry lost, the next published").await;
+    assert!(counter(&apis[0], "queue_api_log_reads_total").await >= 1.0, "the gap was read from the log");
+    // The last entry lost: the instance that ticks reads it.
+    streams_settle(&qc, &seen, &fast, "before").await;
+    let reads = counter(&apis[1], "queue_api_log_reads_total").await;
+    let _: i64 = redis::cmd("CLIENT").arg("KILL").arg("TYPE").arg("pubsub").query(&mut admin).unwrap();
+    qc.leave("default", "p05").await.unwrap();
+    streams_settle(&qc, &seen, &fast, "the last entry lost").await;
+    assert!(counter(&apis[1], "queue_api_log_reads_total").await > reads, "read at the tick");
+    for t in tasks {
         t.abort();
     }
     for api in apis {
