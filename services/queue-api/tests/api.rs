@@ -69,6 +69,7 @@ testkit::backend_tests!(
     concurrent_status_reads_each_see_the_line_after_they_arrive,
     push_streams_follow_the_change_log,
     published_changes_reach_streams_and_lost_ones_are_read,
+    a_log_written_anew_asks_everyone_again,
 );
 
 /// Every status answer in a burst of concurrent requests (many people, some asked
@@ -1034,4 +1035,53 @@ async fn published_changes_reach_streams_and_lost_ones_are_read(b: Backend) {
     for api in apis {
         api.stop().await;
     }
+}
+
+/// A restore that lost the newest changes (the queue's keys put back as they were
+/// before two people left) and then a new change: its entry's number is one already
+/// applied but its id is newer, so the instance knows the log was written anew and
+/// asks everyone again, at once (no tick comes: a push tick of a minute), and every
+/// stream shows the line as restored.
+async fn a_log_written_anew_asks_everyone_again(b: Backend) {
+    let s = ValkeyServer::start(b);
+    let qc = client_for(&s).await;
+    qc.config_set("default", &[("soft_cap", 0)]).await.unwrap();
+    let mut config = queue_api::Config::local(&s.url());
+    config.push_tick = Duration::from_secs(60);
+    let api = Api::start(config).await;
+    let users: Vec<String> = (0..12).map(|i| format!("p{i:02}")).collect();
+    for u in &users {
+        qc.enter("default", u, u).await.unwrap();
+    }
+    let streamed = users[6..].to_vec();
+    let seen: Seen = Default::default();
+    let tasks: Vec<_> = streamed
+        .iter()
+        .map(|u| follow_stream(api.url(&format!("/api/queue/stream?userId={u}")), u.clone(), seen.clone()))
+        .collect();
+    streams_settle(&qc, &seen, &streamed, "opened").await;
+    wait_subscribed(&s, 2, "started").await;
+    let mut admin = s.conn();
+    let keys: Vec<String> = redis::cmd("KEYS").arg("queue:{default}:*").query(&mut admin).unwrap();
+    let snapshot: Vec<(String, Vec<u8>)> =
+        keys.iter().map(|k| (k.clone(), redis::cmd("DUMP").arg(k).query(&mut admin).unwrap())).collect();
+    for u in ["p00", "p01"] {
+        qc.leave("default", u).await.unwrap();
+    }
+    streams_settle(&qc, &seen, &streamed, "two left").await;
+    let now: Vec<String> = redis::cmd("KEYS").arg("queue:{default}:*").query(&mut admin).unwrap();
+    for k in now.iter().filter(|k| !keys.contains(k)) {
+        let _: i64 = redis::cmd("DEL").arg(k).query(&mut admin).unwrap();
+    }
+    for (k, v) in &snapshot {
+        let _: () = redis::cmd("RESTORE").arg(k).arg(0).arg(v).arg("REPLACE").query(&mut admin).unwrap();
+    }
+    assert!(line_now(&qc).await.contains(&"p00".to_string()), "restored");
+    qc.leave("default", "p02").await.unwrap();
+    streams_settle(&qc, &seen, &streamed, "restored, then one left").await;
+    assert!(counter(&api, "queue_api_log_resets_total").await >= 1.0, "everyone asked again");
+    for t in tasks {
+        t.abort();
+    }
+    api.stop().await;
 }
