@@ -98,6 +98,7 @@ pub fn constants_block() -> String {
         keys::LOG_MAX,
         keys::MAX_WATCH_LEASE_MS
     ));
+    line(format!("local K_CHANGES = {}", lua_str(keys::CHANGES)));
     line(format!(
         "local OPENING_PENDING, MAX_PROOF_PAGE = {}, {}",
         lua_str(crate::engine::stat::OPENING),
