@@ -61,7 +61,13 @@ run() { # name image env...
 }
 suffix=$$
 run "vq-valkey-$suffix" valkey-queue-ci/valkey:test "VALKEY_PORT=$vport" "QUEUE_MODULE_ARGS=default-soft-cap 50"
-for _ in $(seq 1 100); do valkey-cli -p "$vport" ping 2>/dev/null | grep -q PONG && break; sleep 0.1; done
+# Up to 60 s: the first container after dockerd started can be slow to come up.
+for _ in $(seq 1 600); do valkey-cli -p "$vport" ping 2>/dev/null | grep -q PONG && break; sleep 0.1; done
+valkey-cli -p "$vport" ping 2>/dev/null | grep -q PONG || {
+  $DOCKER logs "vq-valkey-$suffix" >&2 || true
+  echo "the valkey container did not answer on port $vport within 60 s" >&2
+  exit 1
+}
 valkey-cli -p "$vport" QUEUE.CONFIG default SET soft_cap 50 ticket_ttl 10000 abandon_after 5000 >/dev/null
 # The gate's queue: a short lease, so that idle people's slots come back within the run.
 valkey-cli -p "$vport" QUEUE.CONFIG shop SET soft_cap 20 ticket_ttl 10000 abandon_after 5000 session_lease 4000 >/dev/null
