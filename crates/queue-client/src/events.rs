@@ -183,7 +183,10 @@ pub fn changes_channel(queue: &str) -> String {
 }
 
 fn change_of(heard: &Announcement) -> Option<Change> {
-    let queue = heard.channel.strip_prefix("queue:{")?.strip_suffix("}:changes")?;
+    let queue = std::str::from_utf8(keys::owner_queue(heard.channel.as_bytes())?).ok()?;
+    if heard.channel != changes_channel(queue) {
+        return None;
+    }
     let entry = LogEntry::from_message(&heard.payload).ok()?;
     Some(Change { queue: queue.to_string(), entry })
 }

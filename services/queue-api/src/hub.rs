@@ -431,12 +431,17 @@ impl Follower {
             self.forget(&u);
             self.to_watch.push(u);
         }
-        self.pending.extend(std::mem::take(&mut shared.pushed).into_iter().map(|e| (e.n, e)));
+        self.take_pushed(&mut shared);
         if shared.users.is_empty() && self.to_unwatch.is_empty() {
             queues.remove(&self.queue);
             return true;
         }
         false
+    }
+
+    /// Takes the entries published since, to apply in number order.
+    fn take_pushed(&mut self, shared: &mut Shared) {
+        self.pending.extend(std::mem::take(&mut shared.pushed).into_iter().map(|e| (e.n, e)));
     }
 
     fn forget(&mut self, user: &str) {
@@ -472,7 +477,6 @@ impl Follower {
         if self.cursor.is_none() {
             let last = client.log_last(&q).await?;
             self.cursor = Some(last.as_ref().map_or(("0-0".to_string(), 0), |e| (e.id.clone(), e.n)));
-            self.pending.retain(|&n, _| n > self.cursor.as_ref().map_or(0, |c| c.1));
         }
         self.apply_pending(client).await?;
         if tick_due {
@@ -561,10 +565,8 @@ impl Follower {
     /// anew with ids that moved back), and everyone is asked again from its end.
     async fn check_behind(&mut self, client: &QueueClient) -> Result<(), ClientError> {
         let Some((n, since)) = self.behind else { return Ok(()) };
-        {
-            let mut shared = self.watch.shared.lock().unwrap();
-            self.pending.extend(std::mem::take(&mut shared.pushed).into_iter().map(|e| (e.n, e)));
-        }
+        let watch = self.watch.clone();
+        self.take_pushed(&mut watch.shared.lock().unwrap());
         self.apply_pending(client).await?;
         if n <= self.applied() {
             self.behind = None;
