@@ -50,8 +50,29 @@ for i in valkey queue-api queue-manager chat-server queue-gate gate-example-app;
 done
 
 # 4. The system from the images, host networking, loopback ports.
-free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
-vport=$(free_port) api=$(free_port) chat=$(free_port) mgr=$(free_port) gate=$(free_port) app=$(free_port)
+# Ports below the kernel's ephemeral range (outgoing connections never take them
+# meanwhile), free on every address (valkey listens on all of them), all different.
+free_ports() {
+  python3 - "$1" <<'PY'
+import random, socket, sys
+def free(p):
+    for fam, addr in ((socket.AF_INET, "0.0.0.0"), (socket.AF_INET6, "::")):
+        s = socket.socket(fam)
+        try:
+            s.bind((addr, p))
+        except OSError as e:
+            if fam == socket.AF_INET6 and e.errno == 99:  # no IPv6 here
+                continue
+            return False
+        finally:
+            s.close()
+    return True
+ports = [p for p in random.sample(range(20000, 32000), 200) if free(p)][: int(sys.argv[1])]
+print(" ".join(map(str, ports)))
+PY
+}
+read -r api chat mgr gate app v1 v2 v3 <<<"$(free_ports 8)"
+vports=("$v1" "$v2" "$v3")
 run() { # name image env...
   local name=$1 image=$2; shift 2
   local args=()
@@ -60,14 +81,22 @@ run() { # name image env...
   containers+=("$name")
 }
 suffix=$$
-run "vq-valkey-$suffix" valkey-queue-ci/valkey:test "VALKEY_PORT=$vport" "QUEUE_MODULE_ARGS=default-soft-cap 50"
-# Up to 60 s: the first container after dockerd started can be slow to come up.
-for _ in $(seq 1 600); do valkey-cli -p "$vport" ping 2>/dev/null | grep -q PONG && break; sleep 0.1; done
-valkey-cli -p "$vport" ping 2>/dev/null | grep -q PONG || {
-  $DOCKER logs "vq-valkey-$suffix" >&2 || true
-  echo "the valkey container did not answer on port $vport within 60 s" >&2
-  exit 1
-}
+# Up to 60 s: the first container after dockerd started can be slow to come up. A
+# container that exited (its port taken after all) is tried again on another port.
+up=
+for attempt in 1 2 3; do
+  vport=${vports[$((attempt - 1))]}
+  run "vq-valkey-$suffix-$attempt" valkey-queue-ci/valkey:test "VALKEY_PORT=$vport" "QUEUE_MODULE_ARGS=default-soft-cap 50"
+  for _ in $(seq 1 600); do
+    valkey-cli -p "$vport" ping 2>/dev/null | grep -q PONG && { up=1; break; }
+    [ "$($DOCKER inspect -f '{{.State.Running}}' "vq-valkey-$suffix-$attempt")" = true ] || break
+    sleep 0.1
+  done
+  [ -n "$up" ] && break
+  $DOCKER logs "vq-valkey-$suffix-$attempt" >&2 || true
+  echo "the valkey container on port $vport did not answer (attempt $attempt)" >&2
+done
+[ -n "$up" ] || exit 1
 valkey-cli -p "$vport" QUEUE.CONFIG default SET soft_cap 50 ticket_ttl 10000 abandon_after 5000 >/dev/null
 # The gate's queue: a short lease, so that idle people's slots come back within the run.
 valkey-cli -p "$vport" QUEUE.CONFIG shop SET soft_cap 20 ticket_ttl 10000 abandon_after 5000 session_lease 4000 >/dev/null
