@@ -167,7 +167,7 @@ local function open(name)
     -- What this command took out of the line's waiting part, for the change log:
     -- the head run (number of the last one taken there, how many), the numbers of
     -- the others who left, and whether ranks changed otherwise (opening, repair).
-    log = { head = nil, gone = 0, left = {}, reset = false },
+    log = { head = nil, gone = 0, tickets = {}, left = {}, again = {}, reset = false },
   }, Q)
   return current
 end
@@ -481,9 +481,24 @@ function Q:log_left(seq)
   left[#left + 1] = fmt(seq)
 end
 
+-- The waiting user numbered `seq`, who left in this command, enters again.
+function Q:log_again(seq)
+  local again = self.log.again
+  again[#again + 1] = fmt(seq)
+end
+
 function Q:log_head(seq)
   self.log.head = seq
   self.log.gone = self.log.gone + 1
+end
+
+-- `user`, taken from the head, was promoted with `ticket`: listed when a push
+-- instance has them registered (so that it needs not ask for the ticket).
+function Q:log_ticket(user, ticket)
+  if self:has_watched() and read("HEXISTS", self.watched, user) == 1 then
+    local tickets = self.log.tickets
+    tickets[#tickets + 1] = ticket
+  end
 end
 
 function Q:flush_log()
@@ -500,9 +515,17 @@ function Q:flush_log()
     entry[#entry + 1] = "gone"
     entry[#entry + 1] = fmt(lg.gone)
   end
+  if #lg.tickets > 0 then
+    entry[#entry + 1] = "tickets"
+    entry[#entry + 1] = table.concat(lg.tickets, ",")
+  end
   if #lg.left > 0 then
     entry[#entry + 1] = "left"
     entry[#entry + 1] = table.concat(lg.left, ",")
+  end
+  if #lg.again > 0 then
+    entry[#entry + 1] = "again"
+    entry[#entry + 1] = table.concat(lg.again, ",")
   end
   if lg.reset then
     entry[#entry + 1] = "reset"
@@ -512,7 +535,7 @@ function Q:flush_log()
   entry[#entry + 1] = fmt(self:waiting_count())
   -- A log key of another type gets no entry (the command's writes are made).
   local id = redis.pcall(unpack(entry))
-  self.log = { head = nil, gone = 0, left = {}, reset = false }
+  self.log = { head = nil, gone = 0, tickets = {}, left = {}, again = {}, reset = false }
   if type(id) == "string" then
     -- Published for push instances: the id, then the fields and values. A caller not
     -- allowed the channel (ACL) publishes nothing; watchers catch up within a tick.
@@ -757,7 +780,7 @@ function Q:admit_head(n, abandon_after, now)
     local user, seq = h[1], h[2]
     local rec = self:record(seq)
     if rec and not rec.promoted and not self:abandoned(user, rec.seen, now, abandon_after) then
-      self:promote_user(seq, rec.nickname, now)
+      self:log_ticket(user, self:promote_user(seq, rec.nickname, now))
       promoted = promoted + 1
       p_max = seq
     else
@@ -1093,6 +1116,9 @@ function Q:enter_pre(user, nickname, now)
       return fail(E_WRONGTYPE)
     end
     self:remove(user, seq, holds)
+    if not holds then
+      self:log_again(seq)
+    end
   end
   redis.call("HSET", self:pre_key(), user, nickname)
   return standing_reply(user, { status = STATUS.WAITING, rank = 0, nickname = nickname, opens_at = self:setting(OPENS_AT) }, nil)
@@ -1209,6 +1235,9 @@ local function queue_enter(keys, args)
   end
   if old ~= nil then
     q:remove(user, old, old_holds)
+    if not old_holds then
+      q:log_again(old)
+    end
   end
   -- A ticket given back by re-entering goes to the head of the line at once.
   if old_holds then

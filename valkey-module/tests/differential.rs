@@ -20,12 +20,17 @@ fn is_secret(s: &str) -> bool {
     s.len() == 16 && s.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_')
 }
 
-/// Masks ticket secrets ("12.<secret>" keeps its number) and epoch-millisecond times.
+/// Masks ticket secrets ("12.<secret>" keeps its number, in a change log entry's
+/// comma-separated list too) and epoch-millisecond times.
 fn mask_text(s: &str) -> String {
-    if let Some((seq, secret)) = s.split_once('.') {
-        if seq.bytes().all(|b| b.is_ascii_digit()) && is_secret(secret) {
-            return format!("{seq}.<secret>");
-        }
+    let ticket = |t: &str| {
+        t.split_once('.')
+            .filter(|(seq, secret)| !seq.is_empty() && seq.bytes().all(|b| b.is_ascii_digit()) && is_secret(secret))
+            .map(|(seq, _)| format!("{seq}.<secret>"))
+    };
+    let tickets: Option<Vec<String>> = s.split(',').map(ticket).collect();
+    if let Some(tickets) = tickets {
+        return tickets.join(",");
     }
     // Records: "<ms>:nick" and "P<ms>|<secret>|nick".
     if let Some(rest) = s.strip_prefix('P') {

@@ -886,8 +886,9 @@ fn registrations_go_when_the_user_leaves_the_line(b: Backend) {
 }
 
 /// One entry per command that takes people out of the line's waiting part, with the
-/// documented fields in order: LEAVE and re-entry name the old number in `left`;
-/// PROMOTE's tickets and the silent dropped on the way are `head`/`gone`, the sweep's
+/// documented fields in order: LEAVE and re-entry name the old number in `left`
+/// (re-entry in `again` too); PROMOTE's tickets and the silent dropped on the way are
+/// `head`/`gone` (the tickets of the registered listed in `tickets`), the sweep's
 /// drops `left`; a slot freed inside a command fills from the head; arrivals, claims,
 /// expiries, settings and reads write none; `n` goes up by one.
 fn the_change_log_tells_who_left_the_waiting_part(b: Backend) {
@@ -906,7 +907,7 @@ fn the_change_log_tells_who_left_the_waiting_part(b: Backend) {
     log.expect(&mut c, "LEAVE", &[&[("n", "1".into()), ("left", n(2)), ("waiting", "5".into())]]);
     c.set_clock("q", T0 + 600);
     c.enter("q", "u3", "u3");
-    log.expect(&mut c, "re-entry", &[&[("n", "2".into()), ("left", n(3)), ("waiting", "5".into())]]);
+    log.expect(&mut c, "re-entry", &[&[("n", "2".into()), ("left", n(3)), ("again", n(3)), ("waiting", "5".into())]]);
     assert_eq!(c.leave("q", "nobody"), 0);
     c.status("q", "u4");
     c.enter("q", "u7", "u7");
@@ -915,14 +916,18 @@ fn the_change_log_tells_who_left_the_waiting_part(b: Backend) {
     log.expect(&mut c, "a LEAVE of nobody, STATUS, an arrival, WATCH", &[]);
     let new = numbers(&mut c, "q", &["u3", "u7"]);
     assert!(new[0] > num[5] && new[1] > new[0], "after everyone: {new:?} {num:?}");
-    // u1 and u4 promoted: the head.
+    // u1 and u4 promoted: the head; u4, registered by a push instance, has its
+    // ticket listed.
     c.config_set("q", &[("soft_cap", 2)]);
-    log.expect(&mut c, "QUEUE.CONFIG", &[]);
+    watch(&mut c, "q", "pod", 600_000, &["u4"]);
+    log.expect(&mut c, "QUEUE.CONFIG, WATCH", &[]);
     assert_eq!(field_int(&c.promote("q", None), "promoted"), 2);
+    let t4 = field_str(&c.status("q", "u4"), "ticketId").unwrap();
+    assert!(t4.starts_with(&format!("{}.", n(4))), "{t4}");
     log.expect(
         &mut c,
         "PROMOTE",
-        &[&[("n", "3".into()), ("head", n(4)), ("gone", "2".into()), ("waiting", "4".into())]],
+        &[&[("n", "3".into()), ("head", n(4)), ("gone", "2".into()), ("tickets", t4), ("waiting", "4".into())]],
     );
     let t1 = field_str(&c.status("q", "u1"), "ticketId").unwrap();
     c.claim("q", &t1).unwrap();
@@ -1029,8 +1034,9 @@ fn the_change_log_keeps_about_ten_thousand_entries(b: Backend) {
     assert!(lefts.iter().all(|&l| l > first), "{:?}", &lefts[..5]);
     for (_, f) in &all {
         let keys: Vec<&str> = f.iter().map(|(k, _)| k.as_str()).collect();
-        assert_eq!(keys, vec!["n", "left", "waiting"]);
-        assert_eq!(f[2].1, "2");
+        assert_eq!(keys, vec!["n", "left", "again", "waiting"]);
+        assert_eq!(f[2].1, f[1].1, "the one who left entered again");
+        assert_eq!(f[3].1, "2");
     }
     let stats: std::collections::HashMap<String, String> =
         redis::cmd("HGETALL").arg("queue:{q}:stats").query(&mut c.con).unwrap();

@@ -411,8 +411,15 @@ impl Run {
 
     /// The change log's new entries against the model's, then the simulated watcher
     /// applies them.
-    fn check_log(&mut self, log: &Value, want: Option<LogEntry>) -> Result<(), String> {
+    fn check_log(&mut self, log: &Value, mut want: Option<LogEntry>) -> Result<(), String> {
         let got = stream_entries(log)?;
+        // The tickets the entry lists: those the model's promoted and watched people
+        // hold (learnt from the stored data just checked).
+        if let Some(w) = want.as_mut() {
+            self.model
+                .name_tickets(w)
+                .ok_or_else(|| format!("change log: tickets of {:?} unknown", w.promoted_watched))?;
+        }
         if let Some((id, _)) = got.last() {
             self.log_id = id.clone();
         }

@@ -229,9 +229,25 @@ mod tests {
         let heard = |channel: &str, payload: &str| Announcement { channel: channel.into(), payload: payload.into() };
         let c = change_of(&heard("queue:{q-1}:changes", "1700-3 n 7 head 40 gone 2 left 44,47 waiting 90")).unwrap();
         assert_eq!(c.queue, "q-1");
-        let want =
-            LogEntry { id: "1700-3".into(), n: 7, head: Some((40, 2)), left: vec![44, 47], reset: false, waiting: 90 };
+        let want = LogEntry {
+            id: "1700-3".into(),
+            n: 7,
+            head: Some((40, 2)),
+            left: vec![44, 47],
+            waiting: 90,
+            ..LogEntry::default()
+        };
         assert_eq!(c.entry, want);
+        let c = change_of(&heard(
+            "queue:{q}:changes",
+            "1700-4 n 8 head 52 gone 3 tickets 50.aB-_x,52.Zz09 left 60,61 again 61 waiting 80",
+        ))
+        .unwrap();
+        assert_eq!(c.entry.tickets, ["50.aB-_x", "52.Zz09"]);
+        assert_eq!((c.entry.left.as_slice(), c.entry.again.as_slice()), (&[60, 61][..], &[61][..]));
+        assert_eq!(c.entry.ticket_of(52), Some("52.Zz09"));
+        assert_eq!(c.entry.ticket_of(51), None);
+        assert_eq!(c.entry.ticket_of(5), None, "a number is the whole part before the dot");
         let c = change_of(&heard("queue:{q}:changes", "1-0 n 1 reset 1 waiting 2")).unwrap();
         assert!(c.entry.reset && c.entry.head.is_none() && c.entry.left.is_empty());
         assert_eq!(change_of(&heard("queue:{q}:promoted", "1-0 n 1 waiting 2")), None, "another channel");

@@ -28,8 +28,13 @@ pub struct LogEntry {
     pub n: u64,
     /// Every waiting user numbered at or below `.0` left the waiting part, `.1` of them.
     pub head: Option<(u64, u64)>,
+    /// The tickets of those taken from the head who were promoted while a push
+    /// instance had them registered (`<number>.<secret>`: the holder's number first).
+    pub tickets: Vec<String>,
     /// Numbers of other waiting users who left.
     pub left: Vec<u64>,
+    /// Those of `left` who entered again in the same command (under a new number).
+    pub again: Vec<u64>,
     /// Numbers or ranks changed in a way the entry does not list: ask again.
     pub reset: bool,
     /// Users waiting after the command.
@@ -73,7 +78,9 @@ impl LogEntry {
                 "n" => e.n = number(&v)?,
                 "head" => head = Some(number(&v)?),
                 "gone" => gone = Some(number(&v)?),
+                "tickets" => e.tickets = v.split(',').map(str::to_string).collect(),
                 "left" => e.left = v.split(',').map(number).collect::<Result<_, _>>()?,
+                "again" => e.again = v.split(',').map(number).collect::<Result<_, _>>()?,
                 "reset" => e.reset = v == "1",
                 "waiting" => e.waiting = number(&v)?,
                 _ => {}
@@ -84,6 +91,14 @@ impl LogEntry {
         }
         e.head = head.map(|h| (h, gone.unwrap_or(0)));
         Ok(e)
+    }
+
+    /// The ticket this entry lists for the person numbered `seq`, if any.
+    pub fn ticket_of(&self, seq: u64) -> Option<&str> {
+        self.tickets
+            .iter()
+            .map(String::as_str)
+            .find(|t| t.split_once('.').and_then(|(n, _)| n.parse().ok()) == Some(seq))
     }
 }
 

@@ -12,9 +12,10 @@
 //! so a person's new rank is the old one minus those who left ahead of them. The log
 //! itself is read (XRANGE after the last entry applied) only for what the channel
 //! missed: a number skipped, or the log's number in the tick's renewal ahead of what
-//! was applied. Only people the log says left, and everyone after a gap in the log
-//! (entries trimmed before they were read, a failover, a restart) or an entry that
-//! says reset, are asked again. `QUEUE.UNWATCH` when a person's last stream closes
+//! was applied. The log also tells the promoted and registered their tickets and who
+//! left for good; only people taken at the head with no ticket listed, people who
+//! entered again, and everyone after a gap in the log (entries trimmed before they
+//! were read, a failover, a restart) or an entry that says reset, are asked again. `QUEUE.UNWATCH` when a person's last stream closes
 //! starts their usual abandon_after.
 
 use crate::metrics::Metrics;
@@ -705,11 +706,28 @@ impl Follower {
             }
             changed.push((user.clone(), if gone { Effect::Gone } else { Effect::Ahead(total) }));
         }
+        // Of those gone, the entries tell the promoted and watched their tickets, and
+        // who left without entering again; the rest (taken at the head without a
+        // ticket listed, or entered again) are asked.
+        let tickets: HashMap<u64, &str> = entries
+            .iter()
+            .flat_map(|e| &e.tickets)
+            .filter_map(|t| Some((t.split_once('.')?.0.parse().ok()?, t.as_str())))
+            .collect();
+        let again: HashSet<u64> = entries.iter().flat_map(|e| e.again.iter().copied()).collect();
         for (user, effect) in changed {
             match effect {
                 Effect::Gone => {
+                    let seq = self.line.get(&user).map(|l| l.seq);
                     self.forget(&user);
-                    self.to_watch.push(user);
+                    let told = seq.is_some_and(|seq| match tickets.get(&seq) {
+                        Some(&ticket) => self.tell_gone(&user, Some(ticket)),
+                        None if batch.left.contains(&seq) && !again.contains(&seq) => self.tell_gone(&user, None),
+                        None => false,
+                    });
+                    if !told {
+                        self.to_watch.push(user);
+                    }
                 }
                 Effect::Ahead(n) => {
                     if let Some(l) = self.line.get_mut(&user) {
@@ -721,6 +739,30 @@ impl Follower {
                 }
             }
         }
+    }
+
+    /// Hands `user`'s stream what the log told of them: promoted with `ticket`, or
+    /// (None) no longer in line. False when the stream has no standing yet to take
+    /// the nickname from (then they are asked).
+    fn tell_gone(&self, user: &str, ticket: Option<&str>) -> bool {
+        let shared = self.watch.shared.lock().unwrap();
+        let Some((tx, _)) = shared.users.get(user) else { return true };
+        let Some(nickname) = tx.borrow().as_ref().map(|st| st.nickname.clone()) else { return false };
+        let (status, nickname) = match ticket {
+            Some(_) => (Status::Promoted, nickname),
+            None => (Status::Unknown, None),
+        };
+        let st = Standing {
+            status,
+            rank: 0,
+            user_id: user.to_string(),
+            nickname,
+            ticket_id: ticket.map(str::to_string),
+            estimated_wait_seconds: None,
+            opens_at: None,
+        };
+        send(&self.hub, tx, st);
+        true
     }
 
     /// Hands `user`'s stream its rank as this instance knows it, with the estimate.
@@ -783,7 +825,7 @@ mod tests {
     }
 
     fn entry(n: u64, head: Option<(u64, u64)>, left: &[u64]) -> LogEntry {
-        LogEntry { id: format!("{n}-0"), n, head, left: left.to_vec(), reset: false, waiting: 0 }
+        LogEntry { id: format!("{n}-0"), n, head, left: left.to_vec(), ..LogEntry::default() }
     }
 
     #[test]

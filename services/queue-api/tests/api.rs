@@ -70,6 +70,7 @@ testkit::backend_tests!(
     push_streams_follow_the_change_log,
     published_changes_reach_streams_and_lost_ones_are_read,
     a_log_written_anew_asks_everyone_again,
+    the_log_tells_the_promoted_their_tickets_and_who_left,
 );
 
 /// Every status answer in a burst of concurrent requests (many people, some asked
@@ -1080,6 +1081,75 @@ async fn a_log_written_anew_asks_everyone_again(b: Backend) {
     qc.leave("default", "p02").await.unwrap();
     streams_settle(&qc, &seen, &streamed, "restored, then one left").await;
     assert!(counter(&api, "queue_api_log_resets_total").await >= 1.0, "everyone asked again");
+    for t in tasks {
+        t.abort();
+    }
+    api.stop().await;
+}
+
+/// The last event of `user`'s stream, once it is named `name` (within 5 s).
+async fn last_event(seen: &Seen, user: &str, name: &str) -> Value {
+    let deadline = Instant::now() + Duration::from_secs(5);
+    loop {
+        let last = seen.lock().unwrap().get(user).and_then(|e| e.last().cloned());
+        if let Some((n, v)) = last.filter(|(n, _)| n == name) {
+            assert_eq!(n, name);
+            return v;
+        }
+        assert!(Instant::now() < deadline, "{user}: no {name} event, last {:?}", seen.lock().unwrap().get(user));
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+/// A change log entry tells the streams of people promoted their tickets (which then
+/// claim) and of people who left that they are gone, with no QUEUE.WATCH call (no
+/// tick comes: a push tick of a minute); someone who entered again is asked, and
+/// their stream shows the new place.
+async fn the_log_tells_the_promoted_their_tickets_and_who_left(b: Backend) {
+    let s = ValkeyServer::start(b);
+    let qc = client_for(&s).await;
+    qc.config_set("default", &[("soft_cap", 0)]).await.unwrap();
+    let mut config = queue_api::Config::local(&s.url());
+    config.push_tick = Duration::from_secs(60);
+    let api = Api::start(config).await;
+    let users: Vec<String> = (0..10).map(|i| format!("p{i:02}")).collect();
+    for u in &users {
+        qc.enter("default", u, &format!("nick-{u}")).await.unwrap();
+    }
+    let streamed = users[3..].to_vec();
+    let seen: Seen = Default::default();
+    let tasks: Vec<_> = streamed
+        .iter()
+        .map(|u| follow_stream(api.url(&format!("/api/queue/stream?userId={u}")), u.clone(), seen.clone()))
+        .collect();
+    streams_settle(&qc, &seen, &streamed, "opened").await;
+    wait_subscribed(&s, 1, "started").await;
+    let calls = counter(&api, "queue_api_watch_calls_total").await;
+
+    // p05 leaves for good: its stream says so from the entry.
+    qc.leave("default", "p05").await.unwrap();
+    let gone = last_event(&seen, "p05", "unknown").await;
+    assert_eq!(gone["status"], "UNKNOWN");
+    streams_settle(&qc, &seen, &streamed, "p05 left").await;
+
+    // Four promoted (p00-p03): p03's stream gets its ticket from the entry.
+    qc.config_set("default", &[("soft_cap", 4)]).await.unwrap();
+    assert_eq!(qc.promote("default", None).await.unwrap().promoted, 4);
+    let promoted = last_event(&seen, "p03", "promoted").await;
+    let status = qc.status("default", "p03").await.unwrap();
+    assert_eq!(promoted["ticketId"].as_str(), status.ticket_id.as_deref(), "the ticket STATUS tells");
+    assert_eq!(promoted["nickname"], "nick-p03");
+    assert_eq!((promoted["status"].as_str(), promoted["rank"].as_u64()), (Some("PROMOTED"), Some(0)));
+    streams_settle(&qc, &seen, &streamed, "four promoted").await;
+    assert_eq!(counter(&api, "queue_api_watch_calls_total").await, calls, "nobody was asked");
+    let claim = qc.claim("default", promoted["ticketId"].as_str().unwrap()).await.unwrap();
+    assert_eq!(claim.user_id, "p03", "the streamed ticket claims");
+
+    // p07 enters again: asked, and shown at the back.
+    qc.enter("default", "p07", "nick-p07").await.unwrap();
+    streams_settle(&qc, &seen, &streamed, "p07 entered again").await;
+    assert_eq!(last_event(&seen, "p07", "position").await["rank"], 5);
+    assert!(counter(&api, "queue_api_watch_calls_total").await > calls, "the one who entered again was asked");
     for t in tasks {
         t.abort();
     }

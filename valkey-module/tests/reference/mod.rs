@@ -120,8 +120,15 @@ pub struct LogEntry {
     pub head: Option<i64>,
     /// How many were taken from the head.
     pub gone: i64,
+    /// The tickets of those promoted from the head while registered by a push
+    /// instance, in the order promoted (the model names the people: `promoted_watched`,
+    /// whose tickets the server's reply tells; see [`Model::name_tickets`]).
+    pub tickets: Vec<String>,
+    pub promoted_watched: Vec<String>,
     /// Numbers of other waiting users who left, in the order they left.
     pub left: Vec<i64>,
+    /// Those of `left` who entered again in the same command.
+    pub again: Vec<i64>,
     pub reset: bool,
     pub waiting: i64,
 }
@@ -134,8 +141,15 @@ impl LogEntry {
             f.push(("head".into(), h.to_string()));
             f.push(("gone".into(), self.gone.to_string()));
         }
+        if !self.tickets.is_empty() {
+            f.push(("tickets".into(), self.tickets.join(",")));
+        }
+        let list = |v: &[i64]| v.iter().map(i64::to_string).collect::<Vec<_>>().join(",");
         if !self.left.is_empty() {
-            f.push(("left".into(), self.left.iter().map(i64::to_string).collect::<Vec<_>>().join(",")));
+            f.push(("left".into(), list(&self.left)));
+        }
+        if !self.again.is_empty() {
+            f.push(("again".into(), list(&self.again)));
         }
         if self.reset {
             f.push(("reset".into(), "1".into()));
@@ -153,7 +167,9 @@ impl LogEntry {
                 "n" => e.n = int(v)?,
                 "head" => e.head = Some(int(v)?),
                 "gone" => e.gone = int(v)?,
+                "tickets" => e.tickets = v.split(',').map(str::to_string).collect(),
                 "left" => e.left = v.split(',').map(int).collect::<Result<_, _>>()?,
+                "again" => e.again = v.split(',').map(int).collect::<Result<_, _>>()?,
                 "reset" => e.reset = v == "1",
                 "waiting" => e.waiting = int(v)?,
                 other => return Err(format!("unknown field {other:?} in {fields:?}")),
@@ -168,7 +184,9 @@ impl LogEntry {
 struct Pending {
     head: Option<i64>,
     gone: i64,
+    promoted_watched: Vec<String>,
     left: Vec<i64>,
+    again: Vec<i64>,
     reset: bool,
 }
 
@@ -232,10 +250,27 @@ impl Model {
             n: self.log_n,
             head: p.head,
             gone: p.gone,
+            tickets: Vec::new(),
+            promoted_watched: p.promoted_watched,
             left: p.left,
+            again: p.again,
             reset: p.reset,
             waiting: self.waiting(),
         })
+    }
+
+    /// Fills an entry's `tickets` with the tickets its promoted and watched people hold
+    /// (learnt from the server's replies since); `None` when one is not known.
+    pub fn name_tickets(&self, e: &mut LogEntry) -> Option<()> {
+        e.tickets = e
+            .promoted_watched
+            .iter()
+            .map(|u| match &self.line[self.position(u)?].place {
+                Place::Ticket { ticket, .. } => ticket.clone(),
+                Place::Waiting { .. } => None,
+            })
+            .collect::<Option<_>>()?;
+        Some(())
     }
 
     fn number_of(p: &Person) -> i64 {
@@ -365,6 +400,9 @@ impl Model {
                     continue;
                 }
                 self.line[i].place = Place::Ticket { ticket: None, expiry: now + self.s.ticket_ttl };
+                if self.watched.contains_key(&self.line[i].user) {
+                    self.pending.promoted_watched.push(self.line[i].user.clone());
+                }
                 self.max_promoted = self.max_promoted.max(number);
                 who.push(self.line[i].user.clone());
                 promoted += 1;
@@ -395,7 +433,11 @@ impl Model {
             self.out_of_line(user);
             match old.place {
                 Place::Ticket { .. } => self.fill(now, Vec::new()),
-                Place::Waiting { .. } => self.left_line(Self::number_of(&old)),
+                Place::Waiting { .. } => {
+                    let number = Self::number_of(&old);
+                    self.left_line(number);
+                    self.pending.again.push(number);
+                }
             }
         }
         let admit_now = self.waiting() == 0 && self.s.soft_cap > 0;

@@ -132,7 +132,8 @@ fn admit_head<S: Store>(s: &mut S, n: i64, abandon_after: i64, now: i64) -> (i64
         }
         match record(s, seq) {
             Some(Rec::Waiting { seen, nickname }) if !watch::abandoned(s, &user, seen, now, abandon_after) => {
-                promote_user(s, seq, &nickname, now);
+                let ticket = promote_user(s, seq, &nickname, now);
+                watch::note_ticket(s, &user, &ticket);
                 promoted += 1;
                 top = seq;
             }
@@ -320,6 +321,9 @@ pub fn enter<S: Store>(s: &mut S, user: &S::User, nickname: &[u8]) -> Result<Sta
     }
     if let Some(seq) = old {
         remove(s, user, seq, old_holds);
+        if old_waits {
+            watch::note_again(s, seq);
+        }
     }
     // A ticket given back by re-entering goes to the head of the line at once.
     if old_holds {

@@ -142,6 +142,9 @@ pub fn enter_pre<S: Store>(s: &mut S, user: &S::User, nickname: &[u8], now: i64)
             s.check(&ALL_PARTS)?;
         }
         remove(s, user, seq, holds);
+        if !holds {
+            super::watch::note_again(s, seq);
+        }
     }
     s.aux_hset(Aux::Pre, user.as_ref(), nickname);
     s.count(Event::Entered, 1);

@@ -16,8 +16,14 @@ use crate::error::QueueError;
 pub struct LogDraft {
     /// The number of the last one taken from the head, and how many were taken there.
     pub head: Option<(i64, i64)>,
+    /// The tickets of those taken from the head who were promoted while a push
+    /// instance had them registered, in the order they were promoted.
+    pub tickets: Vec<Vec<u8>>,
     /// Numbers of other waiting users who left, in the order they left.
     pub left: Vec<i64>,
+    /// Those numbers in `left` whose users entered again in the same command (under
+    /// a new number), in the order they left.
+    pub again: Vec<i64>,
     /// Numbers or ranks changed in a way the entry does not list.
     pub reset: bool,
 }
@@ -40,6 +46,19 @@ pub(super) fn note_left<S: Store>(s: &mut S, seq: i64) {
     s.log_draft().left.push(seq);
 }
 
+/// The waiting user numbered `seq`, who left in this command, enters again.
+pub(super) fn note_again<S: Store>(s: &mut S, seq: i64) {
+    s.log_draft().again.push(seq);
+}
+
+/// `user`, taken from the head, was promoted with `ticket`: listed when a push
+/// instance has them registered (so that it needs not ask for the ticket).
+pub(super) fn note_ticket<S: Store>(s: &mut S, user: &S::User, ticket: &[u8]) {
+    if s.watcher(user).is_some() {
+        s.log_draft().tickets.push(ticket.to_vec());
+    }
+}
+
 /// Numbers or ranks changed in a way the entry does not list.
 pub(super) fn note_reset<S: Store>(s: &mut S) {
     s.log_draft().reset = true;
@@ -60,9 +79,15 @@ pub fn close_log<S: Store>(s: &mut S) {
         fields.push(("head", num(head)));
         fields.push(("gone", num(gone)));
     }
+    if !d.tickets.is_empty() {
+        fields.push(("tickets", d.tickets.join(&b","[..])));
+    }
+    let list = |v: &[i64]| v.iter().map(i64::to_string).collect::<Vec<_>>().join(",").into_bytes();
     if !d.left.is_empty() {
-        let left: Vec<String> = d.left.iter().map(i64::to_string).collect();
-        fields.push(("left", left.join(",").into_bytes()));
+        fields.push(("left", list(&d.left)));
+    }
+    if !d.again.is_empty() {
+        fields.push(("again", list(&d.again)));
     }
     if d.reset {
         fields.push(("reset", b"1".to_vec()));
