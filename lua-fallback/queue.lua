@@ -481,10 +481,13 @@ function Q:log_left(seq)
   left[#left + 1] = fmt(seq)
 end
 
--- The waiting user numbered `seq`, who left in this command, enters again.
+-- The waiting user numbered `seq`, who left in this command, is still in the
+-- queue's books: entering again, or inside (a session).
 function Q:log_again(seq)
-  local again = self.log.again
-  again[#again + 1] = fmt(seq)
+  local again, n = self.log.again, fmt(seq)
+  if again[#again] ~= n then
+    again[#again + 1] = n
+  end
 end
 
 function Q:log_head(seq)
@@ -665,6 +668,10 @@ function Q:remove(user, seq, was_promoted, at_head)
   end
   if not was_promoted and not at_head then
     self:log_left(seq)
+    -- Inside as well (a session): still in the queue's books.
+    if redis.call("ZSCORE", self.sessions, user) then
+      self:log_again(seq)
+    end
   end
   if was_promoted then
     local left = self:joining() - 1

@@ -405,13 +405,13 @@ impl Run {
         let info = r.next().unwrap();
         self.check_info(&info, now)?;
         let log = r.next().unwrap();
-        self.check_log(&log, entry)?;
+        self.check_log(&log, entry, now)?;
         self.check_watcher()
     }
 
     /// The change log's new entries against the model's, then the simulated watcher
     /// applies them.
-    fn check_log(&mut self, log: &Value, mut want: Option<LogEntry>) -> Result<(), String> {
+    fn check_log(&mut self, log: &Value, mut want: Option<LogEntry>, now: i64) -> Result<(), String> {
         let got = stream_entries(log)?;
         // The tickets the entry lists: those the model's promoted and watched people
         // hold (learnt from the stored data just checked).
@@ -442,6 +442,24 @@ impl Run {
             if e.reset {
                 self.watcher.clear();
                 continue;
+            }
+            // What the entry tells of those it says left, as a push instance takes
+            // it without asking: a ticket listed under their number, or gone for good.
+            for (u, &(seq, _)) in &self.watcher {
+                let listed = e.tickets.iter().find(|t| t.split_once('.').map(|(n, _)| n) == Some(&seq.to_string()));
+                let told = match listed {
+                    Some(t) => Some(Standing::Promoted { ticket: Some(t.clone()), nickname: String::new() }),
+                    None if e.left.contains(&seq) && !e.again.contains(&seq) => Some(Standing::Unknown),
+                    None => None,
+                };
+                let Some(told) = told else { continue };
+                let is = match self.model.status(u, now) {
+                    Standing::Promoted { ticket, .. } => Standing::Promoted { ticket, nickname: String::new() },
+                    other => other,
+                };
+                if is != told {
+                    return Err(format!("the log tells {u} (number {seq}) is {told:?}, the model {is:?}"));
+                }
             }
             let watcher = std::mem::take(&mut self.watcher);
             self.watcher = watcher

@@ -13,8 +13,8 @@
 //! itself is read (XRANGE after the last entry applied) only for what the channel
 //! missed: a number skipped, or the log's number in the tick's renewal ahead of what
 //! was applied. The log also tells the promoted and registered their tickets and who
-//! left for good; only people taken at the head with no ticket listed, people who
-//! entered again, and everyone after a gap in the log (entries trimmed before they
+//! left for good; only people taken at the head with no ticket listed, people still
+//! in the queue otherwise (entered again, or inside), and everyone after a gap in the log (entries trimmed before they
 //! were read, a failover, a restart) or an entry that says reset, are asked again. `QUEUE.UNWATCH` when a person's last stream closes
 //! starts their usual abandon_after.
 
@@ -707,8 +707,8 @@ impl Follower {
             changed.push((user.clone(), if gone { Effect::Gone } else { Effect::Ahead(total) }));
         }
         // Of those gone, the entries tell the promoted and watched their tickets, and
-        // who left without entering again; the rest (taken at the head without a
-        // ticket listed, or entered again) are asked.
+        // who left the queue altogether; the rest (taken at the head without a ticket
+        // listed, or still in the queue otherwise: entered again, inside) are asked.
         let tickets: HashMap<u64, &str> = entries
             .iter()
             .flat_map(|e| &e.tickets)

@@ -127,7 +127,7 @@ pub struct LogEntry {
     pub promoted_watched: Vec<String>,
     /// Numbers of other waiting users who left, in the order they left.
     pub left: Vec<i64>,
-    /// Those of `left` who entered again in the same command.
+    /// Those of `left` still in the queue's books: entered again, or inside.
     pub again: Vec<i64>,
     pub reset: bool,
     pub waiting: i64,
@@ -283,9 +283,20 @@ impl Model {
         self.pending.gone += 1;
     }
 
-    /// A waiting person left from elsewhere than the head (LEAVE, re-entry, the sweep).
-    fn left_line(&mut self, number: i64) {
+    /// A waiting person left from elsewhere than the head (LEAVE, re-entry, the sweep);
+    /// one who is inside as well (a session) is still in the queue's books.
+    fn left_line(&mut self, user: &str, number: i64) {
         self.pending.left.push(number);
+        if self.sessions.contains_key(user) {
+            self.still_there(number);
+        }
+    }
+
+    /// Someone who left the waiting part with `number` is in the queue's books still.
+    fn still_there(&mut self, number: i64) {
+        if self.pending.again.last() != Some(&number) {
+            self.pending.again.push(number);
+        }
     }
 
     /// Someone leaves the line altogether (left, re-entered, dropped, claimed, a ticket
@@ -435,8 +446,8 @@ impl Model {
                 Place::Ticket { .. } => self.fill(now, Vec::new()),
                 Place::Waiting { .. } => {
                     let number = Self::number_of(&old);
-                    self.left_line(number);
-                    self.pending.again.push(number);
+                    self.left_line(user, number);
+                    self.still_there(number);
                 }
             }
         }
@@ -508,7 +519,7 @@ impl Model {
                 self.counters.left += 1;
                 match gone.place {
                     Place::Ticket { .. } => self.fill(now, Vec::new()),
-                    Place::Waiting { .. } => self.left_line(Self::number_of(&gone)),
+                    Place::Waiting { .. } => self.left_line(&gone.user, Self::number_of(&gone)),
                 }
                 1
             }
@@ -533,7 +544,7 @@ impl Model {
                 Place::Waiting { seen } if self.abandoned(&self.line[i].user, seen, now) => {
                     let p = self.line.remove(i);
                     self.out_of_line(&p.user);
-                    self.left_line(Self::number_of(&p));
+                    self.left_line(&p.user, Self::number_of(&p));
                     dropped += 1;
                     self.counters.dropped += 1;
                 }

@@ -21,8 +21,9 @@ pub struct LogDraft {
     pub tickets: Vec<Vec<u8>>,
     /// Numbers of other waiting users who left, in the order they left.
     pub left: Vec<i64>,
-    /// Those numbers in `left` whose users entered again in the same command (under
-    /// a new number), in the order they left.
+    /// Those numbers in `left` whose users are still in the queue's books after the
+    /// command: they entered again (under a new number, or into the pre-queue), or
+    /// are inside (a session), in the order they left.
     pub again: Vec<i64>,
     /// Numbers or ranks changed in a way the entry does not list.
     pub reset: bool,
@@ -46,9 +47,13 @@ pub(super) fn note_left<S: Store>(s: &mut S, seq: i64) {
     s.log_draft().left.push(seq);
 }
 
-/// The waiting user numbered `seq`, who left in this command, enters again.
+/// The waiting user numbered `seq`, who left in this command, is still in the
+/// queue's books: entering again, or inside (a session).
 pub(super) fn note_again<S: Store>(s: &mut S, seq: i64) {
-    s.log_draft().again.push(seq);
+    let again = &mut s.log_draft().again;
+    if again.last() != Some(&seq) {
+        again.push(seq);
+    }
 }
 
 /// `user`, taken from the head, was promoted with `ticket`: listed when a push
