@@ -498,7 +498,7 @@ end
 -- `user`, taken from the head, was promoted with `ticket`: listed when a push
 -- instance has them registered (so that it needs not ask for the ticket).
 function Q:log_ticket(user, ticket)
-  if self:has_watched() and read("HEXISTS", self.watched, user) == 1 then
+  if self:has_watched() and read("HGET", self.watched, user) then
     local tickets = self.log.tickets
     tickets[#tickets + 1] = ticket
   end
