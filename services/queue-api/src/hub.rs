@@ -590,7 +590,11 @@ impl Follower {
             let Some((cursor_id, applied)) = self.cursor.as_ref().map(|c| (stream_id(&c.0), c.1)) else {
                 return Ok(());
             };
-            if self.pending.iter().any(|(&n, e)| (n <= applied) != (stream_id(&e.id) <= cursor_id)) {
+            // An entry already applied has an id at or before the cursor's, and the
+            // cursor's own id only with the cursor's number.
+            let disagrees =
+                |n: u64, id: (u64, u64)| (n <= applied) != (id <= cursor_id) || (id == cursor_id && n != applied);
+            if self.pending.iter().any(|(&n, e)| disagrees(n, stream_id(&e.id))) {
                 self.reposition("a published entry disagrees with the change log applied");
                 return Ok(());
             }
