@@ -245,12 +245,8 @@ async fn seed_contract(b: Backend) {
 }
 
 async fn sse_delivers_position_and_ticket(b: Backend) {
-    let s = ValkeyServer::start(b);
-    let qc = client_for(&s).await;
-    qc.config_set("default", &[("soft_cap", 0)]).await.unwrap();
-    let mut config = queue_api::Config::local(&s.url());
-    config.push_tick = Duration::from_secs(60); // the change log, not the tick, carries changes
-    let api = Api::start(config).await;
+    // The change log, not the tick, carries changes.
+    let (_server, qc, api) = closed_queue_slow_tick(b).await;
     let (_, a) = post_entry(&api, json!({ "nickname": "a" })).await;
     let (_, b2) = post_entry(&api, json!({ "nickname": "b" })).await;
     let user = b2["userId"].as_str().unwrap();
@@ -305,12 +301,8 @@ async fn delete_entry(api: &Api, query: &str) -> (u16, Value) {
 }
 
 async fn leaving_gives_the_place_away(b: Backend) {
-    let s = ValkeyServer::start(b);
-    let qc = client_for(&s).await;
-    qc.config_set("default", &[("soft_cap", 0)]).await.unwrap();
-    let mut config = queue_api::Config::local(&s.url());
-    config.push_tick = Duration::from_secs(60); // only the leave's own wake-up can end the stream in time
-    let api = Api::start(config).await;
+    // Only the leave's own wake-up can end the stream in time.
+    let (_server, qc, api) = closed_queue_slow_tick(b).await;
     let mut users = Vec::new();
     for nick in ["ann", "ben", "cat"] {
         let (_, v) = post_entry(&api, json!({ "nickname": nick })).await;
@@ -1044,12 +1036,7 @@ async fn published_changes_reach_streams_and_lost_ones_are_read(b: Backend) {
 /// asks everyone again, at once (no tick comes: a push tick of a minute), and every
 /// stream shows the line as restored.
 async fn a_log_written_anew_asks_everyone_again(b: Backend) {
-    let s = ValkeyServer::start(b);
-    let qc = client_for(&s).await;
-    qc.config_set("default", &[("soft_cap", 0)]).await.unwrap();
-    let mut config = queue_api::Config::local(&s.url());
-    config.push_tick = Duration::from_secs(60);
-    let api = Api::start(config).await;
+    let (s, qc, api) = closed_queue_slow_tick(b).await;
     let users: Vec<String> = (0..12).map(|i| format!("p{i:02}")).collect();
     for u in &users {
         qc.enter("default", u, u).await.unwrap();
@@ -1109,12 +1096,7 @@ async fn last_event(seen: &Seen, user: &str, name: &str) -> Value {
 /// tick comes: a push tick of a minute); someone who entered again is asked, and
 /// their stream shows the new place.
 async fn the_log_tells_the_promoted_their_tickets_and_who_left(b: Backend) {
-    let s = ValkeyServer::start(b);
-    let qc = client_for(&s).await;
-    qc.config_set("default", &[("soft_cap", 0)]).await.unwrap();
-    let mut config = queue_api::Config::local(&s.url());
-    config.push_tick = Duration::from_secs(60);
-    let api = Api::start(config).await;
+    let (s, qc, api) = closed_queue_slow_tick(b).await;
     let users: Vec<String> = (0..10).map(|i| format!("p{i:02}")).collect();
     for u in &users {
         qc.enter("default", u, &format!("nick-{u}")).await.unwrap();
@@ -1157,4 +1139,16 @@ async fn the_log_tells_the_promoted_their_tickets_and_who_left(b: Backend) {
         t.abort();
     }
     api.stop().await;
+}
+
+/// A closed queue (soft cap 0) and one instance whose push tick is a minute: in a
+/// test's time only the change log, never the tick, brings a change to its streams.
+async fn closed_queue_slow_tick(b: Backend) -> (ValkeyServer, queue_client::QueueClient, Api) {
+    let s = ValkeyServer::start(b);
+    let qc = client_for(&s).await;
+    qc.config_set("default", &[("soft_cap", 0)]).await.unwrap();
+    let mut config = queue_api::Config::local(&s.url());
+    config.push_tick = Duration::from_secs(60);
+    let api = Api::start(config).await;
+    (s, qc, api)
 }
