@@ -669,7 +669,7 @@ function Q:remove(user, seq, was_promoted, at_head)
   if not was_promoted and not at_head then
     self:log_left(seq)
     -- Inside as well (a session): still in the queue's books.
-    if redis.call("ZSCORE", self.sessions, user) then
+    if read("ZSCORE", self.sessions, user) then
       self:log_again(seq)
     end
   end

@@ -33,7 +33,8 @@ pub struct LogEntry {
     pub tickets: Vec<String>,
     /// Numbers of other waiting users who left.
     pub left: Vec<u64>,
-    /// Those of `left` who entered again in the same command (under a new number).
+    /// Those of `left` still in the queue after the command: they entered again
+    /// (under a new number, or into the pre-queue), or are inside (a session).
     pub again: Vec<u64>,
     /// Numbers or ranks changed in a way the entry does not list: ask again.
     pub reset: bool,

@@ -713,20 +713,16 @@ impl Follower {
         // Of those gone, the entries tell the promoted and watched their tickets, and
         // who left the queue altogether; the rest (taken at the head without a ticket
         // listed, or still in the queue otherwise: entered again, inside) are asked.
-        let tickets: HashMap<u64, &str> = entries
-            .iter()
-            .flat_map(|e| &e.tickets)
-            .filter_map(|t| Some((t.split_once('.')?.0.parse().ok()?, t.as_str())))
-            .collect();
-        let again: HashSet<u64> = entries.iter().flat_map(|e| e.again.iter().copied()).collect();
         for (user, effect) in changed {
             match effect {
                 Effect::Gone => {
                     let seq = self.line.get(&user).map(|l| l.seq);
                     self.forget(&user);
-                    let told = seq.is_some_and(|seq| match tickets.get(&seq) {
-                        Some(&ticket) => self.tell_gone(&user, Some(ticket)),
-                        None if batch.left.contains(&seq) && !again.contains(&seq) => self.tell_gone(&user, None),
+                    let told = seq.is_some_and(|seq| match entries.iter().find_map(|e| e.ticket_of(seq)) {
+                        Some(ticket) => self.tell_gone(&user, Some(ticket)),
+                        None if batch.left.contains(&seq) && !entries.iter().any(|e| e.again.contains(&seq)) => {
+                            self.tell_gone(&user, None)
+                        }
                         None => false,
                     });
                     if !told {

@@ -792,6 +792,21 @@ async fn stream_limits_refuse_with_429_and_503() {
 /// Every event of each push stream, as (event name, data), in arrival order.
 type Seen = std::sync::Arc<std::sync::Mutex<std::collections::HashMap<String, Vec<(String, Value)>>>>;
 
+/// Opens the push streams of `streamed` and waits until each shows its place in line.
+async fn follow_streams(
+    api: &Api,
+    qc: &queue_client::QueueClient,
+    streamed: &[String],
+) -> (Seen, Vec<tokio::task::JoinHandle<()>>) {
+    let seen: Seen = Default::default();
+    let tasks = streamed
+        .iter()
+        .map(|u| follow_stream(api.url(&format!("/api/queue/stream?userId={u}")), u.clone(), seen.clone()))
+        .collect();
+    streams_settle(qc, &seen, streamed, "opened").await;
+    (seen, tasks)
+}
+
 /// Follows `user`'s push stream at `url` until it ends or the task is aborted.
 fn follow_stream(url: String, user: String, seen: Seen) -> tokio::task::JoinHandle<()> {
     tokio::spawn(async move {
@@ -1042,12 +1057,7 @@ async fn a_log_written_anew_asks_everyone_again(b: Backend) {
         qc.enter("default", u, u).await.unwrap();
     }
     let streamed = users[6..].to_vec();
-    let seen: Seen = Default::default();
-    let tasks: Vec<_> = streamed
-        .iter()
-        .map(|u| follow_stream(api.url(&format!("/api/queue/stream?userId={u}")), u.clone(), seen.clone()))
-        .collect();
-    streams_settle(&qc, &seen, &streamed, "opened").await;
+    let (seen, tasks) = follow_streams(&api, &qc, &streamed).await;
     wait_subscribed(&s, 2, "started").await;
     let mut admin = s.conn();
     let keys: Vec<String> = redis::cmd("KEYS").arg("queue:{default}:*").query(&mut admin).unwrap();
@@ -1102,12 +1112,7 @@ async fn the_log_tells_the_promoted_their_tickets_and_who_left(b: Backend) {
         qc.enter("default", u, &format!("nick-{u}")).await.unwrap();
     }
     let streamed = users[3..].to_vec();
-    let seen: Seen = Default::default();
-    let tasks: Vec<_> = streamed
-        .iter()
-        .map(|u| follow_stream(api.url(&format!("/api/queue/stream?userId={u}")), u.clone(), seen.clone()))
-        .collect();
-    streams_settle(&qc, &seen, &streamed, "opened").await;
+    let (seen, tasks) = follow_streams(&api, &qc, &streamed).await;
     wait_subscribed(&s, 1, "started").await;
     let calls = counter(&api, "queue_api_watch_calls_total").await;
 
