@@ -88,6 +88,14 @@ pub async fn accept(
     }
 }
 
+/// The HTTP/1.1 server settings every service uses: keep-alive, request heads bounded
+/// by `limits.header_timeout`.
+pub fn http1(limits: HttpLimits) -> hyper::server::conn::http1::Builder {
+    let mut http = hyper::server::conn::http1::Builder::new();
+    http.timer(TokioTimer::new()).header_read_timeout(limits.header_timeout).keep_alive(true);
+    http
+}
+
 /// Serves `router` over HTTP/1.1 (with upgrades, for WebSockets) on `listener` until
 /// `shutdown` completes, then finishes the requests in flight (at most
 /// [`DRAIN_LIMIT`]). Handlers may ask for the peer's address with
@@ -99,38 +107,35 @@ pub async fn serve(
     shutdown: impl Future<Output = ()> + Send + 'static,
     limits: HttpLimits,
 ) -> std::io::Result<()> {
-    let mut http = hyper::server::conn::http1::Builder::new();
-    http.timer(TokioTimer::new()).header_read_timeout(limits.header_timeout).keep_alive(true);
-    // Shutdown tells every connection to finish the request it serves and close;
-    // each holds a sender, so the receiver learns when the last one is gone.
+    let http = std::sync::Arc::new(http1(limits));
+    serve_with(listener, shutdown, move |tcp, peer, closing| {
+        serve_connection(http.clone(), router.clone(), TokioIo::new(tcp), peer, closing)
+    })
+    .await
+}
+
+/// Accepts connections on `listener` until `shutdown` completes, each served by
+/// `handle` in a task of its own; then tells them to finish (the receiver turns true:
+/// finish the request in flight and close) and waits for them, [`DRAIN_LIMIT`] at most.
+pub async fn serve_with<H, F>(
+    listener: TcpListener,
+    shutdown: impl Future<Output = ()> + Send + 'static,
+    handle: H,
+) -> std::io::Result<()>
+where
+    H: Fn(TcpStream, std::net::SocketAddr, tokio::sync::watch::Receiver<bool>) -> F,
+    F: Future<Output = ()> + Send + 'static,
+{
+    // Each connection holds a sender, so the receiver learns when the last one is gone.
     let (closing_tx, closing) = tokio::sync::watch::channel(false);
     let (live, mut all_gone) = tokio::sync::mpsc::channel::<()>(1);
     tokio::pin!(shutdown);
     while let Some((tcp, peer)) = accept(&listener, shutdown.as_mut()).await {
-        let router = router.clone();
-        let service = hyper::service::service_fn(move |mut req: hyper::Request<Incoming>| {
-            req.extensions_mut().insert(ConnectInfo(peer));
-            router.clone().oneshot(req.map(axum::body::Body::new))
-        });
-        let conn = http.serve_connection(TokioIo::new(tcp), service).with_upgrades();
-        let (mut closing, live) = (closing.clone(), live.clone());
+        let served = handle(tcp, peer, closing.clone());
+        let live = live.clone();
         tokio::spawn(async move {
             let _live = live;
-            tokio::pin!(conn);
-            let first = tokio::select! {
-                ended = conn.as_mut() => Some(ended),
-                _ = async { let _ = closing.wait_for(|c| *c).await; } => None,
-            };
-            let ended = match first {
-                Some(ended) => ended,
-                None => {
-                    conn.as_mut().graceful_shutdown();
-                    conn.await
-                }
-            };
-            if let Err(e) = ended {
-                tracing::debug!(error = %e, "connection ended with an error");
-            }
+            served.await;
         });
     }
     drop(listener);
@@ -140,6 +145,39 @@ pub async fn serve(
         tracing::warn!("connections still open at shutdown were dropped");
     }
     Ok(())
+}
+
+/// Serves one connection (`io`, from `peer`) with `router` until it ends; once
+/// `closing` turns true, the request in flight is finished and the connection closed.
+pub async fn serve_connection<I>(
+    http: std::sync::Arc<hyper::server::conn::http1::Builder>,
+    router: Router,
+    io: I,
+    peer: std::net::SocketAddr,
+    mut closing: tokio::sync::watch::Receiver<bool>,
+) where
+    I: hyper::rt::Read + hyper::rt::Write + Unpin + Send + 'static,
+{
+    let service = hyper::service::service_fn(move |mut req: hyper::Request<Incoming>| {
+        req.extensions_mut().insert(ConnectInfo(peer));
+        router.clone().oneshot(req.map(axum::body::Body::new))
+    });
+    let conn = http.serve_connection(io, service).with_upgrades();
+    tokio::pin!(conn);
+    let first = tokio::select! {
+        ended = conn.as_mut() => Some(ended),
+        _ = async { let _ = closing.wait_for(|c| *c).await; } => None,
+    };
+    let ended = match first {
+        Some(ended) => ended,
+        None => {
+            conn.as_mut().graceful_shutdown();
+            conn.await
+        }
+    };
+    if let Err(e) = ended {
+        tracing::debug!(error = %e, "connection ended with an error");
+    }
 }
 
 #[cfg(test)]

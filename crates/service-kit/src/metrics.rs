@@ -180,18 +180,14 @@ impl opentelemetry::propagation::Extractor for Headers<'_> {
     }
 }
 
-async fn track(State(registry): State<Registry>, req: Request, next: Next) -> Response {
-    use tracing::Instrument;
+/// The span of one incoming request, as every service makes it (`route`: the route
+/// it matched), its parent from a W3C `traceparent` header; None when sampling drops
+/// the request (then neither it nor its Valkey commands are traced).
+pub fn request_span(method: &str, route: &str, headers: &axum::http::HeaderMap) -> Option<tracing::Span> {
     use tracing_opentelemetry::OpenTelemetrySpanExt;
-    let route = req.extensions().get::<MatchedPath>().map_or("unmatched".to_string(), |p| p.as_str().to_string());
-    let method = req.method().to_string();
-    let traceparent = req.headers().get("traceparent").and_then(|v| v.to_str().ok());
+    let traceparent = headers.get("traceparent").and_then(|v| v.to_str().ok());
     if crate::telemetry::sample_request(traceparent) == Some(false) {
-        // Not traced: no span for the request nor for its Valkey commands.
-        let start = Instant::now();
-        let resp = queue_client::untraced(next.run(req)).await;
-        registry.record_request(method, route, resp.status(), start);
-        return resp;
+        return None;
     }
     let span = tracing::info_span!(
         "http request",
@@ -202,21 +198,45 @@ async fn track(State(registry): State<Registry>, req: Request, next: Next) -> Re
         http.response.status_code = tracing::field::Empty,
         otel.status_code = tracing::field::Empty,
     );
-    if req.headers().contains_key("traceparent") {
-        let parent = opentelemetry::global::get_text_map_propagator(|p| p.extract(&Headers(req.headers())));
+    if headers.contains_key("traceparent") {
+        let parent = opentelemetry::global::get_text_map_propagator(|p| p.extract(&Headers(headers)));
         let _ = span.set_parent(parent);
     }
-    let start = Instant::now();
-    let resp = next.run(req).instrument(span.clone()).await;
-    span.record("http.response.status_code", resp.status().as_u16());
-    if resp.status().is_server_error() {
+    Some(span)
+}
+
+/// Records the answer's status on a request's span (an error from 500 up).
+pub fn end_request_span(span: &tracing::Span, status: axum::http::StatusCode) {
+    span.record("http.response.status_code", status.as_u16());
+    if status.is_server_error() {
         span.record("otel.status_code", "ERROR");
     }
+}
+
+async fn track(State(registry): State<Registry>, req: Request, next: Next) -> Response {
+    use tracing::Instrument;
+    let route = req.extensions().get::<MatchedPath>().map_or("unmatched".to_string(), |p| p.as_str().to_string());
+    let method = req.method().to_string();
+    let start = Instant::now();
+    let Some(span) = request_span(&method, &route, req.headers()) else {
+        // Not traced: no span for the request nor for its Valkey commands.
+        let resp = queue_client::untraced(next.run(req)).await;
+        registry.record_request(method, route, resp.status(), start);
+        return resp;
+    };
+    let resp = next.run(req).instrument(span.clone()).await;
+    end_request_span(&span, resp.status());
     registry.record_request(method, route, resp.status(), start);
     resp
 }
 
 impl Registry {
+    /// One request served outside the router (a service's own HTTP path) into
+    /// [`HTTP_REQUESTS`], as [`Registry::track_http`] records those of the router.
+    pub fn record_http(&self, method: &str, route: &str, status: axum::http::StatusCode, start: Instant) {
+        self.record_request(method.to_string(), route.to_string(), status, start);
+    }
+
     /// One request into [`HTTP_REQUESTS`].
     fn record_request(&self, method: String, route: String, status: axum::http::StatusCode, start: Instant) {
         let labels = vec![

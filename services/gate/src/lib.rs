@@ -14,6 +14,7 @@ pub mod claim;
 pub mod config;
 pub mod cookie;
 pub mod decide;
+pub mod fast;
 pub mod health;
 pub mod lease;
 pub mod metrics;
@@ -73,6 +74,8 @@ pub struct Gate {
     /// Sessions to end with SESSION.END, by the ender task (never on a request's path).
     pub ends: mpsc::UnboundedSender<EndRequest>,
     pub http: proxy::HttpClient,
+    /// The app as proxy mode's fast path reaches it (plain HTTP upstreams).
+    pub fast: Option<fast::Upstream>,
 }
 
 /// Milliseconds since the epoch.
@@ -93,6 +96,7 @@ impl Gate {
             cookie: cookie::CookieSpec { name: config.cookie_name.clone(), domain: config.cookie_domain.clone() },
             ends,
             http: proxy::client(),
+            fast: config.upstream.as_ref().and_then(fast::Upstream::of),
             config,
         };
         (Arc::new(gate), ended)
@@ -155,7 +159,18 @@ pub async fn serve(
         routes = gate.config.rules.routes().len(),
         "queue-gate ready"
     );
-    let result = service_kit::http::serve(listener, app(gate.clone()), shutdown, limits).await;
+    let router = app(gate.clone());
+    let result = if gate.fast.is_some() {
+        // Proxy mode: plain requests on the fast path, the rest by the router.
+        let http = Arc::new(service_kit::http::http1(limits));
+        let g = gate.clone();
+        service_kit::http::serve_with(listener, shutdown, move |tcp, peer, closing| {
+            fast::connection(g.clone(), router.clone(), http.clone(), tcp, peer, closing)
+        })
+        .await
+    } else {
+        service_kit::http::serve(listener, router, shutdown, limits).await
+    };
     let _ = stop_tx.send(true);
     let _ = ticker.await;
     // Sessions ended by the last requests still get their SESSION.END.

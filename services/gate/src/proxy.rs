@@ -359,7 +359,7 @@ fn connection_tokens(headers: &HeaderMap) -> impl Iterator<Item = &str> {
 
 /// Drops hop-by-hop headers and those the Connection header names; an upgrade keeps
 /// `Connection: upgrade` and `Upgrade`.
-fn strip_hop_by_hop(headers: &mut HeaderMap, upgrade: bool) {
+pub(crate) fn strip_hop_by_hop(headers: &mut HeaderMap, upgrade: bool) {
     let named: Vec<HeaderName> = connection_tokens(headers)
         .filter(|t| {
             !t.eq_ignore_ascii_case("upgrade")
@@ -380,7 +380,7 @@ fn strip_hop_by_hop(headers: &mut HeaderMap, upgrade: bool) {
     }
 }
 
-fn prepare_request_headers(
+pub(crate) fn prepare_request_headers(
     headers: &mut HeaderMap,
     upgrade: bool,
     origin: &Origin,

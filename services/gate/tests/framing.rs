@@ -1,0 +1,202 @@
+//! Proxy mode's answers however the app frames them, through a real gate in front of
+//! a hand-written HTTP/1.1 app on a real socket (so that every framing, interim
+//! answer and closed connection is the one written here, not a library's choice):
+//! lengths, chunked bodies with trailers, bodies until the close, HEAD and 204, an
+//! interim 103, pipelined requests, kept-alive connections to the app reused and one
+//! the app closed meanwhile, the app down (502) or too slow (504).
+
+mod common;
+
+use common::*;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+use testkit::{Backend, ValkeyServer};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::{TcpListener, TcpStream};
+
+/// The app: answers by path, counts connections and requests.
+struct RawApp {
+    addr: std::net::SocketAddr,
+    connections: Arc<AtomicUsize>,
+    requests: Arc<AtomicUsize>,
+}
+
+fn answer_for(method: &str, path: &str) -> (Vec<u8>, bool) {
+    let text = |s: &str| s.as_bytes().to_vec();
+    if method == "HEAD" {
+        return (text("HTTP/1.1 200 OK\r\nContent-Length: 5\r\n\r\n"), false);
+    }
+    match path {
+        "/length" => (text("HTTP/1.1 200 OK\r\nContent-Length: 5\r\nX-App: 1\r\n\r\nhello"), false),
+        "/chunked" => (
+            text("HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n5\r\nhello\r\n6;x=y\r\n world\r\n0\r\nX-Trailer: 1\r\n\r\n"),
+            false,
+        ),
+        "/until-close" => (text("HTTP/1.1 200 OK\r\nConnection: close\r\n\r\nto the very end"), true),
+        "/nothing" => (text("HTTP/1.1 204 No Content\r\n\r\n"), false),
+        "/hint" => (text("HTTP/1.1 103 Early Hints\r\nLink: </a.css>\r\n\r\nHTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok"), false),
+        // Answers, then closes without saying so (as an app closes idle connections).
+        "/then-close" => (text("HTTP/1.1 200 OK\r\nContent-Length: 3\r\n\r\nbye"), true),
+        "/end-session" => (text("HTTP/1.1 200 OK\r\nQueue-Session: end\r\nContent-Length: 2\r\n\r\nok"), false),
+        "/two-lengths" => (text("HTTP/1.1 200 OK\r\nContent-Length: 2\r\nContent-Length: 3\r\n\r\nabc"), true),
+        "/echo-head" => (Vec::new(), false),
+        _ => (text("HTTP/1.1 404 Not Found\r\nContent-Length: 0\r\n\r\n"), false),
+    }
+}
+
+impl RawApp {
+    async fn start() -> RawApp {
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        let (connections, requests) = (Arc::new(AtomicUsize::new(0)), Arc::new(AtomicUsize::new(0)));
+        let (c, r) = (connections.clone(), requests.clone());
+        tokio::spawn(async move {
+            while let Ok((mut s, _)) = listener.accept().await {
+                c.fetch_add(1, Ordering::SeqCst);
+                let r = r.clone();
+                tokio::spawn(async move {
+                    let mut buf = Vec::new();
+                    loop {
+                        let Some(end) = buf.windows(4).position(|w| w == b"\r\n\r\n") else {
+                            let mut more = [0u8; 4096];
+                            match s.read(&mut more).await {
+                                Ok(0) | Err(_) => return,
+                                Ok(n) => buf.extend_from_slice(&more[..n]),
+                            }
+                            continue;
+                        };
+                        let head = String::from_utf8_lossy(&buf[..end + 4]).into_owned();
+                        buf.drain(..end + 4);
+                        r.fetch_add(1, Ordering::SeqCst);
+                        let mut words = head.split(' ');
+                        let (method, path) = (words.next().unwrap_or(""), words.next().unwrap_or(""));
+                        if path == "/slow" {
+                            tokio::time::sleep(Duration::from_secs(3)).await;
+                        }
+                        let (mut answer, close) = answer_for(method, path);
+                        if path == "/echo-head" {
+                            let body = head.to_ascii_lowercase();
+                            answer =
+                                format!("HTTP/1.1 200 OK\r\nContent-Length: {}\r\n\r\n{body}", body.len()).into_bytes();
+                        }
+                        if s.write_all(&answer).await.is_err() || close {
+                            return;
+                        }
+                    }
+                });
+            }
+        });
+        RawApp { addr, connections, requests }
+    }
+}
+
+/// Everything the gate sends on one connection after `request`, until it closes.
+async fn raw(gate: &Gate, request: &str) -> String {
+    let mut s = TcpStream::connect(gate.addr).await.unwrap();
+    s.write_all(request.as_bytes()).await.unwrap();
+    let mut out = Vec::new();
+    tokio::time::timeout(Duration::from_secs(10), s.read_to_end(&mut out)).await.expect("closed in time").unwrap();
+    String::from_utf8_lossy(&out).into_owned()
+}
+
+async fn start(upstream_timeout: Duration) -> (ValkeyServer, tempfile::TempDir, RawApp, Gate) {
+    let valkey = ValkeyServer::start(Backend::Module);
+    let dir = tempfile::tempdir().unwrap();
+    let app = RawApp::start().await;
+    let mut c = config(&valkey, Some(app.addr), &key_file(dir.path(), "k.pem"));
+    c.upstream_timeout = upstream_timeout;
+    let gate = Gate::start(c).await;
+    (valkey, dir, app, gate)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_framing_reaches_the_client_whole() {
+    let (_v, _d, app, gate) = start(Duration::from_secs(1)).await;
+    let get = |path: &str| format!("GET {path} HTTP/1.1\r\nHost: shop.test\r\n\r\n");
+
+    // Pipelined on one connection, in order, each answer framed as the app framed it.
+    let all = [
+        get("/length"),
+        get("/chunked"),
+        get("/hint"),
+        get("/nothing"),
+        "HEAD /length HTTP/1.1\r\nHost: shop.test\r\n\r\n".into(),
+        get("/until-close"),
+    ]
+    .concat();
+    let out = raw(&gate, &all).await;
+    let answers: Vec<&str> = out.split("HTTP/1.1 ").skip(1).collect();
+    assert_eq!(answers.len(), 6, "{out}");
+    assert!(
+        answers[0].starts_with("200") && answers[0].ends_with("\r\n\r\nhello") && answers[0].contains("x-app: 1"),
+        "{out}"
+    );
+    assert!(answers[1].contains("transfer-encoding: chunked\r\n"), "{out}");
+    assert!(answers[1].ends_with("\r\n\r\n5\r\nhello\r\n6;x=y\r\n world\r\n0\r\nX-Trailer: 1\r\n\r\n"), "{out}");
+    assert!(!answers[1].contains("content-length"), "{out}");
+    assert!(answers[2].starts_with("200") && answers[2].ends_with("\r\n\r\nok"), "the 103 is not passed on: {out}");
+    assert!(answers[3].starts_with("204") && answers[3].ends_with("\r\n\r\n"), "{out}");
+    assert!(
+        answers[4].starts_with("200") && answers[4].contains("content-length: 5") && answers[4].ends_with("\r\n\r\n"),
+        "HEAD: no body {out}"
+    );
+    assert!(answers[5].contains("connection: close\r\n") && answers[5].ends_with("to the very end"), "{out}");
+
+    // The app gets the gate's headers, and no hop-by-hop header of the client's.
+    let out = raw(&gate, "GET /echo-head HTTP/1.1\r\nHost: shop.test\r\nConnection: close, x-private\r\nX-Private: 1\r\nKeep-Alive: 5\r\nX-Queue-User: forged\r\n\r\n").await;
+    assert!(out.contains("x-forwarded-for: 127.0.0.1") && out.contains("x-forwarded-host: shop.test"), "{out}");
+    for gone in ["x-private", "keep-alive", "x-queue-user", "connection: close, x-private"] {
+        assert!(!out.split("\r\n\r\n").nth(1).unwrap_or("").contains(gone), "{gone} forwarded: {out}");
+    }
+
+    // Kept-alive connections to the app are reused; one the app closed after its
+    // answer is replaced, and the request on it still answered.
+    let http = client();
+    let before = app.connections.load(Ordering::SeqCst);
+    for _ in 0..20 {
+        assert_eq!(http.get(gate.url("/length")).send().await.unwrap().text().await.unwrap(), "hello");
+    }
+    assert!(app.connections.load(Ordering::SeqCst) - before <= 2, "reused, not one connection per request");
+    for _ in 0..5 {
+        let r = http.get(gate.url("/then-close")).send().await.unwrap();
+        assert_eq!(r.text().await.unwrap(), "bye");
+        let r = http.get(gate.url("/length")).send().await.unwrap();
+        assert_eq!((r.status().as_u16(), r.text().await.unwrap()), (200, "hello".to_string()));
+    }
+
+    // An answer the gate cannot frame is a 502, not passed on.
+    let out = raw(
+        &gate,
+        "GET /two-lengths HTTP/1.1\r\nHost: shop.test\r\nAccept: application/json\r\nConnection: close\r\n\r\n",
+    )
+    .await;
+    assert!(out.starts_with("HTTP/1.1 502") && out.contains("upstream_answer"), "{out}");
+
+    // Too slow: 504 within the upstream timeout; the connection to the client lives on.
+    let requests = app.requests.load(Ordering::SeqCst);
+    let out = raw(
+        &gate,
+        &[get("/slow"), "GET /length HTTP/1.1\r\nHost: shop.test\r\nConnection: close\r\n\r\n".into()].concat(),
+    )
+    .await;
+    assert!(out.starts_with("HTTP/1.1 504") && out.contains("upstream_timeout") && out.ends_with("hello"), "{out}");
+    assert_eq!(app.requests.load(Ordering::SeqCst), requests + 2, "the slow request was not sent twice");
+    gate.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_app_down_is_a_502_page() {
+    let valkey = ValkeyServer::start(Backend::Module);
+    let dir = tempfile::tempdir().unwrap();
+    // A port nothing listens on.
+    let free = TcpListener::bind("127.0.0.1:0").await.unwrap().local_addr().unwrap();
+    let gate = Gate::start(config(&valkey, Some(free), &key_file(dir.path(), "k.pem"))).await;
+    let r = client().get(gate.url("/about")).header("accept", HTML).send().await.unwrap();
+    assert_eq!(r.status(), 502);
+    assert!(r.text().await.unwrap().contains("could not be reached"));
+    let r = client().get(gate.url("/about")).header("accept", "application/json").send().await.unwrap();
+    assert_eq!(r.status(), 502);
+    assert_eq!(r.json::<serde_json::Value>().await.unwrap()["error"], "upstream_unreachable");
+    gate.stop().await;
+}
