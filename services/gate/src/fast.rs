@@ -38,8 +38,9 @@ const MAX_HEAD: usize = 64 * 1024;
 /// The largest request body read whole before forwarding (as nginx buffers small
 /// bodies); larger ones are streamed by the general path.
 pub const MAX_BODY: usize = 64 * 1024;
-/// How long a kept-alive connection to the app waits in the pool at most.
-const POOL_IDLE: Duration = Duration::from_secs(50);
+/// How long a kept-alive connection to the app waits in the pool at most (apps close
+/// idle ones after a few seconds; one closed meanwhile is seen when taken).
+const POOL_IDLE: Duration = Duration::from_secs(30);
 /// Idle connections to the app kept at most.
 const POOL_MAX: usize = 1024;
 /// How long connecting to the app may take (as the general path's client).
@@ -76,14 +77,20 @@ impl Upstream {
         })
     }
 
+    /// An idle connection still open with nothing to read: one the app closed, or that
+    /// carries bytes past its last answer, is dropped (the reactor knows it readable, so
+    /// a quiet connection costs no call).
     fn take(&self) -> Option<TcpStream> {
-        let mut idle = self.idle.lock().unwrap();
-        while let Some((conn, since)) = idle.pop() {
-            if since.elapsed() < POOL_IDLE {
-                return Some(conn);
+        loop {
+            let (conn, since) = self.idle.lock().unwrap().pop()?;
+            if since.elapsed() >= POOL_IDLE {
+                continue;
+            }
+            match conn.try_read(&mut [0u8; 1]) {
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => return Some(conn),
+                _ => continue,
             }
         }
-        None
     }
 
     fn put(&self, conn: TcpStream) {
@@ -113,6 +120,8 @@ struct Head {
     len: usize,
     /// Bytes of the body (Content-Length).
     body: usize,
+    /// Whether it came with a Content-Length (then the app gets one, of the body read).
+    length: bool,
     /// The client asked to close after this request.
     close: bool,
 }
@@ -141,13 +150,21 @@ pub async fn connection(
     loop {
         // The next request head, within the header timeout from the last answer.
         let deadline = tokio::time::Instant::now() + gate.config.limits.header_timeout;
+        // Parsed again only once a head's end may have come (a head sent a byte at a
+        // time is not parsed once per byte).
+        let mut scanned = 0;
         let head = loop {
-            match parse_request(&buf) {
-                Parsed::Plain(head) => break Some(head),
-                Parsed::Other => break None,
-                Parsed::Partial if buf.len() >= MAX_HEAD => break None,
-                Parsed::Partial => {}
+            if head_ends(&buf, scanned) {
+                match parse_request(&buf) {
+                    Parsed::Plain(head) => break Some(head),
+                    Parsed::Other => break None,
+                    Parsed::Partial => {}
+                }
             }
+            if buf.len() >= MAX_HEAD {
+                break None;
+            }
+            scanned = buf.len();
             buf.reserve(8 * 1024);
             let idle = buf.is_empty();
             let read = tokio::select! {
@@ -182,18 +199,27 @@ pub async fn connection(
                 Ok(Ok(())) => {}
                 Ok(Err(_)) => return,
                 Err(_) => {
-                    let _ = write_answer(&mut tcp, service_kit::http::request_timed_out(limit), true).await;
+                    let _ = write_answer(&mut tcp, service_kit::http::request_timed_out(limit), true, false).await;
                     return;
                 }
             }
         }
         let request = buf.split_to(whole).freeze();
         let body = request.slice(head.len..);
+        // Shutting down: this answer is the connection's last, and says so.
+        head.close |= *closing.borrow();
         let keep = serve_one(&gate, upstream, &mut head, body, peer, &mut tcp, &mut ubuf).await;
         if !keep || head.close {
             return;
         }
     }
+}
+
+/// Whether `buf` may hold a whole head: an empty line (CRLF or a bare LF, as httparse
+/// reads them) ending after `from`.
+fn head_ends(buf: &[u8], from: usize) -> bool {
+    let start = from.saturating_sub(3);
+    buf[start..].windows(2).any(|w| w == b"\n\n") || buf[start..].windows(3).any(|w| w == b"\n\r\n")
 }
 
 /// Reads a request head from `buf`; `Plain` only for what the fast path serves.
@@ -209,7 +235,9 @@ fn parse_request(buf: &[u8]) -> Parsed {
         Err(_) => return Parsed::Other,
     };
     let (Some(method), Some(target), Some(1)) = (req.method, req.path, req.version) else { return Parsed::Other };
-    if !target.starts_with('/') || target.starts_with("/gate") || target.starts_with("/.well-known/") {
+    // A fragment is not sent (hyper drops it, and decides on the path before it).
+    let own = target.starts_with("/gate") || target.starts_with("/.well-known/");
+    if !target.starts_with('/') || target.contains('#') || own {
         return Parsed::Other;
     }
     // The target as hyper would take it (its character rules), for the same answers.
@@ -246,7 +274,8 @@ fn parse_request(buf: &[u8]) -> Parsed {
         }
         headers.append(name, value);
     }
-    Parsed::Plain(Head { method, target: target.to_string(), headers, len, body: body.unwrap_or(0), close })
+    let length = body.is_some();
+    Parsed::Plain(Head { method, target: target.to_string(), headers, len, body: body.unwrap_or(0), length, close })
 }
 
 /// Decides and answers one request; false when the connection must close.
@@ -273,14 +302,15 @@ async fn serve_one(
         https: origin.https,
         renew: true,
     };
+    let is_head = head.method == Method::HEAD;
     let (status, keep) = match gate.decide(&incoming, now_ms()) {
         Decision::BadPath => {
             let resp = answer::error(StatusCode::BAD_REQUEST, "bad_path", "This path cannot be read.", &head.headers);
-            write_answer(client, resp, head.close).await
+            write_answer(client, resp, head.close, is_head).await
         }
         Decision::Refuse { queue, outcome } => {
             let resp = gate.to_waiting_room(&queue, outcome, &head.target, &head.headers, Convention::Redirect);
-            write_answer(client, resp, head.close).await
+            write_answer(client, resp, head.close, is_head).await
         }
         Decision::Pass(_) => forward(gate, upstream, head, body, &origin, None, client, ubuf).await,
         Decision::Admit { verified, renewed, .. } => {
@@ -336,6 +366,11 @@ async fn forward(
     let mut headers = std::mem::take(&mut head.headers);
     let host = headers.get(header::HOST).cloned();
     proxy::prepare_request_headers(&mut headers, false, origin, gate.config.trust_proxy, host.clone());
+    // The body's length is the gate's to say: exactly the bytes it read and sends.
+    headers.remove(header::CONTENT_LENGTH);
+    if head.length {
+        headers.insert(header::CONTENT_LENGTH, HeaderValue::from(body.len()));
+    }
     if let Some((verified, _)) = &admitted {
         let claims = &verified.claims;
         if let (Ok(u), Ok(q)) = (HeaderValue::from_str(&claims.sub), HeaderValue::from_str(&claims.aud)) {
@@ -361,6 +396,8 @@ async fn forward(
     let started = Instant::now();
     let is_head = head.method == Method::HEAD;
     let retry = idempotent(&head.method);
+    // An error answer still carries a renewed token (as the general path's does).
+    let renewed_cookie = admitted.as_ref().and_then(|(_, r)| r.clone());
     let answered =
         tokio::time::timeout(gate.config.upstream_timeout, exchange(upstream, &out, ubuf, is_head, retry)).await;
     gate.metrics.upstream.record(started.elapsed().as_secs_f64());
@@ -375,19 +412,21 @@ async fn forward(
                 "The site behind the waiting room could not be reached. Please try again in a moment."
             };
             let code = if e.kind() == io::ErrorKind::InvalidData { "upstream_answer" } else { "upstream_unreachable" };
-            return write_answer(client, answer::error(StatusCode::BAD_GATEWAY, code, message, &kept), head.close)
-                .await;
+            let mut resp = answer::error(StatusCode::BAD_GATEWAY, code, message, &kept);
+            resp.headers_mut().extend(renewed_cookie.map(|c| (header::SET_COOKIE, c)));
+            return write_answer(client, resp, head.close, is_head).await;
         }
         Err(_) => {
             gate.metrics.upstream_timeouts.increment(1);
             tracing::warn!(upstream = %upstream.addr, timeout = ?gate.config.upstream_timeout, "upstream too slow");
-            let resp = answer::error(
+            let mut resp = answer::error(
                 StatusCode::GATEWAY_TIMEOUT,
                 "upstream_timeout",
                 "The site behind the waiting room took too long to answer. Please try again in a moment.",
                 &kept,
             );
-            return write_answer(client, resp, head.close).await;
+            resp.headers_mut().extend(renewed_cookie.map(|c| (header::SET_COOKIE, c)));
+            return write_answer(client, resp, head.close, is_head).await;
         }
     };
 
@@ -396,12 +435,22 @@ async fn forward(
     let status = resp.status;
     let mut headers = resp.headers;
     proxy::strip_hop_by_hop(&mut headers, false);
-    let ends = headers.remove(QUEUE_SESSION).is_some_and(|v| v.as_bytes().eq_ignore_ascii_case(b"end"));
-    if matches!(resp.framing, Framing::Chunked | Framing::Close) {
-        headers.remove(header::CONTENT_LENGTH);
+    // The length the gate relays is the one it says (one header, its own digits).
+    match resp.framing {
+        Framing::Chunked | Framing::Close => {
+            headers.remove(header::CONTENT_LENGTH);
+        }
+        Framing::Length(n) => {
+            headers.insert(header::CONTENT_LENGTH, HeaderValue::from(n));
+        }
+        Framing::Empty => {}
+    }
+    if !headers.contains_key(header::DATE) {
+        headers.insert(header::DATE, http_date());
     }
     if let Some((verified, renewed)) = admitted {
         let (queue, user) = (&verified.claims.aud, &verified.claims.sub);
+        let ends = headers.remove(QUEUE_SESSION).is_some_and(|v| v.as_bytes().eq_ignore_ascii_case(b"end"));
         if ends {
             if verified.session.finish(State::Ended) {
                 gate.end_session(queue, user, EndReason::App);
@@ -533,6 +582,10 @@ fn parse_response(buf: &[u8], is_head: bool) -> io::Result<Option<RespHead>> {
         let name = HeaderName::from_bytes(h.name.as_bytes()).map_err(|_| invalid("a bad header name"))?;
         let value = HeaderValue::from_bytes(h.value).map_err(|_| invalid("a bad header value"))?;
         if name == header::CONTENT_LENGTH {
+            let digits = value.as_bytes();
+            if digits.is_empty() || digits.len() > 19 || !digits.iter().all(u8::is_ascii_digit) {
+                return Err(invalid("a bad length"));
+            }
             let n: u64 =
                 value.to_str().ok().and_then(|v| v.trim().parse().ok()).ok_or_else(|| invalid("a bad length"))?;
             if length.is_some_and(|l| l != n) {
@@ -619,6 +672,8 @@ async fn relay(
 struct Chunks {
     state: ChunkState,
     size: u64,
+    /// Hex digits of the size line read so far.
+    digits: u32,
 }
 
 #[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
@@ -648,18 +703,18 @@ impl Chunks {
                     b'0'..=b'9' | b'a'..=b'f' | b'A'..=b'F' => {
                         let digit = (b as char).to_digit(16).ok_or(())? as u64;
                         self.size = self.size.checked_mul(16).and_then(|s| s.checked_add(digit)).ok_or(())?;
+                        self.digits += 1;
                     }
-                    b';' | b' ' | b'\t' => self.state = Extension,
+                    _ if self.digits == 0 => return Err(()),
+                    b';' => self.state = Extension,
                     b'\r' => self.state = SizeLf,
                     _ => return Err(()),
                 },
-                Extension => {
-                    if b == b'\r' {
-                        self.state = SizeLf;
-                    } else if b == b'\n' {
-                        return Err(());
-                    }
-                }
+                Extension => match b {
+                    b'\r' => self.state = SizeLf,
+                    b'\n' | 0..=8 | 10..=31 | 127 => return Err(()),
+                    _ => {}
+                },
                 SizeLf => {
                     if b != b'\n' {
                         return Err(());
@@ -681,13 +736,20 @@ impl Chunks {
                         return Err(());
                     }
                     self.state = Size;
+                    self.digits = 0;
                 }
-                TrailerStart => self.state = if b == b'\r' { EndLf } else { Trailer },
-                Trailer => {
-                    if b == b'\r' {
-                        self.state = TrailerLf;
+                TrailerStart => {
+                    self.state = match b {
+                        b'\r' => EndLf,
+                        b'\n' => return Err(()),
+                        _ => Trailer,
                     }
                 }
+                Trailer => match b {
+                    b'\r' => self.state = TrailerLf,
+                    b'\n' => return Err(()),
+                    _ => {}
+                },
                 TrailerLf => self.state = if b == b'\n' { TrailerStart } else { return Err(()) },
                 EndLf => {
                     return if b == b'\n' { Ok(Some(i + 1)) } else { Err(()) };
@@ -714,9 +776,14 @@ fn status_line(out: &mut Vec<u8>, status: StatusCode) {
     out.extend_from_slice(b"\r\n");
 }
 
-/// Writes one of the gate's own answers (a whole body); returns its status and
-/// whether the connection may carry another request.
-async fn write_answer(client: &mut TcpStream, resp: Response, close: bool) -> (StatusCode, bool) {
+/// The Date header's value now.
+fn http_date() -> HeaderValue {
+    HeaderValue::from_str(&httpdate::fmt_http_date(std::time::SystemTime::now())).expect("a date is ASCII")
+}
+
+/// Writes one of the gate's own answers (a whole body, none to a HEAD); returns its
+/// status and whether the connection may carry another request.
+async fn write_answer(client: &mut TcpStream, resp: Response, close: bool, is_head: bool) -> (StatusCode, bool) {
     let (parts, body) = resp.into_parts();
     let body = axum::body::to_bytes(body, usize::MAX).await.unwrap_or_default();
     let close =
@@ -729,11 +796,16 @@ async fn write_answer(client: &mut TcpStream, resp: Response, close: bool) -> (S
         }
     }
     put_header(&mut out, "content-length", body.len().to_string().as_bytes());
+    if !parts.headers.contains_key(header::DATE) {
+        put_header(&mut out, "date", http_date().as_bytes());
+    }
     if close {
         out.extend_from_slice(b"connection: close\r\n");
     }
     out.extend_from_slice(b"\r\n");
-    out.extend_from_slice(&body);
+    if !is_head {
+        out.extend_from_slice(&body);
+    }
     let ok = client.write_all(&out).await.is_ok();
     (parts.status, ok && !close)
 }
@@ -806,7 +878,17 @@ mod tests {
         }
         assert_eq!(ends(&[b"0\r\nx-trailer: 1\r\n\r\n"]), Ok(Some(19)));
         assert_eq!(ends(&[b"5\r\nhel"]), Ok(None));
-        for bad in [&b"5\r\nhelloX\r\n"[..], b"g\r\n", b"5\nhello", b"ffffffffffffffffff\r\n"] {
+        for bad in [
+            &b"5\r\nhelloX\r\n"[..],
+            b"g\r\n",
+            b"5\nhello",
+            b"ffffffffffffffffff\r\n",
+            b"\r\n",
+            b";x\r\n",
+            b"5 \r\nhello\r\n",
+            b"0\r\nx-trailer: 1\n\r\n",
+            b"0\r\n\n",
+        ] {
             assert_eq!(ends(&[bad]), Err(()), "{:?}", String::from_utf8_lossy(bad));
         }
     }
@@ -821,6 +903,7 @@ mod tests {
             "GET /.well-known/jwks.json HTTP/1.1\r\n\r\n",
             "GET / HTTP/1.0\r\n\r\n",
             "GET http://a/ HTTP/1.1\r\n\r\n",
+            "GET /checkout#.css HTTP/1.1\r\n\r\n",
             "POST / HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\n",
             "POST / HTTP/1.1\r\nContent-Length: 3\r\nContent-Length: 3\r\n\r\nabc",
             "POST / HTTP/1.1\r\nContent-Length: +3\r\n\r\nabc",
@@ -853,6 +936,7 @@ mod tests {
         assert_eq!(framing("HTTP/1.1 200 OK\r\n\r\n", false), Framing::Close);
         assert!(parse_response(b"HTTP/1.1 200 OK\r\nContent-Length: 5\r\nContent-Length: 6\r\n\r\n", false).is_err());
         assert!(parse_response(b"HTTP/1.1 200 OK\r\nContent-Length: x\r\n\r\n", false).is_err());
+        assert!(parse_response(b"HTTP/1.1 200 OK\r\nContent-Length: +5\r\n\r\n", false).is_err());
         assert!(parse_response(b"HTTP/1.0 200 OK\r\nContent-Length: 1\r\n\r\n", false).unwrap().unwrap().close);
     }
 }

@@ -357,14 +357,17 @@ fn connection_tokens(headers: &HeaderMap) -> impl Iterator<Item = &str> {
     headers.get_all(header::CONNECTION).iter().filter_map(|v| v.to_str().ok()).flat_map(|v| v.split(',')).map(str::trim)
 }
 
-/// Drops hop-by-hop headers and those the Connection header names; an upgrade keeps
-/// `Connection: upgrade` and `Upgrade`.
+/// Drops hop-by-hop headers and those the Connection header names (never the message's
+/// framing or its Host: `Connection: content-length` must not take a body's length
+/// away); an upgrade keeps `Connection: upgrade` and `Upgrade`.
 pub(crate) fn strip_hop_by_hop(headers: &mut HeaderMap, upgrade: bool) {
     let named: Vec<HeaderName> = connection_tokens(headers)
         .filter(|t| {
             !t.eq_ignore_ascii_case("upgrade")
                 && !t.eq_ignore_ascii_case("close")
                 && !t.eq_ignore_ascii_case("keep-alive")
+                && !t.eq_ignore_ascii_case("content-length")
+                && !t.eq_ignore_ascii_case("host")
         })
         .filter_map(|t| HeaderName::from_bytes(t.as_bytes()).ok())
         .collect();
@@ -432,6 +435,13 @@ mod tests {
         h.insert("x-kept", HeaderValue::from_static("1"));
         strip_hop_by_hop(&mut h, false);
         assert_eq!(h.keys().map(|k| k.as_str()).collect::<Vec<_>>(), ["x-kept"]);
+        // The framing and the Host stay, whatever Connection names.
+        let mut h = HeaderMap::new();
+        h.insert(header::CONNECTION, HeaderValue::from_static("content-length, Host"));
+        h.insert(header::CONTENT_LENGTH, HeaderValue::from_static("3"));
+        h.insert(header::HOST, HeaderValue::from_static("shop.test"));
+        strip_hop_by_hop(&mut h, false);
+        assert!(h.contains_key(header::CONTENT_LENGTH) && h.contains_key(header::HOST) && h.len() == 2, "{h:?}");
         let mut up = HeaderMap::new();
         up.insert(header::CONNECTION, HeaderValue::from_static("Upgrade"));
         up.insert(header::UPGRADE, HeaderValue::from_static("websocket"));

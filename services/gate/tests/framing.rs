@@ -9,7 +9,7 @@ mod common;
 
 use common::*;
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 use testkit::{Backend, ValkeyServer};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
@@ -20,6 +20,8 @@ struct RawApp {
     addr: std::net::SocketAddr,
     connections: Arc<AtomicUsize>,
     requests: Arc<AtomicUsize>,
+    /// The paths of the requests served, in order.
+    paths: Arc<Mutex<Vec<String>>>,
 }
 
 fn answer_for(method: &str, path: &str) -> (Vec<u8>, bool) {
@@ -50,11 +52,12 @@ impl RawApp {
         let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
         let addr = listener.local_addr().unwrap();
         let (connections, requests) = (Arc::new(AtomicUsize::new(0)), Arc::new(AtomicUsize::new(0)));
-        let (c, r) = (connections.clone(), requests.clone());
+        let paths = Arc::new(Mutex::new(Vec::new()));
+        let (c, r, p) = (connections.clone(), requests.clone(), paths.clone());
         tokio::spawn(async move {
             while let Ok((mut s, _)) = listener.accept().await {
                 c.fetch_add(1, Ordering::SeqCst);
-                let r = r.clone();
+                let (r, p) = (r.clone(), p.clone());
                 tokio::spawn(async move {
                     let mut buf = Vec::new();
                     loop {
@@ -68,9 +71,26 @@ impl RawApp {
                         };
                         let head = String::from_utf8_lossy(&buf[..end + 4]).into_owned();
                         buf.drain(..end + 4);
+                        // The body, as long as Content-Length says.
+                        let length = head
+                            .lines()
+                            .find_map(|l| {
+                                l.to_ascii_lowercase().strip_prefix("content-length:").map(|v| v.trim().to_string())
+                            })
+                            .and_then(|v| v.parse::<usize>().ok())
+                            .unwrap_or(0);
+                        while buf.len() < length {
+                            let mut more = [0u8; 4096];
+                            match s.read(&mut more).await {
+                                Ok(0) | Err(_) => return,
+                                Ok(n) => buf.extend_from_slice(&more[..n]),
+                            }
+                        }
+                        buf.drain(..length);
                         r.fetch_add(1, Ordering::SeqCst);
                         let mut words = head.split(' ');
                         let (method, path) = (words.next().unwrap_or(""), words.next().unwrap_or(""));
+                        p.lock().unwrap().push(path.to_string());
                         if path == "/slow" {
                             tokio::time::sleep(Duration::from_secs(3)).await;
                         }
@@ -87,7 +107,7 @@ impl RawApp {
                 });
             }
         });
-        RawApp { addr, connections, requests }
+        RawApp { addr, connections, requests, paths }
     }
 }
 
@@ -173,6 +193,15 @@ async fn every_framing_reaches_the_client_whole() {
     .await;
     assert!(out.starts_with("HTTP/1.1 502") && out.contains("upstream_answer"), "{out}");
 
+    // A POST (which cannot be sent twice) on a pooled connection the app had closed
+    // after its answer: that connection is seen closed when taken, the POST goes on a
+    // new one.
+    for _ in 0..5 {
+        assert_eq!(http.get(gate.url("/then-close")).send().await.unwrap().text().await.unwrap(), "bye");
+        let r = http.post(gate.url("/length")).body("x").send().await.unwrap();
+        assert_eq!((r.status().as_u16(), r.text().await.unwrap()), (200, "hello".to_string()));
+    }
+
     // Too slow: 504 within the upstream timeout; the connection to the client lives on.
     let requests = app.requests.load(Ordering::SeqCst);
     let out = raw(
@@ -182,6 +211,46 @@ async fn every_framing_reaches_the_client_whole() {
     .await;
     assert!(out.starts_with("HTTP/1.1 504") && out.contains("upstream_timeout") && out.ends_with("hello"), "{out}");
     assert_eq!(app.requests.load(Ordering::SeqCst), requests + 2, "the slow request was not sent twice");
+    gate.stop().await;
+}
+
+/// Requests that would get past the decision if the gate and the app read them apart.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn nothing_slips_past_the_decision() {
+    let (_v, _d, app, gate) = start(Duration::from_secs(1)).await;
+    // A body that is a request for a gated path, its length named hop-by-hop: the app
+    // still gets the body's length, and one request.
+    let inner = "GET /checkout HTTP/1.1\r\nHost: shop.test\r\nX-Queue-User: evil\r\n\r\n";
+    let smuggle = format!(
+        "POST /echo-head HTTP/1.1\r\nHost: shop.test\r\nConnection: content-length\r\nContent-Length: {}\r\n\r\n{inner}",
+        inner.len()
+    );
+    let requests = app.requests.load(Ordering::SeqCst);
+    let out = raw(
+        &gate,
+        &[smuggle.as_str(), "GET /length HTTP/1.1\r\nHost: shop.test\r\nConnection: close\r\n\r\n"].concat(),
+    )
+    .await;
+    assert!(out.contains(&format!("content-length: {}", inner.len())), "the app got the length: {out}");
+    assert!(out.ends_with("hello"), "{out}");
+    // A fragment in the target: decided on the path before it (the waiting room).
+    let out =
+        raw(&gate, "GET /checkout#.css HTTP/1.1\r\nHost: shop.test\r\nAccept: text/html\r\nConnection: close\r\n\r\n")
+            .await;
+    assert!(out.starts_with("HTTP/1.1 302"), "{out}");
+    // HEAD refused: the answer has no body, so the next answer on the connection is
+    // read where it begins.
+    let out = raw(
+        &gate,
+        "HEAD /checkout HTTP/1.1\r\nHost: shop.test\r\nAccept: text/html\r\n\r\nGET /length HTTP/1.1\r\nHost: shop.test\r\nConnection: close\r\n\r\n",
+    )
+    .await;
+    let (first, second) = out.split_once("\r\n\r\n").unwrap();
+    assert!(first.starts_with("HTTP/1.1 302") && first.contains("content-length: "), "{out}");
+    assert!(second.starts_with("HTTP/1.1 200") && second.ends_with("hello"), "no body after the HEAD's head: {out}");
+    // The app served the POST and the two GETs, nothing else.
+    assert_eq!(app.requests.load(Ordering::SeqCst), requests + 3, "{:?}", app.paths.lock().unwrap());
+    assert!(!app.paths.lock().unwrap().iter().any(|p| p.starts_with("/checkout")), "{:?}", app.paths.lock().unwrap());
     gate.stop().await;
 }
 
