@@ -218,8 +218,11 @@ pub async fn connection(
 /// Whether `buf` may hold a whole head: an empty line (CRLF or a bare LF, as httparse
 /// reads them) ending after `from`.
 fn head_ends(buf: &[u8], from: usize) -> bool {
-    let start = from.saturating_sub(3);
-    buf[start..].windows(2).any(|w| w == b"\n\n") || buf[start..].windows(3).any(|w| w == b"\n\r\n")
+    if buf.ends_with(b"\r\n\r\n") {
+        return true; // the usual case: a head read whole, nothing after it
+    }
+    let rest = &buf[from.saturating_sub(3)..];
+    memchr::memmem::find(rest, b"\n\r\n").is_some() || memchr::memmem::find(rest, b"\n\n").is_some()
 }
 
 /// Reads a request head from `buf`; `Plain` only for what the fast path serves.
@@ -566,7 +569,7 @@ async fn read_response_head(conn: &mut TcpStream, ubuf: &mut BytesMut, is_head: 
 }
 
 fn parse_response(buf: &[u8], is_head: bool) -> io::Result<Option<RespHead>> {
-    let mut slots = [httparse::EMPTY_HEADER; 128];
+    let mut slots = [httparse::EMPTY_HEADER; 100];
     let mut resp = httparse::Response::new(&mut slots);
     let len = match resp.parse(buf) {
         Ok(httparse::Status::Complete(len)) => len,
@@ -891,6 +894,18 @@ mod tests {
         ] {
             assert_eq!(ends(&[bad]), Err(()), "{:?}", String::from_utf8_lossy(bad));
         }
+    }
+
+    #[test]
+    fn a_head_end_is_found_wherever_it_came() {
+        let two = b"GET / HTTP/1.1\r\nHost: a\r\n\r\nGET /b HTTP/1.1\r\n";
+        assert!(head_ends(two, 0));
+        assert!(head_ends(b"GET / HTTP/1.1\n\n", 0), "bare LF, as httparse reads it");
+        assert!(!head_ends(b"GET / HTTP/1.1\r\nHost: a\r\n", 0));
+        // Read a byte at a time, each read scanned from where the last one ended.
+        let head = b"GET / HTTP/1.1\r\nHost: a\r\n\r\n";
+        let found = (1..=head.len()).find(|&n| head_ends(&head[..n], n - 1));
+        assert_eq!(found, Some(head.len()));
     }
 
     #[test]
