@@ -21,7 +21,7 @@
 use crate::metrics::Metrics;
 use crate::store::Store;
 use queue_client::{Checkpoint, ClientError, LogEntry, QueueClient, Standing, Status};
-use std::collections::{BTreeMap, HashMap, HashSet};
+use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -349,6 +349,11 @@ struct Follower {
     cursor: Option<(String, u64)>,
     line: HashMap<String, InLine>,
     by_seq: BTreeMap<u64, String>,
+    /// (pos, user) of everyone put in line from a checkpoint, until the entries up to
+    /// their pos are applied: those an entry may reach before their pos is passed
+    /// (entries up to it are counted already). Stale pairs (forgotten, checked again)
+    /// are skipped.
+    fresh: BTreeSet<(u64, String)>,
     /// People in the pre-queue (rank 0 until the opening, which the log announces).
     pre: HashSet<String>,
     to_watch: Vec<String>,
@@ -373,6 +378,7 @@ impl Follower {
             cursor: None,
             line: HashMap::new(),
             by_seq: BTreeMap::new(),
+            fresh: BTreeSet::new(),
             pre: HashSet::new(),
             to_watch: Vec::new(),
             to_unwatch: Vec::new(),
@@ -456,6 +462,7 @@ impl Follower {
     fn reset_all(&mut self) {
         self.hub.metrics.log_resets.increment(1);
         self.by_seq.clear();
+        self.fresh.clear();
         self.to_watch.extend(self.line.drain().map(|(u, _)| u));
         self.to_watch.extend(self.pre.drain());
     }
@@ -642,6 +649,7 @@ impl Follower {
                 if seq > 0 {
                     self.line.insert(user.clone(), InLine { seq, rank: st.rank, pos: cp.log });
                     self.by_seq.insert(seq, user.clone());
+                    self.fresh.insert((cp.log, user.clone()));
                 } else {
                     self.pre.insert(user.clone());
                 }
@@ -673,10 +681,17 @@ impl Follower {
         }
         let batch = Batch::new(entries);
         let mut changed: Vec<(String, Effect)> = Vec::new();
-        // Everyone whose rank is as of an entry before these: one pass in number order.
+        // Everyone whose rank is as of an entry before these: one pass in number order,
+        // from the first person the entries reach (a head that moved reaches everyone;
+        // people left reach those from them on; entries at the back, no one).
+        let start = match (batch.head, batch.marks.first()) {
+            (Some(_), _) => Some(0),
+            (None, Some(&(at, _))) => Some(at),
+            (None, None) => None,
+        };
         let mut marks = batch.marks.iter().peekable();
         let mut ahead = 0u64;
-        for (&seq, user) in &self.by_seq {
+        for (&seq, user) in start.map(|from| self.by_seq.range(from..)).into_iter().flatten() {
             let l = &self.line[user];
             if l.pos >= first {
                 continue;
@@ -695,9 +710,19 @@ impl Follower {
                 changed.push((user.clone(), Effect::Ahead(ahead)));
             }
         }
-        // Those checked in between: only the entries after their checkpoint.
-        for (user, l) in &self.line {
-            if l.pos < first || l.pos >= last.n {
+        // Those checked in between: only the entries after their checkpoint. Everyone
+        // checked before these entries' last is taken out of `fresh` (from then on
+        // the first pass reaches them).
+        let mut reached = Vec::new();
+        while let Some((pos, _)) = self.fresh.first() {
+            if *pos >= last.n {
+                break;
+            }
+            reached.push(self.fresh.pop_first().expect("a first"));
+        }
+        for (pos, user) in &reached {
+            let Some(l) = self.line.get(user) else { continue };
+            if l.pos != *pos || l.pos < first {
                 continue;
             }
             let mut total = 0;
