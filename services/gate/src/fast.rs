@@ -15,9 +15,9 @@
 
 use crate::answer::{self, Convention};
 use crate::decide::{Decision, Incoming};
-use crate::proxy::{self, Origin, QUEUE_NAME, QUEUE_SESSION, QUEUE_USER};
-use crate::sessions::{State, Verified};
-use crate::{now_ms, EndReason, Gate};
+use crate::proxy::{self, Origin, UpstreamFailure, QUEUE_NAME, QUEUE_USER};
+use crate::sessions::Verified;
+use crate::{now_ms, Gate};
 use axum::http::{header, HeaderMap, HeaderName, HeaderValue, Method, StatusCode, Uri};
 use axum::response::Response;
 use bytes::{Buf, Bytes, BytesMut};
@@ -409,25 +409,19 @@ async fn forward(
         Ok(Err(e)) => {
             gate.metrics.upstream_errors.increment(1);
             tracing::warn!(upstream = %upstream.addr, error = %e, "upstream unreachable");
-            let message = if e.kind() == io::ErrorKind::InvalidData {
-                "The site behind the waiting room answered in an unexpected way."
+            let why = if e.kind() == io::ErrorKind::InvalidData {
+                UpstreamFailure::BadAnswer
             } else {
-                "The site behind the waiting room could not be reached. Please try again in a moment."
+                UpstreamFailure::Unreachable
             };
-            let code = if e.kind() == io::ErrorKind::InvalidData { "upstream_answer" } else { "upstream_unreachable" };
-            let mut resp = answer::error(StatusCode::BAD_GATEWAY, code, message, &kept);
+            let mut resp = proxy::upstream_failed(why, &kept);
             resp.headers_mut().extend(renewed_cookie.map(|c| (header::SET_COOKIE, c)));
             return write_answer(client, resp, head.close, is_head).await;
         }
         Err(_) => {
             gate.metrics.upstream_timeouts.increment(1);
             tracing::warn!(upstream = %upstream.addr, timeout = ?gate.config.upstream_timeout, "upstream too slow");
-            let mut resp = answer::error(
-                StatusCode::GATEWAY_TIMEOUT,
-                "upstream_timeout",
-                "The site behind the waiting room took too long to answer. Please try again in a moment.",
-                &kept,
-            );
+            let mut resp = proxy::upstream_failed(UpstreamFailure::Timeout, &kept);
             resp.headers_mut().extend(renewed_cookie.map(|c| (header::SET_COOKIE, c)));
             return write_answer(client, resp, head.close, is_head).await;
         }
@@ -452,17 +446,7 @@ async fn forward(
         headers.insert(header::DATE, http_date());
     }
     if let Some((verified, renewed)) = admitted {
-        let (queue, user) = (&verified.claims.aud, &verified.claims.sub);
-        let ends = headers.remove(QUEUE_SESSION).is_some_and(|v| v.as_bytes().eq_ignore_ascii_case(b"end"));
-        if ends {
-            if verified.session.finish(State::Ended) {
-                gate.end_session(queue, user, EndReason::App);
-            }
-            let cleared = gate.cookie_with(&kept, queue, None, origin.https, now_ms() / 1000);
-            headers.append(header::SET_COOKIE, cleared);
-        } else if let Some(cookie) = renewed {
-            headers.append(header::SET_COOKIE, cookie);
-        }
+        proxy::settle_admitted(gate, &mut headers, verified, renewed, &kept, origin.https);
     }
     let close = head.close || resp.framing == Framing::Close;
     let mut out = Vec::with_capacity(256 + ubuf.len());

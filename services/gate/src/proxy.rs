@@ -6,7 +6,7 @@
 
 use crate::answer::{self, Convention};
 use crate::decide::{Decision, Incoming};
-use crate::sessions::{Session, State};
+use crate::sessions::{Session, State, Verified};
 use crate::{now_ms, EndReason, Gate};
 use axum::body::Body;
 use axum::extract::{ConnectInfo, Request, State as AxumState};
@@ -147,20 +147,65 @@ pub async fn forward(
                 request_cookies.append(header::COOKIE, c.clone());
             }
             let mut resp = send(&gate, req, &upstream, path, &origin, Some(&admitted)).await;
-            let ends =
-                resp.headers_mut().remove(QUEUE_SESSION).is_some_and(|v| v.as_bytes().eq_ignore_ascii_case(b"end"));
-            if ends {
-                if verified.session.finish(State::Ended) {
-                    gate.end_session(&admitted.queue, &admitted.user, EndReason::App);
-                }
-                let cleared = gate.cookie_with(&request_cookies, &admitted.queue, None, origin.https, now_ms() / 1000);
-                resp.headers_mut().append(header::SET_COOKIE, cleared);
-            } else if let Some(cookie) = renewed {
-                resp.headers_mut().append(header::SET_COOKIE, cookie);
-            }
+            settle_admitted(&gate, resp.headers_mut(), &verified, renewed, &request_cookies, origin.https);
             resp
         }
     }
+}
+
+/// An admitted person's answer from the app: its `Queue-Session: end` ends their
+/// session here and in Valkey and clears the queue's token from the cookie
+/// (`request_cookies`: the request's Cookie headers); otherwise a renewed token goes
+/// with it.
+pub(crate) fn settle_admitted(
+    gate: &Gate,
+    headers: &mut HeaderMap,
+    verified: &Verified,
+    renewed: Option<HeaderValue>,
+    request_cookies: &HeaderMap,
+    https: bool,
+) {
+    let (queue, user) = (&verified.claims.aud, &verified.claims.sub);
+    let ends = headers.remove(QUEUE_SESSION).is_some_and(|v| v.as_bytes().eq_ignore_ascii_case(b"end"));
+    if ends {
+        if verified.session.finish(State::Ended) {
+            gate.end_session(queue, user, EndReason::App);
+        }
+        headers.append(header::SET_COOKIE, gate.cookie_with(request_cookies, queue, None, https, now_ms() / 1000));
+    } else if let Some(cookie) = renewed {
+        headers.append(header::SET_COOKIE, cookie);
+    }
+}
+
+/// Why the app gave no answer to pass on.
+#[derive(Debug, Clone, Copy)]
+pub(crate) enum UpstreamFailure {
+    Unreachable,
+    /// An answer that cannot be passed on (101 unasked, framing that cannot be read).
+    BadAnswer,
+    Timeout,
+}
+
+/// The gate's own 502 / 504 page (JSON for clients that do not take HTML: `accept`).
+pub(crate) fn upstream_failed(why: UpstreamFailure, accept: &HeaderMap) -> Response {
+    let (status, code, message) = match why {
+        UpstreamFailure::Unreachable => (
+            StatusCode::BAD_GATEWAY,
+            "upstream_unreachable",
+            "The site behind the waiting room could not be reached. Please try again in a moment.",
+        ),
+        UpstreamFailure::BadAnswer => (
+            StatusCode::BAD_GATEWAY,
+            "upstream_answer",
+            "The site behind the waiting room answered in an unexpected way.",
+        ),
+        UpstreamFailure::Timeout => (
+            StatusCode::GATEWAY_TIMEOUT,
+            "upstream_timeout",
+            "The site behind the waiting room took too long to answer. Please try again in a moment.",
+        ),
+    };
+    answer::error(status, code, message, accept)
 }
 
 fn req_path(uri: &Uri) -> String {
@@ -263,22 +308,12 @@ async fn send(
         Ok(Err(e)) => {
             gate.metrics.upstream_errors.increment(1);
             tracing::warn!(upstream = %base, error = %e, "upstream unreachable");
-            return answer::error(
-                StatusCode::BAD_GATEWAY,
-                "upstream_unreachable",
-                "The site behind the waiting room could not be reached. Please try again in a moment.",
-                &accept,
-            );
+            return upstream_failed(UpstreamFailure::Unreachable, &accept);
         }
         Err(_) => {
             gate.metrics.upstream_timeouts.increment(1);
             tracing::warn!(upstream = %base, timeout = ?gate.config.upstream_timeout, "upstream too slow");
-            return answer::error(
-                StatusCode::GATEWAY_TIMEOUT,
-                "upstream_timeout",
-                "The site behind the waiting room took too long to answer. Please try again in a moment.",
-                &accept,
-            );
+            return upstream_failed(UpstreamFailure::Timeout, &accept);
         }
     };
     if resp.status() == StatusCode::SWITCHING_PROTOCOLS {
