@@ -247,7 +247,18 @@ async fn a_queue_moves_shard_during_a_swarm(backend: Backend) {
 
     // Back to where it came from after a change on the new shard: the old owner must
     // serve the queue's state as it is now, not what it knew of it before (the module
-    // keeps a per-queue cache of settings and counters).
+    // keeps a per-queue cache of settings and counters). First until nothing moves: those
+    // who abandoned by closing the page leave the line after `abandon_after`, unclaimed
+    // tickets expire, and the manager promotes whoever still waits.
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        let m = info(&cluster, &q);
+        if ["waiting", "joining", "active"].iter().all(|k| m.get(*k) == Some(&0)) {
+            break;
+        }
+        assert!(Instant::now() < deadline, "the queue never came to rest: {m:?}");
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
     cluster.owner(&q).client().call("QUEUE.CONFIG", &[q.as_str(), "SET", "soft_cap", "7"]).unwrap();
     // What does not move with the clock (leases lapse, the rate decays, tokens refill).
     let lasting = |m: std::collections::HashMap<String, i64>| -> std::collections::BTreeMap<String, i64> {

@@ -56,16 +56,40 @@ pub async fn tell(state: &AppState) {
     }
 }
 
+/// How often, and how many times, a resync asks again for the rooms it could not read
+/// (the room feed may be back before the store connection is).
+const RESYNC_RETRY: std::time::Duration = std::time::Duration::from_millis(250);
+const RESYNC_ATTEMPTS: u32 = 120;
+
 /// Sends each room's local sockets the full presence list again (after the room feed
-/// was lost: the deltas sent meanwhile never arrived).
+/// was lost: the deltas sent meanwhile never arrived). A room whose list could not be
+/// read is asked for again, every 250 ms for half a minute or until shutdown.
 pub async fn resync(state: Arc<AppState>) {
-    let Some(client) = state.store.client().await else { return };
-    for (queue, _) in state.rooms.users() {
-        match snapshot(&client, &queue, frames::now_ms()).await {
-            Ok(people) => {
-                state.rooms.deliver(&queue, Utf8Bytes::from(frames::presence_snapshot(&people)));
+    let mut pending: Vec<String> = state.rooms.users().into_iter().map(|(q, _)| q).collect();
+    let mut shutdown = state.shutdown.clone();
+    for attempt in 1..=RESYNC_ATTEMPTS {
+        if let Some(client) = state.store.client().await {
+            let mut failed = Vec::new();
+            for queue in pending {
+                match snapshot(&client, &queue, frames::now_ms()).await {
+                    Ok(people) => {
+                        state.rooms.deliver(&queue, Utf8Bytes::from(frames::presence_snapshot(&people)));
+                    }
+                    Err(e) => {
+                        tracing::debug!(queue, attempt, error = %e, "presence resync failed; asking again");
+                        failed.push(queue);
+                    }
+                }
             }
-            Err(e) => tracing::warn!(queue, error = %e, "presence resync failed"),
+            pending = failed;
+        }
+        if pending.is_empty() {
+            return;
+        }
+        tokio::select! {
+            _ = tokio::time::sleep(RESYNC_RETRY) => {}
+            _ = crate::stopped(&mut shutdown) => return,
         }
     }
+    tracing::warn!(rooms = ?pending, "presence resync gave up: these rooms get deltas only");
 }

