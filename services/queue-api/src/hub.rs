@@ -713,13 +713,8 @@ impl Follower {
         // Those checked in between: only the entries after their checkpoint. Everyone
         // checked before these entries' last is taken out of `fresh` (from then on
         // the first pass reaches them).
-        let mut reached = Vec::new();
-        while let Some((pos, _)) = self.fresh.first() {
-            if *pos >= last.n {
-                break;
-            }
-            reached.push(self.fresh.pop_first().expect("a first"));
-        }
+        let later = self.fresh.split_off(&(last.n, String::new()));
+        let reached = std::mem::replace(&mut self.fresh, later);
         for (pos, user) in &reached {
             let Some(l) = self.line.get(user) else { continue };
             if l.pos != *pos || l.pos < first {
