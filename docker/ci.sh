@@ -104,15 +104,16 @@ url="redis://127.0.0.1:$vport/"
 run "vq-chat-$suffix" valkey-queue-ci/chat-server:test "VALKEY_URL=$url" "LISTEN=127.0.0.1:$chat" "HEALTH_PORT=$chat"
 run "vq-manager-$suffix" valkey-queue-ci/queue-manager:test "VALKEY_URL=$url" "LISTEN=127.0.0.1:$mgr" "HEALTH_PORT=$mgr"
 run "vq-api-$suffix" valkey-queue-ci/queue-api:test "VALKEY_URL=$url" "LISTEN=127.0.0.1:$api" "HEALTH_PORT=$api" \
-  "CHAT_URL=http://127.0.0.1:$chat" ADMIN_TOKEN=ci-admin TRUST_PROXY=true "ADMIT_URLS=shop=/gate/claim"
+  "CHAT_URL=http://127.0.0.1:$chat" ADMIN_TOKEN=ci-admin TRUSTED_PROXIES=127.0.0.0/8 "ADMIT_URLS=shop=/gate/claim"
 run "vq-app-$suffix" valkey-queue-ci/gate-example-app:test "LISTEN=127.0.0.1:$app" "HEALTH_PORT=$app"
 # The image's health check asks /healthz, which the gate passes to the app: healthy
-# once both answer. GATE_TRUST_PROXY: the swarm's users each tell their own address
-# in X-Forwarded-For, which the gate passes on to queue-api (entries are limited per
-# address).
+# once both answer. TRUSTED_PROXIES: the swarm's users each tell their own address
+# in X-Forwarded-For from loopback, standing for a proxy in front; the gate passes it
+# on to queue-api, which trusts the gate and loopback likewise (entries are limited
+# per address).
 run "vq-gate-$suffix" valkey-queue-ci/queue-gate:test "VALKEY_URL=$url" "LISTEN=127.0.0.1:$gate" "HEALTH_PORT=$gate" \
   "GATE_UPSTREAM=http://127.0.0.1:$app" "GATE_ROUTES=/checkout=shop" "QUEUE_API=http://127.0.0.1:$api" \
-  GATE_IDLE=4s GATE_TICK=200ms GATE_TRUST_PROXY=true
+  GATE_IDLE=4s GATE_TICK=200ms TRUSTED_PROXIES=127.0.0.0/8
 for c in chat manager api app gate; do
   for _ in $(seq 1 150); do
     [ "$($DOCKER inspect -f '{{.State.Health.Status}}' "vq-$c-$suffix")" = healthy ] && break

@@ -58,7 +58,8 @@ bin="$root/target/release"
 "$bin/chat-server" --valkey-url "$url" --listen "127.0.0.1:$CHAT_PORT" & pids+=($!)
 "$bin/queue-manager" --valkey-url "$url" --listen "127.0.0.1:$MANAGER_PORT" & pids+=($!)
 "$bin/queue-api" --valkey-url "$url" --listen "127.0.0.1:$API_PORT" --chat-url "http://127.0.0.1:$CHAT_PORT/" \
-  --admit-url shop=/gate/claim --admin-token "${ADMIN_TOKEN:-local-admin}" --trust-proxy & pids+=($!)
+  --admit-url shop=/gate/claim --admin-token "${ADMIN_TOKEN:-local-admin}" \
+  --trusted-proxies 127.0.0.1 & pids+=($!)
 # The gate in front of an example app (it answers with whom the gate said it serves):
 # /checkout waits in queue "shop", the waiting room is served same-origin under /gate/room/.
 "$bin/examples/gate-upstream" --listen "127.0.0.1:$APP_PORT" & pids+=($!)

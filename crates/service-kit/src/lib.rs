@@ -8,6 +8,8 @@
 //!   on a terminal, text or JSON lines;
 //! - [`shutdown_signal`], [`serve`]: SIGINT or SIGTERM, and an axum router served on
 //!   a listener until then, finishing the requests in flight;
+//! - [`client_addr`]: the client's address behind the proxies the operator names
+//!   (`--trusted-proxies`, `--trust-proxy`, `--client-ip-header`), one way for all;
 //! - [`html`]: escaping for the pages the services write themselves;
 //! - [`http`]: how long a request head and a whole request may take (slow clients);
 //! - [`metrics`]: Prometheus metrics (the `metrics` crate with its Prometheus
@@ -25,6 +27,7 @@
 //! }
 //! ```
 
+pub mod client_addr;
 pub mod conn_limit;
 pub mod flags;
 pub mod html;
@@ -33,6 +36,7 @@ pub mod logging;
 pub mod metrics;
 pub mod telemetry;
 
+pub use client_addr::{ClientAddr, ClientAddrs, HasClientAddrs, ProxyFlags};
 pub use flags::{default_listen, duration, ms, secs, Common, Flags, Renamed};
 pub use logging::LogFormat;
 

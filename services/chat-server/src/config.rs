@@ -12,6 +12,11 @@ pub struct Config {
     pub common: service_kit::Common,
     #[command(flatten)]
     pub http: service_kit::http::HttpLimits,
+    /// Who the client is behind your proxies (the per-address session limit and the
+    /// failed-ticket limit count per client address): --trusted-proxies,
+    /// --trust-proxy, --client-ip-header (docs/security.md, "The client's address").
+    #[command(flatten)]
+    pub proxy: service_kit::ProxyFlags,
     /// The queue (room) of a connection whose URL names none; its health signal is
     /// published even while nobody is connected.
     #[arg(long, env = "QUEUE", default_value = "default", value_parser = parse_queue)]

@@ -14,7 +14,7 @@ use crate::lease::LeaseGuard;
 use crate::{session, AppState};
 use axum::body::Body;
 use axum::extract::rejection::QueryRejection;
-use axum::extract::{ConnectInfo, Query, Request, State};
+use axum::extract::{Query, Request, State};
 use axum::http::{header, HeaderMap, HeaderName, StatusCode, Version};
 use axum::response::{IntoResponse, Response};
 use futures_util::{SinkExt, StreamExt};
@@ -22,7 +22,8 @@ use hyper::upgrade::OnUpgrade;
 use hyper_util::rt::TokioIo;
 use queue_client::{Claim, ClientError, QueueClient};
 use serde::Deserialize;
-use std::net::SocketAddr;
+use service_kit::ClientAddr;
+use std::net::IpAddr;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -47,12 +48,12 @@ pub struct Params {
 
 pub async fn gameserver(
     State(state): State<Arc<AppState>>,
-    ConnectInfo(peer): ConnectInfo<SocketAddr>,
+    ClientAddr(ip): ClientAddr,
     params: Result<Query<Params>, QueryRejection>,
     req: Request,
 ) -> Response {
     let handshake = match params {
-        Ok(Query(params)) => accept(&state, peer, params, req).await,
+        Ok(Query(params)) => accept(&state, ip, params, req).await,
         Err(_) => Err(HandshakeError::BadQuery),
     };
     match handshake {
@@ -62,7 +63,7 @@ pub async fn gameserver(
             tracing::debug!(reason = e.code(), "handshake refused");
             let mut resp = e.into_response();
             if e == HandshakeError::TooManyTicketFailures {
-                let wait = state.ticket_failures.blocked(peer.ip(), Instant::now()).unwrap_or(1);
+                let wait = state.ticket_failures.blocked(ip, Instant::now()).unwrap_or(1);
                 resp.headers_mut().insert(header::RETRY_AFTER, wait.into());
             }
             resp
@@ -81,7 +82,7 @@ fn has_token(headers: &HeaderMap, name: HeaderName, token: &str) -> bool {
 
 async fn accept(
     state: &Arc<AppState>,
-    peer: SocketAddr,
+    ip: IpAddr,
     params: Params,
     mut req: Request,
 ) -> Result<Response, HandshakeError> {
@@ -105,7 +106,6 @@ async fn accept(
     }
     let extended = matches!(params.presence.as_deref(), Some("1" | "true"));
     let ticket = params.ticket_id.filter(|t| !t.is_empty()).ok_or(HandshakeError::MissingTicket)?;
-    let ip = peer.ip();
     if state.ticket_failures.blocked(ip, Instant::now()).is_some() {
         return Err(HandshakeError::TooManyTicketFailures);
     }
@@ -117,7 +117,7 @@ async fn accept(
     };
     queue_core::keys::check_ticket(ticket.as_bytes()).map_err(|_| guessed(HandshakeError::UnknownTicket))?;
     // The limits come before the claim: a refused client keeps its ticket.
-    let permit = match state.limits.acquire(peer.ip()) {
+    let permit = match state.limits.acquire(ip) {
         Ok(permit) => permit,
         Err(why) => {
             let e = match why {

@@ -130,6 +130,14 @@ pub struct AppState {
     pub room_feed_up: Arc<AtomicBool>,
     /// Flips to true on shutdown: sessions close with 1001.
     pub shutdown: watch::Receiver<bool>,
+    /// Who the client is behind the proxies in front (`--trusted-proxies`).
+    pub client_addrs: service_kit::ClientAddrs,
+}
+
+impl service_kit::HasClientAddrs for AppState {
+    fn client_addrs(&self) -> &service_kit::ClientAddrs {
+        &self.client_addrs
+    }
 }
 
 impl AppState {
@@ -175,6 +183,7 @@ pub async fn serve(
         latency: Arc::new(health::Latency::default()),
         sessions: Arc::new(Tracker::default()),
         limits: conn_limit::ConnLimit::new(config.max_sessions, config.max_sessions_per_addr),
+        client_addrs: service_kit::ClientAddrs::new(&config.proxy),
         ticket_failures: guess::FailureLimit::new(config.ticket_failures_per_minute, config.ticket_failure_burst),
         refusing: Arc::new(Tracker::default()),
         room_feed_up: Arc::new(AtomicBool::new(false)),

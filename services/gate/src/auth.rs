@@ -19,17 +19,18 @@
 use crate::answer::{self, Convention};
 use crate::config::AuthConvention;
 use crate::decide::{Decision, Incoming};
-use crate::proxy::{client_address, QUEUE_NAME, QUEUE_USER};
+use crate::proxy::{QUEUE_NAME, QUEUE_USER};
 use crate::{now_ms, Gate};
-use axum::extract::{Request, State};
+use axum::extract::{ConnectInfo, Request, State};
 use axum::http::{header, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
+use std::net::SocketAddr;
 use std::sync::Arc;
 
 /// Tells the proxy (and tests) what the gate decided.
 pub const DECISION_HEADER: &str = "x-queue-decision";
 
-pub async fn auth(State(gate): State<Arc<Gate>>, req: Request) -> Response {
+pub async fn auth(State(gate): State<Arc<Gate>>, ConnectInfo(peer): ConnectInfo<SocketAddr>, req: Request) -> Response {
     let headers = req.headers();
     let text = |name: &str| headers.get(name).and_then(|v| v.to_str().ok());
     let envoy_path = req.uri().path().strip_prefix("/gate/auth").filter(|p| p.starts_with('/'));
@@ -72,9 +73,10 @@ pub async fn auth(State(gate): State<Arc<Gate>>, req: Request) -> Response {
     };
     let host = text("x-forwarded-host").or_else(|| text("host")).unwrap_or("");
     let https = text("x-forwarded-proto").is_some_and(|p| p.eq_ignore_ascii_case("https"));
-    // The proxy in front appends the address it saw to X-Forwarded-For: only that
-    // last entry is its word. Not the peer (the proxy itself) when it says nothing.
-    let client = client_address(headers, gate.config.client_ip_header.as_ref()).map(crate::rules::canonical_ip);
+    // The proxy in front appends the address it saw to X-Forwarded-For: the rightmost
+    // entry that is not a proxy of ours is the client (every caller of /gate/auth is
+    // a trusted proxy). Not the peer (the proxy itself) when it says nothing.
+    let client = gate.config.client_addrs.client(headers, peer.ip());
     let path = original.split(['?', '#']).next().unwrap_or("/");
     // A browser's GET may be sent through /gate/renew for a fresh cookie (see
     // --renew-redirect); anything else gets it on the 200.

@@ -49,12 +49,6 @@ fn wants_json(headers: &HeaderMap) -> bool {
     accept.contains("application/json") && !accept.contains("text/html")
 }
 
-/// Whether the gate may believe the X-Forwarded-* headers: --trust-proxy, or
-/// forward-auth mode (where a proxy is always in front).
-fn trusted(gate: &Gate) -> bool {
-    gate.config.trust_proxy || gate.config.upstream.is_none()
-}
-
 fn unavailable(headers: &HeaderMap, what: &str) -> Response {
     let mut resp = answer::error(
         StatusCode::SERVICE_UNAVAILABLE,
@@ -139,7 +133,7 @@ pub async fn claim(
         );
     }
     let back = return_or_root(q.back.as_deref());
-    let origin = Origin::of(&headers, &uri, peer, trusted(&gate), gate.config.client_ip_header.as_ref());
+    let origin = Origin::of(&headers, &uri, peer, &gate.config.client_addrs);
     // A page of another site may not claim a ticket in someone's browser (it would
     // replace their admission with the ticket's person); a sibling host's waiting
     // room is the same site. The ticket is kept; the link claims it from here.
@@ -258,7 +252,7 @@ pub async fn leave(
     let Ok(Query(q)) = query else {
         return answer::error(StatusCode::BAD_REQUEST, "bad_query", "The query string cannot be read.", &headers);
     };
-    let origin = Origin::of(&headers, &uri, peer, trusted(&gate), gate.config.client_ip_header.as_ref());
+    let origin = Origin::of(&headers, &uri, peer, &gate.config.client_addrs);
     let from = initiator(&headers, &origin.host);
     let navigation = method == Method::GET && wants_html(&headers);
     if from != Initiator::SameOrigin && (navigation || from != Initiator::Unknown) {
@@ -341,7 +335,7 @@ pub async fn renew(
     let to = HeaderValue::from_str(&back).unwrap_or(HeaderValue::from_static("/"));
     let mut resp = (StatusCode::SEE_OTHER, [(header::LOCATION, to)]).into_response();
     let now = now_ms();
-    let origin = Origin::of(&headers, &uri, peer, trusted(&gate), gate.config.client_ip_header.as_ref());
+    let origin = Origin::of(&headers, &uri, peer, &gate.config.client_addrs);
     if let Some(queue) = q.queue.as_deref() {
         let ours = crate::cookie::tokens(&headers, &gate.config.cookie_name)
             .filter_map(|t| gate.table.lookup(t, &gate.config.keys, now).ok())

@@ -112,10 +112,12 @@ pub struct Flags {
     /// (0: never, the default).
     #[arg(long, env = "GATE_FAIL_OPEN", default_value = "0", value_parser = duration(Duration::ZERO..=secs(86_400)))]
     pub fail_open: Duration,
-    /// Trust X-Forwarded-For/-Proto/-Host from the client (the gate runs behind a
-    /// proxy of yours): the client address is the last X-Forwarded-For entry.
-    #[arg(long, env = "GATE_TRUST_PROXY")]
-    pub trust_proxy: bool,
+    /// Who the client is behind your proxies: --trusted-proxies, --trust-proxy,
+    /// --client-ip-header (docs/security.md, "The client's address"). A trusted
+    /// peer's X-Forwarded-For/-Proto/-Host are believed; in forward-auth mode every
+    /// caller is.
+    #[command(flatten)]
+    pub proxy: service_kit::ProxyFlags,
     /// Where /gate/auth reads the original request: nginx (X-Original-URI), forwarded
     /// (X-Forwarded-Uri, Traefik and Caddy), envoy (the path after /gate/auth), or auto
     /// (whichever one is present; a request carrying more than one is refused with 403,
@@ -128,11 +130,6 @@ pub struct Flags {
     /// to the client (Caddy forward_auth).
     #[arg(long, env = "GATE_RENEW_REDIRECT")]
     pub renew_redirect: bool,
-    /// Behind a proxy (forward-auth mode, or --trust-proxy): read the client's address
-    /// for --bypass-network from this header (e.g. X-Real-IP, which the proxy must
-    /// set itself) instead of the last X-Forwarded-For entry.
-    #[arg(long, env = "GATE_CLIENT_IP_HEADER")]
-    pub client_ip_header: Option<String>,
 }
 
 /// Which forward-auth convention /gate/auth follows (`--auth-convention`).
@@ -161,9 +158,10 @@ pub struct Config {
     pub cookie_name: String,
     pub cookie_domain: Option<String>,
     pub fail_open: Option<Duration>,
-    pub trust_proxy: bool,
+    /// Who the client is (the peer, or what trusted proxies say); in forward-auth
+    /// mode the gate makes the peer always trusted (`Gate::new`).
+    pub client_addrs: service_kit::ClientAddrs,
     pub auth_convention: AuthConvention,
-    pub client_ip_header: Option<hyper::header::HeaderName>,
     /// Forward auth: renew by a redirect through /gate/renew (`--renew-redirect`).
     pub renew_redirect: bool,
 }
@@ -186,9 +184,8 @@ impl Config {
             cookie_name: "queue_admission".into(),
             cookie_domain: None,
             fail_open: None,
-            trust_proxy: false,
+            client_addrs: service_kit::ClientAddrs::default(),
             auth_convention: AuthConvention::Auto,
-            client_ip_header: None,
             renew_redirect: false,
         }
     }
@@ -278,10 +275,12 @@ impl service_kit::Flags for Flags {
         {
             return Err(format!("--waiting-room {waiting_room:?}: a path (/gate/room/) or an http(s) URL"));
         }
+        let upstream = self.upstream.as_deref().map(|u| parse_base_url("--upstream", u)).transpose()?;
+        let client_addrs = client_addrs(self.proxy, |name| std::env::var(name).ok())?;
         Ok(Config {
             target: self.common.target(),
             limits: self.http,
-            upstream: self.upstream.as_deref().map(|u| parse_base_url("--upstream", u)).transpose()?,
+            upstream,
             upstream_timeout: self.upstream_timeout,
             rules,
             bypass_secret: self.bypass_secret,
@@ -293,19 +292,31 @@ impl service_kit::Flags for Flags {
             cookie_name: self.cookie_name,
             cookie_domain: self.cookie_domain,
             fail_open: (!self.fail_open.is_zero()).then_some(self.fail_open),
-            trust_proxy: self.trust_proxy,
+            client_addrs,
             auth_convention: self.auth_convention,
             renew_redirect: self.renew_redirect,
-            client_ip_header: self
-                .client_ip_header
-                .as_deref()
-                .map(|h| {
-                    hyper::header::HeaderName::from_bytes(h.trim().as_bytes())
-                        .map_err(|_| format!("--client-ip-header {h:?}: a header name such as X-Real-IP"))
-                })
-                .transpose()?,
         })
     }
+}
+
+/// Who the client is: `proxy`'s flags, with the gate's old variables
+/// `GATE_TRUST_PROXY` and `GATE_CLIENT_IP_HEADER` still taken when the shared ones
+/// (`TRUST_PROXY`, `CLIENT_IP_HEADER`) are not given.
+fn client_addrs(
+    mut proxy: service_kit::ProxyFlags,
+    env: impl Fn(&str) -> Option<String>,
+) -> Result<service_kit::ClientAddrs, String> {
+    if !proxy.trust_proxy {
+        proxy.trust_proxy = env("GATE_TRUST_PROXY").is_some_and(|v| matches!(v.trim(), "1" | "true" | "yes" | "on"));
+    }
+    if proxy.client_ip_header.is_none() {
+        if let Some(h) = env("GATE_CLIENT_IP_HEADER").filter(|h| !h.trim().is_empty()) {
+            let name = hyper::header::HeaderName::from_bytes(h.trim().as_bytes())
+                .map_err(|_| format!("GATE_CLIENT_IP_HEADER {h:?}: a header name such as X-Real-IP"))?;
+            proxy.client_ip_header = Some(name);
+        }
+    }
+    Ok(service_kit::ClientAddrs::new(&proxy))
 }
 
 fn write_private(path: &std::path::Path, text: &str) -> std::io::Result<()> {
@@ -341,7 +352,33 @@ mod tests {
         assert_eq!(parse(&[]).unwrap().auth_convention, AuthConvention::Auto);
         assert_eq!(parse(&["--auth-convention", "forwarded"]).unwrap().auth_convention, AuthConvention::Forwarded);
         assert!(parse(&["--auth-convention", "x-original-uri"]).is_err());
-        assert_eq!(parse(&["--client-ip-header", "X-Real-IP"]).unwrap().client_ip_header.unwrap(), "x-real-ip");
+        assert!(parse(&["--client-ip-header", "X-Real-IP"]).is_ok());
         assert!(parse(&["--client-ip-header", "bad header"]).is_err());
+        assert!(parse(&["--trusted-proxies", "10.0.0.0/8,nginx"]).is_err());
+    }
+
+    #[test]
+    fn who_the_client_is_with_the_old_variables() {
+        let flags = |args: &[&str]| service_kit::flags::try_parse_args::<Flags>(args).unwrap().proxy;
+        let peer: std::net::IpAddr = "192.0.2.1".parse().unwrap();
+        let mut h = hyper::HeaderMap::new();
+        h.insert("x-forwarded-for", "6.6.6.6, 198.51.100.4".parse().unwrap());
+        h.insert("x-real-ip", "203.0.113.5".parse().unwrap());
+        let none = |_: &str| None;
+        // Proxy mode trusts nobody unless told.
+        let proxy_mode = client_addrs(flags(&["--upstream", "http://a"]), none).unwrap();
+        assert_eq!(proxy_mode.client(&h, peer), Some(peer));
+        let named = client_addrs(flags(&["--trusted-proxies", "192.0.2.0/24"]), none).unwrap();
+        assert_eq!(named.client(&h, peer), Some("198.51.100.4".parse().unwrap()));
+        // The old variables still count.
+        let old = |name: &str| match name {
+            "GATE_TRUST_PROXY" => Some("true".to_string()),
+            "GATE_CLIENT_IP_HEADER" => Some("X-Real-IP".to_string()),
+            _ => None,
+        };
+        let old_spelling = client_addrs(flags(&["--upstream", "http://a"]), old).unwrap();
+        assert_eq!(old_spelling.client(&h, peer), Some("203.0.113.5".parse().unwrap()));
+        let bad = |name: &str| (name == "GATE_CLIENT_IP_HEADER").then(|| "bad header".to_string());
+        assert!(client_addrs(flags(&[]), bad).is_err());
     }
 }

@@ -294,8 +294,7 @@ async fn serve_one(
     let started = Instant::now();
     let span = service_kit::metrics::request_span(head.method.as_str(), ROUTE, &head.headers);
     let config = &gate.config;
-    let origin =
-        Origin::of(&head.headers, &Uri::from_static("/"), peer, config.trust_proxy, config.client_ip_header.as_ref());
+    let origin = Origin::of(&head.headers, &Uri::from_static("/"), peer, &config.client_addrs);
     let path = head.target.split('?').next().unwrap_or("/");
     let incoming = Incoming {
         host: &origin.host,
@@ -368,7 +367,7 @@ async fn forward(
     }
     let mut headers = std::mem::take(&mut head.headers);
     let host = headers.get(header::HOST).cloned();
-    proxy::prepare_request_headers(&mut headers, false, origin, gate.config.trust_proxy, host.clone());
+    proxy::prepare_request_headers(&mut headers, false, origin, host.clone());
     // The body's length is the gate's to say: exactly the bytes it read and sends.
     headers.remove(header::CONTENT_LENGTH);
     if head.length {

@@ -86,7 +86,11 @@ pub fn now_ms() -> u64 {
 impl Gate {
     /// The gate for `config`, connecting to Valkey in the background; the receiver
     /// takes the sessions to end ([`lease::end_loop`]).
-    pub fn new(config: Config) -> (Arc<Gate>, mpsc::UnboundedReceiver<EndRequest>) {
+    pub fn new(mut config: Config) -> (Arc<Gate>, mpsc::UnboundedReceiver<EndRequest>) {
+        // In forward-auth mode every caller is the proxy asking about a request.
+        if config.upstream.is_none() {
+            config.client_addrs = config.client_addrs.trusting_peer();
+        }
         let (ends, ended) = mpsc::unbounded_channel();
         let gate = Gate {
             store: LazyClient::connect_target(config.target.clone()),

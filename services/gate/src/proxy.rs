@@ -15,6 +15,7 @@ use axum::response::{IntoResponse, Response};
 use hyper_util::client::legacy::connect::HttpConnector;
 use hyper_util::client::legacy::Client;
 use hyper_util::rt::{TokioExecutor, TokioIo};
+use service_kit::ClientAddrs;
 use std::net::{IpAddr, SocketAddr};
 use std::sync::Arc;
 use std::time::Instant;
@@ -51,26 +52,26 @@ pub fn client() -> HttpClient {
 }
 
 /// The original request's host, scheme and client address, as far as the gate may
-/// believe the headers (`trusted`: set by a proxy of ours).
+/// believe the headers (`trusted`: the peer is a proxy of ours, `--trusted-proxies`,
+/// `--trust-proxy`, or any caller in forward-auth mode).
 pub struct Origin {
     pub host: String,
     pub https: bool,
-    /// The client's address: the connection's other end, or behind a trusted proxy
-    /// what that proxy says (None when it says nothing: never the proxy's own address,
-    /// which would put everyone behind it in its network).
+    /// The client's address: the connection's other end, or behind trusted proxies
+    /// what they say (`service_kit::client_addr`: the rightmost X-Forwarded-For
+    /// entry that is not a proxy of ours); None when they say nothing: never the
+    /// proxy's own address, which would put everyone behind it in its network.
     pub client: Option<IpAddr>,
     /// The address of the connection's other end (a proxy of ours when trusted).
     pub peer: IpAddr,
+    /// Whether the peer is a proxy of ours, whose X-Forwarded-* headers count.
+    pub trusted: bool,
 }
 
 impl Origin {
-    pub fn of(
-        headers: &HeaderMap,
-        uri: &Uri,
-        peer: SocketAddr,
-        trusted: bool,
-        ip_header: Option<&HeaderName>,
-    ) -> Origin {
+    pub fn of(headers: &HeaderMap, uri: &Uri, peer: SocketAddr, addrs: &ClientAddrs) -> Origin {
+        let peer = service_kit::client_addr::canonical_ip(peer.ip());
+        let trusted = addrs.peer_trusted(peer);
         let text = |name: &str| headers.get(name).and_then(|v| v.to_str().ok());
         let forwarded_host = if trusted { text("x-forwarded-host") } else { None };
         let host = forwarded_host
@@ -79,29 +80,8 @@ impl Origin {
             .unwrap_or("")
             .to_string();
         let https = trusted && text("x-forwarded-proto").is_some_and(|p| p.eq_ignore_ascii_case("https"));
-        let client = if trusted { client_address(headers, ip_header) } else { Some(peer.ip()) };
-        Origin {
-            host,
-            https,
-            client: client.map(crate::rules::canonical_ip),
-            peer: crate::rules::canonical_ip(peer.ip()),
-        }
+        Origin { host, https, client: addrs.client(headers, peer), peer, trusted }
     }
-}
-
-/// The client's address as the nearest proxy of ours gave it: the `ip_header`
-/// (`--client-ip-header`, e.g. X-Real-IP, one value only) when set, else the last
-/// X-Forwarded-For entry, the one that proxy appended. Earlier entries, and
-/// X-Real-IP when not named, are whatever the client sent.
-pub fn client_address(headers: &HeaderMap, ip_header: Option<&HeaderName>) -> Option<IpAddr> {
-    if let Some(name) = ip_header {
-        let mut values = headers.get_all(name).iter();
-        let (Some(one), None) = (values.next(), values.next()) else { return None };
-        return one.to_str().ok()?.trim().parse().ok();
-    }
-    let all = headers.get_all("x-forwarded-for");
-    let last = all.iter().filter_map(|v| v.to_str().ok()).next_back()?;
-    last.rsplit(',').next()?.trim().parse().ok()
 }
 
 /// The fallback route in proxy mode.
@@ -110,8 +90,7 @@ pub async fn forward(
     ConnectInfo(peer): ConnectInfo<SocketAddr>,
     req: Request,
 ) -> Response {
-    let origin =
-        Origin::of(req.headers(), req.uri(), peer, gate.config.trust_proxy, gate.config.client_ip_header.as_ref());
+    let origin = Origin::of(req.headers(), req.uri(), peer, &gate.config.client_addrs);
     let incoming = Incoming {
         host: &origin.host,
         path: req.uri().path(),
@@ -240,8 +219,7 @@ pub async fn room(
         Some(q) => format!("{rest}?{q}"),
         None => rest.to_string(),
     };
-    let origin =
-        Origin::of(req.headers(), req.uri(), peer, gate.config.trust_proxy, gate.config.client_ip_header.as_ref());
+    let origin = Origin::of(req.headers(), req.uri(), peer, &gate.config.client_addrs);
     send(&gate, req, &api, path, &origin, None).await
 }
 
@@ -290,7 +268,7 @@ async fn send(
     if let Some(a) = parts.headers.get(header::ACCEPT) {
         accept.insert(header::ACCEPT, a.clone());
     }
-    prepare_request_headers(&mut parts.headers, upgrade.is_some(), origin, gate.config.trust_proxy, original_host);
+    prepare_request_headers(&mut parts.headers, upgrade.is_some(), origin, original_host);
     if let Some(a) = admitted {
         if let (Ok(u), Ok(q)) = (HeaderValue::from_str(&a.user), HeaderValue::from_str(&a.queue)) {
             parts.headers.insert(QUEUE_USER, u);
@@ -422,9 +400,9 @@ pub(crate) fn prepare_request_headers(
     headers: &mut HeaderMap,
     upgrade: bool,
     origin: &Origin,
-    trusted: bool,
     host: Option<HeaderValue>,
 ) {
+    let trusted = origin.trusted;
     strip_hop_by_hop(headers, upgrade);
     for h in [QUEUE_USER, QUEUE_NAME, crate::decide::BYPASS_HEADER] {
         headers.remove(h);
@@ -459,6 +437,7 @@ fn join(base: &Uri, path_and_query: &str) -> Result<Uri, axum::http::Error> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use service_kit::ProxyFlags;
 
     #[test]
     fn hop_by_hop_headers_go() {
@@ -502,30 +481,39 @@ mod tests {
         h.insert(header::HOST, HeaderValue::from_static("shop.test"));
         h.insert(QUEUE_USER, HeaderValue::from_static("spoofed"));
         h.insert("x-real-ip", HeaderValue::from_static("10.1.1.1"));
-        let untrusted = Origin::of(&h, &Uri::from_static("/"), peer, false, None);
+        let addrs = |trust: bool, header: Option<&str>| {
+            ClientAddrs::new(&ProxyFlags {
+                trust_proxy: trust,
+                client_ip_header: header.map(|n| HeaderName::from_bytes(n.as_bytes()).unwrap()),
+                ..ProxyFlags::default()
+            })
+        };
+        let untrusted = Origin::of(&h, &Uri::from_static("/"), peer, &addrs(false, None));
         assert_eq!((untrusted.client, untrusted.https), (Some(peer.ip()), false));
-        let trusted = Origin::of(&h, &Uri::from_static("/"), peer, true, None);
+        let trusted = Origin::of(&h, &Uri::from_static("/"), peer, &addrs(true, None));
         assert_eq!((trusted.client, trusted.https), (Some("5.6.7.8".parse().unwrap()), true), "X-Real-IP not named");
-        let real_ip = HeaderName::from_static("x-real-ip");
-        let named = Origin::of(&h, &Uri::from_static("/"), peer, true, Some(&real_ip));
+        let named = Origin::of(&h, &Uri::from_static("/"), peer, &addrs(true, Some("x-real-ip")));
         assert_eq!(named.client, Some("10.1.1.1".parse().unwrap()));
         h.append("x-real-ip", HeaderValue::from_static("10.2.2.2"));
-        assert_eq!(Origin::of(&h, &Uri::from_static("/"), peer, true, Some(&real_ip)).client, None, "two values");
-        let bare = Origin::of(&HeaderMap::new(), &Uri::from_static("/"), peer, true, None);
+        assert_eq!(
+            Origin::of(&h, &Uri::from_static("/"), peer, &addrs(true, Some("x-real-ip"))).client,
+            None,
+            "two values"
+        );
+        let bare = Origin::of(&HeaderMap::new(), &Uri::from_static("/"), peer, &addrs(true, None));
         assert_eq!(bare.client, None, "never the proxy's own address");
         h.remove("x-real-ip");
         let mut out = h.clone();
-        prepare_request_headers(&mut out, false, &untrusted, false, h.get(header::HOST).cloned());
+        prepare_request_headers(&mut out, false, &untrusted, h.get(header::HOST).cloned());
         assert_eq!(out["x-forwarded-for"], "10.0.0.9");
         assert_eq!(out["x-forwarded-proto"], "http");
         assert_eq!(out["x-forwarded-host"], "shop.test");
         assert!(!out.contains_key(QUEUE_USER));
         let mut out = h.clone();
-        prepare_request_headers(&mut out, false, &trusted, true, None);
+        prepare_request_headers(&mut out, false, &trusted, None);
         assert_eq!(out["x-forwarded-for"], "1.2.3.4, 5.6.7.8, 10.0.0.9");
     }
 
-    #[test]
     fn joins_base_and_path() {
         let base: Uri = "http://127.0.0.1:3000/app/".parse().unwrap();
         assert_eq!(join(&base, "/x?y=1").unwrap().to_string(), "http://127.0.0.1:3000/app/x?y=1");

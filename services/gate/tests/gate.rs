@@ -392,7 +392,10 @@ async fn forward_auth_conventions(b: Backend) {
     // X-Real-IP only when named by --client-ip-header (then X-Forwarded-For is not read).
     let mut c = config(&s, None, &key_file(dir.path(), "k5.pem"));
     c.rules.bypass_networks.push("10.9.0.0/16".parse().unwrap());
-    c.client_ip_header = Some(axum::http::HeaderName::from_static("x-real-ip"));
+    c.client_addrs = service_kit::ClientAddrs::new(&service_kit::ProxyFlags {
+        client_ip_header: Some(axum::http::HeaderName::from_static("x-real-ip")),
+        ..Default::default()
+    });
     let g5 = Gate::start(c).await;
     let ask = |xff: &'static str, real_ip: &'static str| {
         client()

@@ -40,9 +40,11 @@ pub struct Config {
     /// (the default: only the page this service serves).
     #[arg(long, env = "CORS_ORIGINS", default_value = "", value_parser = cors::Origins::parse)]
     pub cors_origins: cors::Origins,
-    /// Take the client address from X-Forwarded-For (behind a trusted proxy).
-    #[arg(long, env = "TRUST_PROXY", default_value_t = false)]
-    pub trust_proxy: bool,
+    /// Who the client is behind your proxies (rate limits, stream limits and
+    /// proof-of-work challenges are per client address): --trusted-proxies,
+    /// --trust-proxy, --client-ip-header (docs/security.md, "The client's address").
+    #[command(flatten)]
+    pub proxy: service_kit::ProxyFlags,
     /// How often push streams are refreshed without a promotion announcement (100ms to 60s).
     #[arg(long, env = "PUSH_TICK", default_value = "1s",
           value_parser = service_kit::duration(Duration::from_millis(100)..=Duration::from_secs(60)))]
@@ -95,7 +97,8 @@ mod tests {
     fn flags_and_their_defaults() {
         let c = parse::<Config>(&[]).unwrap();
         assert_eq!((c.common.listen.to_string(), c.push_tick), ("127.0.0.1:8080".to_string(), Duration::from_secs(1)));
-        assert_eq!((c.rate_limit, c.rate_burst, c.trust_proxy), (20.0, 40.0, false));
+        assert_eq!((c.rate_limit, c.rate_burst, c.proxy.trust_proxy), (20.0, 40.0, false));
+        assert!(c.proxy.trusted_proxies.is_empty() && c.proxy.client_ip_header.is_none());
         assert_eq!((c.max_streams, c.max_streams_per_addr), (100_000, 64));
         let c = parse::<Config>(&["--max-streams", "5", "--max-streams-per-addr", "0"]).unwrap();
         assert_eq!((c.max_streams, c.max_streams_per_addr), (5, 0));

@@ -54,6 +54,14 @@ pub struct AppState {
     pub registered: std::sync::Mutex<std::collections::HashSet<String>>,
     /// Flips to true on shutdown, ending push streams.
     pub shutdown: watch::Receiver<bool>,
+    /// Who the client is behind the proxies in front (`--trusted-proxies`).
+    pub client_addrs: service_kit::ClientAddrs,
+}
+
+impl service_kit::HasClientAddrs for AppState {
+    fn client_addrs(&self) -> &service_kit::ClientAddrs {
+        &self.client_addrs
+    }
 }
 
 /// Largest request body accepted (an entry is a nickname).
@@ -126,6 +134,7 @@ pub async fn serve(
         limiter: limit::RateLimiter::new(config.rate_limit, config.rate_burst),
         pow: pow::Gate::new(config.pow_secret.as_deref()),
         streams: conn_limit::ConnLimit::new(config.max_streams, config.max_streams_per_addr),
+        client_addrs: service_kit::ClientAddrs::new(&config.proxy),
         config,
         store,
         hub,

@@ -4,8 +4,7 @@ use crate::error::ApiError;
 use crate::extract::{EntryRequest, Field, JsonBody};
 use crate::hub::Summary;
 use crate::AppState;
-use axum::extract::{ConnectInfo, FromRequestParts, Query, State};
-use axum::http::request::Parts;
+use axum::extract::{FromRequestParts, Query, State};
 use axum::response::sse::{Event, KeepAlive, Sse};
 use axum::response::{IntoResponse, Response};
 use axum::Json;
@@ -13,7 +12,7 @@ use futures_util::Stream;
 use queue_client::{Standing, Status};
 use serde::Deserialize;
 use serde_json::{json, Value};
-use std::net::{IpAddr, SocketAddr};
+use std::net::IpAddr;
 use std::sync::Arc;
 
 type St = State<Arc<AppState>>;
@@ -21,25 +20,9 @@ type St = State<Arc<AppState>>;
 /// The queue of seed 000's contract, used when a request names none.
 pub const DEFAULT_QUEUE: &str = "default";
 
-/// The client's address: the peer's, or with `--trust-proxy` the first address of
-/// X-Forwarded-For. Read from the request in place (no copy of its headers).
-pub struct ClientIp(pub IpAddr);
-
-impl FromRequestParts<Arc<AppState>> for ClientIp {
-    type Rejection = ApiError;
-
-    async fn from_request_parts(parts: &mut Parts, state: &Arc<AppState>) -> Result<Self, ApiError> {
-        if state.config.trust_proxy {
-            let forwarded = parts.headers.get("x-forwarded-for").and_then(|v| v.to_str().ok());
-            if let Some(ip) = forwarded.and_then(|v| v.split(',').next()).and_then(|v| v.trim().parse().ok()) {
-                return Ok(ClientIp(ip));
-            }
-        }
-        // The server puts the peer's address on every request it serves.
-        let peer = parts.extensions.get::<ConnectInfo<SocketAddr>>().map(|c| c.0.ip());
-        Ok(ClientIp(peer.unwrap_or(IpAddr::V4(std::net::Ipv4Addr::UNSPECIFIED))))
-    }
-}
+/// The client's address: the peer's, or behind the proxies the operator names what
+/// they say (`service_kit::client_addr`, one reading for every service).
+pub use service_kit::ClientAddr as ClientIp;
 
 /// Takes a token for the client's address.
 fn rate_limit(state: &AppState, ClientIp(ip): &ClientIp) -> Result<IpAddr, ApiError> {

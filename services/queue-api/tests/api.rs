@@ -681,7 +681,7 @@ async fn proof_of_work_at_entry(b: Backend) {
     let qc = client_for(&s).await;
     qc.config_set("default", &[("soft_cap", 0), ("pow_difficulty", 10)]).await.unwrap();
     let mut config = queue_api::Config::local(&s.url());
-    config.trust_proxy = true;
+    config.proxy.trust_proxy = true;
     let api = Api::start(config).await;
     let http = reqwest::Client::new();
     let enter = |from: &'static str, body: Value| {
@@ -760,7 +760,7 @@ async fn stream_limits_refuse_with_429_and_503() {
     let qc = client_for(&s).await;
     qc.config_set("default", &[("soft_cap", 0)]).await.unwrap();
     let mut config = queue_api::Config::local(&s.url());
-    config.trust_proxy = true;
+    config.proxy.trust_proxy = true;
     config.max_streams = 3;
     config.max_streams_per_addr = 2;
     let api = Api::start(config).await;
