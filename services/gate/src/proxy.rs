@@ -514,6 +514,7 @@ mod tests {
         assert_eq!(out["x-forwarded-for"], "1.2.3.4, 5.6.7.8, 10.0.0.9");
     }
 
+    #[test]
     fn joins_base_and_path() {
         let base: Uri = "http://127.0.0.1:3000/app/".parse().unwrap();
         assert_eq!(join(&base, "/x?y=1").unwrap().to_string(), "http://127.0.0.1:3000/app/x?y=1");
