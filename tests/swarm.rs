@@ -1,7 +1,8 @@
 //! `queue-cli swarm` against the whole system, on both backends: a few hundred
 //! virtual users through a small soft cap, some abandoning, all racing and reusing
 //! tickets, every entry paying a proof of work; the report's audits must all be zero. And the audit can fail: told a soft
-//! cap lower than the server's, the swarm reports the breach and exits 1.
+//! cap lower than the server's, the swarm reports the breach and exits 1. A cap an operator raises during the run is
+//! followed (no breach).
 
 use e2e::{client_binary, e2e_tests, Stack, StackOptions, ADMIN_TOKEN, CROWD};
 use serde_json::Value;
@@ -78,4 +79,35 @@ async fn a_soft_cap_breach_is_reported() {
     let (code, r, stderr) = swarm(&stack, &args).await;
     assert!(n(&r, "over_capacity") > 0 && n(&r, "max_holding") > 2, "{r:#}\n{stderr}");
     assert_eq!(code, Some(1), "a breach fails the run: {r:#}");
+}
+
+/// An operator raises the soft cap while a line waits: the swarm follows the cap through
+/// the back office, so the admissions the higher cap allows are no breach.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_cap_raised_during_a_run_is_followed() {
+    let stack = Stack::start(Backend::Module, StackOptions { soft_cap: 3, ..Default::default() }).await;
+    let flags =
+        "--users 40 --rate 20 --stay-secs 1 --abandon 0 --race 0 --polling 0.2 --poll-secs 0.3 --timeout-secs 60";
+    let args: Vec<&str> = flags.split_whitespace().chain(["--admin-token", ADMIN_TOKEN]).collect();
+    let raise = async {
+        // Once a line has formed behind the cap of 3, raise it to 12.
+        let deadline = std::time::Instant::now() + e2e::WAIT;
+        while stack.info()["waiting"] < 10 {
+            assert!(std::time::Instant::now() < deadline, "no line formed: {:?}", stack.info());
+            tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+        }
+        let url = format!("{}/api/admin/queues/{}", stack.api.url(), stack.queue);
+        let body = serde_json::json!({ "soft_cap": 12 });
+        let resp = reqwest::Client::new().put(url).bearer_auth(ADMIN_TOKEN).json(&body).send().await.unwrap();
+        assert!(resp.status().is_success(), "raising the cap: {}", resp.status());
+    };
+    let ((code, r, stderr), ()) = tokio::join!(swarm(&stack, &args), raise);
+    let summary = format!("{r:#}\n{stderr}");
+    assert!(n(&r, "max_holding") > 3, "the raised cap let more in: {summary}");
+    assert_eq!(n(&r, "over_capacity"), 0, "{summary}");
+    assert_eq!(n(&r, "server_over_capacity"), 0, "{summary}");
+    assert_eq!(code, Some(0), "{summary}");
+    assert_eq!(n(&r, "soft_cap"), 3, "the cap at the start: {summary}");
+    let changes = r["soft_cap_changes"].as_array().unwrap_or_else(|| panic!("soft_cap_changes: {summary}"));
+    assert!(changes.iter().any(|c| c["from"] == 3 && c["to"] == 12), "the raise was seen: {summary}");
 }

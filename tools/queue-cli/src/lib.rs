@@ -4,6 +4,7 @@
 //! is its command line.
 
 pub mod api;
+pub mod capacity;
 pub mod chaos;
 pub mod chat;
 pub mod gate;

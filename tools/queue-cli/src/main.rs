@@ -162,11 +162,13 @@ enum Command {
         /// Seconds between polls.
         #[arg(long, default_value_t = 1.0)]
         poll_secs: f64,
-        /// The queue's soft cap, for the over-capacity audit (read from the back office
-        /// when --admin-token is given).
+        /// The queue's soft cap for the over-capacity audit, for the whole run (without
+        /// it, the cap in force is read from the back office throughout the run when
+        /// --admin-token is given).
         #[arg(long)]
         soft_cap: Option<u64>,
-        /// queue-api's admin token: also samples the server's own counts.
+        /// queue-api's admin token: reads the soft cap in force and the server's own
+        /// counts from the back office every 250 ms.
         #[arg(long, env = "ADMIN_TOKEN")]
         admin_token: Option<String>,
         /// Stop after this many seconds whatever the state.

@@ -11,9 +11,11 @@
 //!   B's promotion was seen, still says WAITING, someone jumped the line.
 //! - **Over capacity.** The swarm counts the users holding a ticket or a session,
 //!   adding one only after a promotion is seen and removing one before a session is
-//!   given back, so its count never exceeds the server's: a count above the soft cap is
-//!   a real breach. With an admin token, queue-api's back office is also sampled
-//!   (`active + joining` against `soft_cap`).
+//!   given back, so its count never exceeds the server's. With an admin token the
+//!   back office is read every 250 ms, for the soft cap in force (an operator may
+//!   change it during the run) and the server's own `active + joining`. A count is
+//!   judged against the caps that may have been in force when the last admission it
+//!   holds was made, so that only a real breach counts ([`crate::capacity`]).
 //! - **Double claims.** Some users open two handshakes with one ticket at once, and
 //!   everyone tries the used ticket again after leaving: every extra admission counts.
 //!
@@ -23,6 +25,7 @@
 //! estimate's own unit); estimates that were missing (null) are counted apart.
 
 use crate::api::{Api, ApiError, Polled, Via};
+use crate::capacity::{self, Admission, CapChange, CapHistory, Sample};
 use crate::chat::{self, Handshake, Incoming};
 use crate::gate::{Gate, GateReport};
 use crate::outage::{self, Outage, OutageLog};
@@ -85,7 +88,11 @@ pub struct Report {
     pub rank_rises: u64,
     pub fifo_audits: u64,
     pub over_capacity: u64,
+    /// The soft cap at the start (given, or read from the back office).
     pub soft_cap: Option<u64>,
+    /// The changes of the soft cap read from the back office during the run (none when
+    /// `--soft-cap` fixed it).
+    pub soft_cap_changes: Vec<CapChange>,
     pub max_holding: u64,
     pub server_samples: u64,
     pub server_over_capacity: u64,
@@ -152,8 +159,10 @@ impl Report {
 
 impl std::fmt::Display for Report {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        let cap =
-            self.soft_cap.map(|c| c.to_string()).unwrap_or_else(|| "unknown (give --soft-cap or --admin-token)".into());
+        let cap = match self.soft_cap {
+            Some(_) => capacity::describe(self.soft_cap, &self.soft_cap_changes),
+            None => "unknown (give --soft-cap or --admin-token)".into(),
+        };
         let mark = |n: u64| if n == 0 { "ok" } else { "FAIL" };
         writeln!(f, "swarm report ({:.1} s)", self.duration_seconds)?;
         let cores = if self.duration_seconds > 0.0 { self.own_cpu_seconds / self.duration_seconds } else { 0.0 };
@@ -270,10 +279,15 @@ struct Person {
     eta_at_rank10: Option<(Instant, Option<u64>)>,
     /// Journeys started over (chaos runs): an audit picked before a restart is void.
     generation: u32,
+    /// The last WAITING answer of this journey (its entry request when none): the
+    /// promotion came after it.
+    last_waiting: Option<Instant>,
 }
 
 #[derive(Default)]
 struct Ledger {
+    /// The start of the run: times in the capacity audit count from here.
+    epoch: Option<Instant>,
     people: Vec<Person>,
     /// No one before this index is still waiting.
     first_waiting: usize,
@@ -283,6 +297,15 @@ struct Ledger {
     slot_to_promotion: Vec<f64>,
     eta_entry_errors: Vec<f64>,
     eta_rank10_errors: Vec<f64>,
+    /// The soft caps read from the back office, and the one given up front if any.
+    caps: CapHistory,
+    given_cap: Option<CapHistory>,
+    /// Promotions seen, by whom, and how many of them are judged so far.
+    admissions: Vec<(usize, Admission)>,
+    admissions_judged: usize,
+    /// The server's counts from the back office, and how many are judged so far.
+    samples: Vec<Sample>,
+    samples_judged: usize,
     report: Report,
 }
 
@@ -309,22 +332,68 @@ impl Ledger {
         self.people[self.first_waiting..].iter().any(|p| p.phase == Phase::Waiting && p.steadfast)
     }
 
+    /// Seconds since the start of the run.
+    fn at(&self, t: Instant) -> f64 {
+        self.epoch.map_or(0.0, |e| t.saturating_duration_since(e).as_secs_f64())
+    }
+
+    /// A back-office reading: its request left at `sent`, the answer came at `recv`.
+    fn server_read(&mut self, sent: Instant, recv: Instant, soft_cap: Option<u64>, in_use: u64) {
+        let (sent, recv) = (self.at(sent), self.at(recv));
+        if let Some(cap) = soft_cap {
+            self.caps.read(sent, recv, cap);
+        }
+        let r = &mut self.report;
+        r.server_samples += 1;
+        r.server_max_in_use = r.server_max_in_use.max(in_use);
+        self.samples.push(Sample { sent, recv, in_use });
+        self.judge_capacity(false);
+    }
+
+    /// Judges the promotions seen and the server's counts against the caps that may
+    /// have been in force, those whose verdict no later reading can change (all of
+    /// them when `all`: the run is over).
+    fn judge_capacity(&mut self, all: bool) {
+        let caps = self.given_cap.as_ref().unwrap_or(&self.caps);
+        let mut breaches = Vec::new();
+        while let Some((who, a)) = self.admissions.get(self.admissions_judged) {
+            if !all && !caps.settled(a.until()) {
+                break;
+            }
+            if let Some(cap) = a.over(caps) {
+                let h = a.holding;
+                breaches.push((*who, format!("{h} users hold tickets or sessions, over the soft cap {cap} in force")));
+            }
+            self.admissions_judged += 1;
+        }
+        let caps = &self.caps;
+        while let Some(s) = self.samples.get(self.samples_judged) {
+            if !all && !caps.settled(s.until()) {
+                break;
+            }
+            let prev = self.samples_judged.checked_sub(1).map(|i| &self.samples[i]);
+            if s.over(prev, caps).is_some() {
+                self.report.server_over_capacity += 1;
+            }
+            self.samples_judged += 1;
+        }
+        for (who, e) in breaches {
+            self.report.over_capacity += 1;
+            self.error(who, e);
+        }
+    }
+
     /// `who` was seen promoted: count it, and pick whom to audit (see the module docs):
     /// (index, generation, userId, forwarded-for).
-    fn promoted(
-        &mut self,
-        who: usize,
-        soft_cap: Option<u64>,
-        now: Instant,
-    ) -> Option<(usize, u32, String, Option<String>)> {
+    fn promoted(&mut self, who: usize, now: Instant) -> Option<(usize, u32, String, Option<String>)> {
         self.report.promoted += 1;
         self.holding += 1;
         self.report.max_holding = self.report.max_holding.max(self.holding);
-        if soft_cap.is_some_and(|cap| self.holding > cap) {
-            self.report.over_capacity += 1;
-            let h = self.holding;
-            self.error(who, format_args!("{h} users hold tickets or sessions, over the soft cap"));
-        }
+        let me = &self.people[who];
+        let earliest = self.at(me.last_waiting.unwrap_or(me.entry_sent));
+        let admission = Admission { earliest, seen: self.at(now), holding: self.holding };
+        self.admissions.push((who, admission));
+        self.judge_capacity(false);
         let me = &self.people[who];
         let entered = me.entry_recv.unwrap_or(now);
         let sent = me.entry_sent;
@@ -457,20 +526,19 @@ pub async fn run_through(
     let progress = Arc::new(progress);
     let started_at = Instant::now();
     let cpu_at_start = own_cpu_seconds();
-    let http = Api::http_client();
-    let mut cfg = cfg;
-    if cfg.soft_cap.is_none() {
-        if let Some(token) = &cfg.admin_token {
-            cfg.soft_cap = admin_info(&http, &cfg, token).await.ok().and_then(|v| v["soft_cap"].as_u64());
-        }
-    }
+    let ledger =
+        Ledger { epoch: Some(started_at), given_cap: cfg.soft_cap.map(CapHistory::fixed), ..Ledger::default() };
     let shared = Arc::new(Shared {
         deadline: started_at + cfg.timeout,
-        http,
-        ledger: Mutex::new(Ledger::default()),
+        http: Api::http_client(),
+        ledger: Mutex::new(ledger),
         cfg: cfg.clone(),
         gate,
     });
+    // The cap in force before anyone arrives, then read throughout the run.
+    if let Some(token) = &cfg.admin_token {
+        read_server(&shared, token).await;
+    }
     let mut rng = rand::rngs::StdRng::seed_from_u64(cfg.seed);
     let plans: Vec<Plan> = (0..cfg.users)
         .map(|_| Plan {
@@ -485,7 +553,7 @@ pub async fn run_through(
         })
         .collect();
 
-    let sampler = cfg.admin_token.clone().map(|token| tokio::spawn(sample_server(shared.clone(), token)));
+    let sampler = cfg.admin_token.clone().map(|token| tokio::spawn(follow_server(shared.clone(), token)));
     let started = Arc::new(std::sync::atomic::AtomicUsize::new(0));
     let ticker = {
         let (shared, started, progress) = (shared.clone(), started.clone(), progress.clone());
@@ -516,6 +584,7 @@ pub async fn run_through(
                     eta_at_entry: None,
                     eta_at_rank10: None,
                     generation: 0,
+                    last_waiting: None,
                 });
                 if plan.polling {
                     l.report.polling_users += 1;
@@ -539,6 +608,7 @@ pub async fn run_through(
     progress(shared.with(|l| l.progress(n)));
 
     let mut l = shared.ledger.lock().unwrap();
+    l.judge_capacity(true);
     let mut report = std::mem::take(&mut l.report);
     report.users = cfg.users;
     report.unfinished = (cfg.users - l.people.iter().filter(|p| p.phase == Phase::Done).count()) as u64;
@@ -547,7 +617,10 @@ pub async fn run_through(
             .first_errors
             .push(format!("timed out after {:?} with {} users unfinished", cfg.timeout, report.unfinished));
     }
-    report.soft_cap = cfg.soft_cap;
+    (report.soft_cap, report.soft_cap_changes) = match &l.given_cap {
+        Some(given) => (given.first(), Vec::new()),
+        None => (l.caps.first(), l.caps.changes()),
+    };
     report.wait_seconds = Percentiles::of(std::mem::take(&mut l.waits));
     report.slot_to_promotion_seconds = Percentiles::of(std::mem::take(&mut l.slot_to_promotion));
     report.eta_error_at_entry = Percentiles::of(std::mem::take(&mut l.eta_entry_errors));
@@ -572,22 +645,25 @@ async fn admin_info(http: &reqwest::Client, cfg: &SwarmConfig, token: &str) -> R
     Ok(v["info"].clone())
 }
 
-/// Samples the server's own counts through the back office until aborted.
-async fn sample_server(shared: Arc<Shared>, token: String) {
+/// How often the back office is read during a run.
+const SERVER_READ_EVERY: Duration = Duration::from_millis(250);
+
+/// One back-office reading: the soft cap in force and the server's own counts.
+async fn read_server(shared: &Shared, token: &str) {
+    let sent = Instant::now();
+    if let Ok(info) = admin_info(&shared.http, &shared.cfg, token).await {
+        let in_use = info["active"].as_u64().unwrap_or(0) + info["joining"].as_u64().unwrap_or(0);
+        let cap = info["soft_cap"].as_u64();
+        let recv = Instant::now();
+        shared.with(|l| l.server_read(sent, recv, cap, in_use));
+    }
+}
+
+/// Reads the back office every [`SERVER_READ_EVERY`] until aborted.
+async fn follow_server(shared: Arc<Shared>, token: String) {
     loop {
-        if let Ok(info) = admin_info(&shared.http, &shared.cfg, &token).await {
-            let in_use = info["active"].as_u64().unwrap_or(0) + info["joining"].as_u64().unwrap_or(0);
-            let cap = info["soft_cap"].as_u64();
-            shared.with(|l| {
-                let r = &mut l.report;
-                r.server_samples += 1;
-                r.server_max_in_use = r.server_max_in_use.max(in_use);
-                if cap.is_some_and(|c| in_use > c) {
-                    r.server_over_capacity += 1;
-                }
-            });
-        }
-        tokio::time::sleep(Duration::from_millis(250)).await;
+        tokio::time::sleep(SERVER_READ_EVERY).await;
+        read_server(&shared, &token).await;
     }
 }
 
@@ -707,6 +783,7 @@ async fn journey_once(
         p.entry_recv = Some(now);
         p.user_id = entered.user_id.clone();
         p.phase = Phase::Waiting;
+        p.last_waiting = (entered.status == Status::Waiting).then_some(now);
         if entered.status == Status::Waiting {
             p.eta_at_entry = Some((now, entered.estimated_wait_seconds));
             if entered.rank <= 10 {
@@ -737,7 +814,7 @@ async fn journey_once(
         return Err(format!("expected a ticket, got {}", standing.status.as_str()).into());
     }
     let promoted_at = Instant::now();
-    let audit = shared.with(|l| l.promoted(who, cfg.soft_cap, promoted_at));
+    let audit = shared.with(|l| l.promoted(who, promoted_at));
     if let Some((ahead, generation, user, ff)) = audit {
         tokio::spawn(audit_fifo(shared.clone(), who, ahead, generation, user, ff));
     }
@@ -761,9 +838,11 @@ async fn wait(
     chaos: Option<&Arc<OutageLog>>,
 ) -> Result<Option<Standing>, String> {
     let mut last_rank = entered.rank;
+    let mut last_waiting = None;
     let on_update = |s: &Standing, _via: Via| {
+        let at = Instant::now();
+        last_waiting = Some(at);
         if s.status == Status::Waiting && s.rank <= 10 {
-            let at = Instant::now();
             shared.with(|l| {
                 let p = &mut l.people[who];
                 p.eta_at_rank10.get_or_insert((at, s.estimated_wait_seconds));
@@ -816,6 +895,9 @@ async fn wait(
             }
         }
     };
+    if let Some(at) = last_waiting {
+        shared.with(|l| l.people[who].last_waiting = Some(at));
+    }
     result.map(Some).map_err(|e| format!("following the line: {e}"))
 }
 
@@ -1040,6 +1122,7 @@ mod tests {
             eta_at_entry: None,
             eta_at_rank10: None,
             generation: 0,
+            last_waiting: None,
         });
     }
 
@@ -1052,8 +1135,8 @@ mod tests {
         l.people[0].eta_at_entry = Some((t0, Some(10)));
         l.people[0].eta_at_rank10 = Some((t0 + Duration::from_secs(4), Some(2)));
         l.people[1].eta_at_entry = Some((t0, None));
-        l.promoted(0, None, t0 + Duration::from_secs(8));
-        l.promoted(1, None, t0 + Duration::from_millis(500));
+        l.promoted(0, t0 + Duration::from_secs(8));
+        l.promoted(1, t0 + Duration::from_millis(500));
         assert_eq!(l.eta_entry_errors, vec![0.25]);
         assert_eq!(l.eta_rank10_errors, vec![0.5]);
         assert_eq!(l.report.eta_missing, 1);
@@ -1070,9 +1153,9 @@ mod tests {
         person(&mut l, "c", ms(20), ms(25), true);
         person(&mut l, "d", ms(40), ms(45), true);
         // d promoted: b is the earliest steadfast waiter who entered before d's request.
-        assert_eq!(l.promoted(3, Some(10), ms(50)).map(|t| (t.0, t.2)), Some((1, "b".to_string())));
+        assert_eq!(l.promoted(3, ms(50)).map(|t| (t.0, t.2)), Some((1, "b".to_string())));
         // c promoted: b's entry answer came after c's request left, so no one is surely ahead.
-        assert_eq!(l.promoted(2, Some(10), ms(60)), None);
+        assert_eq!(l.promoted(2, ms(60)), None);
         assert_eq!(l.report.promoted, 2);
     }
 
@@ -1080,19 +1163,72 @@ mod tests {
     fn holding_more_than_the_soft_cap_is_a_breach_and_frees_time_the_next_promotion() {
         let t0 = Instant::now();
         let ms = |n| t0 + Duration::from_millis(n);
-        let mut l = Ledger::default();
+        let mut l = Ledger { epoch: Some(t0), given_cap: Some(CapHistory::fixed(2)), ..Ledger::default() };
         for u in ["a", "b", "c", "d"] {
             person(&mut l, u, ms(0), ms(1), true);
         }
-        l.promoted(0, Some(2), ms(10));
-        l.promoted(1, Some(2), ms(10));
+        l.promoted(0, ms(10));
+        l.promoted(1, ms(10));
         assert_eq!((l.report.over_capacity, l.report.max_holding), (0, 2));
-        l.promoted(2, Some(2), ms(10));
+        l.promoted(2, ms(10));
         assert_eq!((l.report.over_capacity, l.holding), (1, 3));
         l.release(ms(100)); // d still waits: the freed place is timed
-        l.promoted(3, Some(2), ms(350));
+        l.promoted(3, ms(350));
         assert_eq!(l.slot_to_promotion, vec![0.25]);
         l.release(ms(400)); // nobody waits any more: nothing to time
         assert!(l.frees.is_empty());
+    }
+}
+
+#[cfg(test)]
+mod capacity_tests {
+    use super::*;
+
+    /// People promoted one after another and nobody leaving, the back office read every
+    /// 250 ms; the cap goes from 2 to `raised` at 1 s.
+    fn run_with_cap_raised_to(raised: u64) -> Report {
+        let t0 = Instant::now();
+        let at = |s: f64| t0 + Duration::from_secs_f64(s);
+        let mut l = Ledger { epoch: Some(t0), ..Ledger::default() };
+        let cap = |s: f64| if s < 1.0 { 2 } else { raised };
+        let mut reading = 0.0;
+        for who in 0..5 {
+            // Promoted at 0.2, 0.5 (up to the cap of 2), then 1.6, 1.9, 2.2 s.
+            let seen = if who < 2 { 0.2 + 0.3 * who as f64 } else { 1.0 + 0.3 * who as f64 };
+            while reading < seen {
+                l.server_read(at(reading), at(reading + 0.01), Some(cap(reading)), 0);
+                reading += 0.25;
+            }
+            l.people.push(Person {
+                phase: Phase::Waiting,
+                entry_sent: at(0.0),
+                entry_recv: Some(at(0.0)),
+                steadfast: true,
+                user_id: format!("u{who}"),
+                forwarded_for: None,
+                eta_at_entry: None,
+                eta_at_rank10: None,
+                generation: 0,
+                last_waiting: Some(at(seen - 0.1)),
+            });
+            l.promoted(who, at(seen));
+        }
+        l.judge_capacity(true);
+        l.report.soft_cap_changes = l.caps.changes();
+        l.report.soft_cap = l.caps.first();
+        std::mem::take(&mut l.report)
+    }
+
+    #[test]
+    fn the_ledger_follows_a_raised_cap_and_still_catches_an_excess() {
+        let r = run_with_cap_raised_to(10);
+        assert_eq!((r.over_capacity, r.max_holding), (0, 5), "{:?}", r.first_errors);
+        assert_eq!(r.soft_cap_changes, vec![CapChange { at_seconds: 1.01, from: 2, to: 10 }]);
+        let text = r.to_string();
+        assert!(text.contains("soft cap 2 -> 10 at 1.0 s"), "{text}");
+        // Raised to 3 only: the fourth and fifth promotions went over it.
+        let r = run_with_cap_raised_to(3);
+        assert_eq!(r.over_capacity, 2, "{:?}", r.first_errors);
+        assert!(r.first_errors[0].contains("over the soft cap 3 in force"), "{:?}", r.first_errors);
     }
 }
