@@ -74,7 +74,8 @@ const REQUEST_TIMEOUT: Duration = Duration::from_secs(10);
 
 impl Api {
     /// `base` like `http://127.0.0.1:8080`. `forwarded_for` sets `X-Forwarded-For` on every
-    /// request (a queue-api started with `--trust-proxy` then limits each address alone).
+    /// request (a queue-api trusting this client as a proxy, `--trusted-proxies` or
+    /// `--trust-proxy`, then limits each address alone).
     pub fn new(http: reqwest::Client, base: &str, queue: &str, forwarded_for: Option<String>) -> Api {
         Api { http, base: base.trim_end_matches('/').to_string(), queue: queue.to_string(), forwarded_for }
     }

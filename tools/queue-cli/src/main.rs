@@ -178,7 +178,7 @@ enum Command {
         #[arg(long, default_value = "v")]
         nickname_prefix: String,
         /// Do not send a distinct X-Forwarded-For per user (each user is one address to a
-        /// queue-api started with --trust-proxy).
+        /// queue-api trusting loopback as a proxy: --trusted-proxies 127.0.0.1).
         #[arg(long)]
         no_forwarded_for: bool,
         /// Seed for the dice (who abandons, races, polls; how long each stays).
