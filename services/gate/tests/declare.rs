@@ -20,7 +20,8 @@ fn registry(valkey: &ValkeyServer) -> Vec<String> {
 async fn the_routes_queues_are_declared_at_start(b: Backend) {
     let mut valkey = ValkeyServer::start(b);
     assert!(registry(&valkey).is_empty());
-    let p = Proxied::with(valkey, true, |c| c.rules.unmatched = queue_gate::rules::Unmatched::Queue("lobby".into())).await;
+    let p =
+        Proxied::with(valkey, true, |c| c.rules.unmatched = queue_gate::rules::Unmatched::Queue("lobby".into())).await;
     let declared = eventually(Duration::from_secs(10), async || registry(&p.valkey).len() == 3).await;
     assert!(declared, "the gate's queues are in the registry: {:?}", registry(&p.valkey));
     assert_eq!(registry(&p.valkey), ["concert", "drop", "lobby"]);

@@ -157,7 +157,8 @@ pub async fn list(
     let known = names.len();
     let matching: Vec<&String> = names.iter().filter(|q| q.to_ascii_lowercase().contains(&search)).collect();
     let total = matching.len();
-    let page: Vec<&String> = matching.into_iter().skip(offset.min(usize::MAX as u64) as usize).take(limit as usize).collect();
+    let page: Vec<&String> =
+        matching.into_iter().skip(offset.min(usize::MAX as u64) as usize).take(limit as usize).collect();
     let reads = page.iter().map(|q| {
         let client = client.clone();
         async move { (client.info(q).await, client.paused_soft_cap(q).await) }
@@ -256,7 +257,9 @@ pub async fn delete(AdminQueue { state, queue }: AdminQueue) -> Result<Json<Valu
     // Someone let in meanwhile by an instance that still kept it as declared keeps it.
     if let Some(why) = in_use(&client, &queue).await? {
         state.declared.declare(&client, &queue).await?;
-        return Err(ApiError::QueueInUse(format!("{why} (someone entered during the deletion; its settings were reset)")));
+        return Err(ApiError::QueueInUse(format!(
+            "{why} (someone entered during the deletion; its settings were reset)"
+        )));
     }
     audit(&state, &queue, "delete", json!({ "keys": removed }));
     Ok(Json(json!({ "queue": queue, "deleted": true })))

@@ -108,7 +108,9 @@ impl ApiError {
             ApiError::UnknownQueue(q) => (
                 StatusCode::NOT_FOUND,
                 "unknown_queue",
-                format!("there is no queue named {q}: queues are made by an operator (the back office or QUEUE.CONFIG)"),
+                format!(
+                    "there is no queue named {q}: queues are made by an operator (the back office or QUEUE.CONFIG)"
+                ),
             ),
             ApiError::QueueInUse(m) => (StatusCode::CONFLICT, "queue_in_use", m.clone()),
         }

@@ -105,7 +105,11 @@ async fn an_undeclared_queue_is_404_everywhere_and_nothing_is_written(b: Backend
     let user = "0b5e7c2e-4f57-4b7a-9d6e-7a3c1f2b9e10";
     for (method, path, body) in [
         (Method::POST, "/api/queue/entry".to_string(), Some(json!({"nickname": "eve", "queue": "junk-1"}))),
-        (Method::POST, "/api/queue/entry".to_string(), Some(json!({"nickname": "eve", "queue": "junk-2", "userId": user}))),
+        (
+            Method::POST,
+            "/api/queue/entry".to_string(),
+            Some(json!({"nickname": "eve", "queue": "junk-2", "userId": user})),
+        ),
         (Method::GET, format!("/api/queue/status?userId={user}&queue=junk-1"), None),
         (Method::DELETE, format!("/api/queue/entry?userId={user}&queue=junk-1"), None),
         (Method::GET, format!("/api/queue/stream?userId={user}&queue=junk-1"), None),
@@ -156,7 +160,8 @@ async fn declared_queues_work_however_they_were_declared(b: Backend) {
         let (code, v) = api.enter(q).await;
         assert_eq!(code, 200, "{q}: {v}");
         let user = v["userId"].as_str().unwrap();
-        let (code, st) = api.call(Method::GET, &format!("/api/queue/status?userId={user}&queue={q}"), None, false).await;
+        let (code, st) =
+            api.call(Method::GET, &format!("/api/queue/status?userId={user}&queue={q}"), None, false).await;
         assert_eq!(code, 200, "{q}: {st}");
         let page = api.http.get(api.url(&format!("/?queue={q}"))).send().await.unwrap();
         assert_eq!(page.status(), 200, "{q}");
@@ -224,8 +229,8 @@ async fn delete_refuses_a_queue_in_use_and_removes_an_empty_one(b: Backend) {
     refused("one inside").await;
     qc.end_session("gone", &people[0]).await.unwrap();
     // Someone in the pre-queue of a scheduled opening keeps it in use too.
-    let in_an_hour = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_millis() as i64
-        + 3_600_000;
+    let in_an_hour =
+        std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_millis() as i64 + 3_600_000;
     qc.config_set("gone", &[("opens_at", in_an_hour)]).await.unwrap();
     let (code, early) = api.enter("gone").await;
     assert_eq!(code, 200, "{early}");
