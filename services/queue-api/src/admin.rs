@@ -37,6 +37,8 @@ type St = State<Arc<AppState>>;
 pub const MAX_LISTED: u64 = 500;
 /// Queues on a page of the listing when the request says nothing.
 pub const DEFAULT_LISTED: u64 = 50;
+/// The furthest offset into the listing (far past any number of queues).
+pub const MAX_OFFSET: u64 = 1_000_000_000;
 /// The longest search (a queue name's longest).
 const MAX_SEARCH: usize = 64;
 
@@ -142,6 +144,9 @@ pub async fn list(
         return Err(ApiError::BadRequest(format!("limit must be 1 to {MAX_LISTED}")));
     }
     let offset = q.offset.unwrap_or(0);
+    if offset > MAX_OFFSET {
+        return Err(ApiError::BadRequest(format!("offset must be 0 to {MAX_OFFSET}")));
+    }
     let search = q.search.unwrap_or_default().to_ascii_lowercase();
     if search.len() > MAX_SEARCH {
         return Err(ApiError::BadRequest(format!("search must be at most {MAX_SEARCH} characters")));
@@ -158,7 +163,7 @@ pub async fn list(
     let matching: Vec<&String> = names.iter().filter(|q| q.to_ascii_lowercase().contains(&search)).collect();
     let total = matching.len();
     let page: Vec<&String> =
-        matching.into_iter().skip(offset.min(usize::MAX as u64) as usize).take(limit as usize).collect();
+        matching.into_iter().skip(offset as usize).take(limit as usize).collect();
     let reads = page.iter().map(|q| {
         let client = client.clone();
         async move { (client.info(q).await, client.paused_soft_cap(q).await) }

@@ -116,7 +116,7 @@ pub fn document() -> Value {
                              { "name": "search", "in": "query", "required": false, "description": "only queues whose name holds this (any case)",
                                "schema": { "type": "string", "maxLength": 64 } },
                              { "name": "offset", "in": "query", "required": false, "description": "queues skipped (in name order)",
-                               "schema": { "type": "integer", "minimum": 0, "maximum": 1_000_000_000_u64, "default": 0 } },
+                               "schema": { "type": "integer", "minimum": 0, "maximum": crate::admin::MAX_OFFSET, "default": 0 } },
                              { "name": "limit", "in": "query", "required": false, "description": "queues on this page",
                                "schema": { "type": "integer", "minimum": 1, "maximum": crate::admin::MAX_LISTED, "default": crate::admin::DEFAULT_LISTED } } ],
                          "responses": { "200": { "description": "{queues: [...], total: how many match, known: how many queues there are, offset, limit, truncated: whether this page leaves any that match out, at}",

@@ -311,7 +311,7 @@ async fn the_listing_counts_pages_and_searches_every_queue(b: Backend) {
     assert_eq!((v["total"].as_u64(), v["truncated"].as_bool()), (Some(10), Some(true)), "{v}");
     assert_eq!(v["queues"].as_array().unwrap().len(), 5);
     // Bounds: limit 1 to 500; a bad value is a 400.
-    for bad in ["limit=0", "limit=501", "offset=-1", "limit=x", "search="] {
+    for bad in ["limit=0", "limit=501", "offset=-1", "offset=1000000001", "limit=x", "search="] {
         let (code, v) = api.admin(Method::GET, &format!("/api/admin/queues?{bad}"), None).await;
         if bad == "search=" {
             assert_eq!(code, 200, "an empty search is no search: {v}");
