@@ -2,9 +2,9 @@
 // in with the keyboard; the counts of the queue moving while a swarm runs, and the
 // chart drawing them; a soft cap raised in the settings form; an invalid value shown
 // at its field; pause and resume; another queue created by name, found by the
-// search and counted, an opening scheduled on it and its commitment shown. axe-core finds no serious or critical violation; the
-// Content-Security-Policy blocks nothing. Screenshots at desktop and phone widths go
-// to <shots>.
+// search and counted, an opening scheduled on it and its commitment shown. axe-core
+// finds no serious or critical violation; the Content-Security-Policy blocks nothing.
+// Screenshots at desktop and phone widths go to <shots>.
 //   node admin.mjs <queue-api URL> <admin token> <shots dir>
 // Prints REFUSED, SIGNED_IN; after "swarm" on stdin COUNTS <waiting values>; after
 // "cap <n>" SOFT_CAP <n>; INVALID <message>; after "pause" PAUSED; after "resume"
