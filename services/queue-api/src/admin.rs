@@ -162,8 +162,7 @@ pub async fn list(
     let known = names.len();
     let matching: Vec<&String> = names.iter().filter(|q| q.to_ascii_lowercase().contains(&search)).collect();
     let total = matching.len();
-    let page: Vec<&String> =
-        matching.into_iter().skip(offset as usize).take(limit as usize).collect();
+    let page: Vec<&String> = matching.into_iter().skip(offset as usize).take(limit as usize).collect();
     let reads = page.iter().map(|q| {
         let client = client.clone();
         async move { (client.info(q).await, client.paused_soft_cap(q).await) }
