@@ -1,10 +1,10 @@
 // The back office in headless Chromium: a wrong token refused (and not kept); signed
 // in with the keyboard; the counts of the queue moving while a swarm runs, and the
 // chart drawing them; a soft cap raised in the settings form; an invalid value shown
-// at its field; pause and resume; an opening scheduled on another queue and its
-// commitment shown. axe-core finds no serious or critical violation; the
-// Content-Security-Policy blocks nothing. Screenshots at desktop and phone widths go
-// to <shots>.
+// at its field; pause and resume; another queue created by name, found by the
+// search and counted, an opening scheduled on it and its commitment shown. axe-core
+// finds no serious or critical violation; the Content-Security-Policy blocks nothing.
+// Screenshots at desktop and phone widths go to <shots>.
 //   node admin.mjs <queue-api URL> <admin token> <shots dir>
 // Prints REFUSED, SIGNED_IN; after "swarm" on stdin COUNTS <waiting values>; after
 // "cap <n>" SOFT_CAP <n>; INVALID <message>; after "pause" PAUSED; after "resume"
@@ -50,6 +50,10 @@ await run(browser, async () => {
   check((await page.evaluate(() => document.cookie)) === "", "a cookie was set");
   check((await page.evaluate(() => Object.values(sessionStorage))).includes(token), "the token is not in sessionStorage");
   await page.waitForSelector("#f-soft_cap", { timeout: STEP });
+  // The listing says how many queues it shows, and that it shows them all.
+  await page.waitForFunction(() => /^Showing 1–\d+ of \d+ queues\.$/.test(document.getElementById("count").textContent), null, { timeout: STEP });
+  check(await page.isHidden("#cut"), "the list says it is cut");
+  check(await page.isDisabled("#delete"), "the default queue can be deleted");
   console.log("SIGNED_IN");
 
   // A swarm runs: the counts move.
@@ -111,6 +115,15 @@ await run(browser, async () => {
   await page.fill("#open-queue", other);
   await page.press("#open-queue", "Enter");
   await page.waitForFunction((q) => document.getElementById("detail-title").textContent === "Queue " + q, other, { timeout: STEP });
+  await page.waitForFunction((q) => /created/.test(document.getElementById("status").textContent) &&
+    document.querySelector(`#queues tr[data-queue="${q}"]`), other, { timeout: STEP });
+  check(!(await page.isDisabled("#delete")), "an empty queue cannot be deleted");
+  // The search finds it by part of its name, and the count says so.
+  await page.fill("#search", other.slice(1, 4).toUpperCase());
+  await page.waitForFunction((q) => document.getElementById("count").textContent.startsWith("Showing 1–1 of 1 queues matching") &&
+    document.querySelectorAll("#queues tbody tr").length === 1 && document.querySelector(`#queues tr[data-queue="${q}"]`), other, { timeout: STEP });
+  await page.fill("#search", "");
+  await page.waitForFunction(() => document.querySelectorAll("#queues tbody tr").length === 2, null, { timeout: STEP });
   const inAnHour = await page.evaluate(() => {
     const d = new Date(Date.now() + 3600_000);
     const p = (n) => String(n).padStart(2, "0");

@@ -1,5 +1,6 @@
-//! Which queues exist: the registry set queue-api adds every queue it serves to
-//! ([`keys::REGISTRY`]), and the queues found by their keys on a single server.
+//! Which queues exist: the registry set of declared queues ([`keys::REGISTRY`]: the
+//! back office's and the gate's, and every queue an older queue-api served), a
+//! queue's settings hash, and the queues found by their keys on a single server.
 
 use crate::reply::{self, array, int};
 use crate::{ClientError, QueueClient};
@@ -16,6 +17,36 @@ impl QueueClient {
         let mut cmd = redis::cmd("SADD");
         cmd.arg(keys::REGISTRY).arg(queue);
         Ok(int(&self.raw(&cmd).await?).is_some_and(|n| n > 0))
+    }
+
+    /// `SISMEMBER queue-registry <queue>`: whether the queue is registered.
+    pub async fn is_registered(&self, queue: &str) -> Result<bool, ClientError> {
+        let mut cmd = redis::cmd("SISMEMBER");
+        cmd.arg(keys::REGISTRY).arg(queue);
+        Ok(int(&self.raw(&cmd).await?).is_some_and(|n| n > 0))
+    }
+
+    /// `SREM queue-registry <queue>`: true if it was registered.
+    pub async fn unregister_queue(&self, queue: &str) -> Result<bool, ClientError> {
+        let mut cmd = redis::cmd("SREM");
+        cmd.arg(keys::REGISTRY).arg(queue);
+        Ok(int(&self.raw(&cmd).await?).is_some_and(|n| n > 0))
+    }
+
+    /// `EXISTS queue:{Q}:config`: whether any setting of the queue was ever written.
+    pub async fn has_settings(&self, queue: &str) -> Result<bool, ClientError> {
+        let mut cmd = redis::cmd("EXISTS");
+        cmd.arg(keys::key(queue, keys::CONFIG));
+        Ok(int(&self.raw(&cmd).await?).is_some_and(|n| n > 0))
+    }
+
+    /// `DEL queue:{Q}:<suffix> ...` (one slot, one call): how many keys existed.
+    pub async fn delete_keys(&self, queue: &str, suffixes: &[&str]) -> Result<i64, ClientError> {
+        let mut cmd = redis::cmd("DEL");
+        for s in suffixes {
+            cmd.arg(keys::key(queue, s));
+        }
+        Ok(int(&self.raw(&cmd).await?).unwrap_or(0))
     }
 
     /// `SMEMBERS queue-registry`: the registered names, unchecked. A registry key of

@@ -112,6 +112,42 @@ impl Gate {
     }
 }
 
+/// The queues this gate sends people to: its routes' and, with `--unmatched`, that one.
+pub fn gated_queues(rules: &rules::Rules) -> std::collections::BTreeSet<String> {
+    let mut queues: std::collections::BTreeSet<String> = rules.routes().iter().map(|r| r.queue.clone()).collect();
+    if let rules::Unmatched::Queue(q) = &rules.unmatched {
+        queues.insert(q.clone());
+    }
+    queues
+}
+
+/// Declares the gate's queues (`SADD queue-registry`): queue-api serves only queues an
+/// operator declared, and a gate's route is one (docs/gate.md). Tried again every
+/// second until Valkey has them all, or the gate stops.
+async fn declare_queues(gate: Arc<Gate>, mut stop: watch::Receiver<bool>) {
+    let mut left = gated_queues(&gate.config.rules);
+    while !left.is_empty() {
+        if let Some(client) = gate.store.client().await {
+            let mut failed = std::collections::BTreeSet::new();
+            for q in left {
+                if let Err(e) = client.register_queue(&q).await {
+                    tracing::warn!(queue = %q, error = %e, "could not declare the queue in queue-registry; retrying");
+                    failed.insert(q);
+                }
+            }
+            left = failed;
+            if left.is_empty() {
+                tracing::info!("the routes' queues are declared in queue-registry");
+                return;
+            }
+        }
+        tokio::select! {
+            _ = tokio::time::sleep(std::time::Duration::from_secs(1)) => {}
+            _ = stop.changed() => return,
+        }
+    }
+}
+
 /// The gate's routes: its own endpoints, and in proxy mode everything else forwarded.
 pub fn app(gate: Arc<Gate>) -> Router {
     let limit = gate.config.limits.request_timeout;
@@ -155,6 +191,7 @@ pub async fn serve(
     gate.metrics.registry.spawn_upkeep();
     let (stop_tx, stop_rx) = watch::channel(false);
     let ticker = tokio::spawn(lease::tick_loop(gate.clone(), stop_rx.clone()));
+    tokio::spawn(declare_queues(gate.clone(), stop_rx.clone()));
     let ender = tokio::spawn(lease::end_loop(gate.clone(), ended, stop_rx));
     tracing::info!(
         mode = if gate.config.upstream.is_some() { "proxy" } else { "forward-auth" },

@@ -4,30 +4,43 @@
 //! logs (target `audit`: queue, action, what changed from what to what) and counted
 //! in `queue_api_admin_changes_total{action}`.
 //!
-//! Which queues there are: the discovery set queue-api keeps (`queue-registry`, every
-//! queue someone entered through this service, or that the back office changed). It
-//! is one small set, read with one call on a single server or a cluster alike; a
-//! SCAN of the keyspace would walk every key of every line (millions of chunk keys) on
-//! every primary at each refresh of the page, and miss a queue configured but empty.
+//! Which queues there are: the declared ones ([`crate::declared`]), as the registry
+//! set `queue-registry` lists them (created here, changed here, the gate's routes,
+//! queues declared by their settings once queue-api met them, and every queue an older
+//! queue-api served), and `default`. It is one set, read with one call on a single
+//! server or a cluster alike; a SCAN of the keyspace would walk every key of every
+//! line (millions of chunk keys) on every primary at each refresh of the page. The
+//! listing is paged and searched by name, and says how many there are; only the
+//! page's queues have their counts read. A queue is created here
+//! (`POST /api/admin/queues`, or any change of its settings, branding or pause) and
+//! deleted here once nobody waits in it, holds its ticket or is inside.
 
 use crate::brand::{self, Brand};
 use crate::error::ApiError;
 use crate::extract::{JsonBody, SettingsRequest};
-use crate::routes::{queue_name, register};
+use crate::routes::{queue_name, DEFAULT_QUEUE};
 use crate::AppState;
-use axum::extract::{FromRequestParts, Path, State};
+use axum::extract::{FromRequestParts, Path, Query, State};
 use axum::http::request::Parts;
 use axum::http::{header, HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::Json;
 use queue_client::{QueueClient, QueueInfo};
+use serde::Deserialize;
 use serde_json::{json, Map, Value};
 use std::sync::Arc;
 
 type St = State<Arc<AppState>>;
 
-/// Most queues the listing reads the counts of (a bound on one request's work).
-const MAX_LISTED: usize = 500;
+/// Most queues one page of the listing holds (a bound on one request's work: the
+/// counts of each are read).
+pub const MAX_LISTED: u64 = 500;
+/// Queues on a page of the listing when the request says nothing.
+pub const DEFAULT_LISTED: u64 = 50;
+/// The furthest offset into the listing (far past any number of queues).
+pub const MAX_OFFSET: u64 = 1_000_000_000;
+/// The longest search (a queue name's longest).
+const MAX_SEARCH: usize = 64;
 
 pub(crate) fn authorize(state: &AppState, headers: &HeaderMap) -> Result<(), ApiError> {
     let Some(token) = state.config.admin_token.as_deref().filter(|t| !t.is_empty()) else {
@@ -106,29 +119,154 @@ fn counts(queue: &str, info: &QueueInfo, paused_soft_cap: Option<i64>) -> Value 
     })
 }
 
-/// `GET /api/admin/queues`: every known queue with its live counts.
-pub async fn list(State(state): St, headers: HeaderMap) -> Result<Json<Value>, ApiError> {
+/// `?search=&offset=&limit=` of the listing.
+#[derive(Deserialize)]
+pub struct ListQuery {
+    search: Option<String>,
+    offset: Option<u64>,
+    limit: Option<u64>,
+}
+
+/// `GET /api/admin/queues?search=&offset=&limit=`: the declared queues (default
+/// always), in name order, whose name holds `search` (any case), `limit` of them
+/// (1-500, 50 by default) from `offset`, each with its live counts; `total` says how
+/// many match, `known` how many there are, `truncated` whether this page leaves any
+/// out.
+pub async fn list(
+    State(state): St,
+    headers: HeaderMap,
+    q: Result<Query<ListQuery>, axum::extract::rejection::QueryRejection>,
+) -> Result<Json<Value>, ApiError> {
     authorize(&state, &headers)?;
+    let Query(q) = q?;
+    let limit = q.limit.unwrap_or(DEFAULT_LISTED);
+    if !(1..=MAX_LISTED).contains(&limit) {
+        return Err(ApiError::BadRequest(format!("limit must be 1 to {MAX_LISTED}")));
+    }
+    let offset = q.offset.unwrap_or(0);
+    if offset > MAX_OFFSET {
+        return Err(ApiError::BadRequest(format!("offset must be 0 to {MAX_OFFSET}")));
+    }
+    let search = q.search.unwrap_or_default().to_ascii_lowercase();
+    if search.len() > MAX_SEARCH {
+        return Err(ApiError::BadRequest(format!("search must be at most {MAX_SEARCH} characters")));
+    }
     let client = state.store.client().await?;
-    let mut names: Vec<String> = client
+    let mut names: std::collections::BTreeSet<String> = client
         .registered_queues()
         .await?
         .into_iter()
         .filter(|q| queue_core::keys::check_queue(q.as_bytes()).is_ok())
         .collect();
-    names.sort();
-    let truncated = names.len() > MAX_LISTED;
-    names.truncate(MAX_LISTED);
-    let reads = names.iter().map(|q| {
+    names.insert(DEFAULT_QUEUE.to_string());
+    let known = names.len();
+    let matching: Vec<&String> = names.iter().filter(|q| q.to_ascii_lowercase().contains(&search)).collect();
+    let total = matching.len();
+    let page: Vec<&String> = matching.into_iter().skip(offset as usize).take(limit as usize).collect();
+    let reads = page.iter().map(|q| {
         let client = client.clone();
         async move { (client.info(q).await, client.paused_soft_cap(q).await) }
     });
-    let mut queues = Vec::with_capacity(names.len());
-    for (q, (info, paused)) in names.iter().zip(futures_util::future::join_all(reads).await) {
+    let mut queues = Vec::with_capacity(page.len());
+    for (q, (info, paused)) in page.iter().zip(futures_util::future::join_all(reads).await) {
         queues.push(counts(q, &info?, paused?));
     }
     let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_millis() as u64);
-    Ok(Json(json!({ "queues": queues, "truncated": truncated, "at": now })))
+    Ok(Json(json!({
+        "queues": queues,
+        "total": total,
+        "known": known,
+        "offset": offset,
+        "limit": limit,
+        "truncated": queues.len() < total,
+        "at": now,
+    })))
+}
+
+/// `POST /api/admin/queues {"queue": "shop"}`: declares a queue (201; 200 when it
+/// exists already), then answers like GET.
+pub async fn create(State(state): St, headers: HeaderMap, body: SettingsBody) -> Result<Response, ApiError> {
+    authorize(&state, &headers)?;
+    let JsonBody(SettingsRequest(fields)) = body?;
+    if let Some(other) = fields.keys().find(|k| k.as_str() != "queue") {
+        return Err(ApiError::BadRequest(format!("unknown field {other}: the body is {{\"queue\": name}}")));
+    }
+    let queue = match fields.get("queue") {
+        Some(Value::String(q)) => queue_name(Some(q))?,
+        _ => return Err(ApiError::BadRequest("queue (a name) is required".into())),
+    };
+    let client = state.store.client().await?;
+    let existed = state.declared.ask(&client, &queue).await?;
+    if !existed {
+        state.declared.declare(&client, &queue).await?;
+        audit(&state, &queue, "create", json!({}));
+    }
+    let status = if existed { StatusCode::OK } else { StatusCode::CREATED };
+    Ok((status, Json(queue_body(&client, &queue).await?)).into_response())
+}
+
+/// The keys a deletion removes: the settings, the back office's, the counters, the
+/// change log, the opening and push instances' records, and leases left expired (the
+/// line's own keys hold nobody by then, and Valkey keeps no empty ones).
+const DELETED_KEYS: [&str; 12] = [
+    queue_core::keys::CONFIG,
+    queue_client::backoffice::BRAND,
+    queue_client::backoffice::PAUSED,
+    queue_core::keys::STATS,
+    queue_core::keys::LOG,
+    queue_core::keys::OPENING,
+    queue_core::keys::PROOF,
+    queue_core::keys::WATCHED,
+    queue_core::keys::INSTANCES,
+    queue_core::keys::CLOCK,
+    queue_core::keys::SESSIONS,
+    queue_core::keys::ACTIVE,
+];
+
+/// Why a queue cannot be deleted now, if it cannot.
+async fn in_use(client: &QueueClient, queue: &str) -> Result<Option<String>, ApiError> {
+    let (info, opening) = tokio::join!(client.info(queue), client.opening(queue));
+    let (info, opening) = (info?, opening?);
+    let pre = if opening.state == "scheduled" { opening.entrants } else { 0 };
+    if info.waiting + info.joining + info.active + pre == 0 {
+        return Ok(None);
+    }
+    Ok(Some(format!(
+        "queue {queue} is in use: {} waiting, {} in the pre-queue, {} holding a ticket, {} inside; \
+         it can be deleted once empty (pause it to stop admissions)",
+        info.waiting, pre, info.joining, info.active
+    )))
+}
+
+/// `DELETE /api/admin/queues/{queue}`: deletes a queue nobody waits in, holds a
+/// ticket of or is inside (409 otherwise, 404 when it does not exist): its keys, then
+/// its name in the registry. Other instances stop serving it within
+/// [`crate::declared::KEEP`]. `default` always exists (409).
+pub async fn delete(AdminQueue { state, queue }: AdminQueue) -> Result<Json<Value>, ApiError> {
+    if queue == DEFAULT_QUEUE {
+        return Err(ApiError::Conflict("the default queue always exists; it cannot be deleted".into()));
+    }
+    let client = state.store.client().await?;
+    if !state.declared.ask(&client, &queue).await? {
+        return Err(ApiError::UnknownQueue(queue));
+    }
+    if let Some(why) = in_use(&client, &queue).await? {
+        return Err(ApiError::QueueInUse(why));
+    }
+    // The settings first, then the name: a check meanwhile finds it registered and
+    // still declared, never settings without a name (which it would register again).
+    let removed = client.delete_keys(&queue, &DELETED_KEYS).await?;
+    client.unregister_queue(&queue).await?;
+    state.declared.forget(&queue);
+    // Someone let in meanwhile by an instance that still kept it as declared keeps it.
+    if let Some(why) = in_use(&client, &queue).await? {
+        state.declared.declare(&client, &queue).await?;
+        return Err(ApiError::QueueInUse(format!(
+            "{why} (someone entered during the deletion; its settings were reset)"
+        )));
+    }
+    audit(&state, &queue, "delete", json!({ "keys": removed }));
+    Ok(Json(json!({ "queue": queue, "deleted": true })))
 }
 
 async fn queue_body(client: &QueueClient, queue: &str) -> Result<Value, ApiError> {
@@ -142,7 +280,9 @@ async fn queue_body(client: &QueueClient, queue: &str) -> Result<Value, ApiError
 /// `GET /api/admin/queues/{queue}`: QUEUE.INFO as JSON, with the queue's branding and
 /// live counts.
 pub async fn get(AdminQueue { state, queue }: AdminQueue) -> Result<Json<Value>, ApiError> {
-    Ok(Json(queue_body(&state.store.client().await?, &queue).await?))
+    let client = state.store.client().await?;
+    state.declared.check(&client, &queue).await?;
+    Ok(Json(queue_body(&client, &queue).await?))
 }
 
 /// A setting's value: an integer (JSON says 500 and 500.0 alike).
@@ -177,7 +317,7 @@ pub async fn put(AdminQueue { state, queue }: AdminQueue, body: SettingsBody) ->
     let client = state.store.client().await?;
     let before = client.config_get(&queue).await?;
     client.config_set(&queue, &pairs).await.map_err(|e| at_named_field(e, &pairs))?;
-    register(&state, &client, &queue).await;
+    state.declared.declare(&client, &queue).await?;
     if pairs.iter().any(|(f, n)| f == "soft_cap" && *n > 0) {
         client.forget_pause(&queue).await?;
     }
@@ -221,7 +361,7 @@ pub async fn put_brand(AdminQueue { state, queue }: AdminQueue, body: SettingsBo
     let before = Brand::from_stored(&client.brand(&queue).await?);
     let pairs: Vec<(&str, &str)> = set.iter().map(|(n, v)| (*n, v.as_str())).collect();
     client.set_brand(&queue, &pairs, &clear).await?;
-    register(&state, &client, &queue).await;
+    state.declared.declare(&client, &queue).await?;
     let mut changes = Map::new();
     for (n, v) in &pairs {
         changes.insert(n.to_string(), json!({ "from": before.get(n), "to": v }));
@@ -245,7 +385,7 @@ pub async fn pause(AdminQueue { state, queue }: AdminQueue) -> Result<Json<Value
     client.forget_pause(&queue).await?;
     client.remember_pause(&queue, soft_cap).await?;
     client.config_set(&queue, &[("soft_cap", 0)]).await?;
-    register(&state, &client, &queue).await;
+    state.declared.declare(&client, &queue).await?;
     soft_cap_changed(&state, &client, &queue, "pause", soft_cap, 0).await
 }
 
@@ -253,6 +393,7 @@ pub async fn pause(AdminQueue { state, queue }: AdminQueue) -> Result<Json<Value
 /// 409 when the queue is not paused.
 pub async fn resume(AdminQueue { state, queue }: AdminQueue) -> Result<Json<Value>, ApiError> {
     let client = state.store.client().await?;
+    state.declared.check(&client, &queue).await?;
     let Some(soft_cap) = client.paused_soft_cap(&queue).await? else {
         return Err(ApiError::Conflict("the queue is not paused (pause it first)".into()));
     };

@@ -40,6 +40,10 @@ pub enum ApiError {
     AtField(StatusCode, String, String),
     /// 409: the request does not fit the state (resuming a queue not paused).
     Conflict(String),
+    /// 404: no operator declared this queue (see `declared`); the queue's name.
+    UnknownQueue(String),
+    /// 409: a queue someone waits in, holds a ticket of or is inside cannot be deleted.
+    QueueInUse(String),
 }
 
 /// Seconds a newcomer refused by a full line is asked to wait.
@@ -101,6 +105,14 @@ impl ApiError {
                 (*status, code, m.clone())
             }
             ApiError::Conflict(m) => (StatusCode::CONFLICT, "conflict", m.clone()),
+            ApiError::UnknownQueue(q) => (
+                StatusCode::NOT_FOUND,
+                "unknown_queue",
+                format!(
+                    "there is no queue named {q}: queues are made by an operator (the back office or QUEUE.CONFIG)"
+                ),
+            ),
+            ApiError::QueueInUse(m) => (StatusCode::CONFLICT, "queue_in_use", m.clone()),
         }
     }
 }

@@ -13,6 +13,7 @@ pub mod batch;
 mod brand;
 pub mod config;
 pub mod cors;
+pub mod declared;
 pub mod error;
 pub mod extract;
 pub mod hub;
@@ -50,8 +51,8 @@ pub struct AppState {
     pub metrics: Arc<metrics::Metrics>,
     /// Proof-of-work challenges and what each queue asks.
     pub pow: pow::Gate,
-    /// Queues this instance has registered in the discovery set.
-    pub registered: std::sync::Mutex<std::collections::HashSet<String>>,
+    /// Which queues exist (declared by an operator), as this instance last found.
+    pub declared: declared::Declared,
     /// Flips to true on shutdown, ending push streams.
     pub shutdown: watch::Receiver<bool>,
     /// Who the client is behind the proxies in front (`--trusted-proxies`).
@@ -79,7 +80,7 @@ pub fn app(state: Arc<AppState>) -> Router {
         .route("/admin", get(pages::admin_page))
         .route("/admin.js", get(pages::admin_js))
         .route("/admin.css", get(pages::admin_css))
-        .route("/api/admin/queues", get(admin::list))
+        .route("/api/admin/queues", get(admin::list).post(admin::create))
         .route("/api/admin/queues/{queue}/brand", axum::routing::put(admin::put_brand))
         .route("/api/admin/queues/{queue}/pause", post(admin::pause))
         .route("/api/admin/queues/{queue}/resume", post(admin::resume))
@@ -88,7 +89,7 @@ pub fn app(state: Arc<AppState>) -> Router {
         .route("/api/queue/stream", get(routes::stream))
         .route("/api/queue/opening", get(opening::opening))
         .route("/api/queue/challenge", get(routes::challenge))
-        .route("/api/admin/queues/{queue}", get(admin::get).put(admin::put))
+        .route("/api/admin/queues/{queue}", get(admin::get).put(admin::put).delete(admin::delete))
         .route("/api/openapi.json", get(routes::openapi))
         .route("/metrics", get(routes::metrics))
         .route("/healthz", get(routes::healthz));
@@ -140,7 +141,7 @@ pub async fn serve(
         hub,
         statuses: Default::default(),
         metrics,
-        registered: Default::default(),
+        declared: Default::default(),
         shutdown: stop_rx,
     });
     let limits = state.config.http;

@@ -9,6 +9,9 @@ pub fn document() -> Value {
     let ok_standing =
         json!({ "description": "where the user stands", "content": { "application/json": { "schema": standing } } });
     let challenge = json!({ "$ref": "#/components/schemas/Challenge" });
+    // A queue nobody declared (error `unknown_queue`): only `default`, queues with a
+    // setting written, and those in the registry exist.
+    let unknown_queue = "no such queue (error unknown_queue): queues exist once an operator makes them (the back office, QUEUE.CONFIG, a gate route); default always exists";
     // Names as queue-core checks them.
     let queue_name = json!({ "type": "string", "pattern": "^[A-Za-z0-9._:-]{1,64}$", "default": "default" });
     let user_id = json!({ "type": "string", "pattern": "^[A-Za-z0-9._:@-]{1,64}$" });
@@ -56,6 +59,7 @@ pub fn document() -> Value {
                                              "properties": { "challenge": { "type": "string", "pattern": format!("^[0-9a-f]{{{}}}$", queue_core::pow::CHALLENGE_LEN) },
                                                              "nonce": { "type": "string", "pattern": "^[0-9]{1,20}$" } } } } } } } },
                 "responses": { "200": ok_standing, "400": err("malformed JSON, bad queue name, a userId this service did not give, or a proof of work that does not check out"),
+                               "404": err(unknown_queue),
                                "409": err("this proof of work was used already"),
                                "422": err("missing, empty or too long nickname"),
                                "428": { "description": "the queue asks a proof of work: solve the challenge given and send the entry again with `pow`",
@@ -66,33 +70,39 @@ pub fn document() -> Value {
                 "parameters": who,
                 "responses": { "200": { "description": "{userId, queue, left: true}" },
                                "400": err("missing or bad userId"),
-                               "404": err("neither waiting nor holding a ticket (inside users leave by closing the chat)"),
+                               "404": err("neither waiting nor holding a ticket (inside users leave by closing the chat), or no such queue (error unknown_queue)"),
                                "429": err("rate limited"), "503": err("queue store unreachable") } } },
             "/api/queue/challenge": { "get": {
                 "summary": "A proof-of-work challenge for this client address and queue: find a decimal nonce such that SHA-256(challenge \":\" nonce) starts with `difficulty` zero bits; valid until expiresAt, once",
                 "parameters": [queue_query],
                 "responses": { "200": { "description": "the challenge (difficulty 0 and challenge null when the queue asks none)",
                                         "content": { "application/json": { "schema": challenge } } },
-                               "400": err("bad queue name"), "429": err("rate limited"), "503": err("queue store unreachable") } } },
+                               "400": err("bad queue name"), "404": err(unknown_queue), "429": err("rate limited"), "503": err("queue store unreachable") } } },
             "/api/queue/status": { "get": {
                 "summary": "Where a user stands", "parameters": who,
-                "responses": { "200": ok_standing, "400": err("missing or bad userId"), "404": err("unknown user"),
+                "responses": { "200": ok_standing, "400": err("missing or bad userId"), "404": err("unknown user (error not_found), or no such queue (error unknown_queue)"),
                                "429": err("rate limited"), "503": err("queue store unreachable") } } },
             "/api/queue/stream": { "get": {
                 "summary": "Server-sent events: `position` on every change (with `totalWaiting`, how many wait in all), then `promoted` (with ticketId), `active` or `unknown`, then the stream ends",
                 "parameters": who,
                 "responses": { "200": { "description": "text/event-stream; each event's data is a Standing" },
-                               "400": err("missing or bad userId or queue"), "404": err("unknown user"), "429": err("rate limited"), "503": err("queue store unreachable") } } },
+                               "400": err("missing or bad userId or queue"), "404": err("unknown user (error not_found), or no such queue (error unknown_queue)"), "429": err("rate limited"), "503": err("queue store unreachable") } } },
             "/api/queue/opening": { "get": {
                 "summary": "The proof of a fair opening: before it the commitment (hex SHA-256 of a secret seed); after it the seed, opening time and the placed order as idHashes (hex SHA-1 of each userId). Each idHash's place is its rank in the ascending order of hex SHA-1 of `seed:idHash`",
                 "parameters": [queue_query],
                 "responses": { "200": { "description": "{queue, opensAt, commitment, state (none, scheduled, open), entrants, and once open seed, openedAt, order}" },
-                               "400": err("bad queue name"), "503": err("queue store unreachable") } } },
+                               "400": err("bad queue name"), "404": err(unknown_queue), "503": err("queue store unreachable") } } },
             "/api/admin/queues/{queue}": {
                 "get": { "summary": "QUEUE.INFO, the branding and the live counts", "parameters": queue_param, "security": [{ "bearer": [] }],
                          "responses": { "200": info, "400": err("bad queue name"), "401": err("bad or missing token"),
-                                        "403": err("admin disabled"), "503": err("queue store unreachable") } },
-                "put": { "summary": "Change settings at runtime (soft_cap, hard_cap, rate, burst, batch_max, ticket_ttl, session_lease, abandon_after, opens_at, pow_difficulty, max_waiting)",
+                                        "403": err("admin disabled"), "404": err(unknown_queue), "503": err("queue store unreachable") } },
+                "delete": { "summary": "Delete a queue nobody waits in (or in its pre-queue), holds a ticket of or is inside: its settings, branding, counters and log, and its name in the registry; other instances stop serving it within 5 s. default cannot be deleted",
+                         "parameters": queue_param, "security": [{ "bearer": [] }],
+                         "responses": { "200": { "description": "{queue, deleted: true}" }, "400": err("bad queue name"),
+                                        "401": err("bad or missing token"), "403": err("admin disabled"), "404": err(unknown_queue),
+                                        "409": err("the queue is in use (error queue_in_use: people wait, hold tickets or are inside), or it is default (error conflict)"),
+                                        "503": err("queue store unreachable") } },
+                "put": { "summary": "Change settings at runtime (soft_cap, hard_cap, rate, burst, batch_max, ticket_ttl, session_lease, abandon_after, opens_at, pow_difficulty, max_waiting); creates the queue when it does not exist",
                          "parameters": queue_param, "security": [{ "bearer": [] }],
                          "requestBody": { "required": true, "content": { "application/json": { "schema": settings } } },
                          "responses": { "200": info, "400": field_err("malformed JSON, bad queue name, unknown field or value out of range (field names it)"),
@@ -100,10 +110,31 @@ pub fn document() -> Value {
                                         "422": field_err("no setting named, or a value that is not an integer (field names it)"),
                                         "503": err("queue store unreachable") } } },
             "/api/admin/queues": {
-                "get": { "summary": "Every queue known (the discovery set: entered through queue-api or changed in the back office) with its live counts: waiting, ticketsOut, inside, admittedPerMinute, lastInLineWaitSeconds, softCap, paused, pausedSoftCap, opensAt",
+                "get": { "summary": "The queues (declared: default, made or changed in the back office, a gate's routes, queues with settings, every queue an older queue-api served), in name order, paged and searched by name, each with its live counts: waiting, ticketsOut, inside, admittedPerMinute, lastInLineWaitSeconds, softCap, paused, pausedSoftCap, opensAt",
                          "security": [{ "bearer": [] }],
-                         "responses": { "200": { "description": "{queues: [...], truncated, at}" }, "401": err("bad or missing token"),
-                                        "403": err("admin disabled"), "503": err("queue store unreachable") } } },
+                         "parameters": [
+                             { "name": "search", "in": "query", "required": false, "description": "only queues whose name holds this (any case)",
+                               "schema": { "type": "string", "maxLength": 64 } },
+                             { "name": "offset", "in": "query", "required": false, "description": "queues skipped (in name order)",
+                               "schema": { "type": "integer", "minimum": 0, "maximum": crate::admin::MAX_OFFSET, "default": 0 } },
+                             { "name": "limit", "in": "query", "required": false, "description": "queues on this page",
+                               "schema": { "type": "integer", "minimum": 1, "maximum": crate::admin::MAX_LISTED, "default": crate::admin::DEFAULT_LISTED } } ],
+                         "responses": { "200": { "description": "{queues: [...], total: how many match, known: how many queues there are, offset, limit, truncated: whether this page leaves any that match out, at}",
+                                                 "content": { "application/json": { "schema": { "type": "object", "required": ["queues", "total", "known", "offset", "limit", "truncated", "at"],
+                                                     "properties": { "queues": { "type": "array", "items": { "type": "object" } }, "total": { "type": "integer" },
+                                                                     "known": { "type": "integer" }, "offset": { "type": "integer" }, "limit": { "type": "integer" },
+                                                                     "truncated": { "type": "boolean" }, "at": { "type": "integer" } } } } } },
+                                        "400": err("a bad offset, limit (1 to 500) or search (at most 64 characters)"),
+                                        "401": err("bad or missing token"),
+                                        "403": err("admin disabled"), "503": err("queue store unreachable") } },
+                "post": { "summary": "Create a queue (it has the default settings until some are set); answers like GET /api/admin/queues/{queue}",
+                          "security": [{ "bearer": [] }],
+                          "requestBody": { "required": true, "content": { "application/json": { "schema": {
+                              "type": "object", "required": ["queue"], "additionalProperties": false,
+                              "properties": { "queue": { "type": "string", "pattern": "^[A-Za-z0-9._:-]{1,64}$" } } } } } },
+                          "responses": { "201": info, "200": { "description": "the queue existed already; as GET /api/admin/queues/{queue}", "content": { "application/json": { "schema": { "type": "object" } } } },
+                                         "400": err("malformed JSON, no queue, a bad name or another field"), "401": err("bad or missing token"),
+                                         "403": err("admin disabled"), "503": err("queue store unreachable") } } },
             "/api/admin/queues/{queue}/brand": {
                 "put": { "summary": "Brand the queue's waiting-room page: title, message, logo_url (a path on this site), accent and background (#rgb or #rrggbb); an empty string or null removes one",
                          "parameters": queue_param, "security": [{ "bearer": [] }],
@@ -121,7 +152,7 @@ pub fn document() -> Value {
                 "post": { "summary": "Resume admission: restores the soft cap the pause replaced",
                           "parameters": queue_param, "security": [{ "bearer": [] }],
                           "responses": { "200": info, "400": err("bad queue name"), "401": err("bad or missing token"), "403": err("admin disabled"),
-                                         "409": err("the queue is not paused"), "503": err("queue store unreachable") } } },
+                                         "404": err(unknown_queue), "409": err("the queue is not paused"), "503": err("queue store unreachable") } } },
             "/metrics": { "get": { "summary": "Prometheus metrics", "responses": { "200": { "description": "text format" } } } },
             "/healthz": { "get": { "summary": "Liveness and the store's state", "responses": { "200": { "description": "{status, valkey}" } } } }
         },

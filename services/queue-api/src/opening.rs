@@ -26,6 +26,7 @@ pub async fn opening(
     queue_core::keys::check_queue(queue.as_bytes())
         .map_err(|e| ApiError::BadRequest(e.to_string().trim_start_matches("ERR ").to_string()))?;
     let client = state.store.client().await?;
+    state.declared.check(&client, &queue).await?;
     let o = client.opening(&queue).await?;
     let mut v = json!({
         "queue": queue,

@@ -12,7 +12,7 @@ use crate::i18n;
 use crate::templates::{Pages, BUILT_IN_PAGES};
 use crate::AppState;
 use axum::extract::{Path, Query, State};
-use axum::http::{header, HeaderMap, HeaderValue};
+use axum::http::{header, HeaderMap, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
 use serde::Deserialize;
 use std::collections::BTreeMap;
@@ -83,7 +83,8 @@ fn page_queue(q: Option<&str>) -> Result<String, ApiError> {
         .map_err(|e| ApiError::BadRequest(e.to_string().trim_start_matches("ERR ").to_string()))
 }
 
-/// `GET /?queue=&lang=`: the waiting room. Valkey unreachable: the page still comes,
+/// `GET /?queue=&lang=`: the waiting room; 404 with a page saying so for a queue
+/// nobody declared ([`crate::declared`]). Valkey unreachable: the page still comes,
 /// unbranded (it then waits for the API like before).
 pub async fn room(
     State(state): St,
@@ -96,6 +97,9 @@ pub async fn room(
     let lang = i18n::choose(q.lang.as_deref(), accept);
     let (brand, ticket_ttl) = match state.store.client().await {
         Ok(c) => {
+            if let Ok(false) = state.declared.is_declared(&c, &queue).await {
+                return Ok(no_such_queue(&queue, lang));
+            }
             let (brand, info) = tokio::join!(c.brand(&queue), c.info(&queue));
             (brand.map(|b| Brand::from_stored(&b)).unwrap_or_default(), info.ok().map(|i| i.config.ticket_ttl()))
         }
@@ -120,6 +124,25 @@ pub async fn room(
     resp.headers_mut().insert(header::CONTENT_LANGUAGE, HeaderValue::from_static(lang.tag));
     resp.headers_mut().insert(header::VARY, HeaderValue::from_static("Accept-Language"));
     Ok(resp)
+}
+
+/// The page for a queue nobody declared: 404, in the visitor's language, saying so.
+fn no_such_queue(queue: &str, lang: &i18n::Language) -> Response {
+    let msg = |k: &str| lang.messages.get(k).cloned().unwrap_or_default();
+    let (mut title, mut text) = (String::new(), String::new());
+    crate::templates::escape_into(&mut title, &msg("title"));
+    crate::templates::escape_into(&mut text, &msg("no_such_queue").replace("{queue}", queue));
+    let html = format!(
+        "<!doctype html>\n<html lang=\"{tag}\">\n<head>\n<meta charset=\"utf-8\">\n\
+         <meta name=\"viewport\" content=\"width=device-width, initial-scale=1\">\n<title>{title}</title>\n\
+         <link rel=\"stylesheet\" href=\"app.css\">\n</head>\n<body>\n<main>\n<h1>{title}</h1>\n\
+         <p id=\"no-such-queue\">{text}</p>\n</main>\n</body>\n</html>\n",
+        tag = lang.tag
+    );
+    let mut resp = secured((StatusCode::NOT_FOUND, html).into_response(), HTML, NO_STORE);
+    resp.headers_mut().insert(header::CONTENT_LANGUAGE, HeaderValue::from_static(lang.tag));
+    resp.headers_mut().insert(header::VARY, HeaderValue::from_static("Accept-Language"));
+    resp
 }
 
 /// Query-string encoding of a checked queue name (letters, digits, `._:-`).

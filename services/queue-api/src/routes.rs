@@ -110,9 +110,9 @@ pub async fn entry(
         Field::WrongType => return Err(ApiError::BadRequest("userId must be a string".into())),
     };
     let client = state.store.client().await?;
+    state.declared.check(&client, &queue).await?;
     let addr = ip.to_string();
     crate::pow::admit(&state, &client, &queue, &addr, &body.pow).await?;
-    register(&state, &client, &queue).await;
     let standing = client.enter(&queue, &user, nickname).await.map_err(|e| {
         if matches!(e, queue_client::ClientError::Refused(queue_client::QueueError::LineFull)) {
             state.metrics.line_full.increment(1);
@@ -137,6 +137,7 @@ pub async fn challenge(State(state): St, from: ClientIp, q: QueueQuery) -> Resul
     let ip = rate_limit(&state, &from)?;
     let queue = queue_name(q.queue.as_deref())?;
     let client = state.store.client().await?;
+    state.declared.check(&client, &queue).await?;
     let difficulty = state.pow.difficulty(&client, &queue).await?;
     if difficulty == 0 {
         return Ok(Json(crate::pow::challenge_json(&queue, None)));
@@ -144,16 +145,6 @@ pub async fn challenge(State(state): St, from: ClientIp, q: QueueQuery) -> Resul
     state.metrics.pow_challenges.increment(1);
     let addr = ip.to_string();
     Ok(Json(crate::pow::challenge_json(&queue, Some(&state.pow.issue(&queue, &addr, difficulty)))))
-}
-
-/// Adds the queue to the discovery set the queue-manager reads (once per instance).
-pub(crate) async fn register(state: &AppState, client: &queue_client::QueueClient, queue: &str) {
-    if state.registered.lock().unwrap().contains(queue) {
-        return;
-    }
-    if client.register_queue(queue).await.is_ok() {
-        state.registered.lock().unwrap().insert(queue.to_string());
-    }
 }
 
 /// `?userId=&queue=`; an unreadable query string is a 400 like any other.
@@ -175,6 +166,7 @@ impl WhoQuery {
 async fn lookup(state: &AppState, q: &WhoQuery) -> Result<(String, Standing), ApiError> {
     let (user, queue) = q.parse()?;
     let client = state.store.client().await?;
+    state.declared.check(&client, &queue).await?;
     let standing = state.statuses.status(&client, &queue, user).await?;
     if standing.status == Status::Unknown {
         return Err(ApiError::NotFound("unknown user: not waiting, promoted or inside".into()));
@@ -199,7 +191,9 @@ pub async fn leave(State(state): St, from: ClientIp, q: WhoQuery) -> Result<Json
     rate_limit(&state, &from)?;
     state.metrics.leave_requests.increment(1);
     let (user, queue) = q.parse()?;
-    if !state.store.client().await?.leave(&queue, &user).await? {
+    let client = state.store.client().await?;
+    state.declared.check(&client, &queue).await?;
+    if !client.leave(&queue, &user).await? {
         return Err(ApiError::NotFound("not waiting and holding no ticket: nothing to leave".into()));
     }
     // Open streams of this user here end with `unknown` now (the change log tells

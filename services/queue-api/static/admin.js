@@ -1,13 +1,16 @@
 "use strict";
 // The back office. The admin token is kept in this tab's sessionStorage and sent as
 // an Authorization header (never a cookie, so no other site's page can make the
-// browser use it). Every 2 s it reads every queue's live counts and keeps the last
-// minutes of them for the chart (inline SVG). Changes go through the admin API; an
-// error the API gives about one field is shown at that field.
+// browser use it). Every 2 s it reads the live counts of the queues on the page shown
+// (searched by name, PAGE at a time, with the count of all and a notice when the list
+// is cut) and keeps the last minutes of them for the chart (inline SVG). Changes go
+// through the admin API; an error the API gives about one field is shown at that
+// field. Queues are created (or opened) by name and deleted once empty.
 (() => {
   const $ = (id) => document.getElementById(id);
   const TOKEN = "queue-admin-token";
   const POLL_MS = 2000;
+  const PAGE = 50;
   const HISTORY_MS = 10 * 60 * 1000;
   // The settings shown in the form (opens_at has its own form), in this order.
   const SETTINGS = ["soft_cap", "hard_cap", "rate", "burst", "batch_max", "ticket_ttl", "session_lease",
@@ -29,6 +32,9 @@
   const history = new Map(); // queue -> [{at, waiting, inside, ticketsOut}]
   let timer = null;
   let help = {}; // setting -> {minimum, maximum, description}
+  let search = ""; // the listing's search
+  let offset = 0; // the first queue of the page shown
+  let total = 0; // how many queues match the search
 
   const token = () => sessionStorage.getItem(TOKEN);
 
@@ -100,10 +106,37 @@
     return "Open (soft cap " + number(c.softCap) + ")";
   }
 
+  function listing() {
+    return "api/admin/queues?" + new URLSearchParams({ search, offset: String(offset), limit: String(PAGE) });
+  }
+
+  // "Showing 1–50 of 1,234 queues", the notice when the list is cut, the pager.
+  function showCount(d) {
+    total = d.total;
+    const n = d.queues.length;
+    const matching = search ? " matching “" + search + "” (" + number(d.known) + " in all)" : "";
+    $("count").textContent = n
+      ? "Showing " + number(d.offset + 1) + "–" + number(d.offset + n) + " of " + number(d.total) + " queues" + matching + "."
+      : (search ? "No queue matches “" + search + "” (" + number(d.known) + " in all)." : "No queue on this page.");
+    $("cut").hidden = !d.truncated;
+    $("cut").textContent = d.truncated
+      ? "The list is cut: " + number(d.total - n) + " more " + (d.total - n === 1 ? "queue is" : "queues are") +
+        " not shown. Search by name or turn the page."
+      : "";
+    $("prev").disabled = d.offset === 0;
+    $("next").disabled = d.offset + n >= d.total;
+  }
+
   async function refresh() {
     let r;
-    try { r = await api("GET", "api/admin/queues"); } catch (_) { return; }
+    try { r = await api("GET", listing()); } catch (_) { return; }
     if (!r.ok) { say("Could not read the queues: " + (r.data.message || r.status)); return; }
+    if (!r.data.queues.length && offset > 0 && r.data.total > 0) {
+      // The page emptied (queues deleted): back to the last page there is.
+      offset = Math.max(0, Math.floor((r.data.total - 1) / PAGE) * PAGE);
+      return refresh();
+    }
+    showCount(r.data);
     const body = $("queues").tBodies[0];
     body.textContent = "";
     for (const c of r.data.queues) {
@@ -130,7 +163,7 @@
       }
       body.append(tr);
     }
-    $("no-queues").hidden = r.data.queues.length > 0;
+    $("no-queues").hidden = r.data.queues.length > 0 || !search;
     if (!selected && r.data.queues.length) select(r.data.queues[0].queue);
     else if (selected) loadDetail(false);
   }
@@ -161,6 +194,11 @@
     const c = shown.counts;
     $("pause").disabled = c.paused;
     $("resume").disabled = c.pausedSoftCap == null;
+    const busy = c.waiting + c.ticketsOut + c.inside;
+    $("delete").disabled = q === "default" || busy > 0;
+    $("delete-state").textContent = q === "default"
+      ? "The default queue always exists."
+      : busy > 0 ? "Only an empty queue can be deleted: " + number(busy) + " people wait, hold a ticket or are inside." : "";
     $("pause-state").textContent = c.pausedSoftCap != null
       ? "Paused: resuming restores a soft cap of " + number(c.pausedSoftCap) + "."
       : c.paused ? "The soft cap is 0: nobody is admitted." : "Admitting up to a soft cap of " + number(c.softCap) + ".";
@@ -325,6 +363,29 @@
     await loadDetail(true);
   }
 
+  async function create(q) {
+    let r;
+    try { r = await api("POST", "api/admin/queues", { queue: q }); } catch (_) { return; }
+    if (!r.ok) { $("open-error").textContent = r.data.message || "Could not create " + q + "."; return; }
+    say(r.status === 201 ? "Queue " + q + " created: people can enter it now." : "Queue " + q + " opened.");
+    await select(q);
+    await refresh();
+  }
+
+  async function remove() {
+    const q = selected;
+    if (!q || !window.confirm("Delete queue " + q + "? Its settings and branding are removed, and people can no longer enter it.")) return;
+    let r;
+    try { r = await api("DELETE", "api/admin/queues/" + encodeURIComponent(q)); } catch (_) { return; }
+    if (!r.ok) { say(r.data.message || "Could not delete " + q + "."); return; }
+    say("Queue " + q + " deleted.");
+    selected = null;
+    shown = null;
+    history.delete(q);
+    $("detail").hidden = true;
+    await refresh();
+  }
+
   // Lines for waiting, inside and tickets out over the last minutes.
   function drawChart(points) {
     const svg = $("chart");
@@ -376,7 +437,22 @@
     e.preventDefault();
     const q = $("open-queue").value.trim();
     $("open-error").textContent = /^[A-Za-z0-9._:-]{1,64}$/.test(q) ? "" : "A queue name is 1 to 64 letters, digits or . _ : -";
-    if (!$("open-error").textContent) select(q);
+    if (!$("open-error").textContent) create(q);
   });
+  $("delete").addEventListener("click", remove);
+  let typing = null;
+  $("search").addEventListener("input", () => {
+    clearTimeout(typing);
+    typing = setTimeout(() => { search = $("search").value.trim(); offset = 0; refresh(); }, 300);
+  });
+  $("search-form").addEventListener("submit", (e) => {
+    e.preventDefault();
+    clearTimeout(typing);
+    search = $("search").value.trim();
+    offset = 0;
+    refresh();
+  });
+  $("prev").addEventListener("click", () => { offset = Math.max(0, offset - PAGE); refresh(); });
+  $("next").addEventListener("click", () => { if (offset + PAGE < total) { offset += PAGE; refresh(); } });
   if (token()) signIn(token());
 })();

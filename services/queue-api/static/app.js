@@ -268,7 +268,10 @@
         entry.pow = { challenge: body.challenge.challenge, nonce };
       }
       $("state").textContent = "";
-      if (!r.ok) { $("error").textContent = body.message || t("error_join"); return; }
+      if (!r.ok) {
+        $("error").textContent = body.error === "unknown_queue" ? t("no_such_queue", { queue }) : body.message || t("error_join");
+        return;
+      }
       show_($("enter"), false);
       show(body);
       if (body.status === "PROMOTED") admitted(body); else follow(body.userId);

@@ -97,9 +97,10 @@ async fn back_office_lists_pauses_resumes_and_names_bad_fields(b: Backend) {
     let s = ValkeyServer::start(b);
     let qc = client_for(&s).await;
     let api = Api::start(queue_api::Config::local(&s.url())).await;
-    // Nobody entered and nothing was changed: no queue is known yet.
+    // Nobody entered and nothing was changed: only the default queue is known.
     let (code, v) = api.admin(Method::GET, "/api/admin/queues", None).await;
-    assert_eq!((code, v["queues"].clone()), (200, json!([])), "{v}");
+    let names: Vec<&str> = v["queues"].as_array().unwrap().iter().map(|q| q["queue"].as_str().unwrap()).collect();
+    assert_eq!((code, names, v["total"].clone()), (200, vec!["default"], json!(1)), "{v}");
     // A wrong token is refused on every admin route.
     for (method, path) in [
         (Method::GET, "/api/admin/queues"),
@@ -110,8 +111,14 @@ async fn back_office_lists_pauses_resumes_and_names_bad_fields(b: Backend) {
         assert_eq!(r.unwrap().status(), 401, "{path}");
     }
 
-    // Entries register their queue; a change in the back office registers one too.
-    api.http.post(api.url("/api/queue/entry")).json(&json!({"nickname": "a", "queue": "shop"})).send().await.unwrap();
+    // An entry into a queue nobody made registers nothing; one made in the back
+    // office is listed, and so is one whose settings were changed there.
+    let r = api.http.post(api.url("/api/queue/entry")).json(&json!({"nickname": "a", "queue": "shop"})).send().await;
+    assert_eq!(r.unwrap().status(), 404);
+    let (code, _) = api.admin(Method::POST, "/api/admin/queues", Some(json!({"queue": "shop"}))).await;
+    assert_eq!(code, 201);
+    let r = api.http.post(api.url("/api/queue/entry")).json(&json!({"nickname": "a", "queue": "shop"})).send().await;
+    assert_eq!(r.unwrap().status(), 200);
     let (code, _) = api.admin(Method::PUT, "/api/admin/queues/launch", Some(json!({"soft_cap": 2}))).await;
     assert_eq!(code, 200);
     qc.config_set("shop", &[("soft_cap", 0)]).await.unwrap();
@@ -120,8 +127,8 @@ async fn back_office_lists_pauses_resumes_and_names_bad_fields(b: Backend) {
     }
     let (_, v) = api.admin(Method::GET, "/api/admin/queues", None).await;
     let names: Vec<&str> = v["queues"].as_array().unwrap().iter().map(|q| q["queue"].as_str().unwrap()).collect();
-    assert_eq!(names, ["launch", "shop"], "{v}");
-    let shop = &v["queues"][1];
+    assert_eq!(names, ["default", "launch", "shop"], "{v}");
+    let shop = &v["queues"][2];
     assert_eq!(
         (shop["waiting"].clone(), shop["ticketsOut"].clone(), shop["inside"].clone(), shop["softCap"].clone()),
         (json!(3), json!(1), json!(0), json!(0)),
@@ -198,6 +205,7 @@ async fn the_page_in_its_language_brand_and_admit_url(b: Backend) {
     config.chat_url = "http://chat.example.test/".into();
     config.admit_url = vec![queue_api::pages::AdmitUrl::parse("launch=/gate/claim?from=room").unwrap()];
     let api = Api::start(config).await;
+    qc.config_set("launch", &[("soft_cap", 10)]).await.unwrap();
     let r = api.page("/?queue=launch", Some("ko-KR,ko;q=0.9,en;q=0.5")).await;
     let csp = r.headers()["content-security-policy"].to_str().unwrap().to_string();
     assert!(csp.starts_with("default-src 'self'"), "{csp}");
@@ -208,6 +216,10 @@ async fn the_page_in_its_language_brand_and_admit_url(b: Backend) {
     assert!(!page.contains("<script>") && !page.contains("style="), "nothing inline: {page}");
     let page = api.page("/?queue=launch&lang=en", Some("ko")).await.text().await.unwrap();
     assert!(page.contains("<html lang=\"en\">") && page.contains(">Waiting room</h1>"), "?lang= wins");
+    let r = api.page("/?queue=other", None).await;
+    assert_eq!(r.status(), 404, "nobody made the queue other");
+    assert!(r.text().await.unwrap().contains("There is no waiting room named “other”."));
+    qc.config_set("other", &[("soft_cap", 10)]).await.unwrap();
     let page = api.page("/?queue=other", None).await.text().await.unwrap();
     assert!(page.contains("data-admit-url=\"http://chat.example.test/\""), "other queues go to --chat-url");
     assert_eq!(api.page("/?queue=bad%20name", None).await.status(), 400);

@@ -3,7 +3,8 @@
 //!
 //! Sources, merged:
 //! - the queues named with `--queues` (always served, even before anyone enters);
-//! - the set `queue-registry`, where queue-api adds every queue it serves;
+//! - the set `queue-registry` of declared queues (the back office's, the gates'
+//!   routes, queues with settings once queue-api met them);
 //! - a `SCAN ... TYPE zset` for `queue:{*}` keys whose suffix is `waiting` or
 //!   `sessions`: any queue with someone in line or inside. On a cluster every primary
 //!   of the current topology is scanned, each discovery anew, so queues moved by
