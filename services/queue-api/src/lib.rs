@@ -22,6 +22,7 @@ pub mod metrics;
 mod openapi;
 mod opening;
 pub mod pages;
+pub mod place;
 pub mod pow;
 mod routes;
 mod server;
