@@ -54,6 +54,7 @@ async fn a_person_waits_is_admitted_and_chats_in_a_real_browser(backend: Backend
     let proof = out.expect("the page to solve the proof of work", |l| l.starts_with("PROOF ")).await;
     eprintln!("proof of work at 16 bits in the page: {} ms", &proof["PROOF ".len()..]);
     out.expect("the same place after a reload", |l| l == "RELOADED 1").await;
+    out.expect("the same place in a second tab", |l| l == "SECOND_TAB 1").await;
     out.expect("the friend behind alice", |l| l == "FRIEND 2").await;
     out.expect("the friend to leave with the button", |l| l == "LEFT").await;
     let info = stack.info();
