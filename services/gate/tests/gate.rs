@@ -1113,7 +1113,8 @@ async fn an_admitted_visitor_back_at_the_room_goes_back_to_the_app(b: Backend) {
             Proxied::with(ValkeyServer::start(b), proxy, |c| c.queue_api = Some(api_url.parse().unwrap())).await;
         qc.config_set("drop", &[("soft_cap", 5)]).await.unwrap();
         qc.config_set("concert", &[("soft_cap", 5)]).await.unwrap();
-        let cookie = claim(&gate, "drop", &ticket(&qc, "drop", "u-1").await).await;
+        let t = ticket(&qc, "drop", "u-1").await;
+        let cookie = claim(&gate, "drop", &t).await;
         let counts = async || {
             let i = qc.info("drop").await.unwrap();
             (i.waiting, i.joining, i.active)
@@ -1145,6 +1146,13 @@ async fn an_admitted_visitor_back_at_the_room_goes_back_to_the_app(b: Backend) {
         let token = cookie.strip_prefix("queue_admission=").unwrap();
         let r = client().get(gate.url("/gate/room/?queue=drop&return=%2Fcheckout")).bearer_auth(token).send().await;
         assert_eq!(r.unwrap().status(), 303);
+        // The used ticket again from this browser (a second tab promoted with the first,
+        // a page kept by Back): back to the app too; without the admission, refused.
+        let used = format!("/gate/claim?queue=drop&ticketId={t}&return=%2Fcheckout");
+        let r = browse(&gate, &used, Some(&cookie)).await;
+        assert_eq!((r.status().as_u16(), r.headers()["location"].to_str().unwrap()), (303, "/checkout"));
+        assert_eq!(admission(&r), None, "the admission is kept as it is");
+        assert_eq!(browse(&gate, &used, None).await.status(), 401);
         assert!(api.seen().is_empty(), "nothing reached queue-api: {:?}", api.seen());
         assert_eq!(counts().await, before, "no second place taken");
 
