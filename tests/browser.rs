@@ -1,12 +1,14 @@
 //! The waiting-room page in headless Chromium, driven by Playwright (tests/browser): a
 //! person enters a nickname (the queue asks a proof of work, solved by the page), sees
-//! a position while the room is full, keeps it through a reload, keeps it while the
+//! a position while the room is full, keeps it through a reload and in a second tab
+//! (no second entry), keeps it while the
 //! tab is in the background (hidden, its timers held back to a minute) for several
 //! times `abandon_after` (while a silent user behind is dropped), is taken to the chat page when a place frees up, and
 //! chats; a second person joins behind and leaves the line with the page's button.
 //! Before a queue opens, the page shows when, the commitment to the draw and a link to
 //! its proof, then the place the draw gave. The waiting room in Korean and English,
 //! branded and replaced by a template, axe-core clean; the back office during a swarm.
+//! Behind the gate, Back after admission lands in the app again as the same person.
 //! Screenshots of both pages at desktop and phone widths are saved under
 //! target/screenshots/<backend>/. Both backends. `scripts/install-deps.sh` installs
 //! Chromium, Node.js and the test's npm packages.

@@ -61,7 +61,10 @@ pub async fn held(
 /// over HTTPS as a proxy we trust says (`--trust-proxy`, `X-Forwarded-Proto`).
 pub fn set_cookie(state: &AppState, headers: &HeaderMap, queue: &str, user: &str) -> HeaderValue {
     let https = state.config.trust_proxy
-        && headers.get("x-forwarded-proto").and_then(|v| v.to_str().ok()).is_some_and(|p| p.eq_ignore_ascii_case("https"));
+        && headers
+            .get("x-forwarded-proto")
+            .and_then(|v| v.to_str().ok())
+            .is_some_and(|p| p.eq_ignore_ascii_case("https"));
     let secure = if https { "; Secure" } else { "" };
     let cookie = format!("{}={user}; Max-Age={MAX_AGE_S}; HttpOnly; SameSite=Lax{secure}", cookie_name(queue));
     HeaderValue::from_str(&cookie).expect("a cookie of name and UUID characters")

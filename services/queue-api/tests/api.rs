@@ -289,7 +289,8 @@ async fn a_browsers_place_cookie_gets_its_place_back(b: Backend) {
     assert_eq!(counts().await, inside, "the person inside is not put in line again");
 
     // Another queue's cookie, a cookie that is no UUID: a new place.
-    let (_, other, _) = post_entry_as_browser(&api, json!({ "nickname": "ann", "queue": "other" }), Some(&cookie)).await;
+    let (_, other, _) =
+        post_entry_as_browser(&api, json!({ "nickname": "ann", "queue": "other" }), Some(&cookie)).await;
     assert_ne!(other["userId"].as_str(), Some(ann_id.as_str()), "{other}");
     let (_, junk, _) = post_entry_as_browser(&api, json!({ "nickname": "x" }), Some("queue_place_default=x")).await;
     assert_eq!(junk["rank"], 3, "{junk}");
