@@ -1,17 +1,23 @@
 //! The waiting-room page in headless Chromium, driven by Playwright (tests/browser): a
 //! person enters a nickname (the queue asks a proof of work, solved by the page), sees
-//! a position while the room is full, keeps it through a reload, keeps it while the
+//! a position while the room is full, keeps it through a reload and in a second tab
+//! (no second entry), keeps it while the
 //! tab is in the background (hidden, its timers held back to a minute) for several
 //! times `abandon_after` (while a silent user behind is dropped), is taken to the chat page when a place frees up, and
 //! chats; a second person joins behind and leaves the line with the page's button.
 //! Before a queue opens, the page shows when, the commitment to the draw and a link to
 //! its proof, then the place the draw gave. The waiting room in Korean and English,
 //! branded and replaced by a template, axe-core clean; the back office during a swarm.
+//! Behind the gate, Back after admission lands in the app again as the same person.
 //! Screenshots of both pages at desktop and phone widths are saved under
 //! target/screenshots/<backend>/. Both backends. `scripts/install-deps.sh` installs
 //! Chromium, Node.js and the test's npm packages.
 
 use std::time::Duration;
+
+#[allow(dead_code)]
+#[path = "gate/harness.rs"]
+mod harness;
 
 use e2e::{e2e_tests, exits_cleanly, start_piped, type_line, Stack, StackOptions};
 use queue_cli::api::Api;
@@ -23,6 +29,7 @@ e2e_tests!(
     the_page_shows_the_opening_and_its_commitment,
     the_waiting_room_in_two_languages_branded_and_accessible,
     the_back_office_in_a_real_browser,
+    back_after_admission_returns_to_the_app,
 );
 
 async fn a_person_waits_is_admitted_and_chats_in_a_real_browser(backend: Backend) {
@@ -49,6 +56,7 @@ async fn a_person_waits_is_admitted_and_chats_in_a_real_browser(backend: Backend
     let proof = out.expect("the page to solve the proof of work", |l| l.starts_with("PROOF ")).await;
     eprintln!("proof of work at 16 bits in the page: {} ms", &proof["PROOF ".len()..]);
     out.expect("the same place after a reload", |l| l == "RELOADED 1").await;
+    out.expect("the same place in a second tab", |l| l == "SECOND_TAB 1").await;
     out.expect("the friend behind alice", |l| l == "FRIEND 2").await;
     out.expect("the friend to leave with the button", |l| l == "LEFT").await;
     let info = stack.info();
@@ -350,4 +358,48 @@ async fn the_back_office_in_a_real_browser(backend: Backend) {
         metrics.lines().find_map(|l| l.strip_prefix(&prefix)).map_or(0, |n| n.parse::<u64>().unwrap())
     };
     assert_eq!((count("settings"), count("pause"), count("resume")), (2, 1, 1), "{metrics}");
+}
+
+/// One person per admitted visitor (tests/browser/back.mjs), behind the gate in proxy
+/// mode: a person sent from the app to the waiting room joins, is admitted and lands in
+/// the app; Back takes them to the app again as the same person (X-Queue-User), not to
+/// the room with an empty form; a bookmark of the room in a second tab too; an entry
+/// the browser sends to the room's API anyway gets its own place back (the place
+/// cookie). No second place is taken at any point.
+async fn back_after_admission_returns_to_the_app(backend: Backend) {
+    let dir = browser_dir();
+    let stack = Stack::start(backend, StackOptions { soft_cap: 3, ..Default::default() }).await;
+    // The room as the gate serves it: admitted people go on to the gate's claim.
+    let room = ExtraApi::start(&stack, &["--admit-url", "default=/gate/claim"]).await;
+    let scratch = harness::Scratch::new("browser-back");
+    let app = harness::upstream(&scratch).await;
+    let options = harness::GateOptions {
+        routes: vec![("/checkout".into(), stack.queue.clone())],
+        tick_ms: 200,
+        idle_s: 120,
+        token_ttl_s: 120,
+        extra: Vec::new(),
+    };
+    let valkey = ["--valkey-url".to_string(), stack.valkey.url()];
+    let gate = harness::gate(&scratch, &valkey, &room.url, &app, harness::Front::Proxy, &options).await;
+
+    let script = dir.join("back.mjs").display().to_string();
+    let (mut node, mut out) = start_piped("node", &[script, gate.url(), "alice".into()]);
+    let admitted = out.expect("the app, once admitted", |l| l.starts_with("ADMITTED ")).await;
+    let user = admitted["ADMITTED ".len()..].to_string();
+    let counts = |s: &Stack| {
+        let i = s.info();
+        (i["waiting"], i["joining"], i["active"], i["promoted"])
+    };
+    assert_eq!(counts(&stack), (0, 0, 1, 1), "alice is inside");
+    let back = out.expect("Back after admission", |l| l.starts_with("BACK")).await;
+    assert_eq!(back, format!("BACK {user}"), "Back lands in the app as the same person");
+    let tab = out.expect("the room's bookmark in a second tab", |l| l.starts_with("TAB")).await;
+    assert_eq!(tab, format!("TAB {user}"));
+    let entry = out.expect("an entry from the same browser", |l| l.starts_with("ENTRY ")).await;
+    assert_eq!(entry, format!("ENTRY ACTIVE {user}"), "the browser's own place, not a second one");
+    assert_eq!(counts(&stack), (0, 0, 1, 1), "no second place taken");
+    type_line(&mut node, "close").await;
+    out.expect("the browser to close", |l| l == "CLOSED").await;
+    exits_cleanly(&mut node, &out).await;
 }

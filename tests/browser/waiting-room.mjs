@@ -1,6 +1,7 @@
 // A person in a real browser: opens the waiting-room page, enters a nickname (solving
 // the queue's proof of work in a Web Worker when it asks one), sees a position,
-// reloads the page and keeps it, is taken to the chat page when admitted, and says
+// reloads the page and keeps it, opens it in a second tab and finds the same place
+// there (no second entry), is taken to the chat page when admitted, and says
 // something there. Meanwhile a friend in another browser joins behind and clicks
 // "Leave the line". Between the two, the person's tab goes to the background until
 // told to come back: the document says it is hidden and every timer the page sets
@@ -8,8 +9,8 @@
 // Chromium keeps every page visible, so the page is told so by a script the test
 // adds; its push stream is the real one).
 //   node waiting-room.mjs <queue-api URL> <chat-server URL> <nickname>
-// Prints WAITING <rank>, PROOF <ms> (when one was asked), RELOADED <rank>, FRIEND
-// <rank>, LEFT, then waits for "hide" on stdin, prints HIDDEN, waits for "show",
+// Prints WAITING <rank>, PROOF <ms> (when one was asked), RELOADED <rank>,
+// SECOND_TAB <rank> (the page opened in a second tab), FRIEND <rank>, LEFT, then waits for "hide" on stdin, prints HIDDEN, waits for "show",
 // prints SHOWN <rank>, then ADMITTED, CHATTED; after CHATTED it waits for a line on stdin
 // before closing the browser. Exits 1 on any failure (150 s at most).
 import { STEP, deadline, expectLine, launch, nextLine, run } from "./harness.mjs";
@@ -43,6 +44,14 @@ await run(browser, async () => {
   await page.reload({ timeout: STEP });
   await ranked(page);
   console.log("RELOADED " + (await page.textContent("#rank")));
+  // A second tab of the same browser: the same person at the same place, no form to
+  // enter a second time.
+  const second = await page.context().newPage();
+  await second.goto(api + "/", { timeout: STEP });
+  await ranked(second);
+  if (await second.isVisible("#enter")) throw new Error("the second tab offers the form");
+  console.log("SECOND_TAB " + (await second.textContent("#rank")));
+  await second.close();
 
   const friend = await (await browser.newContext()).newPage();
   friend.on("pageerror", (e) => console.error("friend page error:", e.message));

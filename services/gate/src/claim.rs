@@ -165,6 +165,17 @@ pub async fn claim(
         }
         resp
     };
+    // A used ticket (a second tab, a page kept by Back) from a browser already admitted
+    // to the queue: back to the app on that admission rather than an error page.
+    if let Err(ClientError::Refused(why @ (QueueError::NoTicket | QueueError::AlreadyInside))) = &claimed {
+        if wants_html(&headers) && gate.admission_for(&headers, queue, now).is_some() {
+            gate.metrics.claim(if matches!(why, QueueError::NoTicket) { "invalid_ticket" } else { "already_inside" });
+            let to = HeaderValue::from_str(&back).unwrap_or(HeaderValue::from_static("/"));
+            let mut resp = (StatusCode::SEE_OTHER, [(header::LOCATION, to)]).into_response();
+            answer::no_store(&mut resp);
+            return resp;
+        }
+    }
     let claim = match claimed {
         Ok(c) => c,
         Err(ClientError::Refused(QueueError::NoTicket)) => {

@@ -176,6 +176,24 @@ impl Gate {
         Decision::Refuse { queue: queue.to_string(), outcome: why }
     }
 
+    /// The live admission to `queue` that `headers` carry (Bearer or cookie), as a
+    /// gated request of that queue would be admitted on it: a token of ours for that
+    /// queue, unexpired, its session live here and within the longest session. No
+    /// Valkey call. The person counts as seen.
+    pub fn admission_for(&self, headers: &HeaderMap, queue: &str, now_ms: u64) -> Option<Arc<Verified>> {
+        let now_s = now_ms / 1000;
+        let found = crate::cookie::tokens(headers, &self.config.cookie_name)
+            .filter_map(|t| self.table.lookup(t, &self.config.keys, now_ms).ok())
+            .find(|v| {
+                v.claims.aud == queue
+                    && v.claims.exp > now_s
+                    && v.session.state() == State::Live
+                    && !self.past_max_session(v, now_s)
+            })?;
+        found.session.touch(now_ms);
+        Some(found)
+    }
+
     /// Whether the session has run past its queue's longest time; the first request
     /// to find out ends it.
     fn past_max_session(&self, v: &Verified, now_s: u64) -> bool {

@@ -19,6 +19,7 @@ pub mod health;
 pub mod lease;
 pub mod metrics;
 pub mod proxy;
+pub mod readmit;
 pub mod returns;
 pub mod rules;
 pub mod sessions;

@@ -215,6 +215,10 @@ pub async fn room(
     if !room_path(rest) {
         return answer::error(StatusCode::NOT_FOUND, "not_found", "No such page of the waiting room.", req.headers());
     }
+    // Someone still admitted to the queue goes back to the app, not into line again.
+    if let Some(back) = crate::readmit::back_to_app(&gate, rest, &req) {
+        return back;
+    }
     let path = match req.uri().query() {
         Some(q) => format!("{rest}?{q}"),
         None => rest.to_string(),

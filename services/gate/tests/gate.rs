@@ -25,6 +25,7 @@ testkit::backend_tests!(
     token_dies_before_its_lease_can_lapse,
     websocket_closed_when_the_session_ends,
     session_end_kept_while_valkey_is_away,
+    an_admitted_visitor_back_at_the_room_goes_back_to_the_app,
 );
 
 /// The status of `GET path` sent byte for byte (no client-side normalization).
@@ -1099,4 +1100,75 @@ async fn renewal_by_redirect_in_forward_auth() {
     assert_eq!((r.status().as_u16(), r.headers()["location"].to_str().unwrap()), (303, "/"));
     assert!(r.headers().get("set-cookie").is_none());
     gate.stop().await;
+}
+
+/// One person per admitted visitor: someone admitted who reaches the waiting room again
+/// (Back after admission, a bookmark, a second tab) is sent straight back to the app on
+/// the admission they hold, in proxy and in forward-auth mode, with the same
+/// X-Queue-User; nothing of it reaches queue-api (here the logging app stands in for
+/// it) and no second place is taken. Another queue's room, no admission, an admission
+/// given up: the room is served as before.
+async fn an_admitted_visitor_back_at_the_room_goes_back_to_the_app(b: Backend) {
+    for proxy in [true, false] {
+        let api = Upstream::start().await;
+        let api_url = format!("http://{}", api.addr);
+        let Proxied { valkey: _s, qc, dir: _dir, app: _app, gate } =
+            Proxied::with(ValkeyServer::start(b), proxy, |c| c.queue_api = Some(api_url.parse().unwrap())).await;
+        qc.config_set("drop", &[("soft_cap", 5)]).await.unwrap();
+        qc.config_set("concert", &[("soft_cap", 5)]).await.unwrap();
+        let t = ticket(&qc, "drop", "u-1").await;
+        let cookie = claim(&gate, "drop", &t).await;
+        let counts = async || {
+            let i = qc.info("drop").await.unwrap();
+            (i.waiting, i.joining, i.active)
+        };
+        let before = counts().await;
+        assert_eq!(before, (0, 0, 1), "u-1 inside");
+
+        // Back after admission: the room's page, with the way back the gate gave.
+        let r = browse(&gate, "/gate/room/?queue=drop&return=%2Fcheckout%2Fcart%3Fx%3D1", Some(&cookie)).await;
+        assert_eq!(r.status(), 303, "proxy {proxy}: an admitted visitor is not offered a place again");
+        let back = r.headers()["location"].to_str().unwrap().to_string();
+        assert_eq!(back, "/checkout/cart?x=1");
+        assert_eq!(r.headers()["cache-control"], "no-store");
+        // ... where the same person is admitted.
+        if proxy {
+            assert_eq!(browse(&gate, &back, Some(&cookie)).await.text().await.unwrap(), "app:u-1");
+        } else {
+            let r = auth_as_nginx(&gate, &back, &cookie).await;
+            assert_eq!((r.status().as_u16(), r.headers()["x-queue-user"].to_str().unwrap()), (200, "u-1"));
+        }
+        // The bare /gate/room goes to /gate/room/ first; a bookmark without a way back
+        // goes to /; a return to another site goes to / too; a Bearer token counts.
+        let r = browse(&gate, "/gate/room?queue=drop", Some(&cookie)).await;
+        assert_eq!(r.headers()["location"], "/gate/room/?queue=drop");
+        let r = browse(&gate, "/gate/room/?queue=drop", Some(&cookie)).await;
+        assert_eq!((r.status().as_u16(), r.headers()["location"].to_str().unwrap()), (303, "/"));
+        let r = browse(&gate, "/gate/room/?queue=drop&return=%2F%2Fevil.example", Some(&cookie)).await;
+        assert_eq!((r.status().as_u16(), r.headers()["location"].to_str().unwrap()), (303, "/"));
+        let token = cookie.strip_prefix("queue_admission=").unwrap();
+        let r = client().get(gate.url("/gate/room/?queue=drop&return=%2Fcheckout")).bearer_auth(token).send().await;
+        assert_eq!(r.unwrap().status(), 303);
+        // The used ticket again from this browser (a second tab promoted with the first,
+        // a page kept by Back): back to the app too; without the admission, refused.
+        let used = format!("/gate/claim?queue=drop&ticketId={t}&return=%2Fcheckout");
+        let r = browse(&gate, &used, Some(&cookie)).await;
+        assert_eq!((r.status().as_u16(), r.headers()["location"].to_str().unwrap()), (303, "/checkout"));
+        assert_eq!(admission(&r), None, "the admission is kept as it is");
+        assert_eq!(browse(&gate, &used, None).await.status(), 401);
+        assert!(api.seen().is_empty(), "nothing reached queue-api: {:?}", api.seen());
+        assert_eq!(counts().await, before, "no second place taken");
+
+        // Another queue's room, and the room without an admission: served.
+        let r = browse(&gate, "/gate/room/?queue=concert&return=%2Ftickets%2F", Some(&cookie)).await;
+        assert_eq!((r.status().as_u16(), api.seen().len()), (200, 1), "another queue's room");
+        assert_eq!(browse(&gate, "/gate/room/?queue=drop&return=%2Fcheckout", None).await.status(), 200);
+        // Its script and API are served to the admitted too (only the page is the way in).
+        assert_eq!(browse(&gate, "/gate/room/app.js", Some(&cookie)).await.status(), 200);
+        // Once the admission is given up, the room is the room again.
+        assert_eq!(leave_here(&gate, "drop", &cookie).await.status(), 200);
+        assert_eq!(browse(&gate, "/gate/room/?queue=drop&return=%2Fcheckout", Some(&cookie)).await.status(), 200);
+        assert_eq!(api.seen().len(), 4);
+        gate.stop().await;
+    }
 }

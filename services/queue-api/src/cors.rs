@@ -3,8 +3,8 @@
 //! origin cannot read any answer. `--cors-origins https://shop.example,...` (or `*`)
 //! lets pages on those origins use the public queue API (`/api/queue/...`): entry,
 //! status, leave, push stream, challenge and opening. Never the back office,
-//! `/metrics` or `/healthz`, and never with credentials (the API uses no cookies: a
-//! person is their userId).
+//! `/metrics` or `/healthz`, and never with credentials (a person is their userId; the
+//! place cookie, place.rs, is for the page served from this origin only).
 
 use axum::extract::{Request, State};
 use axum::http::{header, HeaderMap, HeaderValue, Method, StatusCode};

@@ -23,6 +23,7 @@ pub mod metrics;
 mod openapi;
 mod opening;
 pub mod pages;
+pub mod place;
 pub mod pow;
 mod routes;
 mod server;

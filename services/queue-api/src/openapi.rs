@@ -46,7 +46,7 @@ pub fn document() -> Value {
         "info": { "title": "valkey-queue waiting room", "version": env!("CARGO_PKG_VERSION") },
         "paths": {
             "/api/queue/entry": { "post": {
-                "summary": "Join the line (a new userId is issued, or the one given again: a re-entry moves that person to the back); promoted at once when nobody waits and there is room",
+                "summary": "Join the line (a new userId is issued, or the one given again: a re-entry moves that person to the back); promoted at once when nobody waits and there is room. An entry carrying the place cookie (queue_place_<queue>) whose person still waits, holds a ticket or is inside gets that person's standing back unchanged, whatever the body names",
                 "requestBody": { "required": true, "content": { "application/json": { "schema": {
                     "type": "object", "required": ["nickname"],
                     "properties": { "nickname": { "type": "string", "minLength": 1, "maxLength": 32, "pattern": "^[^\\u0000-\\u001f\\u007f]*[^\\s\\u0000-\\u001f\\u007f][^\\u0000-\\u001f\\u007f]*$",
@@ -58,7 +58,11 @@ pub fn document() -> Value {
                                              "required": ["challenge", "nonce"],
                                              "properties": { "challenge": { "type": "string", "pattern": format!("^[0-9a-f]{{{}}}$", queue_core::pow::CHALLENGE_LEN) },
                                                              "nonce": { "type": "string", "pattern": "^[0-9]{1,20}$" } } } } } } } },
-                "responses": { "200": ok_standing, "400": err("malformed JSON, bad queue name, a userId this service did not give, or a proof of work that does not check out"),
+                "responses": { "200": { "description": "where the user stands (the place cookie names them)",
+                                        "headers": { "Set-Cookie": { "description": "queue_place_<queue>=<userId>; Max-Age=86400; HttpOnly; SameSite=Lax (no Path: the directory of the request's URL), `:` in the queue's name written %3A",
+                                                                     "schema": { "type": "string" } } },
+                                        "content": { "application/json": { "schema": standing } } },
+                               "400": err("malformed JSON, bad queue name, a userId this service did not give, or a proof of work that does not check out"),
                                "404": err(unknown_queue),
                                "409": err("this proof of work was used already"),
                                "422": err("missing, empty or too long nickname"),

@@ -82,6 +82,7 @@ impl<'a> StandingBody<'a> {
 pub async fn entry(
     State(state): St,
     from: ClientIp,
+    headers: axum::http::HeaderMap,
     body: Result<JsonBody<EntryRequest>, ApiError>,
 ) -> Result<Response, ApiError> {
     let ip = rate_limit(&state, &from)?;
@@ -111,6 +112,12 @@ pub async fn entry(
     };
     let client = state.store.client().await?;
     state.declared.check(&client, &queue).await?;
+    // A browser whose place cookie names someone still here gets that place back (Back
+    // after admission, a second tab): one person per browser (place.rs).
+    if let Some(held) = crate::place::held(&state, &client, &queue, &headers).await? {
+        state.metrics.promoted(&held);
+        return Ok(placed(&state, &headers, &held, &queue));
+    }
     let addr = ip.to_string();
     crate::pow::admit(&state, &client, &queue, &addr, &body.pow).await?;
     let standing = client.enter(&queue, &user, nickname).await.map_err(|e| {
@@ -120,7 +127,15 @@ pub async fn entry(
         ApiError::from(e)
     })?;
     state.metrics.promoted(&standing);
-    Ok(Json(StandingBody::new(&standing, &queue)).into_response())
+    Ok(placed(&state, &headers, &standing, &queue))
+}
+
+/// An entry's answer: the standing, and the place cookie naming its person.
+fn placed(state: &AppState, headers: &axum::http::HeaderMap, s: &Standing, queue: &str) -> Response {
+    let mut resp = Json(StandingBody::new(s, queue)).into_response();
+    let cookie = crate::place::set_cookie(state, headers, queue, &s.user_id);
+    resp.headers_mut().insert(axum::http::header::SET_COOKIE, cookie);
+    resp
 }
 
 /// `?queue=`.

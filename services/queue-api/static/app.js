@@ -30,10 +30,21 @@
   }
   const clock = (ms) => new Intl.DateTimeFormat(lang, { dateStyle: "medium", timeStyle: "short" }).format(new Date(ms));
 
-  // Where this tab stands in line survives a reload (not a new tab or another device),
-  // with the place it had on entering (the progress bar runs from there to the front).
+  // Who this browser is in the queue, kept where every tab of it sees it (local
+  // storage), with the place it had on entering (the progress bar runs from there to
+  // the front): a reload, Back after admission, a bookmark or a second tab finds the
+  // same person and asks where they stand before anything else. Only someone the
+  // queue no longer knows is offered the form (queue-api's place cookie holds the
+  // same on its side: an entry from this browser gets its place back).
   const saved = "waiting-room:" + queue;
   const savedEntry = saved + ":entry";
+  const kept = {
+    get: (k) => { try { return localStorage.getItem(k); } catch (_) { return null; } },
+    set: (k, v) => { try { localStorage.setItem(k, v); } catch (_) { /* this page load only */ } },
+    remove: (k) => { try { localStorage.removeItem(k); } catch (_) { /* nothing kept */ } },
+  };
+  // Set once the person is promoted or inside: nothing more to follow here.
+  let settled = false;
   // Each follow() gets a new generation; anything older (a stream, a poll) stops.
   let generation = 0;
   let stream = null;
@@ -129,8 +140,8 @@
     if (showOpening(standing)) { show_($("leave"), true); return; }
     if (standing.status !== "WAITING") return;
     const rank = standing.rank;
-    const entry = Math.max(Number(sessionStorage.getItem(savedEntry)) || 0, rank);
-    sessionStorage.setItem(savedEntry, String(entry));
+    const entry = Math.max(Number(kept.get(savedEntry)) || 0, rank);
+    kept.set(savedEntry, String(entry));
     $("rank").textContent = number(rank);
     $("total").textContent = total != null ? t("total", { total: number(Math.max(total, rank)) }) : "";
     const done = entry > 0 ? (entry - rank) / entry : 0;
@@ -153,10 +164,14 @@
     return url;
   }
 
+  // The person's turn. Who they are stays kept: coming back (Back, a second tab)
+  // finds them promoted or inside, never a stranger to enter again.
   function admitted(standing) {
     stopFollowing();
-    sessionStorage.removeItem(saved);
-    sessionStorage.removeItem(savedEntry);
+    settled = true;
+    kept.set(saved, standing.userId);
+    kept.remove(savedEntry);
+    show_($("enter"), false);
     show_($("wait"), true);
     show_($("leave"), false);
     show_($("next"), false);
@@ -175,10 +190,34 @@
     else setTimeout(() => location.assign(url.toString()), 1500);
   }
 
+  // Already inside (a session holds their place): no second entry; the way back to
+  // where they were going, when the page knows it (a path on the admit URL's site).
+  function inside(standing) {
+    stopFollowing();
+    settled = true;
+    kept.set(saved, standing.userId);
+    kept.remove(savedEntry);
+    show_($("enter"), false);
+    show_($("wait"), true);
+    show_($("leave"), false);
+    show_($("next"), false);
+    $("rank").textContent = "—";
+    $("total").textContent = "";
+    $("progress").value = 100;
+    $("progress-text").textContent = "";
+    $("eta").textContent = "";
+    $("state").textContent = t("inside");
+    if (returnTo && /^\/(?![\/\\])/.test(returnTo)) {
+      $("continue").href = new URL(returnTo, new URL(data.admitUrl || "/", location.href)).toString();
+      show_($("turn"), true);
+    }
+  }
+
   function outOfLine(message) {
     stopFollowing();
-    sessionStorage.removeItem(saved);
-    sessionStorage.removeItem(savedEntry);
+    settled = false;
+    kept.remove(saved);
+    kept.remove(savedEntry);
     show_($("leave"), false);
     show_($("next"), false);
     $("rank").textContent = "—";
@@ -198,7 +237,7 @@
   function follow(userId) {
     stopFollowing();
     const mine = generation;
-    sessionStorage.setItem(saved, userId);
+    kept.set(saved, userId);
     show_($("enter"), false);
     show_($("wait"), true);
     const es = new EventSource("api/queue/stream?" + who(userId));
@@ -206,7 +245,7 @@
     es.addEventListener("position", (e) => show(JSON.parse(e.data)));
     es.addEventListener("promoted", (e) => admitted(JSON.parse(e.data)));
     es.addEventListener("unknown", () => lost());
-    es.addEventListener("active", () => { stopFollowing(); $("state").textContent = t("inside"); });
+    es.addEventListener("active", (e) => inside(JSON.parse(e.data)));
     es.onerror = () => {
       if (stream !== es) return;
       es.close();
@@ -224,6 +263,7 @@
       if (r.ok) {
         const s = await r.json();
         if (s.status === "PROMOTED") return admitted(s);
+        if (s.status === "ACTIVE") return inside(s);
         show(s);
       }
     } catch (_) { /* keep trying */ }
@@ -247,10 +287,10 @@
 
   async function enter() {
     $("error").textContent = "";
-    // Entering again with the id this tab was given moves that person to the back
-    // rather than making a second entry.
-    const entry = { nickname: $("nickname").value, queue, userId: sessionStorage.getItem(saved) || undefined };
-    sessionStorage.removeItem(savedEntry);
+    // Entering again with the id this browser was given is that person again, not a
+    // second entry (queue-api's place cookie gives back a place still held).
+    const entry = { nickname: $("nickname").value, queue, userId: kept.get(saved) || undefined };
+    kept.remove(savedEntry);
     try {
       let r, body;
       for (let tries = 0; ; tries++) {
@@ -274,14 +314,16 @@
       }
       show_($("enter"), false);
       show(body);
-      if (body.status === "PROMOTED") admitted(body); else follow(body.userId);
+      if (body.status === "PROMOTED") admitted(body);
+      else if (body.status === "ACTIVE") inside(body);
+      else follow(body.userId);
     } catch (_) {
       $("error").textContent = t("error_network");
     }
   }
 
   async function leave() {
-    const userId = sessionStorage.getItem(saved);
+    const userId = kept.get(saved);
     if (!userId) return;
     $("leave").disabled = true;
     try {
@@ -294,17 +336,44 @@
     $("leave").disabled = false;
   }
 
+  // A place kept by this browser: where does it stand? Waiting: followed; promoted
+  // (a ticket not used yet): on to the admit URL; inside: said so. Only a person the
+  // queue no longer knows gets the form back.
+  async function resume(userId) {
+    try {
+      const r = await fetch("api/queue/status?" + who(userId));
+      if (r.status === 404) {
+        kept.remove(saved);
+        kept.remove(savedEntry);
+        show_($("enter"), true);
+        return;
+      }
+      if (r.ok) {
+        const s = await r.json();
+        if (s.status === "PROMOTED") return admitted(s);
+        if (s.status === "ACTIVE") return inside(s);
+      }
+    } catch (_) { /* follow() keeps asking */ }
+    follow(userId);
+  }
+
   // Handlers first (a form submitted before they are there would reload the page),
-  // then the messages, then the stream of a place kept through a reload.
+  // then the messages, then the place this browser keeps.
   function start() {
+    // A kept place is asked about before the form is offered (no second entry).
+    if (kept.get(saved)) show_($("enter"), false);
+    // Back to a page kept in memory (the back/forward cache) shows it as it was left:
+    // load it again, so that the place is asked about (and the gate can send someone
+    // admitted straight back to the app).
+    window.addEventListener("pageshow", (e) => { if (e.persisted) location.reload(); });
     const messages = fetch(data.messages).then((r) => r.json()).then((m) => { M = m; })
       .catch(() => { /* the keys then; the page's own text is rendered already */ });
     $("enter").addEventListener("submit", (e) => { e.preventDefault(); messages.then(enter); });
     $("leave").addEventListener("click", leave);
     // Back in front: catch up at once rather than at the next (held back) timer.
     document.addEventListener("visibilitychange", () => {
-      const userId = sessionStorage.getItem(saved);
-      if (document.visibilityState === "visible" && userId && !stream) follow(userId);
+      const userId = kept.get(saved);
+      if (document.visibilityState === "visible" && userId && !stream && !settled) follow(userId);
     });
     const announce = document.createElement("div");
     announce.id = "announce";
@@ -316,9 +385,9 @@
       show_(logo, true);
     }
     languages();
-    messages.then(() => {
-      const resumed = sessionStorage.getItem(saved);
-      if (resumed) follow(resumed);
+    messages.then(async () => {
+      const resumed = kept.get(saved);
+      if (resumed) await resume(resumed);
       document.body.dataset.ready = "true";
     });
   }

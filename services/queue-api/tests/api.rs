@@ -64,6 +64,7 @@ testkit::backend_tests!(
     bad_input_is_refused_cleanly,
     leaving_gives_the_place_away,
     reentry_with_the_kept_user_id_moves_to_the_back,
+    a_browsers_place_cookie_gets_its_place_back,
     proof_of_work_at_entry,
     a_full_line_answers_503_with_retry_after,
     concurrent_status_reads_each_see_the_line_after_they_arrive,
@@ -209,6 +210,102 @@ async fn reentry_with_the_kept_user_id_moves_to_the_back(b: Backend) {
         assert_eq!(code, 400, "{e}");
     }
     api.stop().await;
+}
+
+/// An entry as a browser sends it, with `cookie` (the Cookie header) if any: the
+/// status, the body and the place cookie the answer sets (the whole Set-Cookie).
+async fn post_entry_as_browser(api: &Api, body: Value, cookie: Option<&str>) -> (u16, Value, Option<String>) {
+    let mut r = reqwest::Client::new().post(api.url("/api/queue/entry")).json(&body);
+    if let Some(c) = cookie {
+        r = r.header("cookie", c);
+    }
+    let r = r.send().await.unwrap();
+    let set = r.headers().get("set-cookie").map(|v| v.to_str().unwrap().to_string());
+    (r.status().as_u16(), r.json().await.unwrap(), set)
+}
+
+/// One place per browser: an entry's answer sets the place cookie naming its person;
+/// an entry carrying it while that person waits, holds a ticket or is inside gets the
+/// same standing back (same userId, same rank, same ticket) and changes nothing: no
+/// second person, no move to the back, no proof of work asked, whatever userId or
+/// nickname the body names. A cookie naming someone gone, or another queue's, enters
+/// anew. Clients without the cookie keep seed 002's re-entry (the test above).
+async fn a_browsers_place_cookie_gets_its_place_back(b: Backend) {
+    let s = ValkeyServer::start(b);
+    let qc = client_for(&s).await;
+    qc.config_set("default", &[("soft_cap", 1)]).await.unwrap();
+    qc.config_set("other", &[("soft_cap", 0)]).await.unwrap();
+    let api = Api::start(queue_api::Config::local(&s.url())).await;
+    let (_, holder, _) = post_entry_as_browser(&api, json!({ "nickname": "holder" }), None).await;
+    assert_eq!(holder["status"], "PROMOTED", "{holder}");
+    let (code, ann, set) = post_entry_as_browser(&api, json!({ "nickname": "ann" }), None).await;
+    assert_eq!((code, ann["status"].as_str(), ann["rank"].as_i64()), (200, Some("WAITING"), Some(1)), "{ann}");
+    let ann_id = ann["userId"].as_str().unwrap().to_string();
+    // What the browser sends back (checked against the answer's Set-Cookie below).
+    let cookie = format!("queue_place_default={ann_id}");
+    post_entry_as_browser(&api, json!({ "nickname": "ben" }), None).await;
+    let counts = async || {
+        let i = qc.info("default").await.unwrap();
+        (i.waiting, i.joining, i.active, i.promoted)
+    };
+    let before = counts().await;
+    assert_eq!(before, (2, 1, 0, 1));
+
+    // Back, a reload with an empty form, a second tab: the same place, nothing changed.
+    for body in [
+        json!({ "nickname": "ann" }),
+        json!({ "nickname": "someone else" }),
+        json!({ "nickname": "ann", "userId": ann_id }),
+        json!({ "nickname": "ann", "userId": uuid_like(7) }),
+    ] {
+        let (code, again, set) = post_entry_as_browser(&api, body.clone(), Some(&cookie)).await;
+        assert_eq!(code, 200, "{again}");
+        assert_eq!(
+            (again["userId"].as_str(), again["rank"].as_i64(), again["status"].as_str(), again["nickname"].as_str()),
+            (Some(ann_id.as_str()), Some(1), Some("WAITING"), Some("ann")),
+            "{body} -> {again}"
+        );
+        assert_eq!(counts().await, before, "{body}: no second place, no move to the back");
+        assert!(set.unwrap().starts_with(&cookie), "the cookie is set again");
+    }
+    // The cookie: no Path (the browser scopes it to the API's directory, under the
+    // gate's /gate/room/ prefix too), script cannot read it, sent on same-site requests.
+    assert_eq!(set.as_deref(), Some(format!("{cookie}; Max-Age=86400; HttpOnly; SameSite=Lax").as_str()));
+    // No proof of work for a place already held (nothing is written for it).
+    qc.config_set("default", &[("pow_difficulty", 20)]).await.unwrap();
+    let (code, again, _) = post_entry_as_browser(&api, json!({ "nickname": "ann" }), Some(&cookie)).await;
+    assert_eq!((code, again["userId"].as_str()), (200, Some(ann_id.as_str())), "{again}");
+    qc.config_set("default", &[("pow_difficulty", 0)]).await.unwrap();
+
+    // A promoted person's browser gets the same ticket back; inside, the same person.
+    let holder_cookie = format!("queue_place_default={}", holder["userId"].as_str().unwrap());
+    let (_, again, _) = post_entry_as_browser(&api, json!({ "nickname": "holder" }), Some(&holder_cookie)).await;
+    assert_eq!((again["status"].as_str(), again["ticketId"].clone()), (Some("PROMOTED"), holder["ticketId"].clone()));
+    assert_eq!(counts().await, before);
+    qc.claim("default", holder["ticketId"].as_str().unwrap()).await.unwrap();
+    let inside = counts().await;
+    let (_, again, _) = post_entry_as_browser(&api, json!({ "nickname": "holder" }), Some(&holder_cookie)).await;
+    assert_eq!((again["status"].as_str(), again["userId"].clone()), (Some("ACTIVE"), holder["userId"].clone()));
+    assert_eq!(counts().await, inside, "the person inside is not put in line again");
+
+    // Another queue's cookie, a cookie that is no UUID: a new place.
+    let (_, other, _) =
+        post_entry_as_browser(&api, json!({ "nickname": "ann", "queue": "other" }), Some(&cookie)).await;
+    assert_ne!(other["userId"].as_str(), Some(ann_id.as_str()), "{other}");
+    let (_, junk, _) = post_entry_as_browser(&api, json!({ "nickname": "x" }), Some("queue_place_default=x")).await;
+    assert_eq!(junk["rank"], 3, "{junk}");
+    // Ann left: her cookie names nobody any more, and she enters anew, at the back.
+    assert_eq!(delete_entry(&api, &format!("?userId={ann_id}")).await.0, 200);
+    let (_, anew, set) = post_entry_as_browser(&api, json!({ "nickname": "ann" }), Some(&cookie)).await;
+    assert_eq!((anew["status"].as_str(), anew["rank"].as_i64()), (Some("WAITING"), Some(3)), "{anew}");
+    assert_ne!(anew["userId"].as_str(), Some(ann_id.as_str()));
+    assert!(set.unwrap().starts_with(&format!("queue_place_default={}", anew["userId"].as_str().unwrap())));
+    api.stop().await;
+}
+
+/// A UUID-shaped id nobody was given.
+fn uuid_like(n: u8) -> String {
+    format!("00000000-0000-4000-8000-0000000000{n:02}")
 }
 
 async fn seed_contract(b: Backend) {
