@@ -57,6 +57,8 @@ done
 bin="$root/target/release"
 "$bin/chat-server" --valkey-url "$url" --listen "127.0.0.1:$CHAT_PORT" & pids+=($!)
 "$bin/queue-manager" --valkey-url "$url" --listen "127.0.0.1:$MANAGER_PORT" & pids+=($!)
+# queue-api trusts loopback as a proxy (the gate in front of the room): fine while
+# everything listens on loopback only; name your real proxies instead elsewhere.
 "$bin/queue-api" --valkey-url "$url" --listen "127.0.0.1:$API_PORT" --chat-url "http://127.0.0.1:$CHAT_PORT/" \
   --admit-url shop=/gate/claim --admin-token "${ADMIN_TOKEN:-local-admin}" \
   --trusted-proxies 127.0.0.1 & pids+=($!)

@@ -51,6 +51,14 @@ pub struct ProxyFlags {
 pub fn parse_net(text: &str) -> Result<IpNet, String> {
     let text = text.trim();
     if let Ok(net) = text.parse::<IpNet>() {
+        // Addresses are compared as IPv4 once mapped ones are unwrapped, so a range
+        // written in the mapped form (::ffff:10.0.0.0/104) is taken as the IPv4 range.
+        if let IpNet::V6(v6) = net {
+            if let (Some(v4), true) = (v6.addr().to_ipv4_mapped(), v6.prefix_len() >= 96) {
+                let v4 = ipnet::Ipv4Net::new(v4, v6.prefix_len() - 96).expect("a prefix of at most 32");
+                return Ok(IpNet::V4(v4.trunc()));
+            }
+        }
         return Ok(net.trunc());
     }
     text.parse::<IpAddr>()
@@ -127,15 +135,17 @@ impl ClientAddrs {
             let (Some(one), None) = (values.next(), values.next()) else { return None };
             return one.to_str().ok()?.trim().parse().ok().map(canonical_ip);
         }
-        // Every X-Forwarded-For line, in order, is one list; walk it from the right.
-        let lines: Vec<&str> = headers.get_all("x-forwarded-for").iter().filter_map(|v| v.to_str().ok()).collect();
+        // Every X-Forwarded-For line, in order, is one list; walk it from the right, as
+        // bytes: only the entries the walk reaches are read, so whatever a client wrote
+        // further left (bytes that are not text included) changes nothing.
+        let lines: Vec<&[u8]> = headers.get_all("x-forwarded-for").iter().map(|v| v.as_bytes()).collect();
         let mut last = None;
-        for entry in lines.iter().rev().flat_map(|line| line.rsplit(',')) {
-            let entry = entry.trim();
+        for entry in lines.iter().rev().flat_map(|line| line.rsplit(|&b| b == b',')) {
+            let entry = entry.trim_ascii();
             if entry.is_empty() {
                 continue;
             }
-            let ip = canonical_ip(parse_entry(entry)?);
+            let ip = canonical_ip(parse_entry(std::str::from_utf8(entry).ok()?)?);
             if !self.is_proxy(ip) {
                 return Some(ip);
             }
@@ -148,6 +158,16 @@ impl ClientAddrs {
     /// none (for limits, which must key on something).
     pub fn client_or_peer(&self, headers: &HeaderMap, peer: IpAddr) -> IpAddr {
         self.client(headers, peer).unwrap_or_else(|| canonical_ip(peer))
+    }
+}
+
+/// The key a per-address limit counts `ip` under: an IPv4 address itself, an IPv6
+/// address as its /64 (the smallest network one subscriber is given: with the whole
+/// address as key, a client would take a fresh bucket for every request).
+pub fn limit_key(ip: IpAddr) -> IpAddr {
+    match canonical_ip(ip) {
+        IpAddr::V6(v6) => IpAddr::V6(std::net::Ipv6Addr::from(u128::from(v6) & !((1u128 << 64) - 1))),
+        v4 => v4,
     }
 }
 
@@ -174,10 +194,11 @@ impl<T: HasClientAddrs> HasClientAddrs for Arc<T> {
     }
 }
 
-/// The extractor: the client's address as [`ClientAddrs::client_or_peer`] reads it,
-/// from the request in place (no copy of its headers). The server puts the peer's
-/// address on every request it serves (`ConnectInfo`); without it (a request made
-/// in a unit test) the peer is 0.0.0.0.
+/// The extractor for per-address limits: the client's address as
+/// [`ClientAddrs::client_or_peer`] reads it, as its [`limit_key`] (an IPv6 address as
+/// its /64), from the request in place (no copy of its headers). The server puts the
+/// peer's address on every request it serves (`ConnectInfo`); without it (a request
+/// made in a unit test) the peer is 0.0.0.0.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct ClientAddr(pub IpAddr);
 
@@ -189,7 +210,7 @@ impl<S: HasClientAddrs + Send + Sync> FromRequestParts<S> for ClientAddr {
             .extensions
             .get::<ConnectInfo<SocketAddr>>()
             .map_or(IpAddr::V4(std::net::Ipv4Addr::UNSPECIFIED), |c| c.0.ip());
-        Ok(ClientAddr(state.client_addrs().client_or_peer(&parts.headers, peer)))
+        Ok(ClientAddr(limit_key(state.client_addrs().client_or_peer(&parts.headers, peer))))
     }
 }
 
@@ -281,11 +302,32 @@ mod tests {
     }
 
     #[test]
+    fn bytes_left_of_the_client_are_never_read() {
+        let c = ClientAddrs::new(&flags(&["--trusted-proxies", "10.0.0.0/8"]));
+        let mut h = HeaderMap::new();
+        h.insert("x-forwarded-for", HeaderValue::from_bytes(b"\xff\xfe, 198.51.100.4").unwrap());
+        assert_eq!(c.client(&h, ip("10.0.0.1")), Some(ip("198.51.100.4")));
+        h.insert("x-forwarded-for", HeaderValue::from_bytes(b"198.51.100.4, \xff").unwrap());
+        assert_eq!(c.client(&h, ip("10.0.0.1")), None, "reached: unknown");
+    }
+
+    #[test]
+    fn limits_count_an_ipv6_network_as_one() {
+        assert_eq!(limit_key(ip("2001:db8:1:2:aaaa::1")), ip("2001:db8:1:2::"));
+        assert_eq!(limit_key(ip("2001:db8:1:2:ffff::9")), limit_key(ip("2001:db8:1:2::1")));
+        assert_ne!(limit_key(ip("2001:db8:1:3::1")), limit_key(ip("2001:db8:1:2::1")));
+        assert_eq!(limit_key(ip("198.51.100.4")), ip("198.51.100.4"));
+        assert_eq!(limit_key(ip("::ffff:198.51.100.4")), ip("198.51.100.4"));
+    }
+
+    #[test]
     fn flags_parse_and_refuse() {
         let f = flags(&["--trusted-proxies", "10.0.0.0/8, 192.0.2.7 ,::1", "--client-ip-header", "CF-Connecting-IP"]);
         assert_eq!(f.trusted_proxies.len(), 3);
         assert_eq!(f.client_ip_header.unwrap(), "cf-connecting-ip");
         assert_eq!(parse_net("10.1.2.3/8").unwrap().to_string(), "10.0.0.0/8");
+        assert_eq!(parse_net("::ffff:10.0.0.0/104").unwrap().to_string(), "10.0.0.0/8");
+        assert_eq!(parse_net("::ffff:10.0.0.1").unwrap().to_string(), "10.0.0.1/32");
         assert!(parse_net("10.0.0.0/33").is_err());
         assert!(parse_net("nginx").is_err());
         assert!(parse_header("bad header").is_err());

@@ -411,12 +411,25 @@ pub(crate) fn prepare_request_headers(
     for h in [QUEUE_USER, QUEUE_NAME, crate::decide::BYPASS_HEADER] {
         headers.remove(h);
     }
-    let xff = match headers.get("x-forwarded-for").and_then(|v| v.to_str().ok()) {
-        Some(prev) if trusted => format!("{prev}, {}", origin.peer),
-        _ => origin.client.unwrap_or(origin.peer).to_string(),
+    // The chain passed on ends in the gate's own answer: the client it read, then the
+    // proxy it came through; nothing a client wrote further left goes on, so a service
+    // behind the gate that trusts more proxies than the gate does reads the same client.
+    // A client unknown (or the peer itself): the peer alone.
+    let xff = match origin.client {
+        Some(client) if trusted => format!("{client}, {}", origin.peer),
+        _ => origin.peer.to_string(),
     };
     if let Ok(v) = HeaderValue::from_str(&xff) {
         headers.insert("x-forwarded-for", v);
+    }
+    // X-Real-IP is the gate's answer too, never what a client sent.
+    match origin.client.map(|c| HeaderValue::from_str(&c.to_string())) {
+        Some(Ok(v)) => {
+            headers.insert("x-real-ip", v);
+        }
+        _ => {
+            headers.remove("x-real-ip");
+        }
     }
     if !(trusted && headers.contains_key("x-forwarded-proto")) {
         headers.insert("x-forwarded-proto", HeaderValue::from_static(if origin.https { "https" } else { "http" }));
@@ -515,7 +528,21 @@ mod tests {
         assert!(!out.contains_key(QUEUE_USER));
         let mut out = h.clone();
         prepare_request_headers(&mut out, false, &trusted, None);
-        assert_eq!(out["x-forwarded-for"], "1.2.3.4, 5.6.7.8, 10.0.0.9");
+        assert_eq!(out["x-forwarded-for"], "5.6.7.8, 10.0.0.9", "what the gate read, then its peer");
+        assert_eq!(out["x-real-ip"], "5.6.7.8");
+        // Several lines are one list; a client's own X-Real-IP never passes.
+        let mut lines = HeaderMap::new();
+        lines.append("x-forwarded-for", HeaderValue::from_static("6.6.6.6"));
+        lines.append("x-forwarded-for", HeaderValue::from_static("198.51.100.4"));
+        lines.insert("x-real-ip", HeaderValue::from_static("6.6.6.6"));
+        let origin = Origin::of(&lines, &Uri::from_static("/"), peer, &addrs(true, None));
+        let mut out = lines.clone();
+        prepare_request_headers(&mut out, false, &origin, None);
+        assert_eq!(out.get_all("x-forwarded-for").iter().collect::<Vec<_>>(), ["198.51.100.4, 10.0.0.9"]);
+        assert_eq!(out["x-real-ip"], "198.51.100.4");
+        let mut out = lines.clone();
+        prepare_request_headers(&mut out, false, &untrusted, None);
+        assert_eq!(out["x-real-ip"], "10.0.0.9", "an untrusted peer is the client");
     }
 
     #[test]
