@@ -128,19 +128,25 @@ pub fn gated_queues(rules: &rules::Rules) -> std::collections::BTreeSet<String> 
 async fn declare_queues(gate: Arc<Gate>, mut stop: watch::Receiver<bool>) {
     let mut left = gated_queues(&gate.config.rules);
     while !left.is_empty() {
-        if let Some(client) = gate.store.client().await {
-            let mut failed = std::collections::BTreeSet::new();
-            for q in left {
-                if let Err(e) = client.register_queue(&q).await {
-                    tracing::warn!(queue = %q, error = %e, "could not declare the queue in queue-registry; retrying");
-                    failed.insert(q);
-                }
+        // The connection is made in the background: declared as soon as it is up (not
+        // a second later, among the admitted requests).
+        let Some(client) = gate.store.client().await else {
+            tokio::select! {
+                _ = tokio::time::sleep(std::time::Duration::from_millis(50)) => continue,
+                _ = stop.changed() => return,
             }
-            left = failed;
-            if left.is_empty() {
-                tracing::info!("the routes' queues are declared in queue-registry");
-                return;
+        };
+        let mut failed = std::collections::BTreeSet::new();
+        for q in left {
+            if let Err(e) = client.register_queue(&q).await {
+                tracing::warn!(queue = %q, error = %e, "could not declare the queue in queue-registry; retrying");
+                failed.insert(q);
             }
+        }
+        left = failed;
+        if left.is_empty() {
+            tracing::info!("the routes' queues are declared in queue-registry");
+            return;
         }
         tokio::select! {
             _ = tokio::time::sleep(std::time::Duration::from_secs(1)) => {}
