@@ -10,7 +10,7 @@
 //!   WebSocket after its upgrade) is not limited by it.
 
 use axum::extract::{ConnectInfo, Request};
-use axum::http::{header, HeaderValue, StatusCode};
+use axum::http::{header, HeaderMap, HeaderValue, StatusCode};
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
 use axum::{Json, Router};
@@ -178,6 +178,25 @@ pub async fn serve_connection<I>(
     if let Err(e) = ended {
         tracing::debug!(error = %e, "connection ended with an error");
     }
+}
+
+/// The Bearer token of `Authorization`, if any (the scheme in any case, RFC 9110 11.1).
+pub fn bearer(headers: &HeaderMap) -> Option<&str> {
+    let value = headers.get(header::AUTHORIZATION)?.to_str().ok()?;
+    let (scheme, token) = value.split_once(' ')?;
+    scheme.eq_ignore_ascii_case("bearer").then(|| token.trim()).filter(|t| !t.is_empty())
+}
+
+/// The value of the first cookie called `name` (quotes around it dropped).
+pub fn cookie<'a>(headers: &'a HeaderMap, name: &str) -> Option<&'a str> {
+    headers
+        .get_all(header::COOKIE)
+        .iter()
+        .filter_map(|v| v.to_str().ok())
+        .flat_map(|v| v.split(';'))
+        .filter_map(|pair| pair.trim().split_once('='))
+        .find(|(n, _)| *n == name)
+        .map(|(_, v)| v.trim_matches('"'))
 }
 
 #[cfg(test)]

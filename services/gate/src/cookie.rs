@@ -5,7 +5,7 @@
 //! `~` (not a base64url or JWT character): someone admitted to `/checkout` and then
 //! to `/tickets/` keeps both. Usually it holds one token, a plain JWT.
 
-use axum::http::{header, HeaderMap, HeaderValue};
+use axum::http::{HeaderMap, HeaderValue};
 
 /// Separates the tokens of several queues in the cookie.
 pub const SEPARATOR: char = '~';
@@ -13,24 +13,7 @@ pub const SEPARATOR: char = '~';
 /// Most tokens one cookie keeps (the oldest go first).
 pub const MAX_TOKENS: usize = 8;
 
-/// The Bearer token of `Authorization`, if any.
-pub fn bearer(headers: &HeaderMap) -> Option<&str> {
-    let value = headers.get(header::AUTHORIZATION)?.to_str().ok()?;
-    let (scheme, token) = value.split_once(' ')?;
-    scheme.eq_ignore_ascii_case("bearer").then(|| token.trim()).filter(|t| !t.is_empty())
-}
-
-/// The value of the first cookie called `name`.
-pub fn cookie<'a>(headers: &'a HeaderMap, name: &str) -> Option<&'a str> {
-    headers
-        .get_all(header::COOKIE)
-        .iter()
-        .filter_map(|v| v.to_str().ok())
-        .flat_map(|v| v.split(';'))
-        .filter_map(|pair| pair.trim().split_once('='))
-        .find(|(n, _)| *n == name)
-        .map(|(_, v)| v.trim_matches('"'))
-}
+pub use service_kit::http::{bearer, cookie};
 
 /// The tokens the request carries: the Bearer token, then those of the admission cookie.
 pub fn tokens<'a>(headers: &'a HeaderMap, cookie_name: &str) -> impl Iterator<Item = &'a str> {
@@ -68,6 +51,7 @@ impl CookieSpec {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use axum::http::header;
 
     #[test]
     fn reads_bearer_then_cookie_tokens() {

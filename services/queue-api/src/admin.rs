@@ -22,7 +22,7 @@ use crate::routes::{queue_name, DEFAULT_QUEUE};
 use crate::AppState;
 use axum::extract::{FromRequestParts, Path, Query, State};
 use axum::http::request::Parts;
-use axum::http::{header, HeaderMap, StatusCode};
+use axum::http::{HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::Json;
 use queue_client::{QueueClient, QueueInfo};
@@ -46,8 +46,7 @@ pub(crate) fn authorize(state: &AppState, headers: &HeaderMap) -> Result<(), Api
     let Some(token) = state.config.admin_token.as_deref().filter(|t| !t.is_empty()) else {
         return Err(ApiError::AdminDisabled);
     };
-    let given =
-        headers.get(header::AUTHORIZATION).and_then(|v| v.to_str().ok()).and_then(|v| v.strip_prefix("Bearer "));
+    let given = service_kit::http::bearer(headers);
     // Compared as SHA-256 digests, every byte, so the time taken says nothing about
     // how much of the token (or of its length) a guess got right.
     use sha2::{Digest, Sha256};

@@ -12,7 +12,7 @@
 //! entry naming it moves that person to the back as before.
 
 use crate::AppState;
-use axum::http::{header, HeaderMap, HeaderValue};
+use axum::http::{HeaderMap, HeaderValue};
 use queue_client::{QueueClient, Standing, Status};
 
 /// The cookie's name starts with this; the queue's name follows.
@@ -31,15 +31,8 @@ pub fn cookie_name(queue: &str) -> String {
 /// The userId the request's place cookie names for `queue`, if it names one this
 /// service could have issued (a UUID).
 pub fn from_cookie(headers: &HeaderMap, queue: &str) -> Option<String> {
-    let name = cookie_name(queue);
-    headers
-        .get_all(header::COOKIE)
-        .iter()
-        .filter_map(|v| v.to_str().ok())
-        .flat_map(|v| v.split(';'))
-        .filter_map(|pair| pair.trim().split_once('='))
-        .find(|(n, _)| *n == name)
-        .and_then(|(_, v)| uuid::Uuid::parse_str(v.trim_matches('"')).ok())
+    service_kit::http::cookie(headers, &cookie_name(queue))
+        .and_then(|v| uuid::Uuid::parse_str(v).ok())
         .map(|id| id.hyphenated().to_string())
 }
 
@@ -75,6 +68,7 @@ pub fn set_cookie(state: &AppState, headers: &HeaderMap, queue: &str, user: &str
 #[cfg(test)]
 mod tests {
     use super::*;
+    use axum::http::header;
 
     #[test]
     fn reads_the_queues_own_cookie() {

@@ -164,9 +164,9 @@
     return url;
   }
 
-  // The person's turn. Who they are stays kept: coming back (Back, a second tab)
-  // finds them promoted or inside, never a stranger to enter again.
-  function admitted(standing) {
+  // Waiting is over (their turn, or already inside): following stops, who they are
+  // stays kept, the line's figures give way to `headline`.
+  function settle(standing, headline) {
     stopFollowing();
     settled = true;
     kept.set(saved, standing.userId);
@@ -175,12 +175,18 @@
     show_($("wait"), true);
     show_($("leave"), false);
     show_($("next"), false);
-    const url = admitUrl(standing);
-    $("rank").textContent = t("your_turn");
+    $("rank").textContent = headline;
     $("total").textContent = "";
     $("progress").value = 100;
     $("progress-text").textContent = "";
     $("eta").textContent = "";
+  }
+
+  // The person's turn. Who they are stays kept: coming back (Back, a second tab)
+  // finds them promoted or inside, never a stranger to enter again.
+  function admitted(standing) {
+    settle(standing, t("your_turn"));
+    const url = admitUrl(standing);
     const destination = url.host === location.host ? location.host : url.host;
     $("state").textContent = t("sending", { destination, ttl: ticketTtl ? duration(ticketTtl) : "—" });
     $("continue").href = url.toString();
@@ -193,19 +199,7 @@
   // Already inside (a session holds their place): no second entry; the way back to
   // where they were going, when the page knows it (a path on the admit URL's site).
   function inside(standing) {
-    stopFollowing();
-    settled = true;
-    kept.set(saved, standing.userId);
-    kept.remove(savedEntry);
-    show_($("enter"), false);
-    show_($("wait"), true);
-    show_($("leave"), false);
-    show_($("next"), false);
-    $("rank").textContent = "—";
-    $("total").textContent = "";
-    $("progress").value = 100;
-    $("progress-text").textContent = "";
-    $("eta").textContent = "";
+    settle(standing, "—");
     $("state").textContent = t("inside");
     if (returnTo && /^\/(?![\/\\])/.test(returnTo)) {
       $("continue").href = new URL(returnTo, new URL(data.admitUrl || "/", location.href)).toString();

@@ -5,43 +5,9 @@ use futures_util::StreamExt;
 use serde_json::{json, Value};
 use std::time::{Duration, Instant};
 use testkit::{Backend, ValkeyServer};
-use tokio::net::TcpListener;
-use tokio::sync::oneshot;
 
-struct Api {
-    base: String,
-    stop: Option<oneshot::Sender<()>>,
-    task: tokio::task::JoinHandle<std::io::Result<()>>,
-}
-
-impl Api {
-    async fn start(config: queue_api::Config) -> Api {
-        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
-        let base = format!("http://{}", listener.local_addr().unwrap());
-        let (tx, rx) = oneshot::channel();
-        let task = tokio::spawn(queue_api::serve(listener, config, async {
-            let _ = rx.await;
-        }));
-        let api = Api { base, stop: Some(tx), task };
-        // Ready once the store is connected.
-        let deadline = Instant::now() + Duration::from_secs(10);
-        loop {
-            let h: Value = reqwest::get(format!("{}/healthz", api.base)).await.unwrap().json().await.unwrap();
-            if h["valkey"] == "up" || Instant::now() > deadline {
-                break;
-            }
-            tokio::time::sleep(Duration::from_millis(20)).await;
-        }
-        api
-    }
-    fn url(&self, path: &str) -> String {
-        format!("{}{path}", self.base)
-    }
-    async fn stop(mut self) {
-        let _ = self.stop.take().unwrap().send(());
-        tokio::time::timeout(Duration::from_secs(10), self.task).await.expect("graceful shutdown").unwrap().unwrap();
-    }
-}
+mod common;
+use common::Api;
 
 async fn post_entry(api: &Api, body: Value) -> (u16, Value) {
     let r = reqwest::Client::new().post(api.url("/api/queue/entry")).json(&body).send().await.unwrap();

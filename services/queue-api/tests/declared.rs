@@ -8,45 +8,17 @@
 
 use reqwest::Method;
 use serde_json::{json, Value};
-use std::time::{Duration, Instant};
+
 use testkit::{Backend, ValkeyServer};
-use tokio::net::TcpListener;
-use tokio::sync::oneshot;
+
+mod common;
+use common::Api;
 
 const TOKEN: &str = "declared-admin";
 
-struct Api {
-    base: String,
-    stop: Option<oneshot::Sender<()>>,
-    task: tokio::task::JoinHandle<std::io::Result<()>>,
-    http: reqwest::Client,
-}
-
 impl Api {
-    async fn start(s: &ValkeyServer) -> Api {
-        let mut config = queue_api::Config::local(&s.url());
-        config.admin_token = Some(TOKEN.into());
-        config.rate_limit = 0.0;
-        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
-        let base = format!("http://{}", listener.local_addr().unwrap());
-        let (tx, rx) = oneshot::channel();
-        let task = tokio::spawn(queue_api::serve(listener, config, async {
-            let _ = rx.await;
-        }));
-        let api = Api { base, stop: Some(tx), task, http: reqwest::Client::new() };
-        let deadline = Instant::now() + Duration::from_secs(10);
-        while Instant::now() < deadline {
-            let h: Value = api.http.get(api.url("/healthz")).send().await.unwrap().json().await.unwrap();
-            if h["valkey"] == "up" {
-                break;
-            }
-            tokio::time::sleep(Duration::from_millis(20)).await;
-        }
-        api
-    }
-
-    fn url(&self, path: &str) -> String {
-        format!("{}{path}", self.base)
+    async fn on(s: &ValkeyServer) -> Api {
+        Api::start_admin(queue_api::Config::local(&s.url()), TOKEN).await
     }
 
     /// Any request: status and JSON body (null when not JSON).
@@ -68,11 +40,6 @@ impl Api {
 
     async fn admin(&self, method: Method, path: &str, body: Option<Value>) -> (u16, Value) {
         self.call(method, path, body, true).await
-    }
-
-    async fn stop(mut self) {
-        let _ = self.stop.take().unwrap().send(());
-        tokio::time::timeout(Duration::from_secs(10), self.task).await.expect("graceful shutdown").unwrap().unwrap();
     }
 }
 
@@ -98,7 +65,7 @@ testkit::backend_tests!(
 
 async fn an_undeclared_queue_is_404_everywhere_and_nothing_is_written(b: Backend) {
     let s = ValkeyServer::start(b);
-    let api = Api::start(&s).await;
+    let api = Api::on(&s).await;
     // A queue someone uses, so that the keyspace holds something to compare.
     assert_eq!(api.enter("default").await.0, 200);
     let before = keyspace(&s);
@@ -152,7 +119,7 @@ async fn declared_queues_work_however_they_were_declared(b: Backend) {
     // A queue an older queue-api registered when someone entered it (the registry
     // alone, no settings): every queue a deployment served before is declared.
     let _: () = redis::cmd("SADD").arg("queue-registry").arg("legacy").query(&mut s.conn()).unwrap();
-    let api = Api::start(&s).await;
+    let api = Api::on(&s).await;
     // default: nothing needed (seed 000's contract).
     let (code, v) = api.call(Method::POST, "/api/queue/entry", Some(json!({"nickname": "a"})), false).await;
     assert_eq!((code, v["queue"].as_str()), (200, Some("default")), "{v}");
@@ -196,7 +163,7 @@ async fn declared_queues_work_however_they_were_declared(b: Backend) {
 async fn delete_refuses_a_queue_in_use_and_removes_an_empty_one(b: Backend) {
     let s = ValkeyServer::start(b);
     let qc = client_for(&s).await;
-    let api = Api::start(&s).await;
+    let api = Api::on(&s).await;
     let (code, _) = api.admin(Method::POST, "/api/admin/queues", Some(json!({"queue": "gone"}))).await;
     assert_eq!(code, 201);
     let (code, _) = api.admin(Method::PUT, "/api/admin/queues/gone", Some(json!({"soft_cap": 1}))).await;
@@ -259,7 +226,7 @@ async fn delete_refuses_a_queue_in_use_and_removes_an_empty_one(b: Backend) {
 
 async fn the_listing_counts_pages_and_searches_every_queue(b: Backend) {
     let s = ValkeyServer::start(b);
-    let api = Api::start(&s).await;
+    let api = Api::on(&s).await;
     // From the start: default, and the count.
     let (code, v) = api.admin(Method::GET, "/api/admin/queues", None).await;
     assert_eq!((code, v["total"].as_u64(), v["truncated"].as_bool()), (200, Some(1), Some(false)), "{v}");

@@ -9,42 +9,15 @@ use serde_json::{json, Value};
 use std::io::BufRead;
 use std::time::{Duration, Instant};
 use testkit::{Backend, ValkeyServer};
-use tokio::net::TcpListener;
-use tokio::sync::oneshot;
+
+mod common;
+use common::Api;
 
 const TOKEN: &str = "pages-admin";
 
-struct Api {
-    base: String,
-    stop: Option<oneshot::Sender<()>>,
-    task: tokio::task::JoinHandle<std::io::Result<()>>,
-    http: reqwest::Client,
-}
-
 impl Api {
-    async fn start(mut config: queue_api::Config) -> Api {
-        config.admin_token = Some(TOKEN.into());
-        config.rate_limit = 0.0;
-        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
-        let base = format!("http://{}", listener.local_addr().unwrap());
-        let (tx, rx) = oneshot::channel();
-        let task = tokio::spawn(queue_api::serve(listener, config, async {
-            let _ = rx.await;
-        }));
-        let api = Api { base, stop: Some(tx), task, http: reqwest::Client::new() };
-        let deadline = Instant::now() + Duration::from_secs(10);
-        while Instant::now() < deadline {
-            let h: Value = api.http.get(api.url("/healthz")).send().await.unwrap().json().await.unwrap();
-            if h["valkey"] == "up" {
-                break;
-            }
-            tokio::time::sleep(Duration::from_millis(20)).await;
-        }
-        api
-    }
-
-    fn url(&self, path: &str) -> String {
-        format!("{}{path}", self.base)
+    async fn with_admin(config: queue_api::Config) -> Api {
+        Api::start_admin(config, TOKEN).await
     }
 
     async fn admin(&self, method: reqwest::Method, path: &str, body: Option<Value>) -> (u16, Value) {
@@ -66,11 +39,6 @@ impl Api {
             req = req.header("accept-language", l);
         }
         req.send().await.unwrap()
-    }
-
-    async fn stop(mut self) {
-        let _ = self.stop.take().unwrap().send(());
-        tokio::time::timeout(Duration::from_secs(10), self.task).await.expect("graceful shutdown").unwrap().unwrap();
     }
 }
 
@@ -96,7 +64,7 @@ fn changes(metrics: &str, action: &str) -> u64 {
 async fn back_office_lists_pauses_resumes_and_names_bad_fields(b: Backend) {
     let s = ValkeyServer::start(b);
     let qc = client_for(&s).await;
-    let api = Api::start(queue_api::Config::local(&s.url())).await;
+    let api = Api::with_admin(queue_api::Config::local(&s.url())).await;
     // Nobody entered and nothing was changed: only the default queue is known.
     let (code, v) = api.admin(Method::GET, "/api/admin/queues", None).await;
     let names: Vec<&str> = v["queues"].as_array().unwrap().iter().map(|q| q["queue"].as_str().unwrap()).collect();
@@ -204,7 +172,7 @@ async fn the_page_in_its_language_brand_and_admit_url(b: Backend) {
     let mut config = queue_api::Config::local(&s.url());
     config.chat_url = "http://chat.example.test/".into();
     config.admit_url = vec![queue_api::pages::AdmitUrl::parse("launch=/gate/claim?from=room").unwrap()];
-    let api = Api::start(config).await;
+    let api = Api::with_admin(config).await;
     qc.config_set("launch", &[("soft_cap", 10)]).await.unwrap();
     let r = api.page("/?queue=launch", Some("ko-KR,ko;q=0.9,en;q=0.5")).await;
     let csp = r.headers()["content-security-policy"].to_str().unwrap().to_string();
@@ -294,7 +262,7 @@ async fn every_position_event_has_the_total_and_the_pause(b: Backend) {
     qc.config_set("q", &[("soft_cap", 0)]).await.unwrap();
     let mut config = queue_api::Config::local(&s.url());
     config.push_tick = Duration::from_millis(200);
-    let api = Api::start(config).await;
+    let api = Api::with_admin(config).await;
     for u in ["a", "b", "c"] {
         qc.enter("q", u, "n").await.unwrap();
     }
@@ -356,7 +324,7 @@ async fn a_template_directory_replaces_the_page() {
     qc.set_brand("default", &[("title", "Shop & \"Co\"")], &[]).await.unwrap();
     let mut config = queue_api::Config::local(&s.url());
     config.templates = Some(queue_api::templates::Pages::from_flag(dir.to_str().unwrap()).unwrap());
-    let api = Api::start(config).await;
+    let api = Api::with_admin(config).await;
     let page = api.page("/", Some("ko")).await.text().await.unwrap();
     assert_eq!(
         page,
