@@ -108,6 +108,12 @@ impl Gate {
     }
 }
 
+/// 303 to `to` (a path the caller checked; `/` when it cannot be a header).
+pub fn see_other(to: &str) -> Response {
+    let location = HeaderValue::from_str(to).unwrap_or(HeaderValue::from_static("/"));
+    (StatusCode::SEE_OTHER, [(header::LOCATION, location)]).into_response()
+}
+
 /// Marks an answer as not to be cached (it depends on the person).
 pub fn no_store(resp: &mut Response) {
     resp.headers_mut().insert(header::CACHE_CONTROL, HeaderValue::from_static("no-store"));

@@ -170,8 +170,7 @@ pub async fn claim(
     if let Err(ClientError::Refused(why @ (QueueError::NoTicket | QueueError::AlreadyInside))) = &claimed {
         if wants_html(&headers) && gate.admission_for(&headers, queue, now).is_some() {
             gate.metrics.claim(if matches!(why, QueueError::NoTicket) { "invalid_ticket" } else { "already_inside" });
-            let to = HeaderValue::from_str(&back).unwrap_or(HeaderValue::from_static("/"));
-            let mut resp = (StatusCode::SEE_OTHER, [(header::LOCATION, to)]).into_response();
+            let mut resp = answer::see_other(&back);
             answer::no_store(&mut resp);
             return resp;
         }
@@ -238,8 +237,7 @@ pub async fn claim(
         }))
         .into_response()
     } else {
-        let to = HeaderValue::from_str(&back).unwrap_or(HeaderValue::from_static("/"));
-        (StatusCode::SEE_OTHER, [(header::LOCATION, to)]).into_response()
+        answer::see_other(&back)
     };
     resp.headers_mut().insert(header::SET_COOKIE, cookie);
     answer::no_store(&mut resp);
@@ -309,8 +307,7 @@ pub async fn leave(
     };
     let back = return_or_root(q.back.as_deref());
     let mut resp = if wants_html(&headers) {
-        let to = HeaderValue::from_str(&back).unwrap_or(HeaderValue::from_static("/"));
-        (StatusCode::SEE_OTHER, [(header::LOCATION, to)]).into_response()
+        answer::see_other(&back)
     } else {
         axum::Json(serde_json::json!({ "left": !left.is_empty(), "queues": left, "return": back })).into_response()
     };
@@ -343,8 +340,7 @@ pub async fn renew(
         return answer::error(StatusCode::BAD_REQUEST, "bad_query", "The query string cannot be read.", &headers);
     };
     let back = return_or_root(q.back.as_deref());
-    let to = HeaderValue::from_str(&back).unwrap_or(HeaderValue::from_static("/"));
-    let mut resp = (StatusCode::SEE_OTHER, [(header::LOCATION, to)]).into_response();
+    let mut resp = answer::see_other(&back);
     let now = now_ms();
     let origin = Origin::of(&headers, &uri, peer, &gate.config.client_addrs);
     if let Some(queue) = q.queue.as_deref() {

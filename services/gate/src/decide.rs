@@ -146,29 +146,15 @@ impl Gate {
             return Decision::Pass(Outcome::Bypass);
         }
         let Some(queue) = rules.queue_for(req.host, &path) else { return Decision::Pass(Outcome::Unmatched) };
-        let now_s = now_ms / 1000;
         let mut why = Outcome::Waiting;
         for token in crate::cookie::tokens(req.headers, &self.config.cookie_name) {
-            let refused = match self.table.lookup(token, &self.config.keys, now_ms) {
-                Err(_) => Outcome::Invalid,
-                Ok(v) if v.claims.aud != queue => Outcome::OtherQueue,
-                Ok(v) if v.claims.exp <= now_s => Outcome::Expired,
-                Ok(v) => match v.session.state() {
-                    State::Ended => Outcome::Ended,
-                    State::Lapsed => Outcome::Lapsed,
-                    State::TooLong => Outcome::MaxSession,
-                    State::Live => {
-                        if self.past_max_session(&v, now_s) {
-                            Outcome::MaxSession
-                        } else {
-                            v.session.touch(now_ms);
-                            let renewed = if req.renew { self.renewal(&v, req, now_ms) } else { None };
-                            return Decision::Admit { verified: v, token: token.to_string(), renewed };
-                        }
-                    }
-                },
-            };
-            why = why.max(refused);
+            match self.admission(token, queue, now_ms) {
+                Ok(v) => {
+                    let renewed = if req.renew { self.renewal(&v, req, now_ms) } else { None };
+                    return Decision::Admit { verified: v, token: token.to_string(), renewed };
+                }
+                Err(refused) => why = why.max(refused),
+            }
         }
         if self.health.fail_open(now_ms) {
             return Decision::Pass(Outcome::FailOpen);
@@ -181,17 +167,28 @@ impl Gate {
     /// queue, unexpired, its session live here and within the longest session. No
     /// Valkey call. The person counts as seen.
     pub fn admission_for(&self, headers: &HeaderMap, queue: &str, now_ms: u64) -> Option<Arc<Verified>> {
+        crate::cookie::tokens(headers, &self.config.cookie_name).find_map(|t| self.admission(t, queue, now_ms).ok())
+    }
+
+    /// What `token` gives a request of `queue` at `now_ms`: the admission (its person
+    /// counted as seen), or the outcome that refuses it.
+    fn admission(&self, token: &str, queue: &str, now_ms: u64) -> Result<Arc<Verified>, Outcome> {
         let now_s = now_ms / 1000;
-        let found = crate::cookie::tokens(headers, &self.config.cookie_name)
-            .filter_map(|t| self.table.lookup(t, &self.config.keys, now_ms).ok())
-            .find(|v| {
-                v.claims.aud == queue
-                    && v.claims.exp > now_s
-                    && v.session.state() == State::Live
-                    && !self.past_max_session(v, now_s)
-            })?;
-        found.session.touch(now_ms);
-        Some(found)
+        match self.table.lookup(token, &self.config.keys, now_ms) {
+            Err(_) => Err(Outcome::Invalid),
+            Ok(v) if v.claims.aud != queue => Err(Outcome::OtherQueue),
+            Ok(v) if v.claims.exp <= now_s => Err(Outcome::Expired),
+            Ok(v) => match v.session.state() {
+                State::Ended => Err(Outcome::Ended),
+                State::Lapsed => Err(Outcome::Lapsed),
+                State::TooLong => Err(Outcome::MaxSession),
+                State::Live if self.past_max_session(&v, now_s) => Err(Outcome::MaxSession),
+                State::Live => {
+                    v.session.touch(now_ms);
+                    Ok(v)
+                }
+            },
+        }
     }
 
     /// Whether the session has run past its queue's longest time; the first request

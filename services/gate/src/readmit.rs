@@ -8,8 +8,8 @@
 use crate::returns::return_or_root;
 use crate::{now_ms, Gate};
 use axum::extract::{Query, Request};
-use axum::http::{header, HeaderValue, Method, StatusCode};
-use axum::response::{IntoResponse, Response};
+use axum::http::Method;
+use axum::response::Response;
 use serde::Deserialize;
 
 /// The waiting-room page's query: `?queue=&return=` (and others, ignored here).
@@ -33,8 +33,7 @@ pub fn back_to_app(gate: &Gate, rest: &str, req: &Request) -> Option<Response> {
     let admitted = gate.admission_for(req.headers(), queue, now_ms())?;
     let back = return_or_root(q.back.as_deref());
     tracing::debug!(queue, user = admitted.claims.sub, back, "admitted person back at the waiting room; sent back");
-    let to = HeaderValue::from_str(&back).unwrap_or(HeaderValue::from_static("/"));
-    let mut resp = (StatusCode::SEE_OTHER, [(header::LOCATION, to)]).into_response();
+    let mut resp = crate::answer::see_other(&back);
     crate::answer::no_store(&mut resp);
     Some(resp)
 }
