@@ -32,7 +32,7 @@ pub(super) async fn counters(url: &str) -> Option<BTreeMap<String, i64>> {
 }
 
 /// Which manager leads now (by its metrics), else the first.
-pub(super) async fn leader_index(http: &reqwest::Client, stack: &Stack) -> usize {
+async fn leader_index(http: &reqwest::Client, stack: &Stack) -> usize {
     for _ in 0..10 {
         for (i, p) in stack.manager_ports.iter().enumerate() {
             if is_leader(http, *p).await == Some(true) {

@@ -86,9 +86,9 @@ pub(super) async fn sample_loop(mon: Arc<Mutex<Monitor>>, url: String) {
     }
 }
 
-pub(super) type Sample = ((Vec<String>, Vec<String>), BTreeMap<String, i64>);
+type Sample = ((Vec<String>, Vec<String>), BTreeMap<String, i64>);
 
-pub(super) fn record_sample(m: &mut Monitor, got: Option<Sample>, now: Instant) {
+fn record_sample(m: &mut Monitor, got: Option<Sample>, now: Instant) {
     match got {
         None => m.samples_failed += 1,
         Some(((tickets, sessions), info)) => {

@@ -44,7 +44,7 @@ pub(super) fn tally<'a>(
 }
 
 /// "stream lost 900 (412 users), ..." or "nothing".
-pub(super) fn describe(t: &BTreeMap<Outage, (usize, usize)>) -> String {
+fn describe(t: &BTreeMap<Outage, (usize, usize)>) -> String {
     if t.is_empty() {
         return "nothing".into();
     }
@@ -63,7 +63,7 @@ pub(super) fn describe(t: &BTreeMap<Outage, (usize, usize)>) -> String {
     parts.join(", ")
 }
 
-pub(super) fn secs_after(t: Instant, from: Instant) -> Duration {
+fn secs_after(t: Instant, from: Instant) -> Duration {
     t.saturating_duration_since(from)
 }
 
@@ -154,7 +154,7 @@ impl ChaosReport {
     }
 }
 
-pub(super) fn opt_secs(d: Option<Duration>) -> String {
+fn opt_secs(d: Option<Duration>) -> String {
     d.map(|d| format!("{:.2}", d.as_secs_f64())).unwrap_or_else(|| "-".into())
 }
 

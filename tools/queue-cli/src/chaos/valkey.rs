@@ -56,7 +56,7 @@ pub(super) async fn queue_info(conn: &mut redis::aio::MultiplexedConnection) -> 
 
 /// Every ticket holder (the first `joining` members of the line) and every session,
 /// read in one script so both are of the same moment.
-pub(super) const HOLDERS: &str = r"
+const HOLDERS: &str = r"
 local j = tonumber(redis.call('HGET', KEYS[1], 'joining') or '0') or 0
 local t = {}
 if j > 0 then t = redis.call('ZRANGE', KEYS[2], 0, j - 1) end

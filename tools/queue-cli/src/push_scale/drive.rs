@@ -13,7 +13,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 #[derive(Default, Clone, serde::Serialize)]
-pub(super) struct Churn {
+struct Churn {
     entered: u64,
     enter_errors: u64,
     leaves: u64,

@@ -13,7 +13,7 @@ use std::time::{Duration, Instant};
 use tokio::sync::Semaphore;
 
 #[derive(Default)]
-pub(super) struct Counters {
+struct Counters {
     opened: AtomicU64,
     open: AtomicU64,
     ended: AtomicU64,
@@ -40,14 +40,14 @@ impl Counters {
     }
 }
 
-pub(super) fn write_status(path: &str, text: &str) {
+fn write_status(path: &str, text: &str) {
     let tmp = format!("{path}.tmp");
     if std::fs::write(&tmp, text).is_ok() {
         let _ = std::fs::rename(&tmp, path);
     }
 }
 
-pub(super) async fn one_stream(
+async fn one_stream(
     api: SocketAddr,
     source: Ipv4Addr,
     queue: String,

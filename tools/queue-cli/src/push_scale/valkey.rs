@@ -39,7 +39,7 @@ pub(super) fn int(v: &Value) -> Option<i64> {
 }
 
 /// A map reply (RESP3 map or RESP2 flat array) as field -> value.
-pub(super) fn fields(v: &Value) -> HashMap<String, Value> {
+fn fields(v: &Value) -> HashMap<String, Value> {
     match v {
         Value::Map(pairs) => pairs.iter().filter_map(|(k, v)| Some((text(k)?, v.clone()))).collect(),
         Value::Array(items) => items.chunks(2).filter_map(|p| Some((text(p.first()?)?, p.get(1)?.clone()))).collect(),
@@ -56,7 +56,7 @@ pub(super) fn field_str(v: &Value, name: &str) -> Option<String> {
 }
 
 /// `INFO commandstats` as name -> (calls, usec).
-pub(super) fn parse_cmdstats(info: &str) -> BTreeMap<String, (u64, u64)> {
+fn parse_cmdstats(info: &str) -> BTreeMap<String, (u64, u64)> {
     let mut m = BTreeMap::new();
     for line in info.lines() {
         let Some(rest) = line.strip_prefix("cmdstat_") else { continue };
@@ -75,7 +75,7 @@ pub(super) fn parse_cmdstats(info: &str) -> BTreeMap<String, (u64, u64)> {
     m
 }
 
-pub(super) fn parse_info_f64(info: &str, key: &str) -> f64 {
+fn parse_info_f64(info: &str, key: &str) -> f64 {
     info.lines().find_map(|l| l.strip_prefix(&format!("{key}:"))).and_then(|v| v.trim().parse().ok()).unwrap_or(0.0)
 }
 
