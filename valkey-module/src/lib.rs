@@ -16,7 +16,7 @@ mod server;
 mod session;
 mod state;
 mod ticket;
-mod watch;
+mod watchers;
 
 use docs::{integer, key, opt_int, string, strings, Arg, ArgType, Doc, KEY_RO, KEY_RW};
 use redis_module::{raw, redis_module, AclCategory, Context, InfoContext, RedisResult, RedisString, Status};
@@ -78,7 +78,7 @@ const COMMANDS: &[Command] = &[
         complexity: "O(log N + M) with M the users listed",
         arity: 4, key_flags: KEY_RW, args: &[Q, integer("cursor"), integer("count")],
     }),
-    command!("queue.watch", watch::watch, "write deny-oom", Doc {
+    command!("queue.watch", watchers::watch, "write deny-oom", Doc {
         summary: "Registers the waiting users a push instance streams to (its lease counts them as heard from) and extends the instance's lease; replies the change log's number, the number waiting and each user's number in line and standing",
         complexity: "O(M log N) with M the users registered",
         arity: -4, key_flags: KEY_RW, args: &[
@@ -88,7 +88,7 @@ const COMMANDS: &[Command] = &[
             Arg { name: "userId", kind: ArgType::Str, token: None, optional: true, multiple: true },
         ],
     }),
-    command!("queue.unwatch", watch::unwatch, "write fast", Doc {
+    command!("queue.unwatch", watchers::unwatch, "write fast", Doc {
         summary: "Removes a push instance's registrations of users (their streams closed); each waiting user removed counts as heard from now; replies how many were removed",
         complexity: "O(M log N) with M the users given",
         arity: -4, key_flags: KEY_RW, args: &[Q, string("instance"), strings("userId")],

@@ -6,6 +6,7 @@
 
 use rand_chacha::ChaCha12Rng;
 use rand_core::{RngCore, SeedableRng};
+use subtle::ConstantTimeEq;
 
 pub const SECRET_LEN: usize = 16;
 
@@ -50,9 +51,10 @@ pub fn is_ticket_id(t: &str) -> bool {
     parse_ticket(t.as_bytes()).is_some()
 }
 
-/// Compares secrets without stopping at the first difference.
+/// Compares secrets in constant time (`subtle`: no early exit, and the result is
+/// kept opaque to the optimizer); secrets of different lengths differ.
 pub fn same_secret(a: &[u8], b: &[u8]) -> bool {
-    a.len() == b.len() && a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
+    a.ct_eq(b).into()
 }
 
 #[cfg(test)]

@@ -243,7 +243,7 @@ impl Api {
             return Err(refusal(resp).await);
         }
         let mut body = resp.bytes_stream();
-        let mut parser = SseParser::default();
+        let mut parser = crate::sse::Parser::default();
         loop {
             let left = deadline.saturating_duration_since(Instant::now());
             let chunk = match tokio::time::timeout(left, body.next()).await {
@@ -252,12 +252,12 @@ impl Api {
                 Ok(Some(Err(e))) => return Err(transport(e)),
                 Ok(Some(Ok(c))) => c,
             };
-            for (event, data) in parser.push(&chunk) {
-                let s: Standing = match serde_json::from_str(&data) {
+            for event in parser.push(&chunk) {
+                let s: Standing = match serde_json::from_str(&event.data) {
                     Ok(s) => s,
-                    Err(e) => return Err(ApiError::Transport(format!("unreadable {event} event: {e}"))),
+                    Err(e) => return Err(ApiError::Transport(format!("unreadable {} event: {e}", event.name))),
                 };
-                if event == "position" && s.status == Status::Waiting {
+                if event.name == "position" && s.status == Status::Waiting {
                     on_update(&s, Via::Stream);
                 } else {
                     return Ok(Some(s));
@@ -317,79 +317,4 @@ async fn standing(sent: reqwest::Result<reqwest::Response>) -> Result<Standing, 
         return Err(refusal(resp).await);
     }
     resp.json().await.map_err(transport)
-}
-
-/// A minimal `text/event-stream` reader: events are separated by a blank line, `event:`
-/// names them (default `message`), `data:` lines are joined with newlines, `:` lines
-/// are comments (keep-alives).
-#[derive(Default)]
-pub struct SseParser {
-    buf: Vec<u8>,
-}
-
-impl SseParser {
-    /// Takes the next bytes; the complete events so far as (name, data).
-    pub fn push(&mut self, bytes: &[u8]) -> Vec<(String, String)> {
-        self.buf.extend_from_slice(bytes);
-        let mut out = Vec::new();
-        while let Some(end) = find_blank_line(&self.buf) {
-            let block: Vec<u8> = self.buf.drain(..end.1).collect();
-            let text = String::from_utf8_lossy(&block[..end.0]);
-            let (mut event, mut data, mut any_data) = ("message".to_string(), String::new(), false);
-            for line in text.split('\n').map(|l| l.strip_suffix('\r').unwrap_or(l)) {
-                if line.starts_with(':') || line.is_empty() {
-                    continue;
-                }
-                let (field, value) = line.split_once(':').unwrap_or((line, ""));
-                let value = value.strip_prefix(' ').unwrap_or(value);
-                match field {
-                    "event" => event = value.to_string(),
-                    "data" => {
-                        if any_data {
-                            data.push('\n');
-                        }
-                        data.push_str(value);
-                        any_data = true;
-                    }
-                    _ => {}
-                }
-            }
-            if any_data {
-                out.push((event, data));
-            }
-        }
-        out
-    }
-}
-
-/// (end of the event's text, end of its terminating blank line) of the first event.
-fn find_blank_line(buf: &[u8]) -> Option<(usize, usize)> {
-    let mut i = 0;
-    while i + 1 < buf.len() {
-        if buf[i] == b'\n' {
-            if buf[i + 1] == b'\n' {
-                return Some((i, i + 2));
-            }
-            if buf[i + 1] == b'\r' && buf.get(i + 2) == Some(&b'\n') {
-                return Some((i, i + 3));
-            }
-        }
-        i += 1;
-    }
-    None
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn events_split_across_chunks_and_comments_skipped() {
-        let mut p = SseParser::default();
-        assert!(p.push(b": keep-alive\n\nevent: posi").is_empty());
-        let got = p.push(b"tion\ndata: {\"a\":1}\n\nevent: promoted\r\ndata: x\r\ndata: y\r\n\r\n");
-        assert_eq!(got, vec![("position".into(), "{\"a\":1}".into()), ("promoted".into(), "x\ny".into())]);
-        assert!(p.push(b"data: tail").is_empty());
-        assert_eq!(p.push(b"\n\n"), vec![("message".into(), "tail".into())]);
-    }
 }

@@ -28,7 +28,7 @@ struct Target {
 #[derive(Subcommand)]
 enum Command {
     /// Push streams at scale and probes for bench/push-scale.sh (load, not a person).
-    Watch(queue_cli::watch::WatchArgs),
+    Watch(queue_cli::push_scale::WatchArgs),
     /// One person: enter, watch the position, then chat with the ticket (lines from stdin;
     /// /status asks how many are in the room, /quit or end of input leaves).
     Join {
@@ -287,7 +287,7 @@ async fn main() -> ExitCode {
                 }
             }
         }
-        Command::Watch(args) => queue_cli::watch::run(args).await,
+        Command::Watch(args) => queue_cli::push_scale::run(args).await,
         Command::Verify { api, queue, user_id } => ExitCode::from(verify::run(&api, &queue, user_id.as_deref()).await),
         Command::Swarm {
             target,

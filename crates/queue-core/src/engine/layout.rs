@@ -9,7 +9,7 @@ use crate::keys;
 use crate::record::{self, Record};
 
 /// Repairs, once, data written by releases that numbered newcomers after the last
-/// one in line (see [`super::next_seq`]): such a waiting user, numbered at or below `p_max`,
+/// one in line (see [`super::members::next_seq`]): such a waiting user, numbered at or below `p_max`,
 /// was taken for a ticket holder. Every command that reads or changes the line calls
 /// this first; with the layout marker set it costs one read of a stats field, or
 /// nothing once the store remembers the queue as marked ([`Store::layout_known`]).
@@ -101,7 +101,7 @@ fn repair<S: Store>(s: &mut S) {
         }
     }
     if !moves.is_empty() {
-        super::watch::note_reset(s);
+        s.log_draft().note_reset();
     }
     for (user, _, value, new) in &moves {
         s.waiting_add(user, *new);

@@ -87,10 +87,10 @@ pub fn add_waiter<S: Store>(s: &mut S, user: &S::User, seq: i64, now: i64, nickn
 pub fn remove<S: Store>(s: &mut S, user: &S::User, seq: i64, was_promoted: bool) {
     take_out(s, user, seq, was_promoted);
     if !was_promoted {
-        super::watch::note_left(s, seq);
+        s.log_draft().note_left(seq);
         // Inside as well (a session): still in the queue's books.
         if s.session_expiry(user).is_some() {
-            super::watch::note_again(s, seq);
+            s.log_draft().note_again(seq);
         }
     }
 }

@@ -5,10 +5,22 @@
 //! is generic); [`crate::memory::MemoryStore`] implements it in memory with a clock
 //! the tests set, so every rule is tested without a server.
 //!
-//! The files: [`store`] (the trait and its vocabulary), [`members`] (who is in line,
-//! by number), [`layout`] (the one-time repair), [`opening`] (the pre-queue and the
-//! fair opening); the rules are here. What the commands reply is in
-//! [`crate::replies`].
+//! The files, in layers: each uses only those above it in this list, so the imports
+//! form no circle (a test below checks it).
+//!
+//! 1. [`store`]: the trait and its vocabulary (parts, events, stats fields, the
+//!    opening's keys, the change-log entry being written), at the bottom: it uses no
+//!    sibling.
+//! 2. [`layout`]: the one-time layout repair.
+//! 3. [`members`]: who is in line, by number; putting users in line and taking them out.
+//! 4. [`opening`]: the pre-queue and the fair opening.
+//! 5. [`standing`]: where a user stands, read without writing.
+//! 6. [`changelog`]: closing the change log's entry; the watchers (QUEUE.WATCH,
+//!    QUEUE.UNWATCH) and who counts as heard from.
+//! 7. this file: the rules (enter, leave, promote, claim, heartbeat, end, info), the
+//!    only user of all the others.
+//!
+//! What the commands reply is in [`crate::replies`].
 //!
 //! The layout (docs/commands.md, "Key layout"): `waiting` is a sorted set of userId ->
 //! sequence number in entry order; each number's record (`crate::record`) says
@@ -18,17 +30,19 @@
 //! holding a ticket), so the holders are always the first `joining` members and a
 //! waiting user's rank is its rank in `waiting` minus `joining`.
 
+pub mod changelog;
 mod layout;
 mod members;
 pub mod opening;
+mod standing;
 mod store;
-pub mod watch;
 
 pub use crate::replies::{Claimed, Info, Line, Promotion, Standing};
+pub use changelog::{close_log, unwatch, watch, Watched};
 pub use layout::ensure_layout;
 pub use members::{config, is_promoted, joining, next_seq, p_max, record, waiting_count, Rec};
-pub use store::{stat, Aux, Event, Part, Store, ALL_PARTS};
-pub use watch::{close_log, unwatch, watch, LogDraft, Watched};
+pub use standing::standing;
+pub use store::{stat, Aux, Event, LogDraft, Part, Store, ALL_PARTS};
 
 use crate::admission::{self, Bucket, RateWindow, SWEEP_BUDGET};
 use crate::error::QueueError;
@@ -131,9 +145,9 @@ fn admit_head<S: Store>(s: &mut S, n: i64, abandon_after: i64, now: i64) -> (i64
             break;
         }
         match record(s, seq) {
-            Some(Rec::Waiting { seen, nickname }) if !watch::abandoned(s, &user, seen, now, abandon_after) => {
+            Some(Rec::Waiting { seen, nickname }) if !changelog::abandoned(s, &user, seen, now, abandon_after) => {
                 let ticket = promote_user(s, seq, &nickname, now);
-                watch::note_ticket(s, &user, &ticket);
+                changelog::note_ticket(s, &user, &ticket);
                 promoted += 1;
                 top = seq;
             }
@@ -142,7 +156,7 @@ fn admit_head<S: Store>(s: &mut S, n: i64, abandon_after: i64, now: i64) -> (i64
                 dropped += 1;
             }
         }
-        watch::note_head(s, seq);
+        s.log_draft().note_head(seq);
     }
     note_promoted(s, promoted, top);
     (promoted, dropped, top)
@@ -256,28 +270,6 @@ pub fn live_sessions<S: Store>(s: &S, now: i64) -> i64 {
     s.sessions_len() - s.sessions_ended_by(now).len() as i64
 }
 
-/// Where `user` stands as of `now` (tickets and leases past their time count as gone).
-pub fn standing<S: Store>(s: &S, user: &S::User, now: i64) -> Standing {
-    if let Some((rank, seq)) = s.waiting_rank(user) {
-        return match record(s, seq) {
-            Some(Rec::Waiting { seen, nickname }) => {
-                Standing::Waiting { seq, rank: rank + 1 - joining(s), seen, nickname }
-            }
-            Some(Rec::Promoted { expiry, secret, nickname }) if expiry > now => {
-                Standing::Promoted { ticket: ticket::ticket_id(seq, &secret), nickname }
-            }
-            _ => Standing::Unknown,
-        };
-    }
-    if let Some(st) = opening::pre_standing(s, user) {
-        return st;
-    }
-    if s.session_expiry(user).is_some_and(|exp| exp > now) {
-        return Standing::Active { nickname: s.active_nickname(user).map(|n| n.as_ref().to_vec()) };
-    }
-    Standing::Unknown
-}
-
 /// The estimated wait of a waiting user, in whole seconds.
 pub fn eta<S: Store>(s: &S, standing: &Standing) -> Option<i64> {
     match standing {
@@ -322,7 +314,7 @@ pub fn enter<S: Store>(s: &mut S, user: &S::User, nickname: &[u8]) -> Result<Sta
     if let Some(seq) = old {
         remove(s, user, seq, old_holds);
         if old_waits {
-            watch::note_again(s, seq);
+            s.log_draft().note_again(seq);
         }
     }
     // A ticket given back by re-entering goes to the head of the line at once.
@@ -508,7 +500,7 @@ fn sweep<S: Store>(s: &mut S, abandon_after: i64, now: i64, top: i64) -> i64 {
     let mut dropped = 0;
     for (user, seq) in batch {
         let abandoned = match record(s, seq) {
-            Some(Rec::Waiting { seen, .. }) => watch::abandoned(s, &user, seen, now, abandon_after),
+            Some(Rec::Waiting { seen, .. }) => changelog::abandoned(s, &user, seen, now, abandon_after),
             Some(Rec::Promoted { .. }) => false,
             None => true,
         };
@@ -624,4 +616,36 @@ pub fn info<S: Store>(s: &S) -> Result<Info, QueueError> {
         // Each counter is the stats field of the same name.
         counters: crate::replies::COUNTERS.map(|c| stat(s, c)),
     })
+}
+
+#[cfg(test)]
+mod layering {
+    /// The engine's files, bottom first (the order of the list in this module's doc).
+    const LAYERS: [(&str, &str); 6] = [
+        ("store", include_str!("store.rs")),
+        ("layout", include_str!("layout.rs")),
+        ("members", include_str!("members.rs")),
+        ("opening", include_str!("opening.rs")),
+        ("standing", include_str!("standing.rs")),
+        ("changelog", include_str!("changelog.rs")),
+    ];
+
+    /// Every `super::x` a file's code (not its comments, not its tests) names: `x`
+    /// must be a file of a layer below it, never this module's own items.
+    #[test]
+    fn imports_only_run_down() {
+        for (i, (name, src)) in LAYERS.iter().enumerate() {
+            let code = src.split("#[cfg(test)]").next().unwrap_or("");
+            for line in code.lines().filter(|l| !l.trim_start().starts_with("//")) {
+                for (at, _) in line.match_indices("super::") {
+                    let rest = &line[at + "super::".len()..];
+                    let used: String = rest.chars().take_while(|c| c.is_alphanumeric() || *c == '_').collect();
+                    assert!(
+                        LAYERS[..i].iter().any(|(below, _)| *below == used),
+                        "engine/{name}.rs uses super::{used}, which is not a file below it: {line}"
+                    );
+                }
+            }
+        }
+    }
 }

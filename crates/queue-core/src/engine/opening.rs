@@ -128,7 +128,7 @@ fn open<S: Store>(s: &mut S, now: i64) {
     s.aux_hset(Aux::Opening, OPENED_AT.as_bytes(), now.to_string().as_bytes());
     s.aux_hset(Aux::Opening, ENTRANTS.as_bytes(), proof.len().to_string().as_bytes());
     s.set_stat(stat::OPENING, 0);
-    super::watch::note_reset(s);
+    s.log_draft().note_reset();
 }
 
 /// QUEUE.ENTER before the opening: into the pre-queue (someone there keeps their
@@ -143,7 +143,7 @@ pub fn enter_pre<S: Store>(s: &mut S, user: &S::User, nickname: &[u8], now: i64)
         }
         remove(s, user, seq, holds);
         if !holds {
-            super::watch::note_again(s, seq);
+            s.log_draft().note_again(seq);
         }
     }
     s.aux_hset(Aux::Pre, user.as_ref(), nickname);

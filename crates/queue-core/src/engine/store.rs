@@ -1,7 +1,10 @@
 //! What the engine needs of the place a queue is kept: the [`Store`] trait and its
 //! vocabulary (the parts a command checks, the happenings counted server-wide, the
-//! stats fields, the opening's keys). The Valkey module implements it over the
-//! queue's keys; [`crate::memory::MemoryStore`] in memory.
+//! stats fields, the opening's keys, the change-log entry a command is writing). The
+//! Valkey module implements it over the queue's keys;
+//! [`crate::memory::MemoryStore`] in memory.
+//!
+//! The bottom of the engine: this file uses none of its siblings, they all use it.
 
 use crate::error::QueueError;
 use crate::keys;
@@ -154,9 +157,9 @@ pub trait Store {
     /// 32 fresh random bytes (an opening's seed).
     fn random_seed(&mut self) -> [u8; 32];
 
-    // The change log and watchers (`super::watch`).
+    // The change log and watchers (`super::changelog`).
     /// The log entry this command is writing.
-    fn log_draft(&mut self) -> &mut super::watch::LogDraft;
+    fn log_draft(&mut self) -> &mut LogDraft;
     /// Appends an entry, its fields in order, to the change log (keeping about
     /// `keys::LOG_MAX` entries).
     fn log_append(&mut self, fields: &[(&'static str, Vec<u8>)]);
@@ -188,6 +191,56 @@ impl Aux {
             Aux::Opening => keys::OPENING,
             Aux::Proof => keys::PROOF,
         }
+    }
+}
+
+/// The change-log entry a command is writing (docs/commands.md, "The change log and
+/// watchers"): who left the line's waiting part, as the log tells it. The engine
+/// notes into it while a command runs; [`super::changelog::close_log`] appends it.
+#[derive(Debug, Default, Clone, PartialEq, Eq)]
+pub struct LogDraft {
+    /// The number of the last one taken from the head, and how many were taken there.
+    pub head: Option<(i64, i64)>,
+    /// The tickets of those taken from the head who were promoted while a push
+    /// instance had them registered, in the order they were promoted.
+    pub tickets: Vec<Vec<u8>>,
+    /// Numbers of other waiting users who left, in the order they left.
+    pub left: Vec<i64>,
+    /// Those numbers in `left` whose users are still in the queue's books after the
+    /// command: they entered again (under a new number, or into the pre-queue), or
+    /// are inside (a session), in the order they left.
+    pub again: Vec<i64>,
+    /// Numbers or ranks changed in a way the entry does not list.
+    pub reset: bool,
+}
+
+impl LogDraft {
+    pub fn is_empty(&self) -> bool {
+        self.head.is_none() && self.left.is_empty() && !self.reset
+    }
+
+    /// The waiting user numbered `seq` was taken from the head (promoted, or dropped on the way).
+    pub fn note_head(&mut self, seq: i64) {
+        let gone = self.head.map_or(0, |(_, n)| n);
+        self.head = Some((seq, gone + 1));
+    }
+
+    /// The waiting user numbered `seq` left other than from the head.
+    pub fn note_left(&mut self, seq: i64) {
+        self.left.push(seq);
+    }
+
+    /// The waiting user numbered `seq`, who left in this command, is still in the
+    /// queue's books: entering again, or inside (a session).
+    pub fn note_again(&mut self, seq: i64) {
+        if self.again.last() != Some(&seq) {
+            self.again.push(seq);
+        }
+    }
+
+    /// Numbers or ranks changed in a way the entry does not list.
+    pub fn note_reset(&mut self) {
+        self.reset = true;
     }
 }
 

@@ -1,60 +1,18 @@
 //! The change log and watchers (docs/commands.md, "The change log and watchers"):
-//! what a command took out of the line's waiting part, gathered while it runs and
-//! appended as one log entry at its end ([`close_log`]); push instances registering
-//! the people they stream to ([`watch`], [`unwatch`]), whose leases count those
-//! people as heard from ([`heard_from`]).
+//! what a command took out of the line's waiting part, gathered while it runs (into
+//! the store's [`LogDraft`](super::store::LogDraft)) and appended as one log entry at
+//! its end ([`close_log`]); push instances registering the people they stream to
+//! ([`watch`], [`unwatch`]), whose leases count those people as heard from
+//! ([`heard_from`]).
 
+use super::layout::ensure_layout;
 use super::members::{touch, waiting_count};
 use super::opening;
+use super::standing::standing;
 use super::store::{stat, Part, Store};
-use super::{ensure_layout, standing, Standing};
 use crate::admission;
 use crate::error::QueueError;
-
-/// The entry a command is writing: who left the waiting part, as the log tells it.
-#[derive(Debug, Default, Clone, PartialEq, Eq)]
-pub struct LogDraft {
-    /// The number of the last one taken from the head, and how many were taken there.
-    pub head: Option<(i64, i64)>,
-    /// The tickets of those taken from the head who were promoted while a push
-    /// instance had them registered, in the order they were promoted.
-    pub tickets: Vec<Vec<u8>>,
-    /// Numbers of other waiting users who left, in the order they left.
-    pub left: Vec<i64>,
-    /// Those numbers in `left` whose users are still in the queue's books after the
-    /// command: they entered again (under a new number, or into the pre-queue), or
-    /// are inside (a session), in the order they left.
-    pub again: Vec<i64>,
-    /// Numbers or ranks changed in a way the entry does not list.
-    pub reset: bool,
-}
-
-impl LogDraft {
-    pub fn is_empty(&self) -> bool {
-        self.head.is_none() && self.left.is_empty() && !self.reset
-    }
-}
-
-/// The waiting user numbered `seq` was taken from the head (promoted, or dropped on the way).
-pub(super) fn note_head<S: Store>(s: &mut S, seq: i64) {
-    let d = s.log_draft();
-    let gone = d.head.map_or(0, |(_, n)| n);
-    d.head = Some((seq, gone + 1));
-}
-
-/// The waiting user numbered `seq` left other than from the head.
-pub(super) fn note_left<S: Store>(s: &mut S, seq: i64) {
-    s.log_draft().left.push(seq);
-}
-
-/// The waiting user numbered `seq`, who left in this command, is still in the
-/// queue's books: entering again, or inside (a session).
-pub(super) fn note_again<S: Store>(s: &mut S, seq: i64) {
-    let again = &mut s.log_draft().again;
-    if again.last() != Some(&seq) {
-        again.push(seq);
-    }
-}
+use crate::replies::Standing;
 
 /// `user`, taken from the head, was promoted with `ticket`: listed when a push
 /// instance has them registered (so that it needs not ask for the ticket).
@@ -64,11 +22,6 @@ pub(super) fn note_ticket<S: Store>(s: &mut S, user: &S::User, ticket: &[u8]) {
     }
 }
 
-/// Numbers or ranks changed in a way the entry does not list.
-pub(super) fn note_reset<S: Store>(s: &mut S) {
-    s.log_draft().reset = true;
-}
-
 /// Appends the command's entry, if it has one: called once at the command's end (or
 /// earlier by a command that replies with the log's number), after every change.
 pub fn close_log<S: Store>(s: &mut S) {
@@ -76,8 +29,8 @@ pub fn close_log<S: Store>(s: &mut S) {
     if d.is_empty() {
         return;
     }
-    let n = stat(s, super::stat::LOG) + 1;
-    s.set_stat(super::stat::LOG, n);
+    let n = stat(s, stat::LOG) + 1;
+    s.set_stat(stat::LOG, n);
     let num = |v: i64| v.to_string().into_bytes();
     let mut fields: Vec<(&'static str, Vec<u8>)> = vec![("n", num(n))];
     if let Some((head, gone)) = d.head {
@@ -154,7 +107,7 @@ pub fn watch<S: Store>(s: &mut S, instance: &[u8], lease_ms: i64, users: &[S::Us
     // The opening may have happened in this command: its entry comes first, so that
     // the number replied covers it.
     close_log(s);
-    Ok(Watched { log: stat(s, super::stat::LOG), waiting: waiting_count(s), users: out })
+    Ok(Watched { log: stat(s, stat::LOG), waiting: waiting_count(s), users: out })
 }
 
 /// QUEUE.UNWATCH: removes the registrations `instance` holds of these users; each

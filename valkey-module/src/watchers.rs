@@ -1,6 +1,6 @@
 //! QUEUE.WATCH and QUEUE.UNWATCH: push instances register the people they stream to,
 //! and read the change log from the number WATCH replies (docs/commands.md, "The
-//! change log and watchers"). The rules are in `queue_core::engine::watch`.
+//! change log and watchers"). The rules are in `queue_core::engine::changelog`.
 
 use crate::queue::{arity, reply_standing};
 use crate::server::{Server, Str};

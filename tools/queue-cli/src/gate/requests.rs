@@ -1,0 +1,177 @@
+//! The gate's routes as one person's requests: the gated path asked for as a browser
+//! would, `/gate/claim`, `/gate/leave`, with a credential (the admission cookie or a
+//! bearer token), and the admission cookie read from `Set-Cookie` with its flags.
+
+use std::time::Duration;
+
+/// A credential the gate accepts.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Credential {
+    /// The admission cookie (name, value).
+    Cookie(String, String),
+    /// `Authorization: Bearer <token>`.
+    Bearer(String),
+}
+
+impl Credential {
+    pub(super) fn apply(&self, r: reqwest::RequestBuilder) -> reqwest::RequestBuilder {
+        match self {
+            Credential::Cookie(name, value) => r.header("cookie", format!("{name}={value}")),
+            Credential::Bearer(token) => r.bearer_auth(token),
+        }
+    }
+
+    /// The token itself.
+    pub fn token(&self) -> &str {
+        match self {
+            Credential::Cookie(_, v) | Credential::Bearer(v) => v,
+        }
+    }
+}
+
+/// How the gated path answered.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Answer {
+    /// The app answered (2xx): its JSON body when it had one, and a renewed cookie.
+    App(u16, Option<serde_json::Value>, Option<String>),
+    /// Sent to the waiting room (3xx, or a JSON answer naming the room).
+    Room(String),
+    /// Anything else: status and body.
+    Other(u16, String),
+}
+
+/// How a claim at /gate/claim ended.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Claimed {
+    /// Admitted: the cookie's value and where the gate sent the person.
+    Admitted(String, String),
+    /// Refused: status, `Retry-After` if any, body.
+    Refused(u16, Option<String>, String),
+    /// No answer.
+    Failed(String),
+}
+
+/// Each request's own time limit.
+pub(super) const REQUEST_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// An HTTP client that follows no redirects (each one is checked) and keeps no cookies
+/// (each user's are sent by hand).
+pub fn http_client() -> reqwest::Client {
+    reqwest::Client::builder()
+        .no_proxy()
+        .redirect(reqwest::redirect::Policy::none())
+        .connect_timeout(Duration::from_secs(5))
+        .pool_max_idle_per_host(256)
+        .build()
+        .expect("an HTTP client without TLS builds")
+}
+
+/// The value of cookie `name` among `resp`'s Set-Cookie headers (empty when cleared),
+/// and whether that Set-Cookie had the flags an admission cookie must have.
+pub fn set_cookie(headers: &reqwest::header::HeaderMap, name: &str) -> Option<(String, bool)> {
+    headers.get_all("set-cookie").iter().filter_map(|v| v.to_str().ok()).find_map(|v| {
+        let mut parts = v.split(';').map(str::trim);
+        let (n, value) = parts.next()?.split_once('=')?;
+        if n != name {
+            return None;
+        }
+        let attrs: Vec<String> = parts.map(|p| p.to_ascii_lowercase().replace(' ', "")).collect();
+        let flagged = attrs.iter().any(|a| a == "httponly") && attrs.iter().any(|a| a == "samesite=lax");
+        Some((value.to_string(), flagged))
+    })
+}
+
+/// Asks for `url` as a browser would (HTML accepted), with `cred` if any.
+pub async fn ask(http: &reqwest::Client, url: &str, cred: Option<&Credential>) -> Answer {
+    let mut r = http.get(url).header("accept", "text/html,application/xhtml+xml;q=0.9,*/*;q=0.8");
+    if let Some(c) = cred {
+        r = c.apply(r);
+    }
+    let resp = match r.timeout(REQUEST_TIMEOUT).send().await {
+        Ok(r) => r,
+        Err(e) => return Answer::Other(0, e.to_string()),
+    };
+    let code = resp.status().as_u16();
+    if resp.status().is_redirection() {
+        let loc = resp.headers().get("location").and_then(|v| v.to_str().ok()).unwrap_or("").to_string();
+        return Answer::Room(loc);
+    }
+    if resp.status().is_success() {
+        let renewed = match cred {
+            Some(Credential::Cookie(name, _)) => set_cookie(resp.headers(), name).map(|(v, _)| v),
+            _ => None,
+        };
+        let body = resp.json::<serde_json::Value>().await.ok();
+        return Answer::App(code, body, renewed);
+    }
+    Answer::Other(code, resp.text().await.unwrap_or_default().chars().take(200).collect())
+}
+
+/// `GET <gate>/gate/claim?queue=&ticketId=&return=`: admitted when the gate sets cookie
+/// `cookie` (with HttpOnly and SameSite=Lax) and redirects.
+pub async fn claim(
+    http: &reqwest::Client,
+    gate: &str,
+    cookie: &str,
+    queue: &str,
+    ticket: &str,
+    back_to: &str,
+) -> Claimed {
+    let url = format!("{}/gate/claim", gate.trim_end_matches('/'));
+    let r = http.get(url).query(&[("queue", queue), ("ticketId", ticket), ("return", back_to)]);
+    let resp = match r.header("accept", "text/html").timeout(REQUEST_TIMEOUT).send().await {
+        Ok(r) => r,
+        Err(e) => return Claimed::Failed(e.to_string()),
+    };
+    let code = resp.status().as_u16();
+    let header = |name: &str| resp.headers().get(name).and_then(|v| v.to_str().ok()).map(String::from);
+    if resp.status().is_redirection() {
+        let location = header("location").unwrap_or_default();
+        return match set_cookie(resp.headers(), cookie) {
+            Some((value, true)) if !value.is_empty() => Claimed::Admitted(value, location),
+            Some((_, false)) => {
+                Claimed::Refused(code, None, "the admission cookie lacks HttpOnly or SameSite=Lax".into())
+            }
+            _ => Claimed::Refused(code, None, format!("redirected to {location} without an admission cookie")),
+        };
+    }
+    let retry_after = header("retry-after");
+    let body: String = resp.text().await.unwrap_or_default().chars().take(200).collect();
+    Claimed::Refused(code, retry_after, body)
+}
+
+/// `GET <gate>/gate/leave?queue=&return=/` with the person's credential: the session
+/// ends; a cookie must be cleared.
+pub async fn leave(http: &reqwest::Client, gate: &str, queue: &str, cred: &Credential) -> Result<(), String> {
+    let url = format!("{}/gate/leave", gate.trim_end_matches('/'));
+    let r = cred.apply(http.get(url).query(&[("queue", queue), ("return", "/")]));
+    let resp = r.timeout(REQUEST_TIMEOUT).send().await.map_err(|e| format!("leaving at /gate/leave: {e}"))?;
+    let code = resp.status().as_u16();
+    if !(resp.status().is_redirection() || resp.status().is_success()) {
+        return Err(format!("/gate/leave answered {code}"));
+    }
+    if let Credential::Cookie(name, _) = cred {
+        match set_cookie(resp.headers(), name) {
+            Some((v, _)) if v.is_empty() => {}
+            _ => return Err("/gate/leave did not clear the admission cookie".into()),
+        }
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_admission_cookie_is_read_with_its_flags() {
+        let mut h = reqwest::header::HeaderMap::new();
+        h.append("set-cookie", "other=1; Path=/".parse().unwrap());
+        h.append("set-cookie", "queue_admission=abc.def; Path=/; HttpOnly; SameSite=Lax".parse().unwrap());
+        assert_eq!(set_cookie(&h, "queue_admission"), Some(("abc.def".into(), true)));
+        let mut h = reqwest::header::HeaderMap::new();
+        h.append("set-cookie", "queue_admission=; Path=/; Max-Age=0".parse().unwrap());
+        assert_eq!(set_cookie(&h, "queue_admission"), Some((String::new(), false)));
+        assert_eq!(set_cookie(&h, "queue"), None);
+    }
+}

@@ -1,0 +1,313 @@
+//! One virtual user's journey: enter, follow the position (push stream or polling),
+//! abandon or claim, through outages in chaos runs (starting over when lost), and the
+//! FIFO audit asked on each promotion.
+
+use super::chat_session::chat_session;
+use super::ledger::Phase;
+use super::{Plan, Shared};
+use crate::api::{Api, ApiError, Polled, Via};
+use crate::outage::{self, Outage, OutageLog};
+use queue_client::{Standing, Status};
+use rand::Rng;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+pub(super) async fn journey(shared: Arc<Shared>, who: usize, plan: Plan, forwarded_for: Option<String>) {
+    let outcome = walk(&shared, who, &plan, forwarded_for).await;
+    shared.with(|l| {
+        if let Err(e) = outcome {
+            l.error(who, e);
+        }
+        l.people[who].phase = Phase::Done;
+    });
+}
+
+/// Why a journey stopped before its end.
+pub(super) enum Stop {
+    /// A clear error: the user is done.
+    Error(String),
+    /// Lost with a failing service (chaos runs only): the user starts over.
+    Lost(Outage, String),
+}
+
+impl From<String> for Stop {
+    fn from(e: String) -> Stop {
+        Stop::Error(e)
+    }
+}
+
+impl From<&str> for Stop {
+    fn from(e: &str) -> Stop {
+        Stop::Error(e.to_string())
+    }
+}
+
+async fn walk(shared: &Arc<Shared>, who: usize, plan: &Plan, forwarded_for: Option<String>) -> Result<(), String> {
+    let api = shared.api(forwarded_for);
+    let nickname = format!("{}{who}", shared.cfg.nickname_prefix);
+    let Some(log) = shared.cfg.outages.clone() else {
+        return journey_once(shared, who, plan, &api, &nickname, None).await.map_err(|stop| match stop {
+            Stop::Error(e) | Stop::Lost(_, e) => e,
+        });
+    };
+    let mut round = 1;
+    loop {
+        // Each journey its own userId, chosen up front so that an entry sent again
+        // after a lost answer moves the same person instead of entering a second one.
+        let user_id = outage::random_user_id(&mut rand::rng());
+        match journey_once(shared, who, plan, &api, &nickname, Some((&log, &user_id))).await {
+            Ok(()) => return Ok(()),
+            Err(Stop::Error(e)) => return Err(e),
+            Err(Stop::Lost(what, e)) => {
+                log.note(who, what);
+                if round >= log.max_attempts {
+                    return Err(format!("{e} (gave up after {round} journeys)"));
+                }
+                log.note(who, Outage::Reentered);
+                shared.with(|l| {
+                    let p = &mut l.people[who];
+                    p.generation += 1;
+                    p.steadfast = false;
+                    p.phase = Phase::Entering;
+                    (p.eta_at_entry, p.eta_at_rank10) = (None, None);
+                });
+                round += 1;
+            }
+        }
+    }
+}
+
+/// A pause of 250-750 ms before trying again.
+pub(super) async fn back_off() {
+    let ms = rand::rng().random_range(250..750);
+    tokio::time::sleep(Duration::from_millis(ms)).await;
+}
+
+async fn journey_once(
+    shared: &Arc<Shared>,
+    who: usize,
+    plan: &Plan,
+    api: &Api,
+    nickname: &str,
+    chaos: Option<(&Arc<OutageLog>, &str)>,
+) -> Result<(), Stop> {
+    let cfg = &shared.cfg;
+    if let Some(gate) = &shared.gate {
+        gate.arrive(&**shared, &cfg.queue).await?;
+    }
+    let entry_sent = Instant::now();
+    let user_id = chaos.map(|(_, id)| id.to_string());
+    let entered = loop {
+        let r = api
+            .patiently(shared.deadline, || {
+                let api = api.clone();
+                let nickname = nickname.to_string();
+                let user_id = user_id.clone();
+                let shared = shared.clone();
+                async move {
+                    let r = api.enter_as(&nickname, user_id.as_deref()).await;
+                    if matches!(r, Err(ApiError::RateLimited(_))) {
+                        shared.with(|l| l.report.rate_limited += 1);
+                    }
+                    r
+                }
+            })
+            .await;
+        match (r, chaos) {
+            (Err(e), Some((log, _))) if e.is_outage() && Instant::now() < shared.deadline => {
+                log.note(who, Outage::EntryRetried);
+                back_off().await;
+            }
+            (r, _) => break r.map_err(|e| format!("entry: {e}"))?,
+        }
+    };
+    let now = Instant::now();
+    shared.with(|l| {
+        let p = &mut l.people[who];
+        p.entry_sent = entry_sent;
+        p.entry_recv = Some(now);
+        p.user_id = entered.user_id.clone();
+        p.phase = Phase::Waiting;
+        p.last_waiting = (entered.status == Status::Waiting).then_some(now);
+        if entered.status == Status::Waiting {
+            p.eta_at_entry = Some((now, entered.estimated_wait_seconds));
+            if entered.rank <= 10 {
+                p.eta_at_rank10 = p.eta_at_entry;
+            }
+        }
+        l.report.entered += 1;
+    });
+
+    let log = chaos.map(|(log, _)| log);
+    let standing = match entered.status {
+        Status::Promoted => {
+            shared.with(|l| l.report.admitted_at_once += 1);
+            entered
+        }
+        Status::Waiting => match wait(shared, who, plan, api, &entered, log).await? {
+            Some(s) => s,
+            None => return Ok(()), // abandoned
+        },
+        other => return Err(format!("entry answered {}", other.as_str()).into()),
+    };
+    if standing.status != Status::Promoted {
+        if standing.status == Status::Unknown {
+            shared.with(|l| l.report.dropped += 1);
+            let e = "dropped from the line while following it".to_string();
+            return Err(if chaos.is_some() { Stop::Lost(Outage::Dropped, e) } else { Stop::Error(e) });
+        }
+        return Err(format!("expected a ticket, got {}", standing.status.as_str()).into());
+    }
+    let promoted_at = Instant::now();
+    let audit = shared.with(|l| l.promoted(who, promoted_at));
+    if let Some((ahead, generation, user, ff)) = audit {
+        tokio::spawn(audit_fifo(shared.clone(), who, ahead, generation, user, ff));
+    }
+    let ticket = standing.ticket_id.ok_or("promoted without a ticket")?;
+    if let Some(gate) = &shared.gate {
+        let (user, stay) = (&standing.user_id, plan.stay);
+        return Ok(gate
+            .visit(&**shared, who, cfg.seed, &cfg.queue, user, &ticket, plan.race, plan.replay, stay)
+            .await?);
+    }
+    chat_session(shared, who, plan, nickname, &ticket, log, promoted_at).await
+}
+
+/// Follows the place in line; None when the user abandons first.
+pub(super) async fn wait(
+    shared: &Arc<Shared>,
+    who: usize,
+    plan: &Plan,
+    api: &Api,
+    entered: &Standing,
+    chaos: Option<&Arc<OutageLog>>,
+) -> Result<Option<Standing>, String> {
+    let mut last_rank = entered.rank;
+    let mut last_waiting = None;
+    let on_update = |s: &Standing, _via: Via| {
+        let at = Instant::now();
+        last_waiting = Some(at);
+        if s.status == Status::Waiting && s.rank <= 10 {
+            shared.with(|l| {
+                let p = &mut l.people[who];
+                p.eta_at_rank10.get_or_insert((at, s.estimated_wait_seconds));
+            });
+        }
+        if s.rank > last_rank {
+            let (was, now) = (last_rank, s.rank);
+            shared.with(|l| {
+                l.report.rank_rises += 1;
+                l.report.fifo_inversions += 1;
+                l.error(who, format_args!("rank rose from {was} to {now}"));
+            });
+        }
+        last_rank = s.rank;
+    };
+    let (user, every, deadline) = (&entered.user_id, shared.cfg.poll_every, shared.deadline);
+    let follow = async move {
+        match chaos {
+            Some(log) => follow_through_outages(who, api, user, plan.polling, every, deadline, log, on_update).await,
+            None => api.follow(user, plan.polling, every, deadline, on_update).await,
+        }
+    };
+    let result = match plan.abandon_after {
+        None => follow.await,
+        Some(after) => {
+            tokio::select! {
+                r = follow => r,
+                _ = tokio::time::sleep(after) => {
+                    // Either leaves the line, or closes the tab: the stream or polling
+                    // just stops, and the queue drops the silent waiter after abandon_after.
+                    let left = if !plan.polite {
+                        false
+                    } else {
+                        match (api.leave(&entered.user_id).await, chaos) {
+                            (Ok(left), _) => left,
+                            // The click went nowhere: the page is closed instead.
+                            (Err(e), Some(log)) if e.is_outage() => {
+                                log.note(who, Outage::LeaveFailed);
+                                false
+                            }
+                            (Err(e), _) => return Err(format!("leaving the line: {e}")),
+                        }
+                    };
+                    shared.with(|l| {
+                        l.report.abandoned += 1;
+                        l.report.abandoned_by_leaving += u64::from(left);
+                    });
+                    return Ok(None);
+                }
+            }
+        }
+    };
+    if let Some(at) = last_waiting {
+        shared.with(|l| l.people[who].last_waiting = Some(at));
+    }
+    result.map(Some).map_err(|e| format!("following the line: {e}"))
+}
+
+/// Follows the place in line through outages (chaos runs): a push stream that cannot
+/// be opened or breaks is noted, the status polled once, and the stream opened again
+/// (polling users poll throughout); failed polls are noted and tried again, until
+/// `deadline`.
+#[allow(clippy::too_many_arguments)]
+async fn follow_through_outages(
+    who: usize,
+    api: &Api,
+    user: &str,
+    polling_only: bool,
+    poll_every: Duration,
+    deadline: Instant,
+    log: &OutageLog,
+    mut on_update: impl FnMut(&Standing, Via),
+) -> Result<Standing, ApiError> {
+    let mut last_error = None;
+    while Instant::now() < deadline {
+        if !polling_only {
+            match api.stream(user, deadline, &mut on_update).await {
+                Ok(Some(done)) => return Ok(done),
+                Ok(None) | Err(_) => log.note(who, Outage::StreamLost),
+            }
+        }
+        match api.poll_once(user, &mut on_update).await {
+            Polled::Done(s) => return Ok(s),
+            Polled::Waiting => last_error = None,
+            Polled::RateLimited => continue,
+            Polled::Failed(e) => {
+                log.note(who, Outage::PollFailed);
+                last_error = Some(e);
+            }
+        }
+        tokio::time::sleep(if polling_only { poll_every } else { poll_every.min(Duration::from_millis(500)) }).await;
+    }
+    Err(last_error.unwrap_or_else(|| ApiError::Transport("gave up waiting: deadline passed".into())))
+}
+
+/// Asks `user` (who surely entered before `who`) where it stands, after `who` was seen
+/// promoted: still WAITING means the line was jumped. Void when `user` (person `ahead`)
+/// started its journey over meanwhile (chaos runs).
+async fn audit_fifo(
+    shared: Arc<Shared>,
+    who: usize,
+    ahead: usize,
+    generation: u32,
+    user: String,
+    forwarded_for: Option<String>,
+) {
+    let api = shared.api(forwarded_for);
+    if let Ok(s) = api.status(&user).await {
+        shared.with(|l| {
+            if l.people[ahead].generation != generation {
+                return;
+            }
+            l.report.fifo_audits += 1;
+            if s.status == Status::Waiting {
+                l.report.fifo_inversions += 1;
+                l.error(
+                    who,
+                    format_args!("promoted while {user}, who entered earlier, still waits at rank {}", s.rank),
+                );
+            }
+        });
+    }
+}

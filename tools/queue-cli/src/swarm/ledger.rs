@@ -1,0 +1,327 @@
+//! The ledger every virtual user writes into, and the audits it keeps: a waiting
+//! rank never rising, the earliest surely-earlier waiter asked on each promotion
+//! (FIFO), the users holding a ticket or a session against the caps in force
+//! (capacity, [`crate::capacity`]), the waits, the free slot to promotion times and
+//! the graded estimates.
+
+use super::report::Report;
+use super::Progress;
+use crate::capacity::{Admission, CapHistory, Sample};
+use std::collections::VecDeque;
+use std::time::Instant;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Phase {
+    Entering,
+    Waiting,
+    Holding,
+    InChat,
+    Done,
+}
+
+pub(super) struct Person {
+    pub(super) phase: Phase,
+    pub(super) entry_sent: Instant,
+    pub(super) entry_recv: Option<Instant>,
+    /// Stays in line until promoted (is not going to abandon).
+    pub(super) steadfast: bool,
+    pub(super) user_id: String,
+    pub(super) forwarded_for: Option<String>,
+    /// The estimate given at entry and the first at rank 10 or better (when, what).
+    pub(super) eta_at_entry: Option<(Instant, Option<u64>)>,
+    pub(super) eta_at_rank10: Option<(Instant, Option<u64>)>,
+    /// Journeys started over (chaos runs): an audit picked before a restart is void.
+    pub(super) generation: u32,
+    /// The last WAITING answer of this journey (its entry request when none): the
+    /// promotion came after it.
+    pub(super) last_waiting: Option<Instant>,
+}
+
+#[derive(Default)]
+pub(super) struct Ledger {
+    /// The start of the run: times in the capacity audit count from here.
+    pub(super) epoch: Option<Instant>,
+    pub(super) people: Vec<Person>,
+    /// No one before this index is still waiting.
+    pub(super) first_waiting: usize,
+    pub(super) holding: u64,
+    pub(super) frees: VecDeque<Instant>,
+    pub(super) waits: Vec<f64>,
+    pub(super) slot_to_promotion: Vec<f64>,
+    pub(super) eta_entry_errors: Vec<f64>,
+    pub(super) eta_rank10_errors: Vec<f64>,
+    /// The soft caps read from the back office, and the one given up front if any.
+    pub(super) caps: CapHistory,
+    pub(super) given_cap: Option<CapHistory>,
+    /// Promotions seen, by whom, and how many of them are judged so far.
+    pub(super) admissions: Vec<(usize, Admission)>,
+    pub(super) admissions_judged: usize,
+    /// The server's counts from the back office, and how many are judged so far.
+    pub(super) samples: Vec<Sample>,
+    pub(super) samples_judged: usize,
+    pub(super) report: Report,
+}
+
+/// |predicted - actual| / actual, waits under a second counting as one second.
+fn eta_error(predicted: u64, actual: f64) -> f64 {
+    let actual = actual.max(1.0);
+    (predicted as f64 - actual).abs() / actual
+}
+
+impl Ledger {
+    pub(super) fn error(&mut self, who: usize, what: impl std::fmt::Display) {
+        self.report.errors += 1;
+        if self.report.first_errors.len() < 10 {
+            self.report.first_errors.push(format!("user {who}: {what}"));
+        }
+    }
+
+    pub(super) fn anyone_waiting(&mut self) -> bool {
+        while self.first_waiting < self.people.len()
+            && matches!(self.people[self.first_waiting].phase, Phase::Done | Phase::Holding | Phase::InChat)
+        {
+            self.first_waiting += 1;
+        }
+        self.people[self.first_waiting..].iter().any(|p| p.phase == Phase::Waiting && p.steadfast)
+    }
+
+    /// Seconds since the start of the run.
+    pub(super) fn at(&self, t: Instant) -> f64 {
+        self.epoch.map_or(0.0, |e| t.saturating_duration_since(e).as_secs_f64())
+    }
+
+    /// A back-office reading: its request left at `sent`, the answer came at `recv`.
+    pub(super) fn server_read(&mut self, sent: Instant, recv: Instant, soft_cap: Option<u64>, in_use: u64) {
+        let (sent, recv) = (self.at(sent), self.at(recv));
+        if let Some(cap) = soft_cap {
+            self.caps.read(sent, recv, cap);
+        }
+        let r = &mut self.report;
+        r.server_samples += 1;
+        r.server_max_in_use = r.server_max_in_use.max(in_use);
+        self.samples.push(Sample { sent, recv, in_use });
+        self.judge_capacity(false);
+    }
+
+    /// Judges the promotions seen and the server's counts against the caps that may
+    /// have been in force, those whose verdict no later reading can change (all of
+    /// them when `all`: the run is over).
+    pub(super) fn judge_capacity(&mut self, all: bool) {
+        let caps = self.given_cap.as_ref().unwrap_or(&self.caps);
+        let mut breaches = Vec::new();
+        while let Some((who, a)) = self.admissions.get(self.admissions_judged) {
+            if !all && !caps.settled(a.until()) {
+                break;
+            }
+            if let Some(cap) = a.over(caps) {
+                let h = a.holding;
+                breaches.push((*who, format!("{h} users hold tickets or sessions, over the soft cap {cap} in force")));
+            }
+            self.admissions_judged += 1;
+        }
+        let caps = &self.caps;
+        while let Some(s) = self.samples.get(self.samples_judged) {
+            if !all && !caps.settled(s.until()) {
+                break;
+            }
+            let prev = self.samples_judged.checked_sub(1).map(|i| &self.samples[i]);
+            if s.over(prev, caps).is_some() {
+                self.report.server_over_capacity += 1;
+            }
+            self.samples_judged += 1;
+        }
+        for (who, e) in breaches {
+            self.report.over_capacity += 1;
+            self.error(who, e);
+        }
+    }
+
+    /// `who` was seen promoted: count it, and pick whom to audit (see the module docs):
+    /// (index, generation, userId, forwarded-for).
+    pub(super) fn promoted(&mut self, who: usize, now: Instant) -> Option<(usize, u32, String, Option<String>)> {
+        self.report.promoted += 1;
+        self.holding += 1;
+        self.report.max_holding = self.report.max_holding.max(self.holding);
+        let me = &self.people[who];
+        let earliest = self.at(me.last_waiting.unwrap_or(me.entry_sent));
+        let admission = Admission { earliest, seen: self.at(now), holding: self.holding };
+        self.admissions.push((who, admission));
+        self.judge_capacity(false);
+        let me = &self.people[who];
+        let entered = me.entry_recv.unwrap_or(now);
+        let sent = me.entry_sent;
+        for (given, errors) in
+            [(me.eta_at_entry, &mut self.eta_entry_errors), (me.eta_at_rank10, &mut self.eta_rank10_errors)]
+        {
+            match given {
+                Some((at, Some(eta))) => errors.push(eta_error(eta, now.duration_since(at).as_secs_f64())),
+                Some((_, None)) => self.report.eta_missing += 1,
+                None => {}
+            }
+        }
+        self.waits.push(now.duration_since(entered).as_secs_f64());
+        if let Some(freed) = self.frees.pop_front() {
+            self.slot_to_promotion.push(now.duration_since(freed).as_secs_f64());
+        }
+        self.people[who].phase = Phase::Holding;
+        self.anyone_waiting();
+        let from = self.first_waiting.min(who);
+        let (i, ahead) = self.people[from..who]
+            .iter()
+            .enumerate()
+            .find(|(_, p)| p.phase == Phase::Waiting && p.steadfast && p.entry_recv.is_some_and(|r| r < sent))?;
+        Some((from + i, ahead.generation, ahead.user_id.clone(), ahead.forwarded_for.clone()))
+    }
+
+    /// A ticket or session held by `who` is given back (or was refused).
+    pub(super) fn release(&mut self, now: Instant) {
+        self.holding = self.holding.saturating_sub(1);
+        if self.anyone_waiting() {
+            self.frees.push_back(now);
+        }
+    }
+
+    pub(super) fn progress(&self, started: usize) -> Progress {
+        let count = |ph| self.people.iter().filter(|p| p.phase == ph).count();
+        let r = &self.report;
+        Progress {
+            started,
+            finished: count(Phase::Done),
+            waiting: count(Phase::Waiting),
+            holding: self.holding,
+            in_chat: count(Phase::InChat),
+            admitted: r.admitted,
+            abandoned: r.abandoned,
+            violations: r.fifo_inversions + r.over_capacity + r.server_over_capacity + r.double_claims,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::time::Duration;
+
+    fn person(ledger: &mut Ledger, user: &str, sent: Instant, recv: Instant, steadfast: bool) {
+        ledger.people.push(Person {
+            phase: Phase::Waiting,
+            entry_sent: sent,
+            entry_recv: Some(recv),
+            steadfast,
+            user_id: user.into(),
+            forwarded_for: None,
+            eta_at_entry: None,
+            eta_at_rank10: None,
+            generation: 0,
+            last_waiting: None,
+        });
+    }
+
+    #[test]
+    fn estimates_are_graded_against_the_wait_that_followed() {
+        let mut l = Ledger::default();
+        let t0 = Instant::now();
+        person(&mut l, "a", t0, t0, true);
+        person(&mut l, "b", t0, t0, true);
+        l.people[0].eta_at_entry = Some((t0, Some(10)));
+        l.people[0].eta_at_rank10 = Some((t0 + Duration::from_secs(4), Some(2)));
+        l.people[1].eta_at_entry = Some((t0, None));
+        l.promoted(0, t0 + Duration::from_secs(8));
+        l.promoted(1, t0 + Duration::from_millis(500));
+        assert_eq!(l.eta_entry_errors, vec![0.25]);
+        assert_eq!(l.eta_rank10_errors, vec![0.5]);
+        assert_eq!(l.report.eta_missing, 1);
+        assert_eq!(eta_error(1, 0.2), 0.0, "a wait under a second counts as one");
+    }
+
+    #[test]
+    fn the_audit_asks_the_earliest_steadfast_waiter_who_surely_entered_first() {
+        let t0 = Instant::now();
+        let ms = |n| t0 + Duration::from_millis(n);
+        let mut l = Ledger::default();
+        person(&mut l, "a", ms(0), ms(5), false); // will abandon: not asked
+        person(&mut l, "b", ms(1), ms(30), true); // answered after c asked: order unknown
+        person(&mut l, "c", ms(20), ms(25), true);
+        person(&mut l, "d", ms(40), ms(45), true);
+        // d promoted: b is the earliest steadfast waiter who entered before d's request.
+        assert_eq!(l.promoted(3, ms(50)).map(|t| (t.0, t.2)), Some((1, "b".to_string())));
+        // c promoted: b's entry answer came after c's request left, so no one is surely ahead.
+        assert_eq!(l.promoted(2, ms(60)), None);
+        assert_eq!(l.report.promoted, 2);
+    }
+
+    #[test]
+    fn holding_more_than_the_soft_cap_is_a_breach_and_frees_time_the_next_promotion() {
+        let t0 = Instant::now();
+        let ms = |n| t0 + Duration::from_millis(n);
+        let mut l = Ledger { epoch: Some(t0), given_cap: Some(CapHistory::fixed(2)), ..Ledger::default() };
+        for u in ["a", "b", "c", "d"] {
+            person(&mut l, u, ms(0), ms(1), true);
+        }
+        l.promoted(0, ms(10));
+        l.promoted(1, ms(10));
+        assert_eq!((l.report.over_capacity, l.report.max_holding), (0, 2));
+        l.promoted(2, ms(10));
+        assert_eq!((l.report.over_capacity, l.holding), (1, 3));
+        l.release(ms(100)); // d still waits: the freed place is timed
+        l.promoted(3, ms(350));
+        assert_eq!(l.slot_to_promotion, vec![0.25]);
+        l.release(ms(400)); // nobody waits any more: nothing to time
+        assert!(l.frees.is_empty());
+    }
+}
+
+#[cfg(test)]
+mod capacity_tests {
+    use super::*;
+    use crate::capacity::CapChange;
+    use std::time::Duration;
+
+    /// People promoted one after another and nobody leaving, the back office read every
+    /// 250 ms; the cap goes from 2 to `raised` at 1 s.
+    fn run_with_cap_raised_to(raised: u64) -> Report {
+        let t0 = Instant::now();
+        let at = |s: f64| t0 + Duration::from_secs_f64(s);
+        let mut l = Ledger { epoch: Some(t0), ..Ledger::default() };
+        let cap = |s: f64| if s < 1.0 { 2 } else { raised };
+        let mut reading = 0.0;
+        for who in 0..5 {
+            // Promoted at 0.2, 0.5 (up to the cap of 2), then 1.6, 1.9, 2.2 s.
+            let seen = if who < 2 { 0.2 + 0.3 * who as f64 } else { 1.0 + 0.3 * who as f64 };
+            while reading < seen {
+                l.server_read(at(reading), at(reading + 0.01), Some(cap(reading)), 0);
+                reading += 0.25;
+            }
+            l.people.push(Person {
+                phase: Phase::Waiting,
+                entry_sent: at(0.0),
+                entry_recv: Some(at(0.0)),
+                steadfast: true,
+                user_id: format!("u{who}"),
+                forwarded_for: None,
+                eta_at_entry: None,
+                eta_at_rank10: None,
+                generation: 0,
+                last_waiting: Some(at(seen - 0.1)),
+            });
+            l.promoted(who, at(seen));
+        }
+        l.judge_capacity(true);
+        l.report.soft_cap_changes = l.caps.changes();
+        l.report.soft_cap = l.caps.first();
+        std::mem::take(&mut l.report)
+    }
+
+    #[test]
+    fn the_ledger_follows_a_raised_cap_and_still_catches_an_excess() {
+        let r = run_with_cap_raised_to(10);
+        assert_eq!((r.over_capacity, r.max_holding), (0, 5), "{:?}", r.first_errors);
+        assert_eq!(r.soft_cap_changes, vec![CapChange { at_seconds: 1.01, from: 2, to: 10 }]);
+        let text = r.to_string();
+        assert!(text.contains("soft cap 2 -> 10 at 1.0 s"), "{text}");
+        // Raised to 3 only: the fourth and fifth promotions went over it.
+        let r = run_with_cap_raised_to(3);
+        assert_eq!(r.over_capacity, 2, "{:?}", r.first_errors);
+        assert!(r.first_errors[0].contains("over the soft cap 3 in force"), "{:?}", r.first_errors);
+    }
+}

@@ -1,0 +1,186 @@
+//! The swarm's end-of-run report: what the audits found, the waits and the graded
+//! estimates, the swarm's own CPU time and memory, and the report as text.
+
+use crate::capacity::{self, CapChange};
+use crate::gate::GateReport;
+use crate::stats::Percentiles;
+use serde::Serialize;
+
+/// The end-of-run report. `fifo_inversions`, `over_capacity` and `double_claims` must be 0.
+#[derive(Debug, Clone, Default, Serialize)]
+pub struct Report {
+    pub users: usize,
+    pub entered: u64,
+    pub admitted_at_once: u64,
+    pub promoted: u64,
+    pub admitted: u64,
+    pub abandoned: u64,
+    pub abandoned_by_leaving: u64,
+    pub left: u64,
+    pub dropped: u64,
+    pub unfinished: u64,
+    pub errors: u64,
+    pub rate_limited: u64,
+    pub stream_users: u64,
+    pub polling_users: u64,
+    pub messages_sent: u64,
+    pub messages_echoed: u64,
+    pub fifo_inversions: u64,
+    pub rank_rises: u64,
+    pub fifo_audits: u64,
+    pub over_capacity: u64,
+    /// The soft cap at the start (given, or read from the back office).
+    pub soft_cap: Option<u64>,
+    /// The changes of the soft cap read from the back office during the run (none when
+    /// `--soft-cap` fixed it).
+    pub soft_cap_changes: Vec<CapChange>,
+    pub max_holding: u64,
+    pub server_samples: u64,
+    pub server_over_capacity: u64,
+    pub server_max_in_use: u64,
+    pub double_claims: u64,
+    pub claim_races: u64,
+    pub reuse_refused: u64,
+    pub claim_refused: u64,
+    pub wait_seconds: Percentiles,
+    pub slot_to_promotion_seconds: Percentiles,
+    /// |predicted - actual| / actual of the estimate given at entry.
+    pub eta_error_at_entry: Percentiles,
+    /// The same for the first estimate given at rank 10 or better.
+    pub eta_error_at_rank10: Percentiles,
+    /// Estimates graded as missing: null while the user waited.
+    pub eta_missing: u64,
+    pub duration_seconds: f64,
+    /// This process's own CPU time (user + system) over the run, in seconds.
+    pub own_cpu_seconds: f64,
+    /// This process's peak resident memory (VmHWM), in KiB.
+    pub own_peak_rss_kib: u64,
+    /// Walking through a gate (`--gate`): what the users saw there.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub gate: Option<GateReport>,
+    pub first_errors: Vec<String>,
+}
+
+/// CPU seconds (user + system) this process has used so far (Linux /proc; 0 elsewhere).
+pub(super) fn own_cpu_seconds() -> f64 {
+    let stat = std::fs::read_to_string("/proc/self/stat").unwrap_or_default();
+    // Fields after the command name (which may hold spaces): utime is the 14th field.
+    let rest = stat.rsplit_once(") ").map(|(_, r)| r).unwrap_or("");
+    let fields: Vec<&str> = rest.split_whitespace().collect();
+    let ticks = |i: usize| fields.get(i).and_then(|v| v.parse::<f64>().ok()).unwrap_or(0.0);
+    // In `rest`, field 3 (state) is index 0, so utime (14) is 11 and stime (15) is 12.
+    (ticks(11) + ticks(12)) / 100.0
+}
+
+/// Peak resident memory of this process in KiB (Linux /proc; 0 elsewhere).
+pub(super) fn own_peak_rss_kib() -> u64 {
+    let status = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix("VmHWM:"))
+        .and_then(|v| v.split_whitespace().next()?.parse().ok())
+        .unwrap_or(0)
+}
+
+impl Report {
+    /// True when every audit came out clean.
+    pub fn clean(&self) -> bool {
+        self.fifo_inversions == 0
+            && self.over_capacity == 0
+            && self.server_over_capacity == 0
+            && self.double_claims == 0
+            && self.gate.as_ref().is_none_or(GateReport::clean)
+    }
+
+    /// True when every user finished its journey without an error.
+    pub fn complete(&self) -> bool {
+        self.unfinished == 0 && self.errors == 0 && self.dropped == 0
+    }
+}
+
+impl std::fmt::Display for Report {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let cap = match self.soft_cap {
+            Some(_) => capacity::describe(self.soft_cap, &self.soft_cap_changes),
+            None => "unknown (give --soft-cap or --admin-token)".into(),
+        };
+        let mark = |n: u64| if n == 0 { "ok" } else { "FAIL" };
+        writeln!(f, "swarm report ({:.1} s)", self.duration_seconds)?;
+        let cores = if self.duration_seconds > 0.0 { self.own_cpu_seconds / self.duration_seconds } else { 0.0 };
+        writeln!(
+            f,
+            "  swarm itself          {:.1} s of CPU ({:.2} of a core), peak RSS {:.1} MiB",
+            self.own_cpu_seconds,
+            cores,
+            self.own_peak_rss_kib as f64 / 1024.0
+        )?;
+        writeln!(
+            f,
+            "  users                 {} ({} on push streams, {} polling)",
+            self.users, self.stream_users, self.polling_users
+        )?;
+        writeln!(f, "  entered               {} ({} admitted at once)", self.entered, self.admitted_at_once)?;
+        writeln!(f, "  promoted              {}", self.promoted)?;
+        writeln!(f, "  admitted (chatted)    {}", self.admitted)?;
+        writeln!(f, "  left after chatting   {}", self.left)?;
+        writeln!(
+            f,
+            "  abandoned waiting     {} ({} clicked leave, the rest closed the page)",
+            self.abandoned, self.abandoned_by_leaving
+        )?;
+        writeln!(f, "  dropped by the queue  {}", self.dropped)?;
+        writeln!(
+            f,
+            "  unfinished / errors   {} / {} (rate limited {} times)",
+            self.unfinished, self.errors, self.rate_limited
+        )?;
+        writeln!(f, "  messages              {} sent, {} came back", self.messages_sent, self.messages_echoed)?;
+        writeln!(
+            f,
+            "  FIFO inversions       {} [{}] ({} rank rises, {} cross-user audits)",
+            self.fifo_inversions,
+            mark(self.fifo_inversions),
+            self.rank_rises,
+            self.fifo_audits
+        )?;
+        writeln!(
+            f,
+            "  over capacity         {} [{}] (most holding at once {}, soft cap {cap})",
+            self.over_capacity,
+            mark(self.over_capacity),
+            self.max_holding
+        )?;
+        if self.server_samples > 0 {
+            writeln!(
+                f,
+                "  server over capacity  {} [{}] ({} samples, most in use {})",
+                self.server_over_capacity,
+                mark(self.server_over_capacity),
+                self.server_samples,
+                self.server_max_in_use
+            )?;
+        }
+        writeln!(
+            f,
+            "  double claims         {} [{}] ({} races, {} reuses refused)",
+            self.double_claims,
+            mark(self.double_claims),
+            self.claim_races,
+            self.reuse_refused
+        )?;
+        writeln!(f, "  wait (s)              {}", self.wait_seconds)?;
+        writeln!(f, "  free slot -> promoted (s) {}", self.slot_to_promotion_seconds)?;
+        writeln!(f, "  ETA error at entry    {}", self.eta_error_at_entry)?;
+        writeln!(f, "  ETA error at rank 10  {}", self.eta_error_at_rank10)?;
+        if self.eta_missing > 0 {
+            writeln!(f, "  ETA missing           {} (no estimate while waiting)", self.eta_missing)?;
+        }
+        if let Some(g) = &self.gate {
+            write!(f, "{g}")?;
+        }
+        for e in &self.first_errors {
+            writeln!(f, "  error: {e}")?;
+        }
+        Ok(())
+    }
+}
