@@ -3,7 +3,7 @@
 reading it (CI runs this before it builds anything):
 
 - every crate, service and tool has a README.md whose file table names each of its
-  source files (`src/**/*.rs`, written relative to `src/`, in backticks; the end-to-end
+  source files (`src/**/*.rs`, in backticks, written with or without `src/`; the end-to-end
   package `tests/` also names its test files);
 - queue-core does not depend on the server API (no `redis-module`, no `redis`);
 - the services reach Valkey only through queue-client (no `redis` or `redis-module`
@@ -63,7 +63,7 @@ def main():
             text = readme.read_text()
             listed = set(re.findall(r"`([^`\s]+\.rs)`", text))
             for n in names:
-                if n not in listed:
+                if n not in listed and f"src/{n}" not in listed:
                     problems.append(f"{rel_dir}/README.md does not list `{n}` in its file table")
 
         # Dependencies.
