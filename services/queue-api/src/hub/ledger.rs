@@ -595,3 +595,7 @@ pub fn set_rank(shown: &mut Option<Standing>, rank: u64, eta: Eta) -> bool {
         _ => false,
     }
 }
+
+#[cfg(test)]
+#[path = "ledger_tests.rs"]
+mod tests;

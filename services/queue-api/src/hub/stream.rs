@@ -4,10 +4,10 @@
 //! change.
 
 use super::{wire, Hub, QueueWatch, Summary};
+use crate::conn_limit::Permit;
 use axum::response::sse::Event;
 use futures_util::Stream;
 use queue_client::{Standing, Status};
-use crate::conn_limit::Permit;
 use std::sync::Arc;
 use tokio::sync::watch;
 
