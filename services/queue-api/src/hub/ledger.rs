@@ -281,7 +281,11 @@ impl Ledger {
         self.out.push(Effect::Waiting(waiting));
         if self.per_min != Some(per_min) {
             self.per_min = Some(per_min);
-            let ranks: Vec<Effect> = self.line.iter().map(|(u, l)| self.rank_of(u, l)).collect();
+            let ranks: Vec<Effect> = self
+                .line
+                .iter()
+                .map(|(u, l)| Effect::Rank { user: u.clone(), rank: l.rank, eta: self.eta(l.rank) })
+                .collect();
             self.out.extend(ranks);
         }
         if self.opens_at.is_some() && self.opens_at != opens_at {
@@ -290,14 +294,12 @@ impl Ledger {
         self.opens_at = opens_at;
     }
 
-    fn rank_of(&self, user: &str, l: &InLine) -> Effect {
-        let eta = match self.per_min {
-            Some(m) => {
-                Eta::Is(queue_core::admission::estimated_wait_seconds(l.rank as i64, m).map(|s| s.max(0) as u64))
-            }
+    /// The estimated wait at `rank`, at the admission rate of the last tick.
+    fn eta(&self, rank: u64) -> Eta {
+        match self.per_min {
+            Some(m) => Eta::Is(queue_core::admission::estimated_wait_seconds(rank as i64, m).map(|s| s.max(0) as u64)),
             None => Eta::Unknown,
-        };
-        Effect::Rank { user: user.to_string(), rank: l.rank, eta }
+        }
     }
 
     /// Whether nobody is to be registered or asked (the lease is then renewed alone).
@@ -543,14 +545,11 @@ impl Ledger {
                     }
                 }
                 Change::Ahead(n) => {
-                    if let Some(l) = self.line.get_mut(&user) {
-                        l.rank = l.rank.saturating_sub(n).max(1);
-                    }
+                    let Some(l) = self.line.get_mut(&user) else { continue };
+                    l.rank = l.rank.saturating_sub(n).max(1);
                     if n > 0 {
-                        if let Some(l) = self.line.get(&user) {
-                            let rank = self.rank_of(&user, l);
-                            self.out.push(rank);
-                        }
+                        let rank = l.rank;
+                        self.out.push(Effect::Rank { user, rank, eta: self.eta(rank) });
                     }
                 }
             }
