@@ -125,7 +125,7 @@ impl Follower {
                     let watch = self.watch.clone();
                     let shared = watch.shared.lock().unwrap();
                     let now = Instant::now().into_std();
-                    self.ledger.checkpoint(&batch, cp, now, |u| shared.users.contains_key(u));
+                    self.ledger.checkpoint(batch, cp, now, |u| shared.users.contains_key(u));
                     let effects = self.ledger.take_effects();
                     self.hand_out(effects, &shared.users);
                 }

@@ -359,14 +359,14 @@ impl Ledger {
     /// The checkpoint of registering `batch`, seen `now`: each person `streamed` (still
     /// with a stream here) is told their standing, and put in line (or the pre-queue)
     /// when waiting and the checkpoint is from the log applied.
-    pub fn checkpoint(&mut self, batch: &[String], cp: Checkpoint, now: Instant, streamed: impl Fn(&str) -> bool) {
+    pub fn checkpoint(&mut self, batch: Vec<String>, cp: Checkpoint, now: Instant, streamed: impl Fn(&str) -> bool) {
         let current = self.position(cp.log, cp.waiting, now);
         if !current {
             // Asked again with everyone, once the cursor is set anew.
             self.to_watch.extend(batch.iter().cloned());
         }
-        for (user, (seq, st)) in batch.iter().zip(cp.users) {
-            if !streamed(user) {
+        for (user, (seq, st)) in batch.into_iter().zip(cp.users) {
+            if !streamed(&user) {
                 continue;
             }
             if current && st.status == Status::Waiting {
@@ -378,7 +378,7 @@ impl Ledger {
                     self.pre.insert(user.clone());
                 }
             }
-            self.out.push(Effect::Standing(user.clone(), st));
+            self.out.push(Effect::Standing(user, st));
         }
     }
 
@@ -420,8 +420,8 @@ impl Ledger {
         true
     }
 
-    /// The highest log number a checkpoint reported beyond what was applied, and
-    /// when the log is to be read for it if it has not come by then.
+    /// When a checkpoint reported the log beyond what was applied: when the log is
+    /// to be read for the entries missing if they have not come on the channel by then.
     pub fn read_due(&self) -> Option<Instant> {
         self.behind.map(|(_, since)| since + IN_FLIGHT)
     }

@@ -304,7 +304,7 @@ impl World {
         while let Some(batch) = self.ledger.next_to_watch(4) {
             let cp = self.checkpoint(&batch);
             let streams = &self.streams;
-            self.ledger.checkpoint(&batch, cp, self.now, |u| streams.contains_key(u));
+            self.ledger.checkpoint(batch, cp, self.now, |u| streams.contains_key(u));
             self.deliver();
         }
         if self.ledger.read_due().is_some() {
