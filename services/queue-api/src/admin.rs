@@ -47,12 +47,12 @@ pub(crate) fn authorize(state: &AppState, headers: &HeaderMap) -> Result<(), Api
         return Err(ApiError::AdminDisabled);
     };
     let given = service_kit::http::bearer(headers);
-    // Compared as SHA-256 digests, every byte, so the time taken says nothing about
-    // how much of the token (or of its length) a guess got right.
+    // Compared as SHA-256 digests (equal lengths), in constant time, so the time taken
+    // says nothing about how much of the token (or of its length) a guess got right.
     use sha2::{Digest, Sha256};
+    use subtle::ConstantTimeEq;
     let (want, got) = (Sha256::digest(token.as_bytes()), Sha256::digest(given.unwrap_or("").as_bytes()));
-    let differ = want.iter().zip(got.iter()).fold(0u8, |a, (x, y)| a | (x ^ y));
-    if given.is_some() && std::hint::black_box(differ) == 0 {
+    if given.is_some() && bool::from(want.as_slice().ct_eq(got.as_slice())) {
         Ok(())
     } else {
         Err(ApiError::Unauthorized)
@@ -150,7 +150,7 @@ pub async fn list(
     if search.len() > MAX_SEARCH {
         return Err(ApiError::BadRequest(format!("search must be at most {MAX_SEARCH} characters")));
     }
-    let client = state.store.client().await?;
+    let client = state.valkey.client().await?;
     let mut names: std::collections::BTreeSet<String> = client
         .registered_queues()
         .await?
@@ -194,7 +194,7 @@ pub async fn create(State(state): St, headers: HeaderMap, body: SettingsBody) ->
         Some(Value::String(q)) => queue_name(Some(q))?,
         _ => return Err(ApiError::BadRequest("queue (a name) is required".into())),
     };
-    let client = state.store.client().await?;
+    let client = state.valkey.client().await?;
     let existed = state.declared.ask(&client, &queue).await?;
     if !existed {
         state.declared.declare(&client, &queue).await?;
@@ -245,7 +245,7 @@ pub async fn delete(AdminQueue { state, queue }: AdminQueue) -> Result<Json<Valu
     if queue == DEFAULT_QUEUE {
         return Err(ApiError::Conflict("the default queue always exists; it cannot be deleted".into()));
     }
-    let client = state.store.client().await?;
+    let client = state.valkey.client().await?;
     if !state.declared.ask(&client, &queue).await? {
         return Err(ApiError::UnknownQueue(queue));
     }
@@ -279,7 +279,7 @@ async fn queue_body(client: &QueueClient, queue: &str) -> Result<Value, ApiError
 /// `GET /api/admin/queues/{queue}`: QUEUE.INFO as JSON, with the queue's branding and
 /// live counts.
 pub async fn get(AdminQueue { state, queue }: AdminQueue) -> Result<Json<Value>, ApiError> {
-    let client = state.store.client().await?;
+    let client = state.valkey.client().await?;
     state.declared.check(&client, &queue).await?;
     Ok(Json(queue_body(&client, &queue).await?))
 }
@@ -313,7 +313,7 @@ fn checked_settings(settings: &Map<String, Value>) -> Result<Vec<(String, i64)>,
 pub async fn put(AdminQueue { state, queue }: AdminQueue, body: SettingsBody) -> Result<Json<Value>, ApiError> {
     let settings = named_settings(body, || "name at least one setting".into())?;
     let pairs = checked_settings(&settings)?;
-    let client = state.store.client().await?;
+    let client = state.valkey.client().await?;
     let before = client.config_get(&queue).await?;
     client.config_set(&queue, &pairs).await.map_err(|e| at_named_field(e, &pairs))?;
     state.declared.declare(&client, &queue).await?;
@@ -356,7 +356,7 @@ pub async fn put_brand(AdminQueue { state, queue }: AdminQueue, body: SettingsBo
             _ => return Err(at(format!("{name} must be a string (empty or null removes it)"))),
         }
     }
-    let client = state.store.client().await?;
+    let client = state.valkey.client().await?;
     let before = Brand::from_stored(&client.brand(&queue).await?);
     let pairs: Vec<(&str, &str)> = set.iter().map(|(n, v)| (*n, v.as_str())).collect();
     client.set_brand(&queue, &pairs, &clear).await?;
@@ -375,7 +375,7 @@ pub async fn put_brand(AdminQueue { state, queue }: AdminQueue, body: SettingsBo
 /// `POST /api/admin/queues/{queue}/pause`: stops admission (soft cap 0), remembering
 /// the soft cap it had for resume. Pausing a paused queue changes nothing.
 pub async fn pause(AdminQueue { state, queue }: AdminQueue) -> Result<Json<Value>, ApiError> {
-    let client = state.store.client().await?;
+    let client = state.valkey.client().await?;
     let soft_cap = client.config_get(&queue).await?.soft_cap();
     if client.paused_soft_cap(&queue).await?.is_some() && soft_cap == 0 {
         return Ok(Json(queue_body(&client, &queue).await?));
@@ -391,7 +391,7 @@ pub async fn pause(AdminQueue { state, queue }: AdminQueue) -> Result<Json<Value
 /// `POST /api/admin/queues/{queue}/resume`: restores the soft cap the pause replaced;
 /// 409 when the queue is not paused.
 pub async fn resume(AdminQueue { state, queue }: AdminQueue) -> Result<Json<Value>, ApiError> {
-    let client = state.store.client().await?;
+    let client = state.valkey.client().await?;
     state.declared.check(&client, &queue).await?;
     let Some(soft_cap) = client.paused_soft_cap(&queue).await? else {
         return Err(ApiError::Conflict("the queue is not paused (pause it first)".into()));

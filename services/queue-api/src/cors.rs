@@ -5,6 +5,16 @@
 //! status, leave, push stream, challenge and opening. Never the back office,
 //! `/metrics` or `/healthz`, and never with credentials (a person is their userId; the
 //! place cookie, place.rs, is for the page served from this origin only).
+//!
+//! Written here rather than with `tower_http::cors::CorsLayer`, which cannot say what
+//! this policy says: the layer answers every `OPTIONS` as a preflight, always `200`,
+//! and leaves a refusal to the browser (no `Access-Control-Allow-Origin`), where this
+//! answers a preflight (an `OPTIONS` with `Access-Control-Request-Method`) `204`, and
+//! refuses one from an origin not listed, or for a method the API does not take, with
+//! `403` and a JSON error a developer can read; it joins the allowed methods with
+//! `", "` (the layer with `","`), and names `Retry-After` as readable only in answers
+//! to an allowed origin (the layer in every answer). Wrapping the layer to restore
+//! these would write the origin and method checks again around it.
 
 use axum::extract::{Request, State};
 use axum::http::{header, HeaderMap, HeaderValue, Method, StatusCode};

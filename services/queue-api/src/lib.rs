@@ -27,8 +27,8 @@ pub mod place;
 pub mod pow;
 mod routes;
 mod server;
-pub mod store;
 pub mod templates;
+pub mod valkey;
 
 pub use config::Config;
 
@@ -42,7 +42,7 @@ use tokio::sync::watch;
 /// Shared by every handler.
 pub struct AppState {
     pub config: Config,
-    pub store: store::Store,
+    pub valkey: valkey::Valkey,
     pub hub: Arc<hub::Hub>,
     /// Status reads gathered into one `QUEUE.RANKS` call per queue.
     pub statuses: Arc<batch::StatusBatcher>,
@@ -51,7 +51,7 @@ pub struct AppState {
     pub streams: Arc<conn_limit::ConnLimit>,
     pub metrics: Arc<metrics::Metrics>,
     /// Proof-of-work challenges and what each queue asks.
-    pub pow: pow::Gate,
+    pub pow: pow::ProofOfWork,
     /// Which queues exist (declared by an operator), as this instance last found.
     pub declared: declared::Declared,
     /// Flips to true on shutdown, ending push streams.
@@ -113,8 +113,8 @@ pub async fn serve(
 ) -> std::io::Result<()> {
     let metrics = Arc::new(metrics::Metrics::default());
     metrics.registry().spawn_upkeep();
-    let store = store::Store::connect(config.common.target());
-    let hub = hub::Hub::new(store.clone(), config.push_tick, metrics.clone());
+    let valkey = valkey::Valkey::connect(config.common.target());
+    let hub = hub::Hub::new(valkey.clone(), config.push_tick, metrics.clone());
     let (stop_tx, stop_rx) = watch::channel(false);
     // Promotion announcements wake the matching queue's push streams at once.
     let mut events = queue_client::events::subscribe_target(config.common.target());
@@ -134,11 +134,11 @@ pub async fn serve(
     });
     let state = Arc::new(AppState {
         limiter: limit::RateLimiter::new(config.rate_limit, config.rate_burst),
-        pow: pow::Gate::new(config.pow_secret.as_deref()),
+        pow: pow::ProofOfWork::new(config.pow_secret.as_deref()),
         streams: conn_limit::ConnLimit::new(config.max_streams, config.max_streams_per_addr),
         client_addrs: service_kit::ClientAddrs::new(&config.proxy),
         config,
-        store,
+        valkey,
         hub,
         statuses: Default::default(),
         metrics,

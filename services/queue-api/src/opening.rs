@@ -25,7 +25,7 @@ pub async fn opening(
     let queue = q.queue.unwrap_or_else(|| crate::routes::DEFAULT_QUEUE.to_string());
     queue_core::keys::check_queue(queue.as_bytes())
         .map_err(|e| ApiError::BadRequest(e.to_string().trim_start_matches("ERR ").to_string()))?;
-    let client = state.store.client().await?;
+    let client = state.valkey.client().await?;
     state.declared.check(&client, &queue).await?;
     let o = client.opening(&queue).await?;
     let mut v = json!({

@@ -95,7 +95,7 @@ pub async fn room(
     let queue = page_queue(q.queue.as_deref())?;
     let accept = headers.get(header::ACCEPT_LANGUAGE).and_then(|v| v.to_str().ok());
     let lang = i18n::choose(q.lang.as_deref(), accept);
-    let (brand, ticket_ttl) = match state.store.client().await {
+    let (brand, ticket_ttl) = match state.valkey.client().await {
         Ok(c) => {
             if let Ok(false) = state.declared.is_declared(&c, &queue).await {
                 return Ok(no_such_queue(&queue, lang));
@@ -153,7 +153,7 @@ fn urlencode(s: &str) -> String {
 /// `GET /brand.css?queue=`: the queue's brand colours.
 pub async fn brand_css(State(state): St, Query(q): Query<PageQuery>) -> Result<Response, ApiError> {
     let queue = page_queue(q.queue.as_deref())?;
-    let brand = match state.store.client().await {
+    let brand = match state.valkey.client().await {
         Ok(c) => c.brand(&queue).await.map(|b| Brand::from_stored(&b)).unwrap_or_default(),
         Err(_) => Brand::default(),
     };

@@ -24,8 +24,9 @@ pub struct Proof {
     pub nonce: String,
 }
 
-/// The challenger and what each queue asks.
-pub struct Gate {
+/// The challenger and what each queue asks. (Not the gate service's `Gate`, the
+/// proxy's state: this checks an entry's proof of work.)
+pub struct ProofOfWork {
     challenger: Challenger,
     difficulty: Mutex<HashMap<String, (u8, Instant)>>,
 }
@@ -34,14 +35,14 @@ fn now_ms() -> i64 {
     SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| d.as_millis() as i64)
 }
 
-impl Gate {
+impl ProofOfWork {
     /// Signs with `secret`, or with random bytes when none is given (one instance).
-    pub fn new(secret: Option<&str>) -> Gate {
+    pub fn new(secret: Option<&str>) -> ProofOfWork {
         let challenger = match secret.filter(|s| !s.is_empty()) {
             Some(s) => Challenger::new(s.as_bytes()),
             None => Challenger::new(uuid::Uuid::new_v4().as_bytes()),
         };
-        Gate { challenger, difficulty: Mutex::new(HashMap::new()) }
+        ProofOfWork { challenger, difficulty: Mutex::new(HashMap::new()) }
     }
 
     /// What `queue` asks now (cached for [`DIFFICULTY_TTL`]).

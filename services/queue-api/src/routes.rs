@@ -1,8 +1,8 @@
-//! The handlers.
+//! The handlers of the public queue API (a push stream's state and events are in
+//! hub/stream.rs and hub/wire.rs).
 
 use crate::error::ApiError;
 use crate::extract::{EntryRequest, Field, JsonBody};
-use crate::hub::Summary;
 use crate::AppState;
 use axum::extract::{FromRequestParts, Query, State};
 use axum::response::sse::{Event, KeepAlive, Sse};
@@ -51,7 +51,7 @@ fn strip(e: queue_core::QueueError) -> String {
 /// waiting with an estimate, how sure the estimate is (`estimatedWaitRange`: wide near
 /// the head of the line, narrow far back). Serialized straight from the standing.
 #[derive(serde::Serialize)]
-struct StandingBody<'a> {
+pub(crate) struct StandingBody<'a> {
     #[serde(flatten)]
     standing: &'a Standing,
     queue: &'a str,
@@ -66,7 +66,7 @@ struct WaitRange {
 }
 
 impl<'a> StandingBody<'a> {
-    fn new(s: &'a Standing, queue: &'a str) -> StandingBody<'a> {
+    pub(crate) fn new(s: &'a Standing, queue: &'a str) -> StandingBody<'a> {
         let range = match (s.status, s.estimated_wait_seconds) {
             (Status::Waiting, Some(eta)) => {
                 let (low, high) = queue_core::admission::wait_range(eta as i64, s.rank as i64);
@@ -110,7 +110,7 @@ pub async fn entry(
         },
         Field::WrongType => return Err(ApiError::BadRequest("userId must be a string".into())),
     };
-    let client = state.store.client().await?;
+    let client = state.valkey.client().await?;
     state.declared.check(&client, &queue).await?;
     // A browser whose place cookie names someone still here gets that place back (Back
     // after admission, a second tab): one person per browser (place.rs).
@@ -151,7 +151,7 @@ pub struct QueueQuery {
 pub async fn challenge(State(state): St, from: ClientIp, q: QueueQuery) -> Result<Json<Value>, ApiError> {
     let ip = rate_limit(&state, &from)?;
     let queue = queue_name(q.queue.as_deref())?;
-    let client = state.store.client().await?;
+    let client = state.valkey.client().await?;
     state.declared.check(&client, &queue).await?;
     let difficulty = state.pow.difficulty(&client, &queue).await?;
     if difficulty == 0 {
@@ -180,7 +180,7 @@ impl WhoQuery {
 
 async fn lookup(state: &AppState, q: &WhoQuery) -> Result<(String, Standing), ApiError> {
     let (user, queue) = q.parse()?;
-    let client = state.store.client().await?;
+    let client = state.valkey.client().await?;
     state.declared.check(&client, &queue).await?;
     let standing = state.statuses.status(&client, &queue, user).await?;
     if standing.status == Status::Unknown {
@@ -206,7 +206,7 @@ pub async fn leave(State(state): St, from: ClientIp, q: WhoQuery) -> Result<Json
     rate_limit(&state, &from)?;
     state.metrics.leave_requests.increment(1);
     let (user, queue) = q.parse()?;
-    let client = state.store.client().await?;
+    let client = state.valkey.client().await?;
     state.declared.check(&client, &queue).await?;
     if !client.leave(&queue, &user).await? {
         return Err(ApiError::NotFound("not waiting and holding no ticket: nothing to leave".into()));
@@ -215,101 +215,6 @@ pub async fn leave(State(state): St, from: ClientIp, q: WhoQuery) -> Result<Json
     // other instances of a place in line; a pre-queue place only this one).
     state.hub.recheck(&queue, &user);
     Ok(Json(json!({ "userId": user, "queue": queue, "left": true })))
-}
-
-/// A stream's event; `position` events also carry how many wait in all (seed 001's
-/// total), when known, as `totalWaiting`, and whether admission is paused (soft cap
-/// 0) as `admissionPaused`.
-fn event_for(s: &Standing, queue: &str, summary: Summary) -> Event {
-    let name = match s.status {
-        Status::Waiting => "position",
-        Status::Promoted => "promoted",
-        Status::Active => "active",
-        Status::Unknown => "unknown",
-    };
-    let mut v = serde_json::to_value(StandingBody::new(s, queue)).expect("serializable");
-    if s.status == Status::Waiting {
-        if let Some(total) = summary.total {
-            // Never fewer than the rank shown beside it (the total is read apart).
-            v["totalWaiting"] = json!(total.max(s.rank));
-        }
-        v["admissionPaused"] = json!(summary.paused);
-    }
-    Event::default().event(name).data(v.to_string())
-}
-
-/// One push stream's state between events.
-struct Follow {
-    sub: crate::hub::Subscription,
-    _permit: crate::conn_limit::Permit,
-    shutdown: tokio::sync::watch::Receiver<bool>,
-    queue: String,
-    /// A standing not yet looked at.
-    pending: Option<Standing>,
-    /// The last standing sent, and the total and pause sent with it.
-    last: Option<(Standing, Summary)>,
-    done: bool,
-}
-
-impl Follow {
-    fn summary(&self) -> Summary {
-        Summary { total: self.sub.total_waiting(), paused: self.sub.paused() }
-    }
-
-    /// The next event: a changed standing, or the last one again when the queue's
-    /// total or pause changed noticeably while waiting; None when the stream ends.
-    async fn next(&mut self) -> Option<Event> {
-        if self.done {
-            return None;
-        }
-        loop {
-            if let Some(s) = self.pending.take() {
-                if self.last.as_ref().map(|(l, _)| l) != Some(&s) {
-                    return Some(self.send(s));
-                }
-            }
-            tokio::select! {
-                changed = self.sub.updates.changed() => {
-                    if changed.is_err() {
-                        return None;
-                    }
-                    self.pending = self.sub.updates.borrow_and_update().clone();
-                }
-                changed = self.sub.summary.changed() => {
-                    if changed.is_err() {
-                        return None;
-                    }
-                    self.sub.summary.borrow_and_update();
-                    // A new standing from the same read goes first (it carries the
-                    // new total too). One equal to the last sent (the first
-                    // standing, read by the stream itself, coming back from the
-                    // follower) is no news: the total still is.
-                    if self.sub.updates.has_changed().unwrap_or(false) {
-                        let s = self.sub.updates.borrow_and_update().clone();
-                        if s.is_some() && self.last.as_ref().map(|(l, _)| l) != s.as_ref() {
-                            self.pending = s;
-                            continue;
-                        }
-                    }
-                    let now = self.summary();
-                    if let Some((s, sent)) = &self.last {
-                        if s.status == Status::Waiting && *sent != now {
-                            return Some(self.send(s.clone()));
-                        }
-                    }
-                }
-                _ = self.shutdown.changed() => return None,
-            }
-        }
-    }
-
-    fn send(&mut self, s: Standing) -> Event {
-        let summary = self.summary();
-        self.done = s.status != Status::Waiting;
-        let ev = event_for(&s, &self.queue, summary);
-        self.last = Some((s, summary));
-        ev
-    }
 }
 
 /// `GET /api/queue/stream?userId=&queue=`: server-sent events. `position` whenever
@@ -335,23 +240,11 @@ pub async fn stream(
     let sub = state.hub.subscribe(&queue, &first.user_id);
     if sub.total_waiting().is_none() {
         // The queue's first stream here: its follower has not read the total yet.
-        if let Ok(Ok(info)) = async { Ok::<_, ApiError>(state.store.client().await?.info(&queue).await) }.await {
+        if let Ok(Ok(info)) = async { Ok::<_, ApiError>(state.valkey.client().await?.info(&queue).await) }.await {
             sub.note(&info);
         }
     }
-    let follow = Follow {
-        sub,
-        _permit: permit,
-        shutdown: state.shutdown.clone(),
-        queue,
-        pending: Some(first),
-        last: None,
-        done: false,
-    };
-    let events = futures_util::stream::unfold(follow, |mut f| async move {
-        let ev = f.next().await?;
-        Some((Ok(ev), f))
-    });
+    let events = crate::hub::stream::events(sub, permit, state.shutdown.clone(), queue, first);
     Ok(Sse::new(events).keep_alive(KeepAlive::default()))
 }
 
@@ -366,7 +259,7 @@ pub async fn metrics(State(state): St) -> Response {
 /// Liveness with the store's state; 200 even while Valkey is down (the service
 /// itself is fine and recovers by itself).
 pub async fn healthz(State(state): St) -> Json<Value> {
-    let client = state.store.client().await.ok();
+    let client = state.valkey.client().await.ok();
     let (valkey, refused) = queue_client::QueueClient::health(client.as_ref()).await;
     let mut health = json!({ "status": "ok", "valkey": valkey });
     if let Some(refused) = refused {

@@ -1,0 +1,259 @@
+//! Push updates at the price of what changes in the line, not of its length times
+//! the instances (docs/commands.md, "The change log and watchers").
+//!
+//! Each queue with open streams here has one follower task (follower.rs). It
+//! registers each streamed person with `QUEUE.WATCH`, which replies their number in
+//! line and rank as of a log number (the checkpoint), and extends this instance's
+//! lease, which counts every registered person as heard from: one call per queue per
+//! tick, however many people it streams to. Then it takes the queue's change log
+//! entries as the commands that wrote them publish them (`queue:{Q}:changes`, one
+//! subscription per process for every queue: no call of its own per change) and the
+//! ledger (ledger.rs, no I/O) computes ranks from them; the log itself is read (XRANGE
+//! after the last entry applied) only for what the channel missed. `QUEUE.UNWATCH`
+//! when a person's last stream closes starts their usual abandon_after.
+//!
+//! The files: this one is the registry of the queues, people and streams of this
+//! instance ([`Hub`]); ledger.rs the pure bookkeeping; follower.rs the loop that
+//! calls Valkey; stream.rs one stream's state between events; wire.rs its events.
+
+mod follower;
+pub mod ledger;
+pub mod stream;
+pub mod wire;
+
+use crate::metrics::Metrics;
+use crate::valkey::Valkey;
+use queue_client::{LogEntry, Standing};
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+use tokio::sync::{watch, Notify};
+
+pub use stream::Subscription;
+
+/// What the streams of a user read, and how many streams it has here.
+type Channel = (watch::Sender<Option<Standing>>, usize);
+
+#[derive(Default)]
+struct Shared {
+    users: HashMap<String, Channel>,
+    /// Users to register (a new stream) or ask again (their standing may have changed
+    /// in a way the log does not tell: they left the pre-queue here).
+    fresh: Vec<String>,
+    /// Users whose last stream here closed.
+    closed: Vec<String>,
+    /// Log entries as published on the queue's changes channel, not taken yet.
+    pushed: Vec<LogEntry>,
+}
+
+/// One queue's streams here: what its follower shares with them.
+struct QueueWatch {
+    shared: Mutex<Shared>,
+    wake: Notify,
+    /// Users waiting in the queue as last heard (`UNKNOWN` before).
+    waiting: AtomicU64,
+    /// Whether admission is paused (soft cap 0) as of the last tick.
+    paused: AtomicBool,
+    /// The total and the pause as last published to streams: changed when the total
+    /// moved noticeably ([`noticeable`]) or the pause flipped, so that a stream tells
+    /// its person even when their own rank stayed.
+    summary: watch::Sender<Summary>,
+}
+
+const UNKNOWN: u64 = u64::MAX;
+
+/// What every stream of a queue shows beside its own standing.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Summary {
+    pub total: Option<u64>,
+    pub paused: bool,
+}
+
+/// Whether the total moved enough since `shown` to tell everyone: any change of a
+/// line under 100, a hundredth of it beyond (a line of a million sends its streams
+/// at most one such event per 10,000 people come or gone, not one per person).
+fn noticeable(shown: Option<u64>, now: u64) -> bool {
+    shown.is_none_or(|s| s.abs_diff(now) * 100 >= s.max(1))
+}
+
+impl QueueWatch {
+    fn new() -> QueueWatch {
+        QueueWatch {
+            shared: Mutex::default(),
+            wake: Notify::new(),
+            waiting: AtomicU64::new(UNKNOWN),
+            paused: AtomicBool::new(false),
+            summary: watch::channel(Summary { total: None, paused: false }).0,
+        }
+    }
+
+    fn note_waiting(&self, waiting: u64) {
+        self.waiting.store(waiting, Ordering::Relaxed);
+    }
+
+    fn note_paused(&self, paused: bool) {
+        self.paused.store(paused, Ordering::Relaxed);
+    }
+
+    fn total(&self) -> Option<u64> {
+        Some(self.waiting.load(Ordering::Relaxed)).filter(|&w| w != UNKNOWN)
+    }
+
+    fn paused(&self) -> bool {
+        self.paused.load(Ordering::Relaxed)
+    }
+
+    /// Tells the streams when the total moved noticeably or the pause flipped since
+    /// last told. Called after the new ranks were handed out, so that a stream whose
+    /// rank changed too sends one event, not two.
+    fn publish(&self) {
+        let Some(waiting) = self.total() else { return };
+        let paused = self.paused();
+        self.summary.send_if_modified(|s| {
+            if noticeable(s.total, waiting) || s.paused != paused {
+                *s = Summary { total: Some(waiting), paused };
+                true
+            } else {
+                false
+            }
+        });
+    }
+}
+
+/// The registry of this instance's push streams: per queue, who is streamed and how
+/// many streams each has, and the follower that keeps them told.
+pub struct Hub {
+    queues: Mutex<HashMap<String, Arc<QueueWatch>>>,
+    valkey: Valkey,
+    tick: Duration,
+    /// This process's name in the queues' `instances` (its lease vouches for the
+    /// people it streams to).
+    instance: String,
+    metrics: Arc<Metrics>,
+}
+
+/// A process's instance name: the host's name (in the characters a userId may hold)
+/// with the process id and a random suffix, so that a restarted process is a new
+/// instance.
+fn instance_name() -> String {
+    let host = std::fs::read_to_string("/proc/sys/kernel/hostname").unwrap_or_default();
+    let host: String =
+        host.trim().chars().filter(|c| c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | '-')).take(32).collect();
+    let mut random = [0u8; 4];
+    getrandom::fill(&mut random).unwrap_or_default();
+    let random: String = random.iter().map(|b| format!("{b:02x}")).collect();
+    format!("api-{}{}{}-{random}", host, if host.is_empty() { "" } else { "-" }, std::process::id())
+}
+
+impl Hub {
+    pub fn new(valkey: Valkey, tick: Duration, metrics: Arc<Metrics>) -> Arc<Hub> {
+        Arc::new(Hub { queues: Mutex::new(HashMap::new()), valkey, tick, instance: instance_name(), metrics })
+    }
+
+    /// Registers a stream for `user` on `queue`; its standing is checked at once.
+    pub fn subscribe(self: &Arc<Hub>, queue: &str, user: &str) -> Subscription {
+        // Under the registry lock, so that a follower retiring its queue either sees
+        // this user or is replaced by a new one.
+        let (watch, new_queue, updates) = {
+            let mut queues = self.queues.lock().unwrap();
+            let (w, new_queue) = match queues.get(queue) {
+                Some(w) => (w.clone(), false),
+                None => {
+                    let w = Arc::new(QueueWatch::new());
+                    queues.insert(queue.to_string(), w.clone());
+                    (w, true)
+                }
+            };
+            let updates = {
+                let mut shared = w.shared.lock().unwrap();
+                let shared = &mut *shared;
+                let entry = shared.users.entry(user.to_string()).or_insert_with(|| {
+                    shared.fresh.push(user.to_string());
+                    (watch::channel(None).0, 0)
+                });
+                entry.1 += 1;
+                entry.0.subscribe()
+            };
+            (w, new_queue, updates)
+        };
+        if new_queue {
+            let follower = follower::Follower::new(self.clone(), queue.to_string(), watch.clone());
+            tokio::spawn(follower.run());
+        }
+        watch.wake.notify_one();
+        self.metrics.sse_streams.increment(1.0);
+        let summary = watch.summary.subscribe();
+        Subscription::new(self.clone(), queue, user, watch, updates, summary)
+    }
+
+    fn unsubscribe(&self, queue: &str, user: &str) {
+        let queues = self.queues.lock().unwrap();
+        if let Some(w) = queues.get(queue) {
+            let mut shared = w.shared.lock().unwrap();
+            if let Some(entry) = shared.users.get_mut(user) {
+                entry.1 -= 1;
+                if entry.1 == 0 {
+                    shared.users.remove(user);
+                    shared.closed.push(user.to_string());
+                    w.wake.notify_one();
+                }
+            }
+        }
+    }
+
+    /// Takes a change log entry of `queue` as its command published it.
+    pub fn change(&self, queue: &str, entry: LogEntry) {
+        if let Some(w) = self.queues.lock().unwrap().get(queue) {
+            w.shared.lock().unwrap().pushed.push(entry);
+            w.wake.notify_one();
+        }
+    }
+
+    /// Looks at `queue` now (a promotion was announced).
+    pub fn wake(&self, queue: &str) {
+        if let Some(w) = self.queues.lock().unwrap().get(queue) {
+            w.wake.notify_one();
+        }
+    }
+
+    /// Asks about `user` again now (it left through this instance: from the
+    /// pre-queue, which the log does not tell).
+    pub fn recheck(&self, queue: &str, user: &str) {
+        if let Some(w) = self.queues.lock().unwrap().get(queue) {
+            let mut shared = w.shared.lock().unwrap();
+            if shared.users.contains_key(user) {
+                shared.fresh.push(user.to_string());
+            }
+            w.wake.notify_one();
+        }
+    }
+
+    /// Queues with open streams (for tests and metrics).
+    pub fn watched_queues(&self) -> usize {
+        self.queues.lock().unwrap().len()
+    }
+
+    /// How long this instance's lease vouches for its people: three ticks, and at
+    /// least 10 s so that a slow tick or a brief outage does not lapse it.
+    fn lease(&self) -> Duration {
+        (self.tick * 3).max(Duration::from_secs(10))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_total_is_told_when_it_moved_noticeably() {
+        assert!(noticeable(None, 0), "the first total is always told");
+        assert!(noticeable(Some(0), 1));
+        assert!(noticeable(Some(5), 4), "every change of a short line");
+        assert!(!noticeable(Some(5), 5));
+        assert!(!noticeable(Some(1000), 1009));
+        assert!(noticeable(Some(1000), 1010));
+        assert!(noticeable(Some(1000), 990));
+        assert!(!noticeable(Some(1_000_000), 1_009_999));
+    }
+}
