@@ -22,7 +22,6 @@ use redis_module::Context;
 use redis_module_macros::{flush_event_handler, loading_event_handler};
 use std::cell::RefCell;
 use std::collections::HashMap;
-use std::os::raw::{c_char, c_int};
 
 /// A queue's stored settings (None: the field is not set or does not fit).
 pub type Stored = [Option<i64>; FIELDS.len()];
@@ -128,58 +127,24 @@ fn on_loading(_ctx: &Context, _event: LoadingSubevent) {
     forget_all();
 }
 
-unsafe extern "C" fn on_keyspace_event(
-    ctx: *mut raw::RedisModuleCtx,
-    _type: c_int,
-    _event: *const c_char,
-    key: *mut raw::RedisModuleString,
-) -> c_int {
-    // SAFETY: the server passes a live context and key string for the call.
-    let (key, db) = unsafe {
-        let mut len = 0usize;
-        let p = raw::RedisModule_StringPtrLen.unwrap()(key, &mut len);
-        (std::slice::from_raw_parts(p.cast::<u8>(), len), raw::RedisModule_GetSelectedDb.unwrap()(ctx))
-    };
+/// A key changed in database `db` (a keyspace event, from `server.rs`): forgets what is
+/// kept of the queue it belongs to.
+pub fn key_changed(db: i32, key: &[u8]) {
     // The change log and the watchers' keys: nothing of them is kept.
     let unkept = [keys::LOG, keys::WATCHED, keys::INSTANCES]
         .iter()
         .any(|s| key.strip_suffix(s.as_bytes()).is_some_and(|k| k.ends_with(keys::KEY_CLOSE.as_bytes())));
     if unkept {
-        return 0;
+        return;
     }
     if let Some(queue) = keys::owner_queue(key) {
         forget(db, queue);
     }
-    0
 }
 
-unsafe extern "C" fn on_swapdb(
-    _ctx: *mut raw::RedisModuleCtx,
-    _eid: raw::RedisModuleEvent,
-    _subevent: u64,
-    _data: *mut std::ffi::c_void,
-) {
-    forget_all();
-}
-
-/// Subscribes to the events that make what is kept stale (module load).
+/// Subscribes to the events that make what is kept stale (module load): keyspace
+/// events reach [`key_changed`], SWAPDB [`forget_all`] (the callbacks are in
+/// `server.rs`).
 pub fn subscribe(ctx: *mut raw::RedisModuleCtx) -> Result<(), String> {
-    // SAFETY: module load, live context; the callbacks live as long as the module.
-    let ok = unsafe {
-        raw::RedisModule_SubscribeToKeyspaceEvents.unwrap()(
-            ctx,
-            raw::REDISMODULE_NOTIFY_ALL as c_int,
-            Some(on_keyspace_event),
-        ) == raw::REDISMODULE_OK as c_int
-            && raw::RedisModule_SubscribeToServerEvent.unwrap()(
-                ctx,
-                raw::RedisModuleEvent { id: raw::REDISMODULE_EVENT_SWAPDB, dataver: 1 },
-                Some(on_swapdb),
-            ) == raw::REDISMODULE_OK as c_int
-    };
-    if ok {
-        Ok(())
-    } else {
-        Err("cannot subscribe to keyspace and SWAPDB events".into())
-    }
+    crate::server::subscribe_cache(ctx)
 }

@@ -20,17 +20,14 @@ mod watchers;
 
 use docs::{integer, key, opt_int, string, strings, Arg, ArgType, Doc, KEY_RO, KEY_RW};
 use redis_module::{raw, redis_module, AclCategory, Context, InfoContext, RedisResult, RedisString, Status};
-use std::ffi::CString;
 use std::os::raw::c_int;
 
 /// The ACL category every command belongs to: `ACL SETUSER svc +@queue`.
 const ACL_CATEGORY: &str = "queue";
 
-type Callback = extern "C" fn(*mut raw::RedisModuleCtx, *mut *mut raw::RedisModuleString, c_int) -> c_int;
-
 struct Command {
     name: &'static str,
-    callback: Callback,
+    callback: server::Callback,
     flags: &'static str,
     doc: Doc,
 }
@@ -165,40 +162,13 @@ fn init(ctx: &Context, args: &[RedisString]) -> Status {
     // (keyspace events, which drop what the cache keeps of the queue) before the slot
     // is the target's, and no command reaches them there until it is; on the source they
     // are deleted (keyspace events again). Older servers ignore the option.
-    // SAFETY: module load, live context.
-    unsafe {
-        if let Some(set) = raw::RedisModule_SetModuleOptions {
-            set(ctx.ctx, HANDLE_ATOMIC_SLOT_MIGRATION);
-        }
-    }
-    let category = CString::new(ACL_CATEGORY).unwrap();
+    server::set_module_options(ctx.ctx, HANDLE_ATOMIC_SLOT_MIGRATION);
     for c in COMMANDS {
-        let (name, flags) = (CString::new(c.name).unwrap(), CString::new(c.flags).unwrap());
-        // SAFETY: module load, live context; the server copies names, flags and docs.
-        unsafe {
-            if raw::RedisModule_CreateCommand.unwrap()(
-                ctx.ctx,
-                name.as_ptr(),
-                Some(c.callback),
-                flags.as_ptr(),
-                1,
-                1,
-                1,
-            ) != raw::REDISMODULE_OK as c_int
-            {
-                ctx.log_warning(&format!("cannot create command {}", c.name));
-                return Status::Err;
-            }
-            let cmd = raw::RedisModule_GetCommand.unwrap()(ctx.ctx, name.as_ptr());
-            if raw::RedisModule_SetCommandACLCategories.unwrap()(cmd, category.as_ptr()) != raw::REDISMODULE_OK as c_int
-            {
-                ctx.log_warning(&format!("cannot set the ACL category of {}", c.name));
-                return Status::Err;
-            }
-            if let Err(e) = docs::attach(ctx.ctx, c.name, &c.doc) {
-                ctx.log_warning(&e);
-                return Status::Err;
-            }
+        let created = server::create_command(ctx.ctx, c.name, c.callback, c.flags, ACL_CATEGORY)
+            .and_then(|()| server::set_command_docs(ctx.ctx, c.name, &c.doc));
+        if let Err(e) = created {
+            ctx.log_warning(&e);
+            return Status::Err;
         }
     }
     Status::Ok

@@ -1,21 +1,28 @@
-//! The one place command handlers reach the server's C API: every `unsafe` a command
-//! runs is here, behind small safe wrappers used by the command files. The rest of
-//! the module's `unsafe` runs at load or on server events, each beside what it sets
-//! up: registering commands and options (`lib.rs`), their documentation (`docs.rs`),
-//! and the keyspace and SWAPDB subscriptions that keep the cache honest (`cache.rs`).
+//! Every `unsafe` of the module, behind small safe wrappers: the one place the module
+//! reaches the server's C API. Command handlers get a [`Server`] from [`run`] and work
+//! through it, [`Str`] and [`Key`]. Module load registers commands with their ACL
+//! category and documentation ([`create_command`], [`set_command_docs`]), options and
+//! module configs through the wrappers at the end of this file, which also holds the
+//! keyspace and SWAPDB callbacks that keep the cache honest: they hand what the server
+//! tells them to safe functions of `cache.rs`.
 //!
 //! # Safety
 //!
-//! Every wrapper is only ever used from a command callback on the server's main
-//! thread, through a [`Server`] created by [`run`] for that callback. [`run`] turns
+//! Every command wrapper is only ever used from a command callback on the server's
+//! main thread, through a [`Server`] created by [`run`] for that callback. [`run`] turns
 //! on automatic memory management, so strings, keys and call replies created through
 //! it are freed by the server when the callback returns; a [`Str`] must therefore not
 //! outlive the callback, which the command files honour by never storing one.
-//! Function pointers are filled in by `RedisModule_Init` before any command runs.
+//! The wrappers that take a raw context are only called from module load (`init` in
+//! `lib.rs` and what it calls) with the live context the server gave it; the server
+//! calls the callbacks registered here on its main thread with arguments that live for
+//! the call. Function pointers are filled in by `RedisModule_Init` before any of this
+//! runs.
 
+use crate::docs::{ArgType, Doc};
 use queue_core::QueueError;
 use redis_module::raw;
-use std::ffi::CStr;
+use std::ffi::{CStr, CString};
 use std::os::raw::{c_char, c_int};
 
 /// A server string owned by the current callback (freed automatically at its end).
@@ -565,5 +572,180 @@ pub fn load_configs(ctx: *mut raw::RedisModuleCtx) -> Result<(), String> {
         Ok(())
     } else {
         Err("cannot load the queue module's configs".into())
+    }
+}
+
+// Module load and server events.
+
+/// What the server calls for a command (see `command!` in `lib.rs`).
+pub type Callback = extern "C" fn(*mut raw::RedisModuleCtx, *mut *mut raw::RedisModuleString, c_int) -> c_int;
+
+/// Sets module options (`RedisModule_SetModuleOptions`); a server without the call
+/// is left as it is.
+pub fn set_module_options(ctx: *mut raw::RedisModuleCtx, options: c_int) {
+    // SAFETY: module load, live context.
+    unsafe {
+        if let Some(set) = raw::RedisModule_SetModuleOptions {
+            set(ctx, options);
+        }
+    }
+}
+
+/// Creates the command `name` (its key at position 1) with `flags` and `callback`,
+/// and puts it in the ACL category `category`.
+pub fn create_command(
+    ctx: *mut raw::RedisModuleCtx,
+    name: &str,
+    callback: Callback,
+    flags: &str,
+    category: &str,
+) -> Result<(), String> {
+    let (cname, cflags) = (CString::new(name).unwrap(), CString::new(flags).unwrap());
+    let category = CString::new(category).unwrap();
+    // SAFETY: module load, live context; the server copies name, flags and category.
+    unsafe {
+        if raw::RedisModule_CreateCommand.unwrap()(ctx, cname.as_ptr(), Some(callback), cflags.as_ptr(), 1, 1, 1)
+            != raw::REDISMODULE_OK as c_int
+        {
+            return Err(format!("cannot create command {name}"));
+        }
+        let cmd = raw::RedisModule_GetCommand.unwrap()(ctx, cname.as_ptr());
+        if raw::RedisModule_SetCommandACLCategories.unwrap()(cmd, category.as_ptr()) != raw::REDISMODULE_OK as c_int {
+            return Err(format!("cannot set the ACL category of {name}"));
+        }
+    }
+    Ok(())
+}
+
+/// Attaches `doc` (`COMMAND DOCS`, `COMMAND INFO`) to the command `name`, created
+/// before by [`create_command`].
+pub fn set_command_docs(ctx: *mut raw::RedisModuleCtx, name: &str, doc: &Doc) -> Result<(), String> {
+    let cname = CString::new(name).unwrap();
+    // SAFETY: module load, live context. The structs are plain C data, for which all
+    // zeroes is the "not set" value the server expects (a zeroed argument ends the
+    // list); every pointer in them points into `keep`, `version`, `specs` or `args`,
+    // which outlive the call, and the server copies everything.
+    unsafe {
+        let cmd = raw::RedisModule_GetCommand.unwrap()(ctx, cname.as_ptr());
+        if cmd.is_null() {
+            return Err(format!("command {name} not found"));
+        }
+        let mut keep: Vec<CString> = Vec::new();
+        let mut c = |s: &str| {
+            let cs = CString::new(s).unwrap();
+            let p = cs.as_ptr();
+            keep.push(cs);
+            p
+        };
+        let summary = c(doc.summary);
+        let complexity = c(doc.complexity);
+        let since = c("1.0.0");
+        let mut args: Vec<raw::RedisModuleCommandArg> = doc
+            .args
+            .iter()
+            .map(|a| {
+                let mut arg: raw::RedisModuleCommandArg = std::mem::zeroed();
+                arg.name = c(a.name);
+                arg.type_ = match a.kind {
+                    ArgType::Key => raw::RedisModuleCommandArgType_REDISMODULE_ARG_TYPE_KEY,
+                    ArgType::Str => raw::RedisModuleCommandArgType_REDISMODULE_ARG_TYPE_STRING,
+                    ArgType::Int => raw::RedisModuleCommandArgType_REDISMODULE_ARG_TYPE_INTEGER,
+                };
+                arg.key_spec_index = if matches!(a.kind, ArgType::Key) { 0 } else { -1 };
+                if let Some(t) = a.token {
+                    arg.token = c(t);
+                }
+                let mut flags = 0;
+                if a.optional {
+                    flags |= raw::REDISMODULE_CMD_ARG_OPTIONAL;
+                }
+                if a.multiple {
+                    flags |= raw::REDISMODULE_CMD_ARG_MULTIPLE;
+                }
+                arg.flags = flags as c_int;
+                arg
+            })
+            .collect();
+        args.push(std::mem::zeroed());
+        let mut specs: Vec<raw::RedisModuleCommandKeySpec> = vec![std::mem::zeroed(), std::mem::zeroed()];
+        specs[0].notes = c("the queue; every key it uses carries the hash tag {queue}");
+        specs[0].flags = doc.key_flags;
+        specs[0].begin_search_type = raw::RedisModuleKeySpecBeginSearchType_REDISMODULE_KSPEC_BS_INDEX;
+        specs[0].bs.index.pos = 1;
+        specs[0].find_keys_type = raw::RedisModuleKeySpecFindKeysType_REDISMODULE_KSPEC_FK_RANGE;
+        specs[0].fk.range.lastkey = 0;
+        specs[0].fk.range.keystep = 1;
+        specs[0].fk.range.limit = 0;
+        let version = raw::RedisModuleCommandInfoVersion {
+            version: 1,
+            sizeof_historyentry: std::mem::size_of::<raw::RedisModuleCommandHistoryEntry>(),
+            sizeof_keyspec: std::mem::size_of::<raw::RedisModuleCommandKeySpec>(),
+            sizeof_arg: std::mem::size_of::<raw::RedisModuleCommandArg>(),
+        };
+        let info = raw::RedisModuleCommandInfo {
+            version: &version,
+            summary,
+            complexity,
+            since,
+            history: std::ptr::null_mut(),
+            tips: std::ptr::null(),
+            arity: doc.arity as c_int,
+            key_specs: specs.as_mut_ptr(),
+            args: args.as_mut_ptr(),
+        };
+        if raw::RedisModule_SetCommandInfo.unwrap()(cmd, &info) != raw::REDISMODULE_OK as c_int {
+            return Err(format!("setting the docs of {name} failed"));
+        }
+    }
+    Ok(())
+}
+
+/// Keyspace events (any key, any event): hand the key and its database to
+/// `cache::key_changed`.
+extern "C" fn on_keyspace_event(
+    ctx: *mut raw::RedisModuleCtx,
+    _type: c_int,
+    _event: *const c_char,
+    key: *mut raw::RedisModuleString,
+) -> c_int {
+    // SAFETY: the server passes a live context and key string for the call.
+    let (key, db) = unsafe {
+        let mut len = 0usize;
+        let p = raw::RedisModule_StringPtrLen.unwrap()(key, &mut len);
+        (std::slice::from_raw_parts(p.cast::<u8>(), len), raw::RedisModule_GetSelectedDb.unwrap()(ctx))
+    };
+    crate::cache::key_changed(db, key);
+    0
+}
+
+/// SWAPDB: everything the cache keeps is stale.
+extern "C" fn on_swapdb(
+    _ctx: *mut raw::RedisModuleCtx,
+    _eid: raw::RedisModuleEvent,
+    _subevent: u64,
+    _data: *mut std::ffi::c_void,
+) {
+    crate::cache::forget_all();
+}
+
+/// Subscribes the cache to keyspace events and SWAPDB (see `cache::subscribe`).
+pub fn subscribe_cache(ctx: *mut raw::RedisModuleCtx) -> Result<(), String> {
+    // SAFETY: module load, live context; the callbacks live as long as the module.
+    let ok = unsafe {
+        raw::RedisModule_SubscribeToKeyspaceEvents.unwrap()(
+            ctx,
+            raw::REDISMODULE_NOTIFY_ALL as c_int,
+            Some(on_keyspace_event),
+        ) == raw::REDISMODULE_OK as c_int
+            && raw::RedisModule_SubscribeToServerEvent.unwrap()(
+                ctx,
+                raw::RedisModuleEvent { id: raw::REDISMODULE_EVENT_SWAPDB, dataver: 1 },
+                Some(on_swapdb),
+            ) == raw::REDISMODULE_OK as c_int
+    };
+    if ok {
+        Ok(())
+    } else {
+        Err("cannot subscribe to keyspace and SWAPDB events".into())
     }
 }
