@@ -28,6 +28,7 @@ pub mod announce;
 mod backend;
 pub mod backoffice;
 mod challenge;
+mod changelog;
 mod conn;
 mod error;
 pub mod events;
@@ -41,16 +42,15 @@ mod registry;
 mod reply;
 mod target;
 mod types;
-mod watch;
 
 pub use backend::Backend;
+pub use changelog::{Checkpoint, LogEntry};
 pub use conn::ConnectOptions;
 pub use error::{ClientError, QueueError};
 pub use lazy::LazyClient;
 pub use library::LIBRARY_VERSION;
 pub use target::{redact, Target, TlsFiles};
 pub use types::{Claim, LinePage, Opening, PromoteReport, QueueConfig, QueueInfo, Standing, Status};
-pub use watch::{Checkpoint, LogEntry};
 
 use conn::Conn;
 use error::is_missing_command;
