@@ -26,6 +26,7 @@
 
 pub mod announce;
 mod backend;
+mod backoff;
 pub mod backoffice;
 mod challenge;
 mod changelog;
@@ -44,6 +45,7 @@ mod target;
 mod types;
 
 pub use backend::Backend;
+pub use backoff::Backoff;
 pub use changelog::{Checkpoint, LogEntry};
 pub use conn::ConnectOptions;
 pub use error::{ClientError, QueueError};
