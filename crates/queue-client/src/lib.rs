@@ -41,6 +41,7 @@ mod library;
 mod presence;
 mod registry;
 mod reply;
+pub mod sessions;
 mod target;
 mod types;
 
