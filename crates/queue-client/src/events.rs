@@ -8,7 +8,7 @@
 
 use crate::announce::Announcement;
 use crate::feed::Feed;
-use crate::{ClientError, LogEntry, QueueClient, Target};
+use crate::{Backoff, ClientError, LogEntry, QueueClient, Target};
 use queue_core::keys;
 use serde::{Deserialize, Serialize};
 use std::time::Duration;
@@ -64,8 +64,8 @@ enum Round {
 }
 
 /// Runs subscription rounds on a task until nobody listens, waiting between two
-/// rounds from 100 ms, doubled after each up to 5 s (from 100 ms again after a round
-/// that had connected).
+/// rounds a [`Backoff`] from 100 ms up to 5 s (from 100 ms again after a round that
+/// had connected).
 fn keep_subscribed<T, R, F>(target: Target, round: R) -> mpsc::Receiver<T>
 where
     T: Send + 'static,
@@ -74,19 +74,17 @@ where
 {
     let (tx, rx) = mpsc::channel(1024);
     tokio::spawn(async move {
-        let first = Duration::from_millis(100);
-        let mut delay = first;
+        let mut backoff = Backoff::new(Duration::from_millis(100), Duration::from_secs(5));
         loop {
             if tx.is_closed() {
                 return;
             }
             match round(target.clone(), tx.clone()).await {
                 Round::Unheard => return,
-                Round::Lost { connected: true } => delay = first,
+                Round::Lost { connected: true } => backoff.reset(),
                 Round::Lost { connected: false } => {}
             }
-            tokio::time::sleep(delay).await;
-            delay = (delay * 2).min(Duration::from_secs(5));
+            tokio::time::sleep(backoff.next_delay()).await;
         }
     });
     rx

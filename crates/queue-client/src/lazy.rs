@@ -2,7 +2,7 @@
 //! "unavailable") while Valkey is not reachable yet. Once made, the client keeps it
 //! and reconnects by itself.
 
-use crate::{ConnectOptions, QueueClient, Target};
+use crate::{Backoff, ConnectOptions, QueueClient, Target};
 use std::sync::Arc;
 use std::time::Duration;
 use tokio::sync::RwLock;
@@ -27,8 +27,8 @@ impl LazyClient {
         }
     }
 
-    /// Starts connecting to `url` in the background, retrying with backoff (must be
-    /// called inside a tokio runtime).
+    /// Starts connecting to `url` in the background, retrying with a [`Backoff`]
+    /// from 200 ms up to 5 s (must be called inside a tokio runtime).
     pub fn connect(url: String) -> LazyClient {
         LazyClient::connect_target(Target::single(url))
     }
@@ -40,7 +40,7 @@ impl LazyClient {
         let l = lazy.clone();
         tokio::spawn(async move {
             let options = LazyClient::service_options();
-            let mut delay = Duration::from_millis(200);
+            let mut backoff = Backoff::new(Duration::from_millis(200), Duration::from_secs(5));
             loop {
                 match QueueClient::connect_target(&l.target, options.clone()).await {
                     Ok(c) => {
@@ -55,8 +55,7 @@ impl LazyClient {
                         None => tracing::warn!(error = %e, "queue store unreachable; retrying"),
                     },
                 }
-                tokio::time::sleep(delay).await;
-                delay = (delay * 2).min(Duration::from_secs(5));
+                tokio::time::sleep(backoff.next_delay()).await;
             }
         });
         lazy

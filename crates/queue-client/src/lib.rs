@@ -26,8 +26,10 @@
 
 pub mod announce;
 mod backend;
+mod backoff;
 pub mod backoffice;
 mod challenge;
+mod changelog;
 mod conn;
 mod error;
 pub mod events;
@@ -39,18 +41,19 @@ mod library;
 mod presence;
 mod registry;
 mod reply;
+pub mod sessions;
 mod target;
 mod types;
-mod watch;
 
 pub use backend::Backend;
+pub use backoff::Backoff;
+pub use changelog::{Checkpoint, LogEntry};
 pub use conn::ConnectOptions;
 pub use error::{ClientError, QueueError};
 pub use lazy::LazyClient;
 pub use library::LIBRARY_VERSION;
 pub use target::{redact, Target, TlsFiles};
 pub use types::{Claim, LinePage, Opening, PromoteReport, QueueConfig, QueueInfo, Standing, Status};
-pub use watch::{Checkpoint, LogEntry};
 
 use conn::Conn;
 use error::is_missing_command;

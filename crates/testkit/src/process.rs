@@ -235,21 +235,40 @@ pub async fn http_get(port: u16, path: &str) -> Option<(u16, String)> {
         let (head, body) = text.split_once("\r\n\r\n")?;
         let code = head.split_whitespace().nth(1)?.parse().ok()?;
         let chunked = head.lines().any(|l| l.to_ascii_lowercase().starts_with("transfer-encoding: chunked"));
-        Some((code, if chunked { dechunk(body)? } else { body.to_string() }))
+        Some((code, if chunked { dechunk(body.as_bytes())? } else { body.to_string() }))
     };
     tokio::time::timeout(Duration::from_secs(5), exchange).await.ok().flatten()
 }
 
-/// A chunked body's data.
-fn dechunk(mut body: &str) -> Option<String> {
-    let mut out = String::new();
+/// A chunked body's data (each chunk's size line read by `httparse`); None if the
+/// body is cut short or not chunked.
+fn dechunk(mut body: &[u8]) -> Option<String> {
+    let mut out = Vec::new();
     loop {
-        let (size, rest) = body.split_once("\r\n")?;
-        let n = usize::from_str_radix(size.split(';').next()?.trim(), 16).ok()?;
+        let httparse::Status::Complete((size_line, n)) = httparse::parse_chunk_size(body).ok()? else {
+            return None;
+        };
         if n == 0 {
-            return Some(out);
+            return String::from_utf8(out).ok();
         }
-        out.push_str(rest.get(..n)?);
-        body = rest.get(n + 2..)?;
+        let data = &body[size_line..];
+        let n = usize::try_from(n).ok()?;
+        out.extend_from_slice(data.get(..n)?);
+        body = data.get(n + 2..)?;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn dechunk_joins_the_chunks() {
+        assert_eq!(dechunk(b"5\r\nhello\r\n7;ext=1\r\n, world\r\n0\r\n\r\n").as_deref(), Some("hello, world"));
+        assert_eq!(dechunk(b"A\r\n0123456789\r\n0\r\n\r\n").as_deref(), Some("0123456789"), "hex sizes");
+        assert_eq!(dechunk(b"0\r\n\r\n").as_deref(), Some(""));
+        assert_eq!(dechunk(b"5\r\nhel"), None, "cut short");
+        assert_eq!(dechunk(b"5\r\nhello\r\n"), None, "no last chunk");
+        assert_eq!(dechunk(b"zz\r\nhello\r\n0\r\n\r\n"), None, "not a size");
     }
 }

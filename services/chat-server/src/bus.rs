@@ -16,7 +16,7 @@
 use crate::frames;
 use crate::AppState;
 use queue_client::feed::Feed;
-use queue_client::ClientError;
+use queue_client::{Backoff, ClientError};
 use queue_core::keys;
 use serde::Deserialize;
 use serde_json::value::RawValue;
@@ -57,20 +57,19 @@ pub async fn publish(state: &AppState, queue: &str, frame: &str) -> Result<(), C
 /// Keeps the room subscription up for the life of the process; `resubscribed` runs
 /// each time it is up again after a loss.
 pub async fn subscribe(state: Arc<AppState>, resubscribed: impl Fn(Arc<AppState>)) {
-    let mut delay = Duration::from_millis(100);
+    let mut backoff = Backoff::new(Duration::from_millis(100), Duration::from_secs(5));
     let mut first = true;
     loop {
         match listen(&state, first, &resubscribed).await {
             Ok(()) => {
                 first = false;
-                delay = Duration::from_millis(100);
+                backoff.reset();
                 tracing::warn!("room subscription lost; reconnecting");
             }
             Err(e) => tracing::warn!(error = %e, "room subscription unavailable; retrying"),
         }
         state.room_feed_up.store(false, Ordering::SeqCst);
-        tokio::time::sleep(delay).await;
-        delay = (delay * 2).min(Duration::from_secs(5));
+        tokio::time::sleep(backoff.next_delay()).await;
     }
 }
 

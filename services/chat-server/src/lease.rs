@@ -1,16 +1,13 @@
 //! Session leases: a claimed ticket opens a lease that this instance keeps alive
-//! with one SESSION.HEARTBEAT per queue per tick for all its users, and gives back
-//! with SESSION.END when the session closes. If the process dies the heartbeats stop
-//! and the leases run out, so a crash leaks no capacity.
+//! with one SESSION.HEARTBEAT per queue per tick for all its users
+//! ([`QueueClient::renew_leases`]: the batching and the reply read back), and gives
+//! back with SESSION.END when the session closes. If the process dies the heartbeats
+//! stop and the leases run out, so a crash leaks no capacity.
 
 use crate::room::Kick;
 use crate::AppState;
 use queue_client::QueueClient;
 use std::sync::Arc;
-use std::time::Instant;
-
-/// Most users named in one SESSION.HEARTBEAT call (a bigger room takes several).
-pub const HEARTBEAT_BATCH: usize = 5000;
 
 /// A lease this instance holds. Ending it is explicit ([`LeaseGuard::end`]); a guard
 /// dropped without that (an upgrade that never completed, a task that panicked)
@@ -66,20 +63,19 @@ pub async fn heartbeat_loop(state: Arc<AppState>) {
     crate::every_tick(state, state.config.heartbeat, || async move {
         let Some(client) = state.store.client().await else { return };
         for (queue, users) in state.rooms.users() {
-            for batch in users.chunks(HEARTBEAT_BATCH) {
-                let started = Instant::now();
-                match client.heartbeat(&queue, batch).await {
-                    Ok(live) => {
-                        state.latency.record(started.elapsed().as_millis() as u64);
-                        for (user, _) in batch.iter().zip(live).filter(|(_, live)| !live) {
+            client
+                .renew_leases(&queue, &users, |call| match call.gone {
+                    Ok(gone) => {
+                        state.latency.record(call.took.as_millis() as u64);
+                        for user in gone {
                             tracing::info!(queue, user, "session lease lost; closing");
                             let kicked = state.rooms.kick(&queue, user, Kick::LeaseLost);
                             state.metrics.leases_lost.increment(kicked as u64);
                         }
                     }
                     Err(e) => tracing::warn!(queue, error = %e, "SESSION.HEARTBEAT failed; retrying next tick"),
-                }
-            }
+                })
+                .await;
         }
     })
     .await;

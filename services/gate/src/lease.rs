@@ -1,5 +1,6 @@
 //! Session leases, as chat-server holds them: each tick one SESSION.HEARTBEAT per
-//! queue for every person this instance saw within the queue's idle time. The
+//! queue for every person this instance saw within the queue's idle time
+//! ([`QueueClient::renew_leases`] batches them and reads the reply back). The
 //! reply says whose lease is gone (lapsed, or ended at another instance): those
 //! sessions end here at once, so a lease that lapsed in Valkey ends access at every
 //! instance within a tick. Someone not seen for the idle time is not renewed and
@@ -17,9 +18,6 @@ use queue_client::{ClientError, QueueClient};
 use std::collections::VecDeque;
 use std::sync::Arc;
 use tokio::sync::{mpsc, watch};
-
-/// Most users named in one SESSION.HEARTBEAT call (more take several).
-pub const HEARTBEAT_BATCH: usize = 5000;
 
 /// Renews leases every tick until `stop` turns true.
 pub async fn tick_loop(gate: Arc<Gate>, mut stop: watch::Receiver<bool>) {
@@ -60,19 +58,20 @@ pub async fn one_tick(gate: &Gate) {
     }
     for (queue, users) in &due {
         let names: Vec<&String> = users.keys().collect();
-        for batch in names.chunks(HEARTBEAT_BATCH) {
-            gate.metrics.heartbeat_calls.increment(1);
-            let reply = client.heartbeat(queue, batch).await;
-            let Some(live) = observe(gate, reply) else { continue };
-            for (user, _) in batch.iter().zip(live).filter(|(_, live)| !live) {
-                for session in &users[*user] {
-                    if session.finish(State::Lapsed) {
-                        tracing::info!(queue, user = **user, "session lease gone; access ends");
-                        gate.metrics.leases_lost.increment(1);
+        client
+            .renew_leases(queue, &names, |call| {
+                gate.metrics.heartbeat_calls.increment(1);
+                let Some(gone) = observe(gate, call.gone) else { return };
+                for user in gone {
+                    for session in &users[*user] {
+                        if session.finish(State::Lapsed) {
+                            tracing::info!(queue, user = **user, "session lease gone; access ends");
+                            gate.metrics.leases_lost.increment(1);
+                        }
                     }
                 }
-            }
-        }
+            })
+            .await;
     }
 }
 

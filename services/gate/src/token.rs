@@ -18,6 +18,8 @@ use base64::engine::general_purpose::URL_SAFE_NO_PAD as B64;
 use base64::Engine;
 use ring::rand::SystemRandom;
 use ring::signature::{self, EcdsaKeyPair, Ed25519KeyPair, KeyPair, UnparsedPublicKey};
+use rustls_pki_types::pem::{self, PemObject};
+use rustls_pki_types::{PrivatePkcs1KeyDer, PrivatePkcs8KeyDer, PrivateSec1KeyDer};
 use serde::{Deserialize, Serialize};
 use std::collections::HashMap;
 use std::path::Path;
@@ -103,9 +105,54 @@ struct PrivateKey {
     kid: String,
     alg: Alg,
     pair: Pair,
-    /// The base64url header `{"alg":..,"typ":"JWT","kid":..}`, made once.
+    /// The base64url header `{"alg":..,"kid":..,"typ":"JWT"}`, made once.
     header: String,
-    jwk: serde_json::Value,
+    jwk: Jwk,
+}
+
+/// A public key's members that its RFC 7638 thumbprint hashes: `crv`, `kty`, `x` and,
+/// for an EC key, `y`. Declared in lexicographic order, so that they serialize in it:
+/// a struct's fields come out in their declared order whatever map serde_json uses
+/// (its `preserve_order` feature, enabled by any crate of the build, would change the
+/// order of a `json!` object, and with it every `kid`).
+#[derive(Debug, Clone, Serialize)]
+struct Members {
+    crv: &'static str,
+    kty: &'static str,
+    x: String,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    y: Option<String>,
+}
+
+impl Members {
+    /// The RFC 7638 thumbprint: base64url of the SHA-256 of the members as JSON, in
+    /// lexicographic order, without spaces (section 3.3: none of them needs escaping).
+    fn thumbprint(&self) -> String {
+        let canonical = serde_json::to_string(self).expect("a JWK serializes");
+        B64.encode(ring::digest::digest(&ring::digest::SHA256, canonical.as_bytes()).as_ref())
+    }
+}
+
+/// A public key as the JWKS publishes it (RFC 7517), members in lexicographic order.
+#[derive(Debug, Clone, Serialize)]
+struct Jwk {
+    alg: &'static str,
+    crv: &'static str,
+    kid: String,
+    kty: &'static str,
+    #[serde(rename = "use")]
+    usage: &'static str,
+    x: String,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    y: Option<String>,
+}
+
+/// A token's header, members in lexicographic order.
+#[derive(Serialize)]
+struct HeaderOut<'a> {
+    alg: &'static str,
+    kid: &'a str,
+    typ: &'static str,
 }
 
 /// The gate's keys: the first signs, all verify.
@@ -155,7 +202,12 @@ impl Keys {
             }
             keys.push(key);
         }
-        let jwks = serde_json::json!({ "keys": keys.iter().map(|k| k.jwk.clone()).collect::<Vec<_>>() }).to_string();
+        #[derive(Serialize)]
+        struct Jwks<'a> {
+            keys: Vec<&'a Jwk>,
+        }
+        let jwks =
+            serde_json::to_string(&Jwks { keys: keys.iter().map(|k| &k.jwk).collect() }).expect("a JWKS serializes");
         Ok(Keys { keys, by_kid, rng, jwks })
     }
 
@@ -238,18 +290,16 @@ fn decode_json<T: serde::de::DeserializeOwned>(part: &str) -> Result<T, TokenErr
 }
 
 fn private_key(der: &[u8], rng: &SystemRandom) -> Result<PrivateKey, String> {
-    let (alg, pair, jwk) = if let Ok(p) = Ed25519KeyPair::from_pkcs8_maybe_unchecked(der) {
+    let (alg, pair, members) = if let Ok(p) = Ed25519KeyPair::from_pkcs8_maybe_unchecked(der) {
         let x = B64.encode(p.public_key().as_ref());
-        let jwk = serde_json::json!({ "crv": "Ed25519", "kty": "OKP", "x": x });
-        (Alg::EdDSA, Pair::Ed25519(p), jwk)
+        (Alg::EdDSA, Pair::Ed25519(p), Members { crv: "Ed25519", kty: "OKP", x, y: None })
     } else {
         match EcdsaKeyPair::from_pkcs8(&signature::ECDSA_P256_SHA256_FIXED_SIGNING, der, rng) {
             Ok(p) => {
                 // An uncompressed point: 0x04, X (32 bytes), Y (32 bytes).
                 let point = p.public_key().as_ref();
                 let (x, y) = (B64.encode(&point[1..33]), B64.encode(&point[33..65]));
-                let jwk = serde_json::json!({ "crv": "P-256", "kty": "EC", "x": x, "y": y });
-                (Alg::ES256, Pair::P256(p), jwk)
+                (Alg::ES256, Pair::P256(p), Members { crv: "P-256", kty: "EC", x, y: Some(y) })
             }
             Err(_) => {
                 return Err("not an Ed25519 or P-256 private key in PKCS#8 form (make one with \
@@ -259,35 +309,39 @@ fn private_key(der: &[u8], rng: &SystemRandom) -> Result<PrivateKey, String> {
             }
         }
     };
-    // RFC 7638: the SHA-256 of the required members in lexicographic order, no spaces
-    // (serde_json's map is ordered by key).
-    let thumbprint = ring::digest::digest(&ring::digest::SHA256, jwk.to_string().as_bytes());
-    let kid = B64.encode(thumbprint.as_ref());
-    let mut published = jwk;
-    published["kid"] = kid.clone().into();
-    published["alg"] = alg.name().into();
-    published["use"] = "sig".into();
-    let header = B64.encode(serde_json::json!({ "alg": alg.name(), "typ": "JWT", "kid": kid }).to_string());
-    Ok(PrivateKey { kid, alg, pair, header, jwk: published })
+    let kid = members.thumbprint();
+    let header = HeaderOut { alg: alg.name(), kid: &kid, typ: "JWT" };
+    let header = B64.encode(serde_json::to_string(&header).expect("a header serializes"));
+    let Members { crv, kty, x, y } = members;
+    let jwk = Jwk { alg: alg.name(), crv, kid: kid.clone(), kty, usage: "sig", x, y };
+    Ok(PrivateKey { kid, alg, pair, header, jwk })
 }
 
-/// The DER inside a `-----BEGIN PRIVATE KEY-----` PEM block.
+/// The DER of the first `-----BEGIN PRIVATE KEY-----` (PKCS#8) block of a PEM file,
+/// with a clear refusal for the keys the gate does not read: SEC1 (`EC PRIVATE KEY`),
+/// PKCS#1 (`RSA PRIVATE KEY`) and encrypted PKCS#8.
 pub fn pem_to_der(text: &str) -> Result<Vec<u8>, String> {
-    const BEGIN: &str = "-----BEGIN PRIVATE KEY-----";
-    const END: &str = "-----END PRIVATE KEY-----";
-    let Some(start) = text.find(BEGIN) else {
-        if text.contains("-----BEGIN EC PRIVATE KEY-----") {
-            return Err("an SEC1 EC key: convert it to PKCS#8 with `openssl pkcs8 -topk8 -nocrypt`".into());
+    let pem = text.as_bytes();
+    match PrivatePkcs8KeyDer::from_pem_slice(pem) {
+        Ok(key) => Ok(key.secret_pkcs8_der().to_vec()),
+        Err(pem::Error::NoItemsFound) if PrivateSec1KeyDer::from_pem_slice(pem).is_ok() => {
+            Err("an SEC1 EC key: convert it to PKCS#8 with `openssl pkcs8 -topk8 -nocrypt`".into())
         }
-        if text.contains("ENCRYPTED PRIVATE KEY") {
-            return Err("an encrypted key: the gate reads unencrypted PKCS#8 keys".into());
+        Err(pem::Error::NoItemsFound) if PrivatePkcs1KeyDer::from_pem_slice(pem).is_ok() => {
+            Err("an RSA key: the gate signs with Ed25519 or P-256 keys".into())
         }
-        return Err(format!("no {BEGIN} block"));
-    };
-    let body = &text[start + BEGIN.len()..];
-    let end = body.find(END).ok_or_else(|| format!("no {END} line"))?;
-    let b64: String = body[..end].chars().filter(|c| !c.is_whitespace()).collect();
-    base64::engine::general_purpose::STANDARD.decode(b64).map_err(|e| format!("bad base64 in the PEM block: {e}"))
+        // A section rustls-pki-types does not know, and so skips.
+        Err(pem::Error::NoItemsFound)
+            if memchr::memmem::find(pem, b"-----BEGIN ENCRYPTED PRIVATE KEY-----").is_some() =>
+        {
+            Err("an encrypted key: the gate reads unencrypted PKCS#8 keys".into())
+        }
+        Err(pem::Error::NoItemsFound) => Err("no -----BEGIN PRIVATE KEY----- block".into()),
+        Err(pem::Error::MissingSectionEnd { end_marker }) => {
+            Err(format!("no -----END {}----- line", String::from_utf8_lossy(&end_marker)))
+        }
+        Err(e) => Err(format!("unreadable PEM: {e}")),
+    }
 }
 
 /// A new Ed25519 private key in PKCS#8 (v2) DER.
@@ -295,7 +349,8 @@ pub fn generate_ed25519_pkcs8() -> Vec<u8> {
     Ed25519KeyPair::generate_pkcs8(&SystemRandom::new()).expect("system randomness").as_ref().to_vec()
 }
 
-/// A PKCS#8 DER document as a PEM block.
+/// A PKCS#8 DER document as a PEM block (rustls-pki-types reads PEM, it does not
+/// write it: these few lines are the writing side, for the key a local run makes).
 pub fn der_to_pem(der: &[u8]) -> String {
     let b64 = base64::engine::general_purpose::STANDARD.encode(der);
     let mut out = String::from("-----BEGIN PRIVATE KEY-----\n");
@@ -376,11 +431,71 @@ mod tests {
         assert_eq!(jwks["keys"][0]["kid"], during.signing_kid());
     }
 
+    /// RFC 8037, appendix A: the Ed25519 key of A.1 (its private part `d`, as PKCS#8
+    /// v1: RFC 8410's fixed prefix and the 32 bytes; its public part is A.1's `x`) has
+    /// the RFC 7638 thumbprint that A.3 publishes.
+    #[test]
+    fn kid_is_the_published_rfc_7638_thumbprint() {
+        let d = B64.decode("nWGxne_9WmC6hEr0kuwsxERJxWl7MmkZcDusAxyuf2A").unwrap();
+        let prefix = [0x30, 0x2e, 0x02, 0x01, 0x00, 0x30, 0x05, 0x06, 0x03, 0x2b, 0x65, 0x70, 0x04, 0x22, 0x04, 0x20];
+        let keys = Keys::from_pkcs8(&[[&prefix[..], &d].concat()]).unwrap();
+        assert_eq!(keys.signing_kid(), "kPrK_qmxVWaYVA9wwBF6Iuo3vVzz7TxHCTwXBygrS4k");
+        assert_eq!(
+            keys.jwks(),
+            r#"{"keys":[{"alg":"EdDSA","crv":"Ed25519","kid":"kPrK_qmxVWaYVA9wwBF6Iuo3vVzz7TxHCTwXBygrS4k","kty":"OKP","use":"sig","x":"11qYAYKxCrfVS_7TyWQHOg7hcvPapiMlrwIaaPcHURo"}]}"#
+        );
+        let header = keys.sign(&claims()).split('.').next().unwrap().to_string();
+        assert_eq!(
+            B64.decode(header).unwrap(),
+            br#"{"alg":"EdDSA","kid":"kPrK_qmxVWaYVA9wwBF6Iuo3vVzz7TxHCTwXBygrS4k","typ":"JWT"}"#
+        );
+    }
+
+    /// A P-256 key made for this test with `openssl genpkey -algorithm EC -pkeyopt
+    /// ec_paramgen_curve:P-256` (it signs nothing else). Its thumbprint was computed
+    /// apart from this code: the public point from `openssl pkey -pubout -outform DER`
+    /// (its last 65 bytes: 0x04, X, Y), then in Python `base64.urlsafe_b64encode(
+    /// hashlib.sha256(json.dumps({"kty": "EC", "crv": "P-256", "x": b64u(X), "y":
+    /// b64u(Y)}, sort_keys=True, separators=(",", ":")).encode()).digest())` without
+    /// its padding, `b64u` being the same unpadded base64url.
+    #[test]
+    fn kid_of_a_p256_key_is_its_rfc_7638_thumbprint() {
+        const KEY: &str = "-----BEGIN PRIVATE KEY-----
+MIGHAgEAMBMGByqGSM49AgEGCCqGSM49AwEHBG0wawIBAQQgK1Wg3ozCJ35ZktiJ
+26guZyIpzVVbZX5X8dd8n8dRq4qhRANCAAS9x91Vvn/S/NhjfKjE7l9/yW+FIJbc
+7+eMgR2jLbVT60dpKqWKtLlmYTzUNoxLuHc7/sSeln8/hEs/BfLxaTdS
+-----END PRIVATE KEY-----
+";
+        let keys = Keys::from_pkcs8(&[pem_to_der(KEY).unwrap()]).unwrap();
+        assert_eq!(keys.signing_alg(), Alg::ES256);
+        assert_eq!(keys.signing_kid(), "4byjGeb34B-yaOhKjy7U5ppBMQ4VZP77USWu4_ZB-o0");
+        let jwks: serde_json::Value = serde_json::from_str(keys.jwks()).unwrap();
+        assert_eq!(jwks["keys"][0]["x"], "vcfdVb5_0vzYY3yoxO5ff8lvhSCW3O_njIEdoy21U-s");
+        assert_eq!(jwks["keys"][0]["y"], "R2kqpYq0uWZhPNQ2jEu4dzv-xJ6Wfz-ESz8F8vFpN1I");
+    }
+
+    #[test]
+    fn pem_refusals_say_what_the_key_is() {
+        let block = |label: &str| format!("-----BEGIN {label}-----\nAA==\n-----END {label}-----\n");
+        assert!(pem_to_der(&block("RSA PRIVATE KEY")).unwrap_err().contains("RSA"));
+        assert!(pem_to_der(&block("ENCRYPTED PRIVATE KEY")).unwrap_err().contains("encrypted"));
+        assert!(pem_to_der(&block("CERTIFICATE")).unwrap_err().contains("no -----BEGIN PRIVATE KEY----- block"));
+        assert!(pem_to_der("").unwrap_err().contains("no -----BEGIN PRIVATE KEY----- block"));
+        assert!(pem_to_der("-----BEGIN PRIVATE KEY-----\nAA==\n")
+            .unwrap_err()
+            .contains("no -----END PRIVATE KEY----- line"));
+        // The first PKCS#8 block is the key, whatever comes before it.
+        let der = generate_ed25519_pkcs8();
+        assert_eq!(pem_to_der(&(block("EC PARAMETERS") + &der_to_pem(&der))).unwrap(), der);
+    }
+
     #[test]
     fn pem_round_trip_and_errors() {
         let der = generate_ed25519_pkcs8();
         assert_eq!(pem_to_der(&der_to_pem(&der)).unwrap(), der);
-        assert!(pem_to_der("-----BEGIN EC PRIVATE KEY-----\nAA==\n").unwrap_err().contains("pkcs8"));
+        assert!(pem_to_der("-----BEGIN EC PRIVATE KEY-----\nAA==\n-----END EC PRIVATE KEY-----\n")
+            .unwrap_err()
+            .contains("pkcs8"));
         assert!(Keys::from_pkcs8(&[vec![1, 2, 3]]).is_err());
         assert!(Keys::from_pkcs8(&[der.clone(), der]).unwrap_err().contains("twice"));
     }

@@ -24,7 +24,7 @@ pub use config::{Config, Flags};
 pub use http::app;
 
 use policy::Admission;
-use queue_client::{ClientError, ConnectOptions, QueueClient};
+use queue_client::{Backoff, ClientError, ConnectOptions, QueueClient};
 use std::collections::{BTreeMap, BTreeSet};
 use std::future::Future;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -204,7 +204,7 @@ async fn connect(state: &ManagerState, stop: &watch::Receiver<bool>) -> std::io:
                 return Err(std::io::Error::new(std::io::ErrorKind::InvalidInput, e))
             }
             Err(e) => {
-                let delay = backoff.next();
+                let delay = backoff.next_delay();
                 match e.refused_permission() {
                     Some(refused) => {
                         error!("Valkey refuses a permission this service needs: {refused}; retrying in {delay:?}")
@@ -241,7 +241,7 @@ async fn lease_loop(state: Arc<ManagerState>, client: QueueClient, stop: watch::
             }
             Err(e) => {
                 state.failed("leader lease", &e);
-                backoff.next()
+                backoff.next_delay()
             }
         };
         tokio::select! {
@@ -292,29 +292,6 @@ async fn thawed(freeze: &Option<watch::Receiver<bool>>, stop: &watch::Receiver<b
     !*stop.borrow()
 }
 
-/// Exponential backoff between `base` and `max`.
-struct Backoff {
-    base: Duration,
-    max: Duration,
-    next: Duration,
-}
-
-impl Backoff {
-    fn new(base: Duration, max: Duration) -> Backoff {
-        Backoff { base, max, next: base }
-    }
-
-    fn next(&mut self) -> Duration {
-        let d = self.next;
-        self.next = (self.next * 2).min(self.max);
-        d
-    }
-
-    fn reset(&mut self) {
-        self.next = self.base;
-    }
-}
-
 /// Wall-clock time in Unix ms (event timestamps, health expiry).
 fn unix_ms() -> u64 {
     std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_millis() as u64).unwrap_or(0)
@@ -324,12 +301,20 @@ fn unix_ms() -> u64 {
 mod tests {
     use super::*;
 
+    /// The pauses double up to the cap, each drawn between half and all of its
+    /// ceiling (the jitter makes an exact value impossible: the bounds are asserted).
     #[test]
     fn backoff_doubles_up_to_the_cap() {
+        let within = |d: Duration, ceiling: u64| {
+            let ceiling = Duration::from_millis(ceiling);
+            ceiling / 2 <= d && d <= ceiling
+        };
         let mut b = Backoff::new(Duration::from_millis(100), Duration::from_millis(500));
-        let got: Vec<u128> = (0..5).map(|_| b.next().as_millis()).collect();
-        assert_eq!(got, [100, 200, 400, 500, 500]);
+        let got: Vec<Duration> = (0..5).map(|_| b.next_delay()).collect();
+        for (d, ceiling) in got.iter().zip([100, 200, 400, 500, 500]) {
+            assert!(within(*d, ceiling), "{got:?}");
+        }
         b.reset();
-        assert_eq!(b.next(), Duration::from_millis(100));
+        assert!(within(b.next_delay(), 100));
     }
 }

@@ -137,6 +137,13 @@ pub async fn round_trip(client: &QueueClient, q: &str) {
 
     assert_eq!(client.heartbeat(q, &["u-1", "u-2"]).await.unwrap(), [true, false]);
     assert!(client.heartbeat(q, &[] as &[String]).await.unwrap().is_empty());
+    // Renewed in calls of HEARTBEAT_BATCH users: u-1 (inside) in the second one.
+    let mut users: Vec<String> = (0..queue_client::sessions::HEARTBEAT_BATCH).map(|i| format!("x-{i}")).collect();
+    users.push("u-1".into());
+    let mut calls = Vec::new();
+    client.renew_leases(q, &users, |call| calls.push(call.gone.unwrap().len())).await;
+    assert_eq!(calls, [queue_client::sessions::HEARTBEAT_BATCH, 0], "the gone per call");
+    client.renew_leases(q, &[] as &[String], |_| panic!("no user, no call")).await;
 
     // The slot is taken: nothing to promote.
     let p = client.promote(q, None).await.unwrap();
