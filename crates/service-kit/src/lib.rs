@@ -34,6 +34,7 @@ pub mod html;
 pub mod http;
 pub mod logging;
 pub mod metrics;
+pub mod rewind;
 pub mod telemetry;
 
 pub use client_addr::{ClientAddr, ClientAddrs, HasClientAddrs, ProxyFlags};
