@@ -104,14 +104,8 @@ pub struct Ctx {
 /// The decision phase: `path` is the request's path as sent (no query), `target` its
 /// path and query (where the waiting room sends the person back to).
 pub fn request_filter(gate: &Gate, origin: &Origin, path: &str, target: &str, headers: &HeaderMap) -> Step {
-    let incoming = Incoming {
-        host: &origin.host,
-        path,
-        headers,
-        client: origin.client,
-        https: origin.https,
-        renew: true,
-    };
+    let incoming =
+        Incoming { host: &origin.host, path, headers, client: origin.client, https: origin.https, renew: true };
     match gate.decide(&incoming, now_ms()) {
         Decision::BadPath => {
             Step::Answer(answer::error(StatusCode::BAD_REQUEST, "bad_path", "This path cannot be read.", headers))

@@ -181,7 +181,8 @@ async fn forward(
 
     let started = Instant::now();
     let is_head = head.method == Method::HEAD;
-    let answered = tokio::time::timeout(gate.config.upstream_timeout, upstream.exchange(&out, ubuf, &head.method)).await;
+    let answered =
+        tokio::time::timeout(gate.config.upstream_timeout, upstream.exchange(&out, ubuf, &head.method)).await;
     gate.metrics.upstream.record(started.elapsed().as_secs_f64());
     let (mut conn, resp) = match answered {
         Ok(Ok(got)) => got,

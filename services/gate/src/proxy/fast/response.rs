@@ -35,7 +35,11 @@ fn invalid(why: &str) -> io::Error {
 }
 
 /// Reads the app's answer head into `ubuf` (interim 1xx answers skipped).
-pub(super) async fn read_response_head(conn: &mut TcpStream, ubuf: &mut BytesMut, is_head: bool) -> io::Result<RespHead> {
+pub(super) async fn read_response_head(
+    conn: &mut TcpStream,
+    ubuf: &mut BytesMut,
+    is_head: bool,
+) -> io::Result<RespHead> {
     loop {
         if let Some(head) = parse_response(ubuf, is_head)? {
             if head.status.is_informational() {

@@ -28,7 +28,12 @@ pub(super) fn http_date() -> HeaderValue {
 
 /// Writes one of the gate's own answers (a whole body, none to a HEAD); returns its
 /// status and whether the connection may carry another request.
-pub(super) async fn write_answer(client: &mut TcpStream, resp: Response, close: bool, is_head: bool) -> (StatusCode, bool) {
+pub(super) async fn write_answer(
+    client: &mut TcpStream,
+    resp: Response,
+    close: bool,
+    is_head: bool,
+) -> (StatusCode, bool) {
     let (parts, body) = resp.into_parts();
     let body = axum::body::to_bytes(body, usize::MAX).await.unwrap_or_default();
     let close =
@@ -54,7 +59,6 @@ pub(super) async fn write_answer(client: &mut TcpStream, resp: Response, close: 
     let ok = client.write_all(&out).await.is_ok();
     (parts.status, ok && !close)
 }
-
 
 /// The request to the app: its line with the upstream's path before the target, a
 /// Host when the request came without one (`authority`), the headers, the body.
