@@ -269,7 +269,7 @@ async fn peek<P: Fn(&str, &str) -> bool>(
         loop {
             match look(&head, peer, outside) {
                 Look::More if head.len() <= MAX_PEEK => {}
-                Look::Outside(req) => return Some(Peeked::Outside(Box::new(req))),
+                Look::Outside(req) => return Some(Peeked::Outside(req)),
                 Look::More | Look::Hyper => return None,
             }
             head.reserve(512);
@@ -304,7 +304,7 @@ async fn peek<P: Fn(&str, &str) -> bool>(
 enum Look {
     More,
     Hyper,
-    Outside(Request),
+    Outside(Box<Request>),
 }
 
 /// What `head` (the first bytes of a connection) says: the request line, parsed,
@@ -334,7 +334,7 @@ fn look<P: Fn(&str, &str) -> bool>(head: &[u8], peer: std::net::SocketAddr, outs
     match builder.body(axum::body::Body::empty()) {
         Ok(mut request) => {
             request.extensions_mut().insert(ConnectInfo(peer));
-            Look::Outside(request)
+            Look::Outside(Box::new(request))
         }
         Err(_) => Look::Hyper,
     }
