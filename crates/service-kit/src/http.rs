@@ -180,6 +180,166 @@ pub async fn serve_connection<I>(
     }
 }
 
+/// Serves one connection whose first bytes (`read`) were already taken from `tcp`
+/// (to see who serves it) with `router`, as [`serve_connection`] does: hyper reads
+/// them again first.
+pub async fn serve_rewound(
+    http: std::sync::Arc<hyper::server::conn::http1::Builder>,
+    router: Router,
+    read: impl Into<bytes::Bytes>,
+    tcp: TcpStream,
+    peer: std::net::SocketAddr,
+    closing: tokio::sync::watch::Receiver<bool>,
+) {
+    let io = TokioIo::new(crate::rewind::Rewind::new(read, tcp));
+    serve_connection(http, router, io, peer, closing).await
+}
+
+/// The largest first request head [`serve_peeking`] reads itself; a larger one goes
+/// to hyper, which refuses it.
+const MAX_PEEK: usize = 8 * 1024;
+/// How long a first request head already on its way may still take once shutdown
+/// begins (one not begun is dropped at once).
+const HEAD_GRACE_AT_SHUTDOWN: Duration = Duration::from_millis(500);
+
+/// Serves `router` as [`serve`] does, except for connections whose first request
+/// `outside` picks (by its method and path, read from the request line): those are
+/// handed whole to `serve_outside`, with that request (its head; a body, if any, is
+/// left on the socket) and the socket, so that a long-lived answer (a push stream)
+/// can be written without hyper's per-connection buffers. Every other connection is
+/// served by hyper from its first byte ([`serve_rewound`]), as soon as its request
+/// line shows it is not one of them.
+pub async fn serve_peeking<P, S, F>(
+    listener: TcpListener,
+    router: Router,
+    limits: HttpLimits,
+    shutdown: impl Future<Output = ()> + Send + 'static,
+    outside: P,
+    serve_outside: S,
+) -> std::io::Result<()>
+where
+    P: Fn(&str, &str) -> bool + Clone + Send + Sync + 'static,
+    S: Fn(TcpStream, Router, Request) -> F + Clone + Send + Sync + 'static,
+    F: Future<Output = ()> + Send + 'static,
+{
+    let http = std::sync::Arc::new(http1(limits));
+    serve_with(listener, shutdown, move |mut tcp, peer, closing| {
+        let (router, http, outside, serve_outside) =
+            (router.clone(), http.clone(), outside.clone(), serve_outside.clone());
+        async move {
+            match peek(&mut tcp, peer, closing.clone(), limits.header_timeout, &outside).await {
+                Peeked::Gone => {}
+                Peeked::Outside(req) => {
+                    drop(closing);
+                    // Boxed, like hyper's branch: the connection's task stays small,
+                    // and each branch holds only what it needs.
+                    Box::pin(serve_outside(tcp, router, *req)).await
+                }
+                Peeked::Hyper(read) => Box::pin(serve_rewound(http, router, read, tcp, peer, closing)).await,
+            }
+        }
+    })
+    .await
+}
+
+/// Who serves a connection, once its first bytes are read.
+enum Peeked {
+    /// Closed, too slow with its head, or shutting down before it sent one.
+    Gone,
+    /// hyper, with the bytes read so far.
+    Hyper(bytes::Bytes),
+    /// The caller, with the first request (its head whole).
+    Outside(Box<Request>),
+}
+
+/// Reads `tcp` until its request line says who serves it, and for a request served
+/// outside hyper until its head is whole, within `header_timeout`.
+async fn peek<P: Fn(&str, &str) -> bool>(
+    tcp: &mut TcpStream,
+    peer: std::net::SocketAddr,
+    mut closing: tokio::sync::watch::Receiver<bool>,
+    header_timeout: Duration,
+    outside: &P,
+) -> Peeked {
+    use tokio::io::AsyncReadExt;
+    let mut head = bytes::BytesMut::new();
+    let mut idle_closing = closing.clone();
+    // Some(answer), or None: hyper, with `head`.
+    let read_head = async {
+        loop {
+            match look(&head, peer, outside) {
+                Look::More if head.len() <= MAX_PEEK => {}
+                Look::Outside(req) => return Some(Peeked::Outside(req)),
+                Look::More | Look::Hyper => return None,
+            }
+            head.reserve(512);
+            let idle = head.is_empty();
+            let read = tokio::select! {
+                read = tcp.read_buf(&mut head) => read,
+                // A connection that sent nothing yet ends at once on shutdown.
+                _ = idle_closing.wait_for(|c| *c), if idle => return Some(Peeked::Gone),
+            };
+            match read {
+                Ok(0) | Err(_) => return None,
+                Ok(_) => {}
+            }
+        }
+    };
+    // A head not whole soon after shutdown begins is dropped with its connection:
+    // no request on it has been taken yet.
+    let peeked = tokio::select! {
+        read = tokio::time::timeout(header_timeout, read_head) => read.unwrap_or(Some(Peeked::Gone)),
+        _ = async {
+            let _ = closing.wait_for(|c| *c).await;
+            tokio::time::sleep(HEAD_GRACE_AT_SHUTDOWN).await;
+        } => Some(Peeked::Gone),
+    };
+    match peeked {
+        Some(peeked) => peeked,
+        None if head.is_empty() => Peeked::Gone, // closed before sending anything
+        None => Peeked::Hyper(head.freeze()),
+    }
+}
+
+enum Look {
+    More,
+    Hyper,
+    Outside(Box<Request>),
+}
+
+/// What `head` (the first bytes of a connection) says: the request line, parsed,
+/// asked of `outside` (method, path without the query); a request it picks, once its
+/// head is whole. Anything httparse cannot read goes to hyper, which answers it.
+fn look<P: Fn(&str, &str) -> bool>(head: &[u8], peer: std::net::SocketAddr, outside: &P) -> Look {
+    let mut slots = [httparse::EMPTY_HEADER; 64];
+    let mut req = httparse::Request::new(&mut slots);
+    let whole = match req.parse(head) {
+        Ok(httparse::Status::Complete(_)) => true,
+        Ok(httparse::Status::Partial) => false,
+        Err(_) => return Look::Hyper,
+    };
+    // httparse fills in the method and the target as soon as it has read them.
+    let (Some(method), Some(target)) = (req.method, req.path) else { return Look::More };
+    let path = target.split('?').next().unwrap_or(target);
+    if !outside(method, path) {
+        return Look::Hyper;
+    }
+    if !whole {
+        return Look::More;
+    }
+    let mut builder = axum::http::Request::builder().method(method).uri(target);
+    for h in req.headers.iter() {
+        builder = builder.header(h.name, h.value);
+    }
+    match builder.body(axum::body::Body::empty()) {
+        Ok(mut request) => {
+            request.extensions_mut().insert(ConnectInfo(peer));
+            Look::Outside(Box::new(request))
+        }
+        Err(_) => Look::Hyper,
+    }
+}
+
 /// The Bearer token of `Authorization`, if any (the scheme in any case, RFC 9110 11.1).
 pub fn bearer(headers: &HeaderMap) -> Option<&str> {
     let value = headers.get(header::AUTHORIZATION)?.to_str().ok()?;
@@ -232,6 +392,24 @@ mod tests {
     }
 
     use std::net::SocketAddr;
+
+    #[test]
+    fn the_request_line_says_who_serves_a_connection() {
+        let peer: SocketAddr = "127.0.0.1:1".parse().unwrap();
+        let streams = |method: &str, path: &str| method == "GET" && path == "/stream";
+        let look_at = |head: &str| look(head.as_bytes(), peer, &streams);
+        assert!(matches!(look_at(""), Look::More));
+        assert!(matches!(look_at("GET /str"), Look::More), "the target not read to its end");
+        assert!(matches!(look_at("GET /other HTTP/1.1\r\n"), Look::Hyper), "known before the head ends");
+        assert!(matches!(look_at("GET /streams HTTP/1.1\r\n\r\n"), Look::Hyper));
+        assert!(matches!(look_at("POST /stream HTTP/1.1\r\n\r\n"), Look::Hyper));
+        assert!(matches!(look_at("GET /stream?q=a HTTP/1.1\r\nHost: x\r\n"), Look::More), "picked: the whole head");
+        let Look::Outside(req) = look_at("GET /stream?q=a HTTP/1.1\r\nHost: x\r\n\r\n") else { panic!("outside") };
+        assert_eq!((req.uri().path(), req.uri().query()), ("/stream", Some("q=a")));
+        assert_eq!(req.headers()["host"], "x");
+        assert_eq!(req.extensions().get::<ConnectInfo<SocketAddr>>().map(|c| c.0), Some(peer));
+        assert!(matches!(look_at("GET /stream HTTP/1.1\r\nBad Header: 1\r\n\r\n"), Look::Hyper), "hyper answers it");
+    }
 
     #[tokio::test]
     async fn a_slow_head_is_cut_off() {

@@ -11,7 +11,10 @@
 //! - [`client_addr`]: the client's address behind the proxies the operator names
 //!   (`--trusted-proxies`, `--trust-proxy`, `--client-ip-header`), one way for all;
 //! - [`html`]: escaping for the pages the services write themselves;
-//! - [`http`]: how long a request head and a whole request may take (slow clients);
+//! - [`http`]: how long a request head and a whole request may take (slow clients),
+//!   the accept loop, and the peek-then-serve loop (a connection's first request line
+//!   read, then served by hyper or by the caller);
+//! - [`rewind`]: a connection with the bytes already read from it put back in front;
 //! - [`metrics`]: Prometheus metrics (the `metrics` crate with its Prometheus
 //!   exporter), one registry per service instance, the HTTP request histogram and
 //!   span, and the process's CPU and memory;
@@ -34,6 +37,7 @@ pub mod html;
 pub mod http;
 pub mod logging;
 pub mod metrics;
+pub mod rewind;
 pub mod telemetry;
 
 pub use client_addr::{ClientAddr, ClientAddrs, HasClientAddrs, ProxyFlags};

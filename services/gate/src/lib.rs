@@ -14,7 +14,6 @@ pub mod claim;
 pub mod config;
 pub mod cookie;
 pub mod decide;
-pub mod fast;
 pub mod health;
 pub mod lease;
 pub mod metrics;
@@ -76,7 +75,7 @@ pub struct Gate {
     pub ends: mpsc::UnboundedSender<EndRequest>,
     pub http: proxy::HttpClient,
     /// The app as proxy mode's fast path reaches it (plain HTTP upstreams).
-    pub fast: Option<fast::Upstream>,
+    pub fast: Option<proxy::fast::Upstream>,
 }
 
 /// Milliseconds since the epoch.
@@ -101,7 +100,7 @@ impl Gate {
             cookie: cookie::CookieSpec { name: config.cookie_name.clone(), domain: config.cookie_domain.clone() },
             ends,
             http: proxy::client(),
-            fast: config.upstream.as_ref().and_then(fast::Upstream::of),
+            fast: config.upstream.as_ref().and_then(proxy::fast::Upstream::of),
             config,
         };
         (Arc::new(gate), ended)
@@ -176,13 +175,13 @@ pub fn app(gate: Arc<Gate>) -> Router {
     // --upstream-timeout (an upload may take longer than the gate's own requests).
     let own = service_kit::http::with_request_timeout(own, limit);
     let room = Router::new()
-        .route("/gate/room", any(proxy::room))
-        .route("/gate/room/", any(proxy::room))
-        .route("/gate/room/{*rest}", any(proxy::room))
+        .route("/gate/room", any(proxy::general::room))
+        .route("/gate/room/", any(proxy::general::room))
+        .route("/gate/room/{*rest}", any(proxy::general::room))
         // The rest of /gate/ is the gate's, never the app's.
         .route("/gate/{*rest}", any(auth::not_found));
     let router = own.merge(room);
-    let router = if gate.config.upstream.is_some() { router.fallback(proxy::forward) } else { router };
+    let router = if gate.config.upstream.is_some() { router.fallback(proxy::general::forward) } else { router };
     gate.metrics.registry.track_http(router.with_state(gate.clone()))
 }
 
@@ -213,7 +212,7 @@ pub async fn serve(
         let http = Arc::new(service_kit::http::http1(limits));
         let g = gate.clone();
         service_kit::http::serve_with(listener, shutdown, move |tcp, peer, closing| {
-            fast::connection(g.clone(), router.clone(), http.clone(), tcp, peer, closing)
+            proxy::fast::connection(g.clone(), router.clone(), http.clone(), tcp, peer, closing)
         })
         .await
     } else {
