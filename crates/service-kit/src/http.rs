@@ -494,7 +494,13 @@ mod tests {
             let mut sent = 0;
             let step = tokio::time::Instant::now();
             for i in 0u32.. {
-                let upto = if sent < 5 { 5 } else if sent < 23 { sent + 1 } else { bytes.len() };
+                let upto = if sent < 5 {
+                    5
+                } else if sent < 23 {
+                    sent + 1
+                } else {
+                    bytes.len()
+                };
                 let next: &[u8] = if sent < bytes.len() { &bytes[sent..upto] } else { b"H" };
                 if wr.write_all(next).await.is_err() || i > 200 {
                     return;

@@ -286,11 +286,9 @@ async fn every_framing_reaches_the_client_whole(path: Path) {
     // fast path finds it while reading the answer's head (an answer it cannot pass on,
     // `upstream_answer`), the general path once hyper has taken it as an upgrade
     // (`upstream_upgrade`).
-    let out = raw(
-        &gate,
-        "GET /switch HTTP/1.1\r\nHost: shop.test\r\nAccept: application/json\r\nConnection: close\r\n\r\n",
-    )
-    .await;
+    let out =
+        raw(&gate, "GET /switch HTTP/1.1\r\nHost: shop.test\r\nAccept: application/json\r\nConnection: close\r\n\r\n")
+            .await;
     let code = match path {
         Path::Fast => "upstream_answer",
         Path::General => "upstream_upgrade",

@@ -174,12 +174,12 @@ mod tests {
         assert_eq!(chunk_size(b"10000000000000000\r\n"), Err(()));
         assert_eq!(chunk_size(b"0010000000000000000\r\n"), Err(()));
         for bad in [
-            &b"5;a\n"[..],       // a bare LF after an extension
-            b"5;\x01\r\n",     // a control byte in an extension
-            b"5;a=\x7f\r\n",   // DEL too
-            b"0x5\r\n",         // no 0x prefix
+            &b"5;a\n"[..],   // a bare LF after an extension
+            b"5;\x01\r\n",   // a control byte in an extension
+            b"5;a=\x7f\r\n", // DEL too
+            b"0x5\r\n",      // no 0x prefix
             b"00x5\r\n",
-            b"5\r\r\n",        // a CR not followed by LF
+            b"5\r\r\n", // a CR not followed by LF
         ] {
             assert_eq!(chunk_size(bad), Err(()), "{:?}", String::from_utf8_lossy(bad));
             assert_eq!(ends(&[bad]), Err(()), "{:?}", String::from_utf8_lossy(bad));
