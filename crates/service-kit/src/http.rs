@@ -154,19 +154,53 @@ pub async fn serve_connection<I>(
     router: Router,
     io: I,
     peer: std::net::SocketAddr,
-    mut closing: tokio::sync::watch::Receiver<bool>,
+    closing: tokio::sync::watch::Receiver<bool>,
 ) where
     I: hyper::rt::Read + hyper::rt::Write + Unpin + Send + 'static,
 {
+    serve_connection_by(http, router, io, peer, closing, None).await
+}
+
+/// [`serve_connection`], the connection closed at `first_head_by` if its first
+/// request head has not come whole by then (hyper's `header_read_timeout` counts
+/// from when hyper begins reading, not from when the connection was accepted).
+async fn serve_connection_by<I>(
+    http: std::sync::Arc<hyper::server::conn::http1::Builder>,
+    router: Router,
+    io: I,
+    peer: std::net::SocketAddr,
+    mut closing: tokio::sync::watch::Receiver<bool>,
+    first_head_by: Option<tokio::time::Instant>,
+) where
+    I: hyper::rt::Read + hyper::rt::Write + Unpin + Send + 'static,
+{
+    use std::sync::atomic::{AtomicBool, Ordering};
+    // Set once hyper has read a request head whole (it calls the service then).
+    let headed = std::sync::Arc::new(AtomicBool::new(false));
+    let seen = headed.clone();
     let service = hyper::service::service_fn(move |mut req: hyper::Request<Incoming>| {
+        seen.store(true, Ordering::Relaxed);
         req.extensions_mut().insert(ConnectInfo(peer));
         router.clone().oneshot(req.map(axum::body::Body::new))
     });
     let conn = http.serve_connection(io, service).with_upgrades();
     tokio::pin!(conn);
+    let first_head_late = async {
+        if let Some(by) = first_head_by {
+            tokio::time::sleep_until(by).await;
+            if !headed.load(Ordering::Relaxed) {
+                return;
+            }
+        }
+        std::future::pending::<()>().await
+    };
     let first = tokio::select! {
         ended = conn.as_mut() => Some(ended),
         _ = async { let _ = closing.wait_for(|c| *c).await; } => None,
+        _ = first_head_late => {
+            tracing::debug!("the first request head took longer than the header timeout");
+            return;
+        }
     };
     let ended = match first {
         Some(ended) => ended,
@@ -226,8 +260,11 @@ where
     serve_with(listener, shutdown, move |mut tcp, peer, closing| {
         let (router, http, outside, serve_outside) =
             (router.clone(), http.clone(), outside.clone(), serve_outside.clone());
+        // The first head, whoever reads it, comes within the header timeout from the
+        // accept: peeking does not give a slow client a second one in hyper.
+        let first_head_by = tokio::time::Instant::now() + limits.header_timeout;
         async move {
-            match peek(&mut tcp, peer, closing.clone(), limits.header_timeout, &outside).await {
+            match peek(&mut tcp, peer, closing.clone(), first_head_by, &outside).await {
                 Peeked::Gone => {}
                 Peeked::Outside(req) => {
                     drop(closing);
@@ -235,7 +272,10 @@ where
                     // and each branch holds only what it needs.
                     Box::pin(serve_outside(tcp, router, *req)).await
                 }
-                Peeked::Hyper(read) => Box::pin(serve_rewound(http, router, read, tcp, peer, closing)).await,
+                Peeked::Hyper(read) => {
+                    let io = TokioIo::new(crate::rewind::Rewind::new(read, tcp));
+                    Box::pin(serve_connection_by(http, router, io, peer, closing, Some(first_head_by))).await
+                }
             }
         }
     })
@@ -253,12 +293,12 @@ enum Peeked {
 }
 
 /// Reads `tcp` until its request line says who serves it, and for a request served
-/// outside hyper until its head is whole, within `header_timeout`.
+/// outside hyper until its head is whole, by `first_head_by`.
 async fn peek<P: Fn(&str, &str) -> bool>(
     tcp: &mut TcpStream,
     peer: std::net::SocketAddr,
     mut closing: tokio::sync::watch::Receiver<bool>,
-    header_timeout: Duration,
+    first_head_by: tokio::time::Instant,
     outside: &P,
 ) -> Peeked {
     use tokio::io::AsyncReadExt;
@@ -288,7 +328,7 @@ async fn peek<P: Fn(&str, &str) -> bool>(
     // A head not whole soon after shutdown begins is dropped with its connection:
     // no request on it has been taken yet.
     let peeked = tokio::select! {
-        read = tokio::time::timeout(header_timeout, read_head) => read.unwrap_or(Some(Peeked::Gone)),
+        read = tokio::time::timeout_at(first_head_by, read_head) => read.unwrap_or(Some(Peeked::Gone)),
         _ = async {
             let _ = closing.wait_for(|c| *c).await;
             tokio::time::sleep(HEAD_GRACE_AT_SHUTDOWN).await;
@@ -425,6 +465,57 @@ mod tests {
         // A connection that sends nothing at all is cut off the same way.
         let mut silent = tokio::net::TcpStream::connect(addr).await.unwrap();
         until_closed(&mut silent).await;
+    }
+
+    /// A first head that peeking hands to hyper late (its target sent slowly) does not
+    /// get a second header timeout there: it is closed within the one from the accept.
+    #[tokio::test]
+    async fn a_slow_first_head_gets_one_header_timeout_when_peeked() {
+        let limits = HttpLimits { header_timeout: Duration::from_secs(1), request_timeout: Duration::from_secs(60) };
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        let router = Router::new().route("/", axum::routing::get(|| async { "hyper" }));
+        let (_stop, stopped) = tokio::sync::oneshot::channel::<()>();
+        let shutdown = async {
+            let _ = stopped.await;
+        };
+        let streams = |method: &str, path: &str| method == "GET" && path == "/stream";
+        tokio::spawn(serve_peeking(listener, router, limits, shutdown, streams, |_, _, _| async {}));
+
+        let conn = tokio::net::TcpStream::connect(addr).await.unwrap();
+        let started = std::time::Instant::now();
+        let (mut rd, mut wr) = conn.into_split();
+        // The target a byte every 50 ms (peeking waits for its end), handed to hyper
+        // after about 0.95 s; then the rest of the head a byte every 50 ms, never ending.
+        let writer = tokio::spawn(async move {
+            let mut bytes = b"GET /".to_vec();
+            bytes.extend_from_slice(&[b'x'; 18]);
+            bytes.extend_from_slice(b" HTTP/1.1\r\n");
+            let mut sent = 0;
+            let step = tokio::time::Instant::now();
+            for i in 0u32.. {
+                let upto = if sent < 5 {
+                    5
+                } else if sent < 23 {
+                    sent + 1
+                } else {
+                    bytes.len()
+                };
+                let next: &[u8] = if sent < bytes.len() { &bytes[sent..upto] } else { b"H" };
+                if wr.write_all(next).await.is_err() || i > 200 {
+                    return;
+                }
+                sent = sent.max(upto);
+                tokio::time::sleep_until(step + Duration::from_millis(50) * (i + 1)).await;
+            }
+        });
+        let mut all = Vec::new();
+        let _ = tokio::time::timeout(Duration::from_secs(5), rd.read_to_end(&mut all)).await.expect("closed in time");
+        let took = started.elapsed();
+        writer.abort();
+        let answer = String::from_utf8_lossy(&all);
+        assert!(!answer.contains("200"), "{answer}");
+        assert!(took < Duration::from_millis(1800), "closed after {took:?}: one header timeout (1 s), not two");
     }
 
     #[tokio::test]

@@ -130,6 +130,12 @@ pub struct Flags {
     /// to the client (Caddy forward_auth).
     #[arg(long, env = "GATE_RENEW_REDIRECT")]
     pub renew_redirect: bool,
+    /// Proxy mode: serve plain requests on the fast path (on), or every request by
+    /// the general path, hyper and the router (off: to compare the two, or to rule
+    /// the fast path out). Both answer alike.
+    #[arg(long, env = "GATE_FAST_PATH", default_value = "on", value_name = "on|off", action = clap::ArgAction::Set,
+          value_parser = clap::builder::BoolishValueParser::new())]
+    pub fast_path: bool,
 }
 
 /// Which forward-auth convention /gate/auth follows (`--auth-convention`).
@@ -164,6 +170,8 @@ pub struct Config {
     pub auth_convention: AuthConvention,
     /// Forward auth: renew by a redirect through /gate/renew (`--renew-redirect`).
     pub renew_redirect: bool,
+    /// Proxy mode: plain requests on the fast path (`--fast-path`, on by default).
+    pub fast_path: bool,
 }
 
 impl Config {
@@ -187,6 +195,7 @@ impl Config {
             client_addrs: service_kit::ClientAddrs::default(),
             auth_convention: AuthConvention::Auto,
             renew_redirect: false,
+            fast_path: true,
         }
     }
 }
@@ -295,6 +304,7 @@ impl service_kit::Flags for Flags {
             client_addrs,
             auth_convention: self.auth_convention,
             renew_redirect: self.renew_redirect,
+            fast_path: self.fast_path,
         })
     }
 }
@@ -355,6 +365,10 @@ mod tests {
         assert!(parse(&["--client-ip-header", "X-Real-IP"]).is_ok());
         assert!(parse(&["--client-ip-header", "bad header"]).is_err());
         assert!(parse(&["--trusted-proxies", "10.0.0.0/8,nginx"]).is_err());
+        assert!(parse(&[]).unwrap().fast_path);
+        assert!(!parse(&["--fast-path", "off"]).unwrap().fast_path);
+        assert!(parse(&["--fast-path", "on"]).unwrap().fast_path);
+        assert!(parse(&["--fast-path", "sometimes"]).is_err());
     }
 
     #[test]

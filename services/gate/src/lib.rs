@@ -74,7 +74,8 @@ pub struct Gate {
     /// Sessions to end with SESSION.END, by the ender task (never on a request's path).
     pub ends: mpsc::UnboundedSender<EndRequest>,
     pub http: proxy::HttpClient,
-    /// The app as proxy mode's fast path reaches it (plain HTTP upstreams).
+    /// The app as proxy mode's fast path reaches it (plain HTTP upstreams; None with
+    /// `--fast-path off`).
     pub fast: Option<proxy::fast::Upstream>,
 }
 
@@ -100,7 +101,7 @@ impl Gate {
             cookie: cookie::CookieSpec { name: config.cookie_name.clone(), domain: config.cookie_domain.clone() },
             ends,
             http: proxy::client(),
-            fast: config.upstream.as_ref().and_then(proxy::fast::Upstream::of),
+            fast: config.upstream.as_ref().filter(|_| config.fast_path).and_then(proxy::fast::Upstream::of),
             config,
         };
         (Arc::new(gate), ended)

@@ -4,6 +4,12 @@
 //! lengths, chunked bodies with trailers, bodies until the close, HEAD and 204, an
 //! interim 103, pipelined requests, kept-alive connections to the app reused and one
 //! the app closed meanwhile, the app down (502) or too slow (504).
+//!
+//! Every case runs on both of the gate's paths (`--fast-path on` and `off`): the
+//! hand-written fast path and the general one (hyper and the router), which must
+//! answer alike. Where they legitimately differ (the general path frames the body
+//! again, hyper's way, where the fast path relays the app's framing), the case says
+//! so and checks what each does.
 
 mod common;
 
@@ -43,6 +49,13 @@ fn answer_for(method: &str, path: &str) -> (Vec<u8>, bool) {
         "/end-session" => (text("HTTP/1.1 200 OK\r\nQueue-Session: end\r\nContent-Length: 2\r\n\r\nok"), false),
         "/two-lengths" => (text("HTTP/1.1 200 OK\r\nContent-Length: 2\r\nContent-Length: 3\r\n\r\nabc"), true),
         "/echo-head" => (Vec::new(), false),
+        // Chunk sizes with more leading zeros than httparse counts (hyper takes them).
+        "/zeros" => (
+            text("HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n00000000000000005\r\nhello\r\n00000000000000000\r\n\r\n"),
+            false,
+        ),
+        // A protocol switch nobody asked for.
+        "/switch" => (text("HTTP/1.1 101 Switching Protocols\r\nUpgrade: other\r\nConnection: upgrade\r\n\r\n"), true),
         _ => (text("HTTP/1.1 404 Not Found\r\nContent-Length: 0\r\n\r\n"), false),
     }
 }
@@ -120,48 +133,125 @@ async fn raw(gate: &Gate, request: &str) -> String {
     String::from_utf8_lossy(&out).into_owned()
 }
 
-async fn start(upstream_timeout: Duration) -> (ValkeyServer, tempfile::TempDir, RawApp, Gate) {
+/// Which of the gate's two paths serves plain requests.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Path {
+    /// `--fast-path on` (the default).
+    Fast,
+    /// `--fast-path off`: hyper and the router for every request.
+    General,
+}
+
+/// Each case, once on each path.
+macro_rules! on_both_paths {
+    ($($case:ident),* $(,)?) => {
+        mod fast_path {
+            $(
+                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+                async fn $case() {
+                    super::$case(super::Path::Fast).await
+                }
+            )*
+        }
+        mod general_path {
+            $(
+                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+                async fn $case() {
+                    super::$case(super::Path::General).await
+                }
+            )*
+        }
+    };
+}
+
+on_both_paths!(every_framing_reaches_the_client_whole, nothing_slips_past_the_decision, the_app_down_is_a_502_page);
+
+async fn start(upstream_timeout: Duration, path: Path) -> (ValkeyServer, tempfile::TempDir, RawApp, Gate) {
     let valkey = ValkeyServer::start(Backend::Module);
     let dir = tempfile::tempdir().unwrap();
     let app = RawApp::start().await;
     let mut c = config(&valkey, Some(app.addr), &key_file(dir.path(), "k.pem"));
     c.upstream_timeout = upstream_timeout;
+    c.fast_path = path == Path::Fast;
     let gate = Gate::start(c).await;
     (valkey, dir, app, gate)
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn every_framing_reaches_the_client_whole() {
-    let (_v, _d, app, gate) = start(Duration::from_secs(1)).await;
+/// A chunked body's data, its chunks joined (extensions and trailers left out).
+fn unchunk(mut body: &str) -> String {
+    let mut data = String::new();
+    loop {
+        let (line, rest) = body.split_once("\r\n").expect("a size line");
+        let size = usize::from_str_radix(line.split(';').next().unwrap(), 16).expect("a size");
+        if size == 0 {
+            return data;
+        }
+        data.push_str(&rest[..size]);
+        body = &rest[size + 2..];
+    }
+}
+
+async fn every_framing_reaches_the_client_whole(path: Path) {
+    let (_v, _d, app, gate) = start(Duration::from_secs(1), path).await;
     let get = |path: &str| format!("GET {path} HTTP/1.1\r\nHost: shop.test\r\n\r\n");
 
-    // Pipelined on one connection, in order, each answer framed as the app framed it.
+    // Pipelined on one connection, in order, each answer framed as the app framed it
+    // (the fast path) or as hyper frames it (the general path).
     let all = [
         get("/length"),
         get("/chunked"),
         get("/hint"),
         get("/nothing"),
         "HEAD /length HTTP/1.1\r\nHost: shop.test\r\n\r\n".into(),
+        get("/zeros"),
         get("/until-close"),
+        "GET /length HTTP/1.1\r\nHost: shop.test\r\nConnection: close\r\n\r\n".into(),
     ]
     .concat();
     let out = raw(&gate, &all).await;
     let answers: Vec<&str> = out.split("HTTP/1.1 ").skip(1).collect();
-    assert_eq!(answers.len(), 6, "{out}");
     assert!(
         answers[0].starts_with("200") && answers[0].ends_with("\r\n\r\nhello") && answers[0].contains("x-app: 1"),
         "{out}"
     );
     assert!(answers[1].contains("transfer-encoding: chunked\r\n"), "{out}");
-    assert!(answers[1].ends_with("\r\n\r\n5\r\nhello\r\n6;x=y\r\n world\r\n0\r\nX-Trailer: 1\r\n\r\n"), "{out}");
     assert!(!answers[1].contains("content-length"), "{out}");
+    let body = |answer: &str| answer.split_once("\r\n\r\n").map_or(String::new(), |(_, b)| unchunk(b));
+    assert_eq!(body(answers[1]), "hello world", "{out}");
     assert!(answers[2].starts_with("200") && answers[2].ends_with("\r\n\r\nok"), "the 103 is not passed on: {out}");
     assert!(answers[3].starts_with("204") && answers[3].ends_with("\r\n\r\n"), "{out}");
     assert!(
         answers[4].starts_with("200") && answers[4].contains("content-length: 5") && answers[4].ends_with("\r\n\r\n"),
         "HEAD: no body {out}"
     );
-    assert!(answers[5].contains("connection: close\r\n") && answers[5].ends_with("to the very end"), "{out}");
+    // Sizes with leading zeros past httparse's 16 digits: relayed on both paths.
+    assert!(answers[5].starts_with("200") && answers[5].contains("transfer-encoding: chunked\r\n"), "{out}");
+    assert_eq!(body(answers[5]), "hello", "{out}");
+    match path {
+        Path::Fast => {
+            // The app's own chunks, extensions and trailers passed on.
+            assert!(
+                answers[1].ends_with("\r\n\r\n5\r\nhello\r\n6;x=y\r\n world\r\n0\r\nX-Trailer: 1\r\n\r\n"),
+                "{out}"
+            );
+            assert!(answers[5].ends_with("\r\n\r\n00000000000000005\r\nhello\r\n00000000000000000\r\n\r\n"), "{out}");
+            // A body until the app closes: the client's connection closes after it, and
+            // the request pipelined behind it is not served.
+            assert_eq!(answers.len(), 7, "{out}");
+            assert!(answers[6].contains("connection: close\r\n") && answers[6].ends_with("to the very end"), "{out}");
+        }
+        Path::General => {
+            // hyper decodes the app's body and frames it again: chunked, its own
+            // chunk sizes, no extensions, no trailers (the client asked for none with
+            // `TE: trailers`); a body until the close is chunked too, and the
+            // connection goes on with the next request.
+            assert!(!answers[1].contains("x=y") && !answers[1].contains("X-Trailer"), "{out}");
+            assert_eq!(answers.len(), 8, "{out}");
+            assert!(answers[6].contains("transfer-encoding: chunked\r\n"), "{out}");
+            assert_eq!(body(answers[6]), "to the very end", "{out}");
+            assert!(answers[7].starts_with("200") && answers[7].ends_with("\r\n\r\nhello"), "{out}");
+        }
+    }
 
     // The app gets the gate's headers, and no hop-by-hop header of the client's.
     let out = raw(&gate, "GET /echo-head HTTP/1.1\r\nHost: shop.test\r\nConnection: close, x-private\r\nX-Private: 1\r\nKeep-Alive: 5\r\nX-Queue-User: forged\r\n\r\n").await;
@@ -192,6 +282,18 @@ async fn every_framing_reaches_the_client_whole() {
     )
     .await;
     assert!(out.starts_with("HTTP/1.1 502") && out.contains("upstream_answer"), "{out}");
+    // A protocol switch nobody asked for is a 502 on both paths, named differently: the
+    // fast path finds it while reading the answer's head (an answer it cannot pass on,
+    // `upstream_answer`), the general path once hyper has taken it as an upgrade
+    // (`upstream_upgrade`).
+    let out =
+        raw(&gate, "GET /switch HTTP/1.1\r\nHost: shop.test\r\nAccept: application/json\r\nConnection: close\r\n\r\n")
+            .await;
+    let code = match path {
+        Path::Fast => "upstream_answer",
+        Path::General => "upstream_upgrade",
+    };
+    assert!(out.starts_with("HTTP/1.1 502") && out.contains(code), "{out}");
 
     // A POST (which cannot be sent twice) on a pooled connection the app had closed
     // after its answer: that connection is seen closed when taken, the POST goes on a
@@ -215,9 +317,8 @@ async fn every_framing_reaches_the_client_whole() {
 }
 
 /// Requests that would get past the decision if the gate and the app read them apart.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn nothing_slips_past_the_decision() {
-    let (_v, _d, app, gate) = start(Duration::from_secs(1)).await;
+async fn nothing_slips_past_the_decision(path: Path) {
+    let (_v, _d, app, gate) = start(Duration::from_secs(1), path).await;
     // A body that is a request for a gated path, its length named hop-by-hop: the app
     // still gets the body's length, and one request.
     let inner = "GET /checkout HTTP/1.1\r\nHost: shop.test\r\nX-Queue-User: evil\r\n\r\n";
@@ -254,13 +355,14 @@ async fn nothing_slips_past_the_decision() {
     gate.stop().await;
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn the_app_down_is_a_502_page() {
+async fn the_app_down_is_a_502_page(path: Path) {
     let valkey = ValkeyServer::start(Backend::Module);
     let dir = tempfile::tempdir().unwrap();
     // A port nothing listens on.
     let free = TcpListener::bind("127.0.0.1:0").await.unwrap().local_addr().unwrap();
-    let gate = Gate::start(config(&valkey, Some(free), &key_file(dir.path(), "k.pem"))).await;
+    let mut c = config(&valkey, Some(free), &key_file(dir.path(), "k.pem"));
+    c.fast_path = path == Path::Fast;
+    let gate = Gate::start(c).await;
     let r = client().get(gate.url("/about")).header("accept", HTML).send().await.unwrap();
     assert_eq!(r.status(), 502);
     assert!(r.text().await.unwrap().contains("could not be reached"));

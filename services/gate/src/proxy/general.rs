@@ -125,6 +125,11 @@ async fn send(
     let mut resp = match answered {
         Ok(Ok(resp)) => resp,
         Ok(Err(e)) => {
+            // An answer hyper could not read is the app's fault, as on the fast path.
+            if unreadable_answer(&e) {
+                tracing::warn!(upstream = %base, error = %e, "upstream answer unreadable");
+                return ctx.fail_to_proxy(gate, Failure::BadAnswer);
+            }
             tracing::warn!(upstream = %base, error = %e, "upstream unreachable");
             return ctx.fail_to_proxy(gate, Failure::Unreachable);
         }
@@ -152,6 +157,19 @@ async fn send(
     let (mut parts, body) = resp.into_parts();
     ctx.response_filter(gate, &mut parts.headers, switched);
     Response::from_parts(parts, Body::new(body))
+}
+
+/// Whether the client's error `e` is an answer hyper could not read (its head or
+/// framing), rather than an app that could not be reached.
+fn unreadable_answer(e: &hyper_util::client::legacy::Error) -> bool {
+    let mut source = std::error::Error::source(e);
+    while let Some(s) = source {
+        if s.downcast_ref::<hyper::Error>().is_some_and(|h| h.is_parse() || h.is_parse_status()) {
+            return true;
+        }
+        source = s.source();
+    }
+    false
 }
 
 /// Carries a WebSocket both ways. For an admitted person the tunnel lives as long as

@@ -126,8 +126,8 @@ pub enum Failure {
     /// The request's path cannot be joined to the upstream's URL (400).
     Unforwardable,
     Unreachable,
-    /// An answer that cannot be passed on (framing that cannot be read, 101 unasked
-    /// on the fast path).
+    /// An answer that cannot be passed on (a head or framing that cannot be read, on
+    /// either path; a 101 unasked on the fast path).
     BadAnswer,
     /// 101 to a request that asked for no upgrade (the general path).
     UnaskedUpgrade,

@@ -107,6 +107,10 @@ fn chunk_size(line: &[u8]) -> Result<u64, ()> {
     if extension.iter().any(|&b| (b < 32 && b != b'\t') || b == 127) {
         return Err(());
     }
+    // httparse counts leading zeros among its 16 digits at most; hyper (and the
+    // client) take any number of them: they are skipped here, one digit kept.
+    let zeros = line[..digits - 1].iter().take_while(|&&b| b == b'0').count();
+    let line = &line[zeros..];
     match httparse::parse_chunk_size(line) {
         Ok(httparse::Status::Complete((used, size))) if used == line.len() => Ok(size),
         _ => Err(()),
@@ -153,5 +157,50 @@ mod tests {
         ] {
             assert_eq!(ends(&[bad]), Err(()), "{:?}", String::from_utf8_lossy(bad));
         }
+    }
+
+    #[test]
+    fn size_lines_read_as_hyper_reads_them() {
+        // Leading zeros, however many (hyper takes them; httparse alone counts them
+        // among its 16 digits).
+        assert_eq!(chunk_size(b"00000000000000005\r\n"), Ok(5));
+        assert_eq!(chunk_size(b"0000000000000000000000000000000\r\n"), Ok(0));
+        assert_eq!(chunk_size(b"000000000000000000a;x=y\r\n"), Ok(10));
+        let zeros: &[u8] = b"00000000000000005\r\nhello\r\n0000000000000000000\r\n\r\n";
+        assert_eq!(ends(&[zeros]), Ok(Some(zeros.len())));
+        // The largest size there is, with or without zeros before it; one past it is refused.
+        assert_eq!(chunk_size(b"ffffffffffffffff\r\n"), Ok(u64::MAX));
+        assert_eq!(chunk_size(b"0000ffffffffffffffff\r\n"), Ok(u64::MAX));
+        assert_eq!(chunk_size(b"10000000000000000\r\n"), Err(()));
+        assert_eq!(chunk_size(b"0010000000000000000\r\n"), Err(()));
+        for bad in [
+            &b"5;a\n"[..],   // a bare LF after an extension
+            b"5;\x01\r\n",   // a control byte in an extension
+            b"5;a=\x7f\r\n", // DEL too
+            b"0x5\r\n",      // no 0x prefix
+            b"00x5\r\n",
+            b"5\r\r\n", // a CR not followed by LF
+        ] {
+            assert_eq!(chunk_size(bad), Err(()), "{:?}", String::from_utf8_lossy(bad));
+            assert_eq!(ends(&[bad]), Err(()), "{:?}", String::from_utf8_lossy(bad));
+        }
+        // A TAB in an extension is allowed, as hyper allows it.
+        assert_eq!(chunk_size(b"5;a=\tb\r\n"), Ok(5));
+    }
+
+    #[test]
+    fn a_size_line_split_between_reads_is_bounded() {
+        // Its end not come yet: kept, up to MAX_SIZE_LINE.
+        let mut c = Chunks::default();
+        assert_eq!(c.feed(b"5;"), Ok(None));
+        let ext = vec![b'a'; MAX_SIZE_LINE / 2];
+        assert_eq!(c.feed(&ext), Ok(None));
+        assert_eq!(c.feed(&ext), Err(()), "grown past the longest size line");
+        // One just below the limit, split, still ends where it ends.
+        let mut c = Chunks::default();
+        let line = [&b"5;"[..], &vec![b'a'; MAX_SIZE_LINE - 4], b"\r\n"].concat();
+        let (first, rest) = line.split_at(100);
+        assert_eq!(c.feed(first), Ok(None));
+        assert_eq!(c.feed(&[rest, b"hello\r\n0\r\n\r\n"].concat()), Ok(Some(rest.len() + 12)));
     }
 }

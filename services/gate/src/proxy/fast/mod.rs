@@ -11,7 +11,8 @@
 //! bodies sent chunked or larger than [`MAX_BODY`] (streamed there), HTTP/1.0,
 //! absolute or unusual request targets, heads that are malformed or too large (hyper
 //! answers them). Both paths decide, forward and answer by the same phases
-//! ([`super::phases`]); the integration tests run every proxy behaviour through both.
+//! ([`super::phases`]); `tests/framing.rs` runs every case through both (the
+//! general path alone with `--fast-path off`).
 //!
 //! One file per concern, as Pingora's `protocols/http/v1/`: this one the connection
 //! loop and one request's way; [`request`] the client's request head; [`pool`] the

@@ -64,9 +64,15 @@ impl Upstream {
         }
     }
 
-    /// Keeps `conn` for the next request; a full pool lets its oldest go.
+    /// Keeps `conn` for the next request; connections idle too long are let go from
+    /// the front (the oldest: under steady load only the back is ever taken, so they
+    /// would otherwise stay open, closed by the app, until the pool fills), and a full
+    /// pool lets its oldest go.
     pub(super) fn put(&self, conn: TcpStream) {
         let mut idle = self.idle.lock().unwrap();
+        while idle.front().is_some_and(|(_, since)| since.elapsed() >= POOL_IDLE) {
+            idle.pop_front();
+        }
         if idle.len() >= POOL_MAX {
             idle.pop_front();
         }
@@ -128,4 +134,32 @@ fn stale(e: &io::Error) -> bool {
 
 fn idempotent(m: &Method) -> bool {
     matches!(*m, Method::GET | Method::HEAD | Method::OPTIONS | Method::PUT | Method::DELETE | Method::TRACE)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn connections_idle_too_long_are_let_go_when_one_is_put_back() {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let base: Uri = format!("http://{}", listener.local_addr().unwrap()).parse().unwrap();
+        let upstream = Upstream::of(&base).unwrap();
+        let mut conns = Vec::new();
+        for _ in 0..4 {
+            conns.push(TcpStream::connect(listener.local_addr().unwrap()).await.unwrap());
+        }
+        // Two put back long ago (at the front), one recently.
+        let long_ago = Instant::now().checked_sub(POOL_IDLE + Duration::from_secs(1)).expect("a clock that far back");
+        {
+            let mut idle = upstream.idle.lock().unwrap();
+            idle.push_back((conns.pop().unwrap(), long_ago));
+            idle.push_back((conns.pop().unwrap(), long_ago));
+            idle.push_back((conns.pop().unwrap(), Instant::now()));
+        }
+        upstream.put(conns.pop().unwrap());
+        let idle = upstream.idle.lock().unwrap();
+        assert_eq!(idle.len(), 2, "the two idle too long are gone");
+        assert!(idle.iter().all(|(_, since)| since.elapsed() < POOL_IDLE));
+    }
 }
