@@ -24,14 +24,13 @@ pub struct Backoff {
     /// The ceiling of the next pause (before jitter): `base`, doubled after each
     /// pause up to `max`.
     ceiling: Duration,
-    rng: fastrand::Rng,
 }
 
 impl Backoff {
     /// Pauses from about `base`, doubling up to `max` (`max` below `base` counts as
     /// `base`).
     pub fn new(base: Duration, max: Duration) -> Backoff {
-        Backoff { base, max: max.max(base), ceiling: base, rng: fastrand::Rng::new() }
+        Backoff { base, max: max.max(base), ceiling: base }
     }
 
     /// The next pause: between half and all of the current ceiling, which then
@@ -41,7 +40,7 @@ impl Backoff {
         self.ceiling = self.ceiling.saturating_mul(2).min(self.max);
         let floor = ceiling / 2;
         let spread = u64::try_from((ceiling - floor).as_nanos()).unwrap_or(u64::MAX);
-        floor + Duration::from_nanos(self.rng.u64(0..=spread))
+        floor + Duration::from_nanos(fastrand::u64(0..=spread))
     }
 
     /// After a success: the next pause starts from `base` again.

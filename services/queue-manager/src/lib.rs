@@ -223,7 +223,7 @@ async fn connect(state: &ManagerState, stop: &watch::Receiver<bool>) -> std::io:
 /// Renews or acquires the lease every lease/3; backs off while the store is away.
 async fn lease_loop(state: Arc<ManagerState>, client: QueueClient, stop: watch::Receiver<bool>) {
     let period = state.lease.period() / 3;
-    let mut backoff = Backoff::new(period, Duration::from_secs(5).max(period));
+    let mut backoff = Backoff::new(period, Duration::from_secs(5));
     loop {
         if !thawed(&state.config.freeze, &stop).await {
             return;

@@ -220,26 +220,26 @@ impl LogDraft {
     }
 
     /// The waiting user numbered `seq` was taken from the head (promoted, or dropped on the way).
-    pub fn note_head(&mut self, seq: i64) {
+    pub(super) fn note_head(&mut self, seq: i64) {
         let gone = self.head.map_or(0, |(_, n)| n);
         self.head = Some((seq, gone + 1));
     }
 
     /// The waiting user numbered `seq` left other than from the head.
-    pub fn note_left(&mut self, seq: i64) {
+    pub(super) fn note_left(&mut self, seq: i64) {
         self.left.push(seq);
     }
 
     /// The waiting user numbered `seq`, who left in this command, is still in the
     /// queue's books: entering again, or inside (a session).
-    pub fn note_again(&mut self, seq: i64) {
+    pub(super) fn note_again(&mut self, seq: i64) {
         if self.again.last() != Some(&seq) {
             self.again.push(seq);
         }
     }
 
     /// Numbers or ranks changed in a way the entry does not list.
-    pub fn note_reset(&mut self) {
+    pub(super) fn note_reset(&mut self) {
         self.reset = true;
     }
 }
