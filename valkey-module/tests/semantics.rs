@@ -20,6 +20,7 @@ testkit::backend_tests!(
     access_codes_admit_exactly_their_uses,
     fifty_racing_for_one_code_put_exactly_one_in_line,
     random_runs_with_lanes_keep_order_codes_and_watchers_right,
+    a_replica_holds_the_same_lanes_codes_and_claims,
     leases_hold_slots_until_end_or_expiry,
     status_shapes_and_estimated_wait,
     ranks_answers_for_many,
@@ -1493,4 +1494,41 @@ fn a_replica_holds_the_same_log_registrations_and_leases(b: Backend) {
     let on_primary = read(&mut c.con);
     assert_eq!(on_primary.0.len(), 3, "LEAVE, re-entry, PROMOTE: {:?}", on_primary.0);
     assert_eq!(read(&mut rc), on_primary);
+}
+
+/// Lanes, codes and claims replicate as their effects: after entries into lanes (one
+/// with a code), a promotion that renumbers, a claim with a holder and its repeat, the
+/// replica's data is the primary's, key by key.
+fn a_replica_holds_the_same_lanes_codes_and_claims(b: Backend) {
+    let primary = ValkeyServer::builder(b).test_clock().start();
+    let replica = ValkeyServer::builder(b).test_clock().start_replica_of(&primary);
+    let mut c = primary.client();
+    c.set_clock("q", T0);
+    let h = "9".repeat(64);
+    c.call("QUEUE.CONFIG", &["q", "SET", "lanes", "presale,general", "soft_cap", "0"]).unwrap();
+    c.call("QUEUE.CODES", &["q", "ADD", "presale", "2", &h]).unwrap();
+    c.enter("q", "g", "g");
+    c.call("QUEUE.ENTER", &["q", "p", "p", "CODE", &h]).unwrap();
+    c.call("QUEUE.ENTER", &["q", "l", "l", "LANE", "presale"]).unwrap();
+    c.config_set("q", &[("soft_cap", 2)]);
+    c.promote("q", None);
+    let t = field_str(&c.status("q", "p"), "ticketId").unwrap();
+    c.call("TICKET.CLAIM", &["q", &t, "HOLDER", "tab"]).unwrap();
+    c.call("TICKET.CLAIM", &["q", &t, "HOLDER", "tab"]).unwrap();
+    let acked: i64 = redis::cmd("WAIT").arg(1).arg(5_000).query(&mut c.con).unwrap();
+    assert_eq!(acked, 1, "the replica has every write");
+    let dump = |con: &mut redis::Connection| {
+        let mut keys: Vec<String> = redis::cmd("KEYS").arg("queue:{q}:*").query(con).unwrap();
+        keys.retain(|k| !k.ends_with(":clock"));
+        keys.sort();
+        let digests: Vec<Option<String>> = keys
+            .iter()
+            .map(|k| redis::cmd("DEBUG").arg("DIGEST-VALUE").arg(k).query::<Vec<String>>(con).ok().map(|v| v.concat()))
+            .collect();
+        (keys, digests)
+    };
+    let on_primary = dump(&mut c.con);
+    assert!(on_primary.0.iter().any(|k| k.ends_with(":codes")) && on_primary.0.iter().any(|k| k.ends_with(":claimed")));
+    assert!(on_primary.1.iter().all(Option::is_some), "every key has a digest: {on_primary:?}");
+    assert_eq!(dump(&mut replica.conn()), on_primary);
 }
