@@ -1,7 +1,9 @@
 //! The fair opening against a real valkey-server, per backend: the pre-queue, the
 //! commitment, the opening in the seeded order (recomputed here with the sha1 and
 //! sha2 crates, not queue-core's code), later arrivals at the back, a replica holding
-//! the same state, and QUEUE.OPENING's bad arguments. Time moves by the test clock.
+//! the same state, and QUEUE.OPENING's bad arguments; a queue with lanes opening lane
+//! by lane (each lane in the seeded order, the proof lane by lane), the same on both
+//! backends byte for byte. Time moves by the test clock.
 
 use redis::Value;
 use sha1::{Digest, Sha1};
