@@ -15,7 +15,7 @@ replace the entropy placeholder below with random bytes, which ticket secrets ar
 derived from.
 ]]
 
-local VERSION = "10"
+local VERSION = "11"
 local ENTROPY = "__QUEUE_ENTROPY__"
 -- Tests load the library with this set to true: a queue's commands then read the
 -- time from the string key queue:{Q}:clock when it exists (as the module's
@@ -2133,6 +2133,43 @@ local function queue_codes(keys, args)
 end
 
 -- QUEUE.OPENING Q [PROOF start count]
+-- QUEUE.OPENING's `lanes` (nil without lanes): { name, entrants } per lane, in lane
+-- order; while scheduled counted in the pre-queue, once open as the opening wrote them
+-- (a lane the queue no longer has named by its index).
+function Q:opening_lanes(state)
+  local l = self:lanes()
+  if state == OPENING_STATE.SCHEDULED then
+    if not l then
+      return nil
+    end
+    local counts = {}
+    for i = 1, #l.names do
+      counts[i] = 0
+    end
+    for _, v in ipairs(read("HVALS", self:pre_key()) or {}) do
+      local lane = math.max(0, math.min(pre_entry(v), #l.names - 1))
+      counts[lane + 1] = counts[lane + 1] + 1
+    end
+    local r = {}
+    for i = 1, #l.names do
+      r[i] = { l.names[i], counts[i] }
+    end
+    return r
+  elseif state == OPENING_STATE.OPEN then
+    local text = read("HGET", self:opening_key(), O.LANE_ENTRANTS)
+    if not text then
+      return nil
+    end
+    local r = {}
+    for n in (text .. ","):gmatch("([^,]*),") do
+      local i = #r + 1
+      r[i] = { l and l.names[i] or fmt(i - 1), parse_int(n) or 0 }
+    end
+    return r
+  end
+  return nil
+end
+
 local function queue_opening(keys, args)
   local start, count = parse_int(args[2] or ""), parse_int(args[3] or "")
   local checks = {}
@@ -2166,6 +2203,7 @@ local function queue_opening(keys, args)
     m.seed = or_false(read("HGET", q:opening_key(), O.SEED))
     m.entrants = parse_int(read("HGET", q:opening_key(), O.ENTRANTS) or "") or 0
   end
+  m.lanes = q:opening_lanes(m.state)
   return { map = m }
 end
 

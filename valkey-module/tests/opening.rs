@@ -68,6 +68,7 @@ fn the_pre_queue_waits_and_nobody_is_promoted_before_the_opening(b: Backend) {
     let (_s, mut c) = scheduled(b);
     let o = opening(&mut c, "q");
     assert_eq!(field_str(&o, "state").as_deref(), Some("scheduled"));
+    assert_eq!(o.get("lanes"), None, "no lanes field without lanes");
     assert_eq!(field_int(&o, "opensAt"), OPENS);
     assert_eq!(o.get("seed"), Some(&Value::Nil));
     assert_eq!(o.get("openedAt"), Some(&Value::Nil));
@@ -116,6 +117,7 @@ fn the_opening_places_everyone_in_the_committed_order(b: Backend) {
     assert_eq!(first.get("opensAt"), Some(&Value::Nil));
     let o = opening(&mut c, "q");
     assert_eq!(field_str(&o, "state").as_deref(), Some("open"));
+    assert_eq!(o.get("lanes"), None, "no lanes field without lanes");
     assert_eq!((field_int(&o, "openedAt"), field_int(&o, "entrants")), (OPENS, 40));
     let seed = field_str(&o, "seed").unwrap();
     assert_eq!(hex(&Sha256::digest(seed.as_bytes())), commitment, "SHA-256(seed) is the commitment");
@@ -204,6 +206,7 @@ fn opening_arguments_are_checked(b: Backend) {
     assert_eq!(field_str(&o, "state").as_deref(), Some("none"));
     assert_eq!((field_int(&o, "opensAt"), field_int(&o, "entrants")), (0, 0));
     assert_eq!(o.get("commitment"), Some(&Value::Nil));
+    assert_eq!(o.get("lanes"), None, "no lanes field without lanes");
     assert_eq!(proof(&mut c, "fresh", 0, 10), Vec::<String>::new());
 }
 
@@ -256,7 +259,11 @@ fn a_queue_with_lanes_opens_each_lane_in_the_committed_order(b: Backend) {
     fields_of(&mut c, "QUEUE.ENTER", &["q", "m-00", "n", "LANE", "first"]);
     middle.retain(|u| u != "m-00");
     first.push("m-00".into());
-    assert_eq!(field_int(&opening(&mut c, "q"), "entrants"), 37);
+    let o = opening(&mut c, "q");
+    assert_eq!(field_int(&o, "entrants"), 37);
+    let per_lane = vec![("first".into(), 14), ("middle".into(), 8), ("last".into(), 15)];
+    assert_eq!(lanes_of(&o), Some(per_lane.clone()), "the pre-queue's entrants per lane");
+    assert_eq!(lanes_of(&opening(&mut c, "r")), Some(vec![("a".into(), 0), ("b".into(), 0)]));
     assert_eq!(
         c.err("QUEUE.CONFIG", &["q", "SET", "lanes", "x,y"]),
         "ERR lanes can change only while nobody waits",
@@ -274,6 +281,17 @@ fn a_queue_with_lanes_opens_each_lane_in_the_committed_order(b: Backend) {
     assert_eq!(proof(&mut c, "q", 0, 100), want, "the proof lists lane by lane, each in the seeded order");
     let runs: String = redis::cmd("HGET").arg("queue:{q}:opening").arg("lane_entrants").query(&mut c.con).unwrap();
     assert_eq!(runs, format!("{},{},{}", first.len(), middle.len(), last.len()));
+    assert_eq!(lanes_of(&o), Some(per_lane), "each lane's run of the proof");
+    // A verifier splits the proof by these counts: each run is in the seeded order.
+    let mut at = 0;
+    for (_, n) in lanes_of(&o).unwrap() {
+        let run = &want[at..at + n as usize];
+        let mut sorted = run.to_vec();
+        sorted.sort_by_key(|h| (sha1_hex(&format!("{seed}:{h}")), h.clone()));
+        assert_eq!(run, &sorted[..]);
+        at += n as usize;
+    }
+    assert_eq!(at, want.len());
     for (lane, users) in [("first", &first), ("middle", &middle), ("last", &last)] {
         for u in users.iter() {
             let r = c.status("q", u);
@@ -291,6 +309,23 @@ fn a_queue_with_lanes_opens_each_lane_in_the_committed_order(b: Backend) {
     }
     let r = fields_of(&mut c, "QUEUE.ENTER", &["q", "late", "n", "LANE", "middle"]);
     assert_eq!(field_int(&r, "rank"), (first.len() - 2 + middle.len() + 1) as i64, "ahead of the last lane");
+}
+
+/// QUEUE.OPENING's `lanes`: (name, entrants) per lane; None when absent.
+fn lanes_of(o: &std::collections::HashMap<String, Value>) -> Option<Vec<(String, i64)>> {
+    let Value::Array(lanes) = o.get("lanes")? else { panic!("lanes: {:?}", o.get("lanes")) };
+    Some(
+        lanes
+            .iter()
+            .map(|l| match l {
+                Value::Array(p) => match &p[..] {
+                    [Value::BulkString(name), Value::Int(n)] => (String::from_utf8(name.clone()).unwrap(), *n),
+                    other => panic!("lane {other:?}"),
+                },
+                other => panic!("lane {other:?}"),
+            })
+            .collect(),
+    )
 }
 
 /// The users of `users` whose idHashes are `hashes`, in that order.
@@ -332,6 +367,7 @@ fn both_backends_open_lanes_byte_for_byte() {
             };
             replies.push(c.call("QUEUE.ENTER", &args).unwrap());
         }
+        replies.push(c.call("QUEUE.OPENING", &["q"]).unwrap());
         c.set_clock("q", OPENS);
         for u in ["u0", "u1", "u2", "u3", "u29"] {
             replies.push(c.call("QUEUE.STATUS", &["q", u]).unwrap());

@@ -236,6 +236,7 @@ pub fn info<S: Store>(s: &S) -> Opening {
             seed: None,
             opened_at: None,
             entrants: s.aux_hlen(Aux::Pre),
+            lanes: pre_lane_counts(s),
         };
     }
     match (commitment, opened_at) {
@@ -246,9 +247,51 @@ pub fn info<S: Store>(s: &S) -> Opening {
             seed: text(s, SEED),
             opened_at: Some(opened_at),
             entrants: text(s, ENTRANTS).and_then(|v| v.parse().ok()).unwrap_or(0),
+            lanes: opened_lane_counts(s),
         },
-        _ => Opening { opens_at, state: State::None, commitment: None, seed: None, opened_at: None, entrants: 0 },
+        _ => Opening {
+            opens_at,
+            state: State::None,
+            commitment: None,
+            seed: None,
+            opened_at: None,
+            entrants: 0,
+            lanes: Vec::new(),
+        },
     }
+}
+
+/// A scheduled queue with lanes: its pre-queue's entrants per lane (one pass over the
+/// pre-queue; the lane clamped as the opening clamps it). Empty without lanes.
+fn pre_lane_counts<S: Store>(s: &S) -> Vec<(Vec<u8>, i64)> {
+    let lanes = s.lanes();
+    if !lanes.multi() {
+        return Vec::new();
+    }
+    let mut counts = vec![0i64; lanes.len()];
+    for (_, v) in s.aux_hgetall(Aux::Pre) {
+        let (lane, _) = pre_entry(true, v);
+        counts[lane.min(lanes.len() - 1)] += 1;
+    }
+    counts.into_iter().enumerate().map(|(i, n)| (lanes.name(i).to_vec(), n)).collect()
+}
+
+/// An opened queue's entrants per lane, as the opening wrote them (`lane_entrants`),
+/// named by the queue's lanes now (a lane the queue no longer has: its index).
+/// Empty when the opening wrote none (no lanes then).
+fn opened_lane_counts<S: Store>(s: &S) -> Vec<(Vec<u8>, i64)> {
+    let Some(text) = text(s, LANE_ENTRANTS) else {
+        return Vec::new();
+    };
+    let lanes = s.lanes();
+    text.split(',')
+        .enumerate()
+        .map(|(i, n)| {
+            let name =
+                if lanes.multi() && i < lanes.len() { lanes.name(i).to_vec() } else { i.to_string().into_bytes() };
+            (name, n.parse().unwrap_or(0))
+        })
+        .collect()
 }
 
 /// A page of the proof (nothing before the opening).
