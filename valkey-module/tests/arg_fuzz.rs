@@ -7,8 +7,8 @@
 //! users that exist, names that could exist, names outside the allowed sets (empty,
 //! 65+ characters, braces, spaces, binary bytes, invalid UTF-8, a megabyte), numbers
 //! (negative, i64 limits and past them, floats, `nan`, `inf`, blanks, signs, hex),
-//! option words in any case and unknown ones, every setting's field with good and bad
-//! values, and for the library also wrong key counts, `FCALL_RO` of writing functions
+//! option words in any case and unknown ones (HOLDER among them), every setting's
+//! field with good and bad values (the text setting `entry` too), and for the library also wrong key counts, `FCALL_RO` of writing functions
 //! and unknown functions. Vectors go out pipelined, each followed by `DEBUG DIGEST`
 //! (the whole dataset's digest), so every reply is judged by the state before and
 //! after it:
@@ -46,7 +46,8 @@ const RESET_EVERY: u64 = 20_000;
 const NOW_MS: i64 = 1_800_000_000_000;
 
 /// Error codes docs/commands.md documents ("Errors"); any refusal must start with one of them.
-const CODES: [&str; 6] = ["ERR ", "WRONGTYPE ", "NOTICKET ", "EXPIRED ", "INSIDE ", "FULL "];
+const CODES: [&str; 9] =
+    ["ERR ", "WRONGTYPE ", "NOTICKET ", "EXPIRED ", "INSIDE ", "FULL ", "INVITE ", "NOCODE ", "WRONGLANE "];
 
 // ---------------------------------------------------------------- RESP over TCP
 
@@ -131,7 +132,7 @@ fn b(s: &str) -> Vec<u8> {
 
 /// Queues the set-up fills; `wt`, `wt2` and `wt3` (its watchers and change log) hold
 /// keys of the wrong type.
-const QUEUES: [&str; 7] = ["fz", "fz2", "open", "wt", "wt2", "wt3", "empty"];
+const QUEUES: [&str; 8] = ["fz", "fz2", "open", "wt", "wt2", "wt3", "empty", "lanes"];
 /// Valid names nobody set up: an accepted write makes them a queue (few, so that the
 /// dataset, and the digest's cost, stay small).
 const OTHER_QUEUES: [&str; 3] = ["n", "a.b:c-d_E9", "qqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqq"];
@@ -139,7 +140,9 @@ const USERS: u64 = 10;
 /// Valid userIds outside the u0.. pool.
 const OTHER_USERS: [&str; 4] =
     ["z", "user@example.org", "a.b:c-d_e", "uuuuuuuuuuuuuuuuuuuuuuuuuuuuuuuuuuuuuuuuuuuuuuuuuuuuuuuuuuuuuuuu"];
-const FIELDS: [&str; 10] = [
+const FIELDS: [&str; 12] = [
+    "entry",
+    "lanes",
     "soft_cap",
     "hard_cap",
     "rate",
@@ -192,7 +195,7 @@ impl Gen {
             6..=10 => self.number(),
             11 => b(self.pick(&[
                 "MAX", "max", "Max", "SET", "set", "GET", "get", "PROOF", "proof", "LIMIT", "COUNT", "FROB", "NX",
-                "--", "-",
+                "--", "-", "HOLDER", "holder",
             ])),
             12 => b(self.pick(&FIELDS)),
             13 => b(self.pick(&["colour", "SOFT_CAP", "soft-cap", "soft_cap ", "layout", "*", ""])),
@@ -300,8 +303,18 @@ impl Gen {
         }
     }
 
+    /// An access code's hash: one of the set-up's, another well-formed one, or not one.
+    fn code(&mut self) -> Vec<u8> {
+        match self.rng.below(4) {
+            0 | 1 => "a".repeat(64).into_bytes(),
+            2 => "b".repeat(64).into_bytes(),
+            _ => self.nasty(),
+        }
+    }
+
     fn setting_value(&mut self) -> Vec<u8> {
-        match self.rng.below(3) {
+        match self.rng.below(4) {
+            3 => b(self.pick(&["open", "identified", "invite", "Invite", "closed", "presale,general", "a,a", ""])),
             0 => self.rng.range(0, 100).to_string().into_bytes(),
             1 => b(self.pick(&["0", "1", "1000", "60000", "100000", "10000000", "1800000003600000", "1800000000000"])),
             _ => self.nasty(),
@@ -316,7 +329,43 @@ impl Gen {
             "QUEUE.ENTER" => {
                 a.push(self.user());
                 a.push(self.nickname());
+                // Now and then LANE and CODE (queue `lanes` has lanes and codes).
+                for _ in 0..self.rng.below(3) {
+                    if self.rng.chance(50) {
+                        a.push(b(self.pick(&["LANE", "lane", "LANE", "FLOOR"])));
+                        let l = if self.rng.chance(80) {
+                            b(self.pick(&["presale", "general", "vip"]))
+                        } else {
+                            self.nasty()
+                        };
+                        a.push(l);
+                    } else {
+                        a.push(b(self.pick(&["CODE", "code", "CODE"])));
+                        a.push(self.code());
+                    }
+                }
             }
+            "QUEUE.CODES" => match self.rng.below(3) {
+                0 => {
+                    a.push(b(self.pick(&["ADD", "add", "ADD"])));
+                    let l =
+                        if self.rng.chance(80) { b(self.pick(&["presale", "general", "vip"])) } else { self.nasty() };
+                    a.push(l);
+                    let uses =
+                        if self.rng.chance(70) { self.rng.range(1, 4).to_string().into_bytes() } else { self.number() };
+                    a.push(uses);
+                    for _ in 0..self.rng.range(1, 3) {
+                        let h = self.code();
+                        a.push(h);
+                    }
+                }
+                1 => {
+                    a.push(b(self.pick(&["REMOVE", "remove", "CLEAR"])));
+                    let h = self.code();
+                    a.push(h);
+                }
+                _ => a.push(b(self.pick(&["COUNTS", "counts"]))),
+            },
             "QUEUE.STATUS" | "QUEUE.LEAVE" | "SESSION.END" => a.push(self.user()),
             "QUEUE.RANKS" | "SESSION.HEARTBEAT" => {
                 let n = if self.rng.chance(2) { 200 } else { self.rng.range(1, 6) };
@@ -342,7 +391,14 @@ impl Gen {
                     a.push(v);
                 }
             }
-            "TICKET.CLAIM" => a.push(self.ticket()),
+            "TICKET.CLAIM" => {
+                a.push(self.ticket());
+                if self.rng.chance(50) {
+                    a.push(b(self.pick(&["HOLDER", "holder", "HOLDER", "OWNER"])));
+                    let h = if self.rng.chance(80) { b(self.pick(&["tab-1", "tab-2"])) } else { self.nasty() };
+                    a.push(h);
+                }
+            }
             "QUEUE.WATCH" | "QUEUE.UNWATCH" => {
                 // The instance is named like a userId; WATCH's lease is 1-600000 ms.
                 let instance = if self.rng.chance(80) { b(self.pick(&["pod-1", "pod-2"])) } else { self.user() };
@@ -412,7 +468,7 @@ impl Gen {
     /// The full command line for the backend, and the queue it names (when that is a
     /// valid name in the key position).
     fn vector(&mut self, backend: Backend) -> Vector {
-        let cmd = self.pick(&testkit::COMMANDS);
+        let cmd = if self.rng.chance(7) { "QUEUE.CODES" } else { self.pick(&testkit::COMMANDS) };
         let args = self.args(cmd);
         let mut v = Vec::with_capacity(args.len() + 3);
         if backend == Backend::Module {
@@ -502,10 +558,12 @@ fn populate(c: &mut Resp, backend: Backend) -> Vec<String> {
     call(c, "QUEUE.WATCH", &["open", "pod-2", "60000", "u1", "u2"]);
     call(c, "QUEUE.ENTER", &["wt3", "u1", "nick"]);
     call(c, "QUEUE.ENTER", &["wt3", "u2", "nick"]);
-    // Half the tickets claimed: live sessions (leases of 30 s on a frozen clock).
-    for t in tickets.iter().step_by(2) {
-        let q = if call(c, "TICKET.CLAIM", &["fz", t]).is_error() { "fz2" } else { continue };
-        call(c, "TICKET.CLAIM", &[q, t]);
+    // Half the tickets claimed: live sessions (leases of 30 s on a frozen clock), half
+    // of those with a holder (whose repeats answer again).
+    for (i, t) in tickets.iter().step_by(2).enumerate() {
+        let claim: Vec<&str> = if i % 2 == 0 { vec![t, "HOLDER", "tab-1"] } else { vec![t] };
+        let q = if call(c, "TICKET.CLAIM", &[&["fz"], &claim[..]].concat()).is_error() { "fz2" } else { continue };
+        call(c, "TICKET.CLAIM", &[&[q], &claim[..]].concat());
     }
     assert!(!tickets.is_empty(), "the set-up issued no ticket");
     for (k, kind) in [("queue:{wt}:stats", "string"), ("queue:{wt}:config", "list"), ("queue:{wt2}:sessions", "string")]
@@ -519,6 +577,14 @@ fn populate(c: &mut Resp, backend: Backend) -> Vec<String> {
     c.call(&[b"SET", b"queue:{wt3}:watched", b"not a hash"]);
     c.call(&[b"SET", b"queue:{wt3}:instances", b"not a zset"]);
     c.call(&[b"SET", b"queue:{wt3}:log", b"not a stream"]);
+    c.call(&[b"SET", b"queue:{wt3}:claimed", b"not a hash"]);
+    c.call(&[b"SET", b"queue:{wt3}:codes", b"not a hash"]);
+    // A queue with lanes, a code of presale with uses left, and people in both lanes.
+    call(c, "QUEUE.CONFIG", &["lanes", "SET", "lanes", "presale,general", "soft_cap", "1"]);
+    call(c, "QUEUE.CODES", &["lanes", "ADD", "presale", "1000", &"a".repeat(64)]);
+    for (u, lane) in [("u1", "general"), ("u2", "presale"), ("u3", "general")] {
+        call(c, "QUEUE.ENTER", &["lanes", u, "nick", "LANE", lane]);
+    }
     tickets
 }
 

@@ -22,6 +22,10 @@ pub enum Part {
     Watched,
     /// The push instances' leases (zset instance -> expiry).
     Instances,
+    /// The claims made with a holder (hash, [`Aux::Claimed`]).
+    Claimed,
+    /// The access codes (hash, [`Aux::Codes`]).
+    Codes,
 }
 
 /// Every key a command that admits, withdraws or ends may write.
@@ -82,6 +86,12 @@ pub trait Store {
     fn now(&self) -> i64;
     /// Setting `i` (index into `FIELDS`): the queue's config, else the default.
     fn setting(&self, i: usize) -> i64;
+    /// The text setting `entry` (`crate::config::ENTRY`): the queue's config, else
+    /// open (a stored value that is not a mode reads as open).
+    fn entry_mode(&self) -> crate::config::EntryMode;
+    /// The text setting `lanes` (`crate::lanes::LANES`): the queue's config, else one
+    /// lane (a stored value that is not a list of lanes reads as one lane).
+    fn lanes(&self) -> crate::lanes::Lanes;
     /// A stats field, None when absent.
     fn stat_opt(&self, field: &'static str) -> Option<i64>;
     fn set_stat(&mut self, field: &'static str, v: i64);
@@ -106,6 +116,8 @@ pub trait Store {
     /// 0-based rank and number of `user` in `waiting`.
     fn waiting_rank(&self, user: &Self::User) -> Option<(i64, i64)>;
     fn waiting_max(&self) -> Option<i64>;
+    /// The highest number in `min..=max`, if any.
+    fn waiting_max_in(&self, min: i64, max: i64) -> Option<i64>;
     /// Visits members numbered `min..=max`, lowest first, while `f` returns true.
     fn waiting_scan<F: FnMut(Self::User, i64) -> bool>(&self, min: i64, max: i64, f: F);
     fn waiting_add(&mut self, user: &Self::User, seq: i64);
@@ -137,8 +149,9 @@ pub trait Store {
     fn close_session(&mut self, user: &Self::User);
 
     // The pre-queue and the opening (`super::opening`): small keys, read and written
-    // only while an opening is scheduled or by QUEUE.OPENING. A key of another type
-    // reads as empty.
+    // only while an opening is scheduled or by QUEUE.OPENING; and the claims made with
+    // a holder (`super::claim_held`). A key of another type reads as empty, and a
+    // store writes nothing into it.
     fn aux_hget(&self, key: Aux, field: &[u8]) -> Option<Vec<u8>>;
     fn aux_hset(&mut self, key: Aux, field: &[u8], value: &[u8]);
     /// Whether the field was there.
@@ -182,6 +195,10 @@ pub enum Aux {
     Opening,
     /// list: idHashes in placed order (only through `proof_*`).
     Proof,
+    /// hash: the claims made with a holder whose session is live (`keys::CLAIMED`).
+    Claimed,
+    /// hash: the access codes (`keys::CODES`).
+    Codes,
 }
 
 impl Aux {
@@ -190,6 +207,8 @@ impl Aux {
             Aux::Pre => keys::PRE,
             Aux::Opening => keys::OPENING,
             Aux::Proof => keys::PROOF,
+            Aux::Claimed => keys::CLAIMED,
+            Aux::Codes => keys::CODES,
         }
     }
 }
@@ -212,11 +231,14 @@ pub struct LogDraft {
     pub again: Vec<i64>,
     /// Numbers or ranks changed in a way the entry does not list.
     pub reset: bool,
+    /// Numbers of people who joined a lane ahead of others waiting (a queue with
+    /// lanes), in the order they joined.
+    pub ahead: Vec<i64>,
 }
 
 impl LogDraft {
     pub fn is_empty(&self) -> bool {
-        self.head.is_none() && self.left.is_empty() && !self.reset
+        self.head.is_none() && self.left.is_empty() && !self.reset && self.ahead.is_empty()
     }
 
     /// The waiting user numbered `seq` was taken from the head (promoted, or dropped on the way).
@@ -236,6 +258,11 @@ impl LogDraft {
         if self.again.last() != Some(&seq) {
             self.again.push(seq);
         }
+    }
+
+    /// The waiting user numbered `seq` joined a lane ahead of people waiting in a later one.
+    pub(super) fn note_ahead(&mut self, seq: i64) {
+        self.ahead.push(seq);
     }
 
     /// Numbers or ranks changed in a way the entry does not list.
