@@ -3,12 +3,14 @@
 //! forget it and let the ticket in a second time.
 //!
 //! How the confirmation is asked: `WAIT` waits for the replication offset of the
-//! connection's own last write. A claim repeated by its holder (the retry after a
-//! claim that was not confirmed in time) writes nothing, so a `WAIT` after it would
-//! confirm nothing. The client therefore renews the lease it has just been given
-//! (`SESSION.HEARTBEAT Q user`, a write on the queue's primary, after the claim's) and
-//! sends `WAIT` right behind it in one pipeline on the same connection: the offset
-//! waited for covers the claim whichever connection made it, first time or repeat.
+//! connection's own last write. The claim is made on the connection `WAIT` then runs
+//! on. A claim repeated by its holder (the retry after a claim that was not confirmed
+//! in time) writes nothing, so a `WAIT` after it alone would confirm nothing (or only
+//! an older write of that connection). The client therefore also renews the lease it
+//! has just been given (`SESSION.HEARTBEAT Q user`, a write on the queue's primary,
+//! after the claim's) and sends `WAIT` right behind it in one pipeline on the same
+//! connection: the offset waited for covers the claim whichever connection made it,
+//! first time or repeat.
 //!
 //! `WAIT` blocks its connection until it answers, so it never runs on the shared
 //! connection (every other call would queue behind a replica that does not answer):
@@ -16,7 +18,7 @@
 //! demand to the same store with the same settings.
 
 use crate::conn::{Conn, Refusals};
-use crate::{ClientError, ConnectOptions, Target};
+use crate::{Claim, ClientError, ConnectOptions, Target};
 use redis::Value;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -149,11 +151,21 @@ impl Waiters {
         }
     }
 
-    /// Renews `user`'s lease on `queue` and waits, on one connection, until the
-    /// setting is confirmed: Ok, [`ClientError::NotDurable`] when it was not in time
-    /// (or the lease was gone, so there was nothing to confirm), or why the store
-    /// could not be asked.
-    pub(crate) async fn confirm(&self, heartbeat: redis::Cmd, queue: &str) -> Result<(), ClientError> {
+    /// Makes the claim `claim` on a connection of its own, then renews the claimed
+    /// session (`heartbeat` of the claim's user) and waits on that same connection
+    /// until the setting is confirmed: the claim, [`ClientError::NotDurable`] when it
+    /// was not confirmed in time (or the session was gone, so there was nothing to
+    /// confirm), or the claim's refusal, or why the store could not be asked.
+    ///
+    /// The claim goes on the waiting connection too so that its own write (a first
+    /// claim) counts for `WAIT` even when the renewal writes nothing new (a renewal in
+    /// the same millisecond as the claim gives the lease the deadline it has).
+    pub(crate) async fn claim(
+        &self,
+        claim: &redis::Cmd,
+        queue: &str,
+        heartbeat: impl Fn(&str) -> redis::Cmd,
+    ) -> Result<Claim, ClientError> {
         let d = self.durability;
         let _permit = tokio::time::timeout(self.options.response_timeout, self.permits.acquire())
             .await
@@ -164,17 +176,28 @@ impl Waiters {
             Some(c) => c,
             None => Conn::open_sharing(&self.target, &self.options, self.refusals.clone()).await?,
         };
+        let claimed = crate::in_command_span("TICKET.CLAIM", queue, async { Ok(conn.send(claim).await?) }).await;
+        let claimed = match claimed {
+            Ok(v) => Claim::from_value(v),
+            Err(e) => Err(e),
+        };
+        let claim = match claimed {
+            Ok(c) => c,
+            Err(e) => {
+                // A refusal leaves the connection as good as it was; anything else
+                // may have broken it: not reused.
+                if matches!(e, ClientError::Refused(_) | ClientError::InvalidArgument(_)) {
+                    self.idle.lock().unwrap().push(conn);
+                }
+                return Err(e);
+            }
+        };
         let mut pipe = redis::pipe();
-        pipe.add_command(heartbeat).add_command(d.wait_command());
+        pipe.add_command(heartbeat(&claim.user_id)).add_command(d.wait_command());
         let replies = crate::in_command_span(if d.aof { "WAITAOF" } else { "WAIT" }, queue, async {
             Ok(conn.send_pipeline(&pipe, 2, d.timeout).await?)
         })
-        .await;
-        let replies = match replies {
-            Ok(r) => r,
-            // The connection may be broken: not reused.
-            Err(e) => return Err(e),
-        };
+        .await?;
         self.idle.lock().unwrap().push(conn);
         let mut replies = replies.into_iter();
         let (Some(renewed), Some(waited)) = (replies.next(), replies.next()) else {
@@ -193,7 +216,7 @@ impl Waiters {
         }
         match waited {
             Value::ServerError(e) => Err(redis::RedisError::from(e).into()),
-            v => d.confirmed(&v),
+            v => d.confirmed(&v).map(|()| claim),
         }
     }
 }

@@ -123,6 +123,9 @@ pub(crate) fn is_missing_command(e: &RedisError) -> bool {
     detail.starts_with("unknown command") || detail.starts_with("function not found")
 }
 
+/// How an [`ClientError::Unavailable`] for missing queue commands begins.
+pub(crate) const NOT_INSTALLED: &str = "the queue commands are not installed";
+
 /// Error codes about the server's state or the deployment (loading, failing over,
 /// out of memory, no permission) rather than the call's arguments.
 const UNAVAILABLE_CODES: &[&str] = &[
@@ -154,7 +157,7 @@ impl From<RedisError> for ClientError {
             _ => {}
         }
         if is_missing_command(&e) {
-            return ClientError::Unavailable(format!("the queue commands are not installed: {}", server_text(&e)));
+            return ClientError::Unavailable(format!("{NOT_INSTALLED}: {}", server_text(&e)));
         }
         if is_deployment_error(&e) {
             return ClientError::Unavailable(server_text(&e));

@@ -58,7 +58,7 @@ pub use target::{redact, Target, TlsFiles};
 pub use types::{Claim, LinePage, Opening, PromoteReport, QueueConfig, QueueInfo, Standing, Status};
 
 use conn::Conn;
-use error::is_missing_command;
+use error::{is_missing_command, NOT_INSTALLED};
 use redis::{Cmd, Value};
 use std::future::Future;
 use std::sync::Arc;
@@ -421,21 +421,33 @@ impl QueueClient {
     ///
     /// With a [`Durability`] set ([`QueueClient::with_durability`]) the claim is
     /// acknowledged only once that many replicas hold it (`WAIT`, or `WAITAOF` for
-    /// the append-only file): the client renews the lease it was just given
-    /// (`SESSION.HEARTBEAT Q user`, so that the wait covers a repeated claim too,
-    /// which writes nothing) and sends `WAIT` right behind it on a connection of its
-    /// own. When they do not confirm in time the answer is
+    /// the append-only file): the claim is made on a connection of its own, then
+    /// the client renews the lease it was just given (`SESSION.HEARTBEAT Q user`, so
+    /// that the wait covers a repeated claim too, which writes nothing) and sends
+    /// `WAIT` right behind it on that connection. When they do not confirm in time the answer is
     /// [`ClientError::NotDurable`]: the claim stands on the primary; do not let the
     /// user in, and retry with the same holder (which gets the same claim and waits
     /// again). Other failures are those of [`QueueClient::claim`], plus
     /// [`ClientError::InvalidArgument`] for a bad holder.
     pub async fn claim_as(&self, queue: &str, ticket_id: &str, holder: &str) -> Result<Claim, ClientError> {
-        let claim = Claim::from_value(self.run(Op::Claim, queue, &[ticket_id, "HOLDER", holder]).await?)?;
-        if let Some(waiters) = &self.waiters {
-            let heartbeat = self.build(Op::Heartbeat, queue, &[&claim.user_id]);
-            waiters.confirm(heartbeat, queue).await?;
+        let args = [ticket_id, "HOLDER", holder];
+        let Some(waiters) = &self.waiters else {
+            return Claim::from_value(self.run(Op::Claim, queue, &args).await?);
+        };
+        let claim = self.build(Op::Claim, queue, &args);
+        let heartbeat = |user: &str| self.build(Op::Heartbeat, queue, &[user]);
+        match waiters.claim(&claim, queue, heartbeat).await {
+            // A server that lost the library: installed again, and the claim (which
+            // never ran) made once more.
+            Err(ClientError::Unavailable(why)) if self.backend == Backend::Lua && why.starts_with(NOT_INSTALLED) => {
+                {
+                    let _one_at_a_time = self.reinstall.lock().await;
+                    backend::ensure_library(&self.conn).await?;
+                }
+                waiters.claim(&claim, queue, heartbeat).await
+            }
+            r => r,
         }
-        Ok(claim)
     }
 
     /// `SESSION.HEARTBEAT`: extends the users' leases; false where no lease is live
