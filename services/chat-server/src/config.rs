@@ -17,6 +17,10 @@ pub struct Config {
     /// --trust-proxy, --client-ip-header (docs/security.md, "The client's address").
     #[command(flatten)]
     pub proxy: service_kit::ProxyFlags,
+    /// Durable claims: --durable-replicas, --durable-timeout-ms, --durable-aof
+    /// (README, "Durable claims").
+    #[command(flatten)]
+    pub durable: service_kit::flags::DurableFlags,
     /// The queue (room) of a connection whose URL names none; its health signal is
     /// published even while nobody is connected.
     #[arg(long, env = "QUEUE", default_value = "default", value_parser = parse_queue)]

@@ -21,6 +21,8 @@ pub enum HandshakeError {
     BadQueue,
     /// 401: no ticketId.
     MissingTicket,
+    /// 400: the holder is not 1-64 characters from the ticket id's.
+    BadHolder,
     /// 401: the ticket was never issued, is already used or was withdrawn.
     UnknownTicket,
     /// 401: the ticket outlived the queue's ticket_ttl.
@@ -31,6 +33,9 @@ pub enum HandshakeError {
     Full,
     /// 503: Valkey cannot be reached.
     Unavailable,
+    /// 503: durable claims, and the replicas did not confirm this claim in time; the
+    /// same ticket and holder again get in (Retry-After).
+    NotDurable,
     /// 503: this instance is shutting down.
     ShuttingDown,
     /// This instance holds its most sessions (`--max-sessions`): the upgrade is taken
@@ -51,7 +56,10 @@ impl HandshakeError {
     pub fn status(self) -> StatusCode {
         match self {
             HandshakeError::NotWebSocket => StatusCode::UPGRADE_REQUIRED,
-            HandshakeError::BadUpgrade | HandshakeError::BadQuery | HandshakeError::BadQueue => StatusCode::BAD_REQUEST,
+            HandshakeError::BadUpgrade
+            | HandshakeError::BadQuery
+            | HandshakeError::BadQueue
+            | HandshakeError::BadHolder => StatusCode::BAD_REQUEST,
             HandshakeError::MissingTicket | HandshakeError::UnknownTicket | HandshakeError::ExpiredTicket => {
                 StatusCode::UNAUTHORIZED
             }
@@ -59,6 +67,7 @@ impl HandshakeError {
             HandshakeError::TooManyTicketFailures => StatusCode::TOO_MANY_REQUESTS,
             HandshakeError::Full
             | HandshakeError::Unavailable
+            | HandshakeError::NotDurable
             | HandshakeError::ShuttingDown
             | HandshakeError::TooManySessions
             | HandshakeError::TooManyFromAddress => StatusCode::SERVICE_UNAVAILABLE,
@@ -73,11 +82,13 @@ impl HandshakeError {
             HandshakeError::BadQuery => "bad_query",
             HandshakeError::BadQueue => "bad_queue",
             HandshakeError::MissingTicket => "missing_ticket",
+            HandshakeError::BadHolder => "bad_holder",
             HandshakeError::UnknownTicket => "invalid_ticket",
             HandshakeError::ExpiredTicket => "expired_ticket",
             HandshakeError::AlreadyConnected => "already_connected",
             HandshakeError::Full => "full",
             HandshakeError::Unavailable => "unavailable",
+            HandshakeError::NotDurable => "not_durable",
             HandshakeError::ShuttingDown => "shutting_down",
             HandshakeError::TooManySessions => "too_many_sessions",
             HandshakeError::TooManyFromAddress => "too_many_from_address",
@@ -92,11 +103,15 @@ impl HandshakeError {
             HandshakeError::BadQuery => "the query string cannot be read: give ticketId and queue once each",
             HandshakeError::BadQueue => "invalid queue name: 1-64 characters from A-Z a-z 0-9 . _ : - are allowed",
             HandshakeError::MissingTicket => "the ticketId query parameter is required",
+            HandshakeError::BadHolder => "invalid holder: 1-64 characters from A-Z a-z 0-9 . _ : - @ are allowed",
             HandshakeError::UnknownTicket => "unknown or already used ticket",
             HandshakeError::ExpiredTicket => "the ticket has expired; join the queue again",
             HandshakeError::AlreadyConnected => "this user is already connected",
             HandshakeError::Full => "the room is full; try again shortly (the ticket stays valid)",
             HandshakeError::Unavailable => "the queue store is unreachable; try again shortly",
+            HandshakeError::NotDurable => {
+                "your admission is being saved; try again with the same ticketId and holder after Retry-After seconds"
+            }
             HandshakeError::ShuttingDown => "this server is shutting down; try again",
             HandshakeError::TooManySessions => "this server holds its most sessions; try again later",
             HandshakeError::TooManyFromAddress => "this address holds its most sessions; try again later",
@@ -128,7 +143,7 @@ impl IntoResponse for HandshakeError {
             HandshakeError::TooManySessions | HandshakeError::TooManyFromAddress => {
                 headers.insert(header::RETRY_AFTER, HeaderValue::from(LIMIT_RETRY_AFTER));
             }
-            HandshakeError::Unavailable | HandshakeError::ShuttingDown => {
+            HandshakeError::Unavailable | HandshakeError::ShuttingDown | HandshakeError::NotDurable => {
                 headers.insert(header::RETRY_AFTER, HeaderValue::from_static("1"));
             }
             _ => {}
@@ -144,6 +159,7 @@ impl From<ClientError> for HandshakeError {
             ClientError::Refused(QueueError::TicketExpired) => HandshakeError::ExpiredTicket,
             ClientError::Refused(QueueError::AlreadyInside) => HandshakeError::AlreadyConnected,
             ClientError::Refused(QueueError::HardCap) => HandshakeError::Full,
+            ClientError::NotDurable(_) => HandshakeError::NotDurable,
             // Names are checked before the claim; what the server still refuses is a
             // ticket id it does not know.
             ClientError::InvalidArgument(_) => HandshakeError::UnknownTicket,

@@ -1,7 +1,15 @@
-//! `GET /gameserver?ticketId=&queue=&presence=1`: the ticket is claimed before the upgrade, so
+//! `GET /gameserver?ticketId=&queue=&presence=1&holder=`: the ticket is claimed before the upgrade, so
 //! a refusal is an ordinary HTTP response the client can see (seed 000: 401 for a
 //! missing, unknown, expired or used ticket, 409 for a user already connected, 503
 //! when the room is full or Valkey is unreachable).
+//!
+//! Durable claims (`--durable-replicas`): the claim is acknowledged once the replicas
+//! hold it. A client that names itself with the optional `holder` parameter (a random
+//! value it keeps for this ticket) gets 503 `not_durable` with Retry-After when they
+//! do not confirm in time, and its retry with the same ticket and holder gets in; a
+//! client without `holder` (seed 000's) is claimed under a holder only this server
+//! knows and let in even then, as before durable claims (counted by
+//! `chatserver_claims_not_durable_total`). Without durable claims `holder` is ignored.
 //!
 //! The upgrade is done here rather than with axum's WebSocket extractor to reach
 //! tungstenite's raw frames: a large frame (the presence snapshot of a big room) is
@@ -44,6 +52,9 @@ pub struct Params {
     queue: Option<String>,
     /// `presence=1` (or `true`): also send the presence frames and ERROR notices.
     presence: Option<String>,
+    /// Optional: who claims (1-64 characters from the ticket id's), for durable
+    /// claims: the retry of a claim not confirmed in time must name the same holder.
+    holder: Option<String>,
 }
 
 pub async fn gameserver(
@@ -116,6 +127,11 @@ async fn accept(
         e
     };
     queue_core::keys::check_ticket(ticket.as_bytes()).map_err(|_| guessed(HandshakeError::UnknownTicket))?;
+    let holder = match params.holder.filter(|h| !h.is_empty()) {
+        Some(h) if queue_core::keys::check_ticket(h.as_bytes()).is_ok() => Some(h),
+        Some(_) => return Err(HandshakeError::BadHolder),
+        None => None,
+    };
     // The limits come before the claim: a refused client keeps its ticket.
     let permit = match state.limits.acquire(ip) {
         Ok(permit) => permit,
@@ -128,7 +144,9 @@ async fn accept(
         }
     };
     let client = state.store.client().await.ok_or(HandshakeError::Unavailable)?;
-    let claim = claim_detached(client.clone(), queue.clone(), ticket).await.map_err(|e| guessed(e.into()))?;
+    let claim = claim_detached(state.clone(), client.clone(), queue.clone(), ticket, holder)
+        .await
+        .map_err(|e| guessed(e.into()))?;
     warn_if_lease_is_short(state, &queue, &claim);
     let lease = LeaseGuard::new(client, &queue, &claim.user_id);
     let tracked = state.sessions.enter();
@@ -200,15 +218,63 @@ fn refuse_with_1013(
     Ok(switching(key))
 }
 
+/// A holder only this server knows, for a durable claim by a client that names none.
+fn server_holder() -> String {
+    uuid::Uuid::new_v4().simple().to_string()
+}
+
+/// The claim: as before without durable claims; with them, by the client's holder
+/// (NotDurable when the replicas do not confirm in time), or for a client that names
+/// none by a holder of this server's, let in even when not confirmed in time (its
+/// retry could not get the ticket again).
+async fn claim(
+    state: &AppState,
+    client: &QueueClient,
+    queue: &str,
+    ticket: &str,
+    holder: Option<String>,
+) -> Result<Claim, ClientError> {
+    if !client.durability().is_on() {
+        return client.claim(queue, ticket).await;
+    }
+    if let Some(h) = holder {
+        let claimed = client.claim_as(queue, ticket, &h).await;
+        if matches!(claimed, Err(ClientError::NotDurable(_))) {
+            state.metrics.not_durable.increment(1);
+        }
+        return claimed;
+    }
+    let h = server_holder();
+    match client.claim_as(queue, ticket, &h).await {
+        Err(ClientError::NotDurable(why)) => {
+            state.metrics.not_durable.increment(1);
+            tracing::warn!(
+                queue,
+                why,
+                "claim not confirmed by the replicas in time; admitted (the client names no holder)"
+            );
+            // The same holder gets the same claim again, without waiting.
+            client.clone().with_durability(queue_client::Durability::OFF)?.claim_as(queue, ticket, &h).await
+        }
+        other => other,
+    }
+}
+
 /// TICKET.CLAIM in a task of its own: if the client hangs up while the claim is on
 /// its way, the claim still completes and its session is ended at once instead of
 /// holding a slot until the lease runs out.
-async fn claim_detached(client: QueueClient, queue: String, ticket: String) -> Result<Claim, ClientError> {
+async fn claim_detached(
+    state: Arc<AppState>,
+    client: QueueClient,
+    queue: String,
+    ticket: String,
+    holder: Option<String>,
+) -> Result<Claim, ClientError> {
     let (tx, rx) = oneshot::channel();
     tokio::spawn(
         // The claim belongs to the handshake's trace (or to none, like it).
         queue_client::tracing_as_now(async move {
-            let claimed = client.claim(&queue, &ticket).await;
+            let claimed = claim(&state, &client, &queue, &ticket, holder).await;
             if let Err(Ok(claim)) = tx.send(claimed) {
                 tracing::debug!(queue, user = claim.user_id, "client left during the claim; ending its session");
                 let _ = client.end_session(&queue, &claim.user_id).await;

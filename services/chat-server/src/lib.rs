@@ -176,7 +176,7 @@ pub async fn serve(
     let instance_id = config.instance_id.clone().filter(|s| !s.is_empty()).unwrap_or_else(random_instance_id);
     let (stop_tx, stop_rx) = watch::channel(false);
     let state = Arc::new(AppState {
-        store: queue_client::LazyClient::connect_target(config.common.target()),
+        store: queue_client::LazyClient::connect_durable(config.common.target(), config.durable.durability()),
         instance_id,
         rooms: Arc::new(room::Rooms::default()),
         metrics: Arc::new(metrics::Metrics::default()),

@@ -11,17 +11,19 @@ const SIZE_BUCKETS: [f64; 10] = [32.0, 64.0, 128.0, 256.0, 512.0, 1024.0, 2048.0
 const MESSAGE_SIZE: &str = "chatserver_message_size_bytes";
 
 /// Handshake refusals by reason (the `error` code of the refusal).
-const REFUSALS: [HandshakeError; 14] = [
+const REFUSALS: [HandshakeError; 16] = [
     HandshakeError::NotWebSocket,
     HandshakeError::BadUpgrade,
     HandshakeError::BadQuery,
     HandshakeError::BadQueue,
     HandshakeError::MissingTicket,
+    HandshakeError::BadHolder,
     HandshakeError::UnknownTicket,
     HandshakeError::ExpiredTicket,
     HandshakeError::AlreadyConnected,
     HandshakeError::Full,
     HandshakeError::Unavailable,
+    HandshakeError::NotDurable,
     HandshakeError::ShuttingDown,
     HandshakeError::TooManySessions,
     HandshakeError::TooManyFromAddress,
@@ -48,6 +50,8 @@ pub struct Metrics {
     /// Frames a slow client missed (its room feed overflowed).
     pub lagged: Counter,
     auth_failures: Counter,
+    /// Durable claims the replicas did not confirm in time.
+    pub not_durable: Counter,
     refused: [Counter; REFUSALS.len()],
     message_size: Histogram,
 }
@@ -71,6 +75,11 @@ impl Default for Metrics {
             oversized: r.counter("chatserver_oversized_frames_total", "Connections closed for a frame too large."),
             leases_lost: r.counter("chatserver_leases_lost_total", "Sessions closed because their lease was gone."),
             lagged: r.counter("chatserver_lagged_frames_total", "Frames slow clients missed."),
+            not_durable: r.counter(
+                "chatserver_claims_not_durable_total",
+                "Durable claims the replicas did not confirm in time (503 not_durable with a holder; \
+                 admitted anyway without one).",
+            ),
             auth_failures: r.counter("chatserver_auth_failures_total", "Handshakes refused for the ticket (401, 409)."),
             refused: REFUSALS.map(|e| {
                 r.counter_with(

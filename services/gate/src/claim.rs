@@ -27,6 +27,57 @@ use std::sync::Arc;
 /// Seconds a client is told to wait before trying again while Valkey is away.
 pub const RETRY_AFTER_S: u32 = 2;
 
+/// Seconds a browser waits before retrying a claim its replicas did not confirm in
+/// time (durable claims).
+pub const NOT_DURABLE_RETRY_AFTER_S: u32 = 1;
+
+/// How long the holder cookie lives: long enough for the retries of one claim.
+pub const HOLDER_MAX_AGE_S: u64 = 600;
+
+/// The cookie that names this browser as the holder of its claims (durable claims:
+/// the retry of a claim not confirmed in time must come from the same holder), next
+/// to the admission cookie: `<cookie-name>_holder`.
+pub fn holder_cookie_name(cookie_name: &str) -> String {
+    format!("{cookie_name}_holder")
+}
+
+/// The holder the request's cookie names, when it is one the queue accepts.
+fn holder_of(headers: &HeaderMap, cookie_name: &str) -> Option<String> {
+    crate::cookie::cookie(headers, &holder_cookie_name(cookie_name))
+        .filter(|h| h.len() <= 64 && queue_core::keys::check_ticket(h.as_bytes()).is_ok())
+        .map(str::to_string)
+}
+
+/// Set-Cookie for the holder: only /gate/ reads it, never a script.
+fn holder_cookie(cookie_name: &str, holder: &str, secure: bool) -> HeaderValue {
+    let mut c = format!(
+        "{}={holder}; Max-Age={HOLDER_MAX_AGE_S}; Path=/gate/; HttpOnly; SameSite=Lax",
+        holder_cookie_name(cookie_name)
+    );
+    if secure {
+        c.push_str("; Secure");
+    }
+    HeaderValue::from_str(&c).expect("cookie of name characters")
+}
+
+/// The answer to a durable claim the replicas did not confirm in time: 503 with
+/// Retry-After; browsers get a page that retries by itself (the holder cookie makes
+/// the retry the same holder, which gets the same admission).
+fn not_durable(headers: &HeaderMap, retry: &str) -> Response {
+    let message = "Your admission is being saved; this page tries again in a moment.";
+    let mut resp = if wants_html(headers) {
+        let mut r = answer::error_with_link(StatusCode::SERVICE_UNAVAILABLE, message, retry, "Try again now");
+        r.headers_mut()
+            .insert(header::REFRESH, HeaderValue::from_str(&format!("{NOT_DURABLE_RETRY_AFTER_S}")).expect("digits"));
+        r
+    } else {
+        answer::error(StatusCode::SERVICE_UNAVAILABLE, "not_durable", message, headers)
+    };
+    resp.headers_mut().insert(header::RETRY_AFTER, HeaderValue::from(NOT_DURABLE_RETRY_AFTER_S));
+    answer::no_store(&mut resp);
+    resp
+}
+
 #[derive(Deserialize)]
 pub struct ClaimQuery {
     queue: Option<String>,
@@ -154,7 +205,21 @@ pub async fn claim(
         gate.health.down(now_ms(), &"not connected yet");
         return unavailable(&headers, "Your ticket is kept.");
     };
-    let claimed = client.claim(queue, ticket).await;
+    // Durable claims: claimed by this browser's holder (kept in a cookie), so that the
+    // retry of a claim not confirmed in time gets the same admission, and nobody else
+    // holding the ticket id does.
+    let durable = client.durability().is_on();
+    let holder = durable.then(|| holder_of(&headers, &gate.config.cookie_name).unwrap_or_else(new_session_id));
+    let claimed = match &holder {
+        Some(h) => client.claim_as(queue, ticket, h).await,
+        None => client.claim(queue, ticket).await,
+    };
+    let keep_holder = |mut resp: Response| {
+        if let Some(h) = &holder {
+            resp.headers_mut().append(header::SET_COOKIE, holder_cookie(&gate.config.cookie_name, h, origin.https));
+        }
+        resp
+    };
     let now = now_ms();
     let refusal = |status: StatusCode, code: &'static str, message: &str| {
         gate.metrics.claim(code);
@@ -199,11 +264,17 @@ pub async fn claim(
             resp.headers_mut().insert(header::RETRY_AFTER, HeaderValue::from(RETRY_AFTER_S));
             return resp;
         }
+        Err(ClientError::NotDurable(why)) => {
+            gate.metrics.claim("not_durable");
+            tracing::warn!(queue, why, "claim not confirmed by the replicas in time; the browser retries");
+            let retry = format!("claim?{}", uri.query().unwrap_or(""));
+            return keep_holder(not_durable(&headers, &retry));
+        }
         Err(e) if e.is_unavailable() => {
             gate.metrics.claim("unavailable");
             gate.health.down(now, &e);
             tracing::warn!(queue, error = %e, "claim refused: Valkey unreachable");
-            return unavailable(&headers, "Your ticket is kept.");
+            return keep_holder(unavailable(&headers, "Your ticket is kept."));
         }
         Err(e) => {
             tracing::warn!(queue, error = %e, "claim failed");

@@ -118,6 +118,10 @@ pub struct Flags {
     /// caller is.
     #[command(flatten)]
     pub proxy: service_kit::ProxyFlags,
+    /// Durable claims: --durable-replicas, --durable-timeout-ms, --durable-aof
+    /// (docs/gate.md, "Durable claims").
+    #[command(flatten)]
+    pub durable: service_kit::flags::DurableFlags,
     /// Where /gate/auth reads the original request: nginx (X-Original-URI), forwarded
     /// (X-Forwarded-Uri, Traefik and Caddy), envoy (the path after /gate/auth), or auto
     /// (whichever one is present; a request carrying more than one is refused with 403,
@@ -172,6 +176,9 @@ pub struct Config {
     pub renew_redirect: bool,
     /// Proxy mode: plain requests on the fast path (`--fast-path`, on by default).
     pub fast_path: bool,
+    /// How durable a claim must be before the gate admits (`--durable-replicas`,
+    /// `--durable-timeout-ms`, `--durable-aof`; off by default).
+    pub durability: queue_client::Durability,
 }
 
 impl Config {
@@ -196,6 +203,7 @@ impl Config {
             auth_convention: AuthConvention::Auto,
             renew_redirect: false,
             fast_path: true,
+            durability: queue_client::Durability::OFF,
         }
     }
 }
@@ -305,6 +313,7 @@ impl service_kit::Flags for Flags {
             auth_convention: self.auth_convention,
             renew_redirect: self.renew_redirect,
             fast_path: self.fast_path,
+            durability: self.durable.durability(),
         })
     }
 }

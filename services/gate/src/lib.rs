@@ -94,7 +94,7 @@ impl Gate {
         }
         let (ends, ended) = mpsc::unbounded_channel();
         let gate = Gate {
-            store: LazyClient::connect_target(config.target.clone()),
+            store: LazyClient::connect_durable(config.target.clone(), config.durability),
             table: sessions::Table::default(),
             health: health::StoreHealth::new(config.fail_open, now_ms()),
             metrics: metrics::Metrics::new(),
