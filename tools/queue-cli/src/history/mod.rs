@@ -184,7 +184,6 @@ pub async fn run(a: RunArgs) -> Result<(), String> {
     validate(&a)?;
     let backend = if a.backend == "lua" { Backend::Lua } else { Backend::Module };
     let file = std::fs::File::create(&a.out).map_err(|e| format!("{}: {e}", a.out.display()))?;
-    let rec = Arc::new(Recorder::new(Box::new(std::io::BufWriter::new(file))));
     let (setup, seeds) = if a.seeds.is_empty() {
         let fault = a.fault;
         let setup = tokio::task::spawn_blocking(move || Setup::start(fault, backend)).await.map_err(|e| e.to_string())??;
@@ -193,6 +192,8 @@ pub async fn run(a: RunArgs) -> Result<(), String> {
     } else {
         (None, a.seeds.clone())
     };
+    // Times count from here: the cluster is up.
+    let rec = Arc::new(Recorder::new(Box::new(std::io::BufWriter::new(file))));
     let options = ConnectOptions {
         response_timeout: Duration::from_millis(a.response_timeout_ms),
         connection_timeout: Duration::from_millis(a.response_timeout_ms.min(1000)),
