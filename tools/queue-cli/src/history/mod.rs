@@ -209,6 +209,11 @@ pub async fn run(a: RunArgs) -> Result<(), String> {
         ("abandon_after", a.abandon_after_ms as i64),
     ];
     client.config_set(&a.queue, &settings).await.map_err(|e| format!("QUEUE.CONFIG: {e}"))?;
+    let claimer = if a.durable {
+        Claimer::durable(&seeds, client.backend(), Duration::from_millis(a.response_timeout_ms)).await?
+    } else {
+        Claimer::Plain
+    };
     rec.meta(Meta {
         queue: a.queue.clone(),
         backend: a.backend.clone(),
@@ -224,7 +229,7 @@ pub async fn run(a: RunArgs) -> Result<(), String> {
     });
     let ctx = Arc::new(Ctx {
         client,
-        claimer: if a.durable { Claimer::Durable } else { Claimer::Plain },
+        claimer,
         rec: rec.clone(),
         queue: a.queue.clone(),
         stop: Default::default(),

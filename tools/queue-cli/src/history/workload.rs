@@ -3,8 +3,8 @@
 //! Each user, over and over until the run stops: enters, polls its standing every
 //! ~200 ms (sometimes leaving the line instead), and once promoted claims its ticket
 //! with a holder of its own (retrying an unknown claim with the same holder; a
-//! quarter of the time a second tab claims the same ticket with another holder, which
-//! must be refused), heartbeats for a second or two, ends its session and comes
+//! quarter of the time a second tab claims the same ticket with another holder, at
+//! once or up to 4 s later, which must be refused), heartbeats for a second or two, ends its session and comes
 //! back. A promoter runs QUEUE.PROMOTE every 100 ms, as queue-manager would. At the
 //! end every user's standing is read once more (the final read).
 
@@ -185,7 +185,10 @@ pub async fn user(ctx: Arc<Ctx>, index: usize, seed: u64) {
         if rng.random_bool(ctx.second_tab_share) {
             let (ctx2, user2, ticket2) = (ctx.clone(), user.clone(), ticket.clone());
             let tab = format!("{user}/b");
+            // Sometimes at once, sometimes after a failover could have lost the first claim.
+            let after = Duration::from_millis(rng.random_range(0..4000));
             tokio::spawn(async move {
+                tokio::time::sleep(after).await;
                 claim(&ctx2, &tab, &user2, &format!("{holder}/b"), &ticket2).await;
             });
         }
