@@ -29,8 +29,8 @@ FAULTS=${FAULTS:-kill stop partition restart migrate}
 BACKENDS=${BACKENDS:-module lua}; DURABLE=${DURABLE:-off on}
 USERS=${USERS:-60}; DURATION=${DURATION:-30}; FAULT_AT=${FAULT_AT:-8}; SEED=${SEED:-1}
 command -v valkey-server >/dev/null || { echo "valkey-server not found: bash scripts/install-deps.sh" >&2; exit 2; }
-# The same build as scripts/test.sh (nothing to do when it ran).
-(cd "$root" && cargo build --release --workspace --all-targets)
+# The recorder and the module (nothing to do after scripts/test.sh's build).
+(cd "$root" && cargo build --release -p queue-cli -p valkey-queue)
 cli="$root/target/release/queue-cli"
 mkdir -p "$out"
 netns_ok=1

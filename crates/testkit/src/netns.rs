@@ -105,12 +105,21 @@ impl Network {
 
     /// A cluster of `primaries` primaries with `replicas` replicas each, node `i` in
     /// namespace `i` (this network needs that many), as [`Cluster::start_on`] forms it.
-    pub fn cluster(&self, binary: &str, backend: Backend, primaries: usize, replicas: usize, extra: &[&str]) -> Cluster {
+    pub fn cluster(
+        &self,
+        binary: &str,
+        backend: Backend,
+        primaries: usize,
+        replicas: usize,
+        extra: &[&str],
+    ) -> Cluster {
         let total = primaries * (1 + replicas);
         assert!(self.nodes.len() >= total, "{total} nodes need as many namespaces");
         let nodes: Vec<ValkeyServer> = self.nodes[..total]
             .iter()
-            .map(|(ns, addr)| node_builder(ValkeyServer::builder(backend).binary(binary).in_netns(ns, addr), extra).start())
+            .map(|(ns, addr)| {
+                node_builder(ValkeyServer::builder(backend).binary(binary).in_netns(ns, addr), extra).start()
+            })
             .collect();
         Cluster::form(nodes, primaries, replicas)
     }

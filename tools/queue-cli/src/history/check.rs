@@ -33,7 +33,8 @@ pub enum Rule {
 }
 
 impl Rule {
-    pub const ALL: [Rule; 5] = [Rule::DoubleAdmission, Rule::LostEntry, Rule::Overtaken, Rule::OverCap, Rule::StaleTicket];
+    pub const ALL: [Rule; 5] =
+        [Rule::DoubleAdmission, Rule::LostEntry, Rule::Overtaken, Rule::OverCap, Rule::StaleTicket];
 
     pub fn name(self) -> &'static str {
         match self {
@@ -136,7 +137,8 @@ pub fn calls(records: &[Record]) -> Result<(Meta, Vec<Call>), String> {
                 });
             }
             Record::Ok(op) | Record::Fail(op) | Record::Unknown(op) => {
-                let i = open.remove(&op.id).ok_or_else(|| format!("operation {} completed but never invoked", op.id))?;
+                let i =
+                    open.remove(&op.id).ok_or_else(|| format!("operation {} completed but never invoked", op.id))?;
                 let call = &mut out[i];
                 call.outcome = match r {
                     Record::Ok(_) => Outcome::Ok,
@@ -216,7 +218,11 @@ fn double_admission(calls: &[Call], v: &mut Vec<Violation>) {
                 let times: Vec<String> = claims.iter().map(|c| format!("{}@{}", c.process, ms(c.invoke))).collect();
                 v.push(Violation {
                     rule: Rule::DoubleAdmission,
-                    what: format!("ticket {ticket} admitted {} {what} {list:?} (ok claims: {})", list.len(), times.join(", ")),
+                    what: format!(
+                        "ticket {ticket} admitted {} {what} {list:?} (ok claims: {})",
+                        list.len(),
+                        times.join(", ")
+                    ),
                 });
                 break;
             }
@@ -681,9 +687,13 @@ mod tests {
         assert_eq!(rules(&h.check()), vec![Rule::StaleTicket]);
         // A repeat by the holder whose first claim may have worked in time is fine.
         let mut h = H::new();
-        h.enter(0, "a", "PROMOTED", Some("ta"))
-            .claim(100, "a", "ha", "ta", None)
-            .claim(6000, "a", "ha", "ta", Some(Outcome::Ok));
+        h.enter(0, "a", "PROMOTED", Some("ta")).claim(100, "a", "ha", "ta", None).claim(
+            6000,
+            "a",
+            "ha",
+            "ta",
+            Some(Outcome::Ok),
+        );
         assert_eq!(h.check().violations, vec![]);
         // After the session ended.
         let mut h = H::new();

@@ -7,7 +7,7 @@
 //! time"), and the claim's outcome is then unknown (it may survive or be lost with the
 //! primary).
 
-use queue_client::{Backend, ClientError, QueueClient};
+use queue_client::{Backend, ClientError};
 use redis::cluster_async::ClusterConnection;
 use redis::Value;
 use std::time::Duration;
@@ -15,13 +15,13 @@ use std::time::Duration;
 /// How long a durable claim waits for a replica.
 pub const DURABLE_WAIT: Duration = Duration::from_millis(500);
 
-/// The run's way of claiming (`--durable`).
+/// The run's way of claiming: `TICKET.CLAIM Q ticket HOLDER h` (or its function
+/// twin), followed by `WAIT 1` when durable (`--durable`).
 #[derive(Clone)]
-pub enum Claimer {
-    /// `TICKET.CLAIM` through the client, acknowledged as soon as the primary applied it.
-    Plain,
-    /// `TICKET.CLAIM` and `WAIT 1` in one pipeline to the queue's primary.
-    Durable { conn: ClusterConnection, backend: Backend },
+pub struct Claimer {
+    conn: ClusterConnection,
+    backend: Backend,
+    durable: bool,
 }
 
 /// What a claim admitted.
@@ -31,8 +31,8 @@ pub struct Admission {
 }
 
 impl Claimer {
-    /// A durable claimer over its own cluster connection to `seeds`.
-    pub async fn durable(seeds: &[String], backend: Backend, timeout: Duration) -> Result<Claimer, String> {
+    /// A claimer over its own cluster connection to `seeds`.
+    pub async fn connect(seeds: &[String], backend: Backend, durable: bool, timeout: Duration) -> Result<Claimer, String> {
         let client = redis::cluster::ClusterClient::builder(seeds.to_vec())
             .response_timeout(timeout)
             .connection_timeout(timeout)
@@ -40,22 +40,22 @@ impl Claimer {
             .build()
             .map_err(|e| e.to_string())?;
         let conn = client.get_async_connection().await.map_err(|e| format!("connect: {e}"))?;
-        Ok(Claimer::Durable { conn, backend })
+        Ok(Claimer { conn, backend, durable })
     }
 
-    pub async fn claim(&self, client: &QueueClient, queue: &str, ticket: &str, _holder: &str) -> Result<Admission, ClientError> {
-        match self {
-            Claimer::Plain => client.claim(queue, ticket).await.map(|c| Admission { user_id: c.user_id }),
-            Claimer::Durable { conn, backend } => durable_claim(conn.clone(), *backend, queue, ticket).await,
-        }
+    /// Claims `ticket` for `holder`.
+    pub async fn claim(&self, queue: &str, ticket: &str, holder: &str) -> Result<Admission, ClientError> {
+        durable_claim(self.conn.clone(), self.backend, self.durable, queue, ticket, holder).await
     }
 }
 
 async fn durable_claim(
     mut conn: ClusterConnection,
     backend: Backend,
+    durable: bool,
     queue: &str,
     ticket: &str,
+    holder: &str,
 ) -> Result<Admission, ClientError> {
     let mut claim = match backend {
         Backend::Module => redis::cmd("TICKET.CLAIM"),
@@ -65,26 +65,30 @@ async fn durable_claim(
             c
         }
     };
-    claim.arg(queue).arg(ticket);
+    claim.arg(queue).arg(ticket).arg("HOLDER").arg(holder);
     let mut pipe = redis::pipe();
-    pipe.add_command(claim).add_command({
-        let mut w = redis::cmd("WAIT");
-        w.arg(1).arg(DURABLE_WAIT.as_millis() as u64);
-        w
-    });
+    pipe.add_command(claim);
+    if durable {
+        pipe.add_command({
+            let mut w = redis::cmd("WAIT");
+            w.arg(1).arg(DURABLE_WAIT.as_millis() as u64);
+            w
+        });
+    }
     let replies: Vec<Value> = match pipe.query_async(&mut conn).await {
         Ok(v) => v,
         Err(e) => return Err(classify(&e)),
     };
-    let (Some(reply), Some(acks)) = (replies.first(), replies.get(1)) else {
-        return Err(ClientError::Protocol(format!("durable claim: {replies:?}")));
+    let Some(reply) = replies.first() else {
+        return Err(ClientError::Protocol("claim: no reply".into()));
     };
     if let Value::ServerError(e) = reply {
         return Err(refusal(e.code(), e.details().unwrap_or_default()));
     }
     let user_id = field(reply, "userId").ok_or_else(|| ClientError::Protocol(format!("claim: {reply:?}")))?;
-    match acks {
-        Value::Int(n) if *n >= 1 => Ok(Admission { user_id }),
+    match replies.get(1) {
+        None if !durable => Ok(Admission { user_id }),
+        Some(Value::Int(n)) if *n >= 1 => Ok(Admission { user_id }),
         _ => Err(ClientError::Unavailable("claim not durable in time, retry".into())),
     }
 }
@@ -120,7 +124,9 @@ fn field(v: &Value, name: &str) -> Option<String> {
     };
     match v {
         Value::Map(m) => m.iter().find(|(k, _)| text(k).as_deref() == Some(name)).and_then(|(_, v)| text(v)),
-        Value::Array(a) => a.chunks(2).find(|c| text(&c[0]).as_deref() == Some(name)).and_then(|c| c.get(1).and_then(text)),
+        Value::Array(a) => {
+            a.chunks(2).find(|c| text(&c[0]).as_deref() == Some(name)).and_then(|c| c.get(1).and_then(text))
+        }
         _ => None,
     }
 }

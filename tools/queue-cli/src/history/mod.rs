@@ -15,8 +15,8 @@ pub mod faults;
 pub mod record;
 pub mod workload;
 
-use clap::{Args, Subcommand};
 use claim::Claimer;
+use clap::{Args, Subcommand};
 use faults::{Fault, Setup};
 use queue_client::{ConnectOptions, QueueClient};
 use record::{Meta, Recorder};
@@ -110,24 +110,22 @@ pub async fn main(cmd: HistoryCommand) -> u8 {
                 2
             }
         },
-        HistoryCommand::Run(a) => {
-            match run(a.clone()).await {
-                Ok(()) => match check_file(&a.out) {
-                    Ok(report) => {
-                        print!("{}", text(&report));
-                        u8::from(!report.violations.is_empty())
-                    }
-                    Err(e) => {
-                        eprintln!("history check: {e}");
-                        2
-                    }
-                },
+        HistoryCommand::Run(a) => match run(a.clone()).await {
+            Ok(()) => match check_file(&a.out) {
+                Ok(report) => {
+                    print!("{}", text(&report));
+                    u8::from(!report.violations.is_empty())
+                }
                 Err(e) => {
-                    eprintln!("history run: {e}");
+                    eprintln!("history check: {e}");
                     2
                 }
+            },
+            Err(e) => {
+                eprintln!("history run: {e}");
+                2
             }
-        }
+        },
     }
 }
 
@@ -186,7 +184,8 @@ pub async fn run(a: RunArgs) -> Result<(), String> {
     let file = std::fs::File::create(&a.out).map_err(|e| format!("{}: {e}", a.out.display()))?;
     let (setup, seeds) = if a.seeds.is_empty() {
         let fault = a.fault;
-        let setup = tokio::task::spawn_blocking(move || Setup::start(fault, backend)).await.map_err(|e| e.to_string())??;
+        let setup =
+            tokio::task::spawn_blocking(move || Setup::start(fault, backend)).await.map_err(|e| e.to_string())??;
         let urls = setup.cluster.urls();
         (Some(setup), urls)
     } else {
@@ -209,11 +208,8 @@ pub async fn run(a: RunArgs) -> Result<(), String> {
         ("abandon_after", a.abandon_after_ms as i64),
     ];
     client.config_set(&a.queue, &settings).await.map_err(|e| format!("QUEUE.CONFIG: {e}"))?;
-    let claimer = if a.durable {
-        Claimer::durable(&seeds, client.backend(), Duration::from_millis(a.response_timeout_ms)).await?
-    } else {
-        Claimer::Plain
-    };
+    let timeout = Duration::from_millis(a.response_timeout_ms);
+    let claimer = Claimer::connect(&seeds, client.backend(), a.durable, timeout).await?;
     rec.meta(Meta {
         queue: a.queue.clone(),
         backend: a.backend.clone(),

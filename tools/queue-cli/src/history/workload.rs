@@ -46,12 +46,7 @@ pub fn outcome_of(e: &ClientError) -> Outcome {
 }
 
 fn standing_op(s: &Standing) -> Op {
-    Op {
-        status: Some(s.status.as_str().to_string()),
-        rank: Some(s.rank),
-        ticket: s.ticket_id.clone(),
-        ..Op::default()
-    }
+    Op { status: Some(s.status.as_str().to_string()), rank: Some(s.rank), ticket: s.ticket_id.clone(), ..Op::default() }
 }
 
 fn error_op(e: &ClientError) -> Op {
@@ -105,9 +100,10 @@ async fn flag_call(ctx: &Ctx, user: &str, f: F) -> Result<bool, Outcome> {
 
 /// A claim of `ticket` by `holder`, recorded; the outcome.
 async fn claim(ctx: &Ctx, process: &str, user: &str, holder: &str, ticket: &str) -> Outcome {
-    let inv = Op { holder: Some(holder.to_string()), ticket: Some(ticket.to_string()), ..base(process, user, F::Claim) };
+    let inv =
+        Op { holder: Some(holder.to_string()), ticket: Some(ticket.to_string()), ..base(process, user, F::Claim) };
     let id = ctx.rec.invoke(inv);
-    match ctx.claimer.claim(&ctx.client, &ctx.queue, ticket, holder).await {
+    match ctx.claimer.claim(&ctx.queue, ticket, holder).await {
         Ok(c) => {
             let done = Op { claim_user: Some(c.user_id.clone()), ..Op::default() };
             ctx.rec.complete(id, Outcome::Ok, done);
@@ -170,7 +166,8 @@ pub async fn user(ctx: Arc<Ctx>, index: usize, seed: u64) {
                 now = s;
             }
         };
-        let holder = format!("{user}/{life}");
+        // Holders are 1 to 64 of A-Z a-z 0-9 . _ : @ -.
+        let holder = format!("{user}:{life}");
         let mut admitted = false;
         for _ in 0..3 {
             match claim(&ctx, &user, &user, &holder, &ticket).await {
@@ -189,7 +186,7 @@ pub async fn user(ctx: Arc<Ctx>, index: usize, seed: u64) {
             let after = Duration::from_millis(rng.random_range(0..4000));
             tokio::spawn(async move {
                 tokio::time::sleep(after).await;
-                claim(&ctx2, &tab, &user2, &format!("{holder}/b"), &ticket2).await;
+                claim(&ctx2, &tab, &user2, &format!("{holder}:b"), &ticket2).await;
             });
         }
         if !admitted {
