@@ -11,7 +11,7 @@
 # restart (the replica killed and restarted from its AOF), migrate (the queue's slot
 # moved with Valkey 9's atomic slot migration).
 #
-# Writes target/jepsen/report.md (the table: per fault x backend x durable claims,
+# Writes target/jepsen/report.md (or $JEPSEN_OUT/report.md) (the table: per fault x backend x durable claims,
 # operations, acknowledged, unknown, violations by rule) and the histories beside it.
 # Exits 1 when a claim admitted two sessions with durable claims on (the rule that
 # must hold through every fault), 2 when a run could not be made.
@@ -21,7 +21,7 @@
 #   FAULTS="kill stop" BACKENDS=lua DURABLE="on" bash bench/jepsen.sh
 set -euo pipefail
 root="$(cd "$(dirname "$0")/.." && pwd)"
-out="${OUT_DIR:-$root/target/jepsen}"
+out="${JEPSEN_OUT:-$root/target/jepsen}"
 if [ -n "${REDUCED:-}" ]; then
   USERS=${USERS:-30}; DURATION=${DURATION:-10}; FAULT_AT=${FAULT_AT:-3}; DURABLE=${DURABLE:-on}
 fi

@@ -1,11 +1,12 @@
-//! How the run claims a ticket, with its holder: a plain claim (acknowledged once the
-//! primary applied it) or a durable one (acknowledged only once a replica confirmed it).
+//! How the run claims a ticket: `TICKET.CLAIM Q ticket HOLDER h` (or its function
+//! twin), idempotent for its holder (a repeat by the same holder while the session
+//! lives answers the same admission), sent over the run's own cluster connection.
 //!
-//! The durable claim sends `TICKET.CLAIM` (or its function twin) and `WAIT 1 <ms>`
-//! together to the queue's primary, on one connection, so that WAIT counts the
-//! replicas that have the claim: fewer than one in time is an error ("not durable in
-//! time"), and the claim's outcome is then unknown (it may survive or be lost with the
-//! primary).
+//! Plain: acknowledged once the primary applied it. Durable (`--durable`): the claim
+//! and `WAIT 1 <ms>` go together to the queue's primary, in one pipeline on one
+//! connection, so that WAIT counts the replicas that have the claim; fewer than one in
+//! time is an error ("not durable in time, retry") and the claim's outcome is then
+//! unknown (it may survive, or be lost with the primary).
 
 use queue_client::{Backend, ClientError};
 use redis::cluster_async::ClusterConnection;
