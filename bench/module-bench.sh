@@ -260,6 +260,32 @@ log "server pid=$SERVER_PID port=$PORT"
 side_by_side ENTER ZADD "100000000 QUEUE.ENTER bq __rand_int__ nick0001" "100000000 ZADD bz __rand_int__ __rand_int__"
 check_server "ENTER vs ZADD"
 
+# ============== 1b. ENTER with an access code, ENTER into a second lane (rps)
+# Interleaved with plain ENTER in each round, on fresh keys: queue bq (one lane), bl
+# (lanes presale,general: ENTER ... LANE general, the second lane) and bc (the same
+# lanes: ENTER ... CODE h, a code of presale with a million uses, given back before
+# each round). Nobody waits in a later lane than the one entered, so no entry
+# writes to the change log: what is measured is the lane's numbering and the code.
+py call "$PORT" FLUSHALL >/dev/null
+qconfig bl lanes presale,general
+qconfig bc lanes presale,general
+BENCH_CODE=$(printf 'c%.0s' $(seq 1 64))
+PLAIN_RPS=(); LANE_RPS=(); CODE_RPS=()
+for i in $(seq 1 "$ROUNDS"); do
+  py call "$PORT" QUEUE.CODES bc REMOVE "$BENCH_CODE" >/dev/null
+  out=$(py call "$PORT" QUEUE.CODES bc ADD presale 1000000 "$BENCH_CODE") \
+    || note_error "QUEUE.CODES ADD: $out"
+  x=$(bench_rps ENTER 100000000 QUEUE.ENTER bq __rand_int__ nick0001)
+  y=$(bench_rps "ENTER LANE" 100000000 QUEUE.ENTER bl __rand_int__ nick0001 LANE general)
+  z=$(bench_rps "ENTER CODE" 100000000 QUEUE.ENTER bc __rand_int__ nick0001 CODE "$BENCH_CODE")
+  PLAIN_RPS+=("$x"); LANE_RPS+=("$y"); CODE_RPS+=("$z")
+  log "round $i: ENTER $x rps | ENTER LANE $y rps | ENTER CODE $z rps"
+done
+PLAIN_MED=$(printf '%s\n' "${PLAIN_RPS[@]}" | grep -E '^[0-9.]+$' | median)
+LANE_MED=$(printf '%s\n' "${LANE_RPS[@]}" | grep -E '^[0-9.]+$' | median)
+CODE_MED=$(printf '%s\n' "${CODE_RPS[@]}" | grep -E '^[0-9.]+$' | median)
+check_server "ENTER with lanes and codes"
+
 # ==================================================== 2. STATUS vs ZRANK (rps)
 # Fresh keys with the same STATUS_USERS members 000000000000..; valkey-benchmark
 # -r STATUS_USERS then draws ids from exactly that range, so every lookup hits.
@@ -345,6 +371,8 @@ R3=$(ratio "$PROMOTE_US" "$ZPOPMIN_US"); V3=$(verdict "$R3" '<=' 2.0)
 R4=$(ratio "$MEM_Q" "$MEM_Z");           V4=$(verdict "$MEM_Q" '<=' 200)
 R5=$(ratio "$LINE_NS" "$ZRANK_NS");      V5=$(verdict "$LINE_NS" '<=' 200)
 R6=$(ratio "$RANKS_NS" "$ZRANK_NS")
+R7=$(ratio "$LANE_MED" "$PLAIN_MED");    V7=$(verdict "$R7" '>=' 0.8)
+R8=$(ratio "$CODE_MED" "$PLAIN_MED");    V8=$(verdict "$R8" '>=' 0.8)
 
 echo
 echo "valkey-queue module benchmark ($("$VALKEY_SERVER" --version | grep -oE 'v=[^ ]+'), backend=$BACKEND, $(nproc) cores, $(( $(date +%s) - T_START ))s)"
@@ -357,6 +385,8 @@ fmt='%-36s %14s %14s %8s %-16s %s\n'
 printf "$fmt" "measurement" "module" "bare" "ratio" "target" "result"
 printf "$fmt" "------------------------------------" "--------------" "--------------" "--------" "----------------" "------"
 printf "$fmt" "QUEUE.ENTER vs ZADD (rps, median)"      "$ENTER_MED"   "$ZADD_MED"    "$R1" "ratio >= 0.9" "$V1"
+printf "$fmt" "ENTER LANE (2nd lane) vs ENTER (rps)"   "$LANE_MED"    "$PLAIN_MED"   "$R7" "ratio >= 0.8" "$V7"
+printf "$fmt" "ENTER CODE vs ENTER (rps)"              "$CODE_MED"    "$PLAIN_MED"   "$R8" "ratio >= 0.8" "$V8"
 printf "$fmt" "QUEUE.STATUS vs ZRANK (rps, median)"    "$STATUS_MED"  "$ZRANK_MED"   "$R2" "ratio >= 0.8" "$V2"
 printf "$fmt" "PROMOTE MAX 1000 vs ZPOPMIN 1000 (us)"  "$PROMOTE_US"  "$ZPOPMIN_US"  "$R3" "ratio <= 2.0" "$V3"
 printf "$fmt" "memory per waiting user (B, used_mem)"  "$MEM_Q"       "$MEM_Z"       "$R4" "module <= 200" "$V4"

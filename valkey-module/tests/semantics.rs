@@ -16,6 +16,10 @@ testkit::backend_tests!(
     claim_errors,
     a_claim_repeated_by_its_holder_is_the_same_session,
     the_entry_setting_is_kept_and_invite_refuses_plain_entries,
+    lanes_admit_in_order_and_ranks_count_everyone_ahead,
+    access_codes_admit_exactly_their_uses,
+    fifty_racing_for_one_code_put_exactly_one_in_line,
+    random_runs_with_lanes_keep_order_codes_and_watchers_right,
     leases_hold_slots_until_end_or_expiry,
     status_shapes_and_estimated_wait,
     ranks_answers_for_many,
@@ -409,6 +413,302 @@ fn the_entry_setting_is_kept_and_invite_refuses_plain_entries(b: Backend) {
     assert_eq!(field_str(&c.enter("q", "new", "n"), "status").as_deref(), Some("PROMOTED"));
     c.call("QUEUE.CONFIG", &["q", "SET", "entry", "open"]).unwrap();
     assert_eq!(get(&mut c, "entry").as_deref(), Some("open"));
+}
+
+fn lanes_admit_in_order_and_ranks_count_everyone_ahead(b: Backend) {
+    let (s, mut c) = server(b);
+    let mut raw = s.conn();
+    c.call("QUEUE.CONFIG", &["q", "SET", "lanes", "presale,general", "soft_cap", "0"]).unwrap();
+    let get = |c: &mut Client| testkit::as_string(&c.call("QUEUE.CONFIG", &["q", "GET", "lanes"]).unwrap());
+    assert_eq!(get(&mut c).as_deref(), Some("presale,general"));
+    assert_eq!(field_str(&c.info("q"), "lanes").as_deref(), Some("presale,general"));
+    // Without LANE: the last lane.
+    for (u, rank) in [("g1", 1), ("g2", 2)] {
+        let st = c.enter("q", u, u);
+        assert_eq!((field_int(&st, "rank"), field_str(&st, "lane").as_deref()), (rank, Some("general")));
+    }
+    let enter_lane = |c: &mut Client, u: &str, lane: &str| {
+        testkit::fields(&c.call("QUEUE.ENTER", &["q", u, u, "LANE", lane]).unwrap())
+    };
+    let p1 = enter_lane(&mut c, "p1", "presale");
+    assert_eq!((field_int(&p1, "rank"), field_str(&p1, "lane").as_deref()), (1, Some("presale")));
+    assert_eq!(field_int(&c.status("q", "g1"), "rank"), 2, "an arrival in an earlier lane is ahead");
+    // Watched people learn of an arrival ahead of them from the change log.
+    c.call("QUEUE.WATCH", &["q", "pod", "60000", "g1", "p1"]).unwrap();
+    let last_log = |raw: &mut redis::Connection| -> std::collections::HashMap<String, String> {
+        let v: Vec<(String, std::collections::HashMap<String, String>)> =
+            redis::cmd("XREVRANGE").arg("queue:{q}:log").arg("+").arg("-").arg("COUNT").arg(1).query(raw).unwrap();
+        v.into_iter().next().map(|e| e.1).unwrap_or_default()
+    };
+    enter_lane(&mut c, "p2", "presale");
+    let p2_number: i64 = redis::cmd("ZSCORE").arg("queue:{q}:waiting").arg("p2").query(&mut raw).unwrap();
+    assert!(p2_number > 1 << 40 && p2_number < 2 << 40, "{p2_number}");
+    assert_eq!(last_log(&mut raw).get("ahead"), Some(&p2_number.to_string()));
+    assert_eq!(field_int(&c.status("q", "g1"), "rank"), 3);
+    // An arrival at the back of the last lane writes nothing.
+    let before: i64 = redis::cmd("XLEN").arg("queue:{q}:log").query(&mut raw).unwrap();
+    c.enter("q", "g3", "g3");
+    assert_eq!(redis::cmd("XLEN").arg("queue:{q}:log").query::<i64>(&mut raw).unwrap(), before);
+    // PROMOTE takes the first lane first, in entry order; tickets are numbered below
+    // every lane, and the log maps the watched one's old number to its ticket.
+    let p1_number: i64 = redis::cmd("ZSCORE").arg("queue:{q}:waiting").arg("p1").query(&mut raw).unwrap();
+    c.config_set("q", &[("soft_cap", 3)]);
+    assert_eq!(field_int(&c.promote("q", Some(2)), "promoted"), 2);
+    let t1 = field_str(&c.status("q", "p1"), "ticketId").expect("p1 promoted");
+    assert!(field_str(&c.status("q", "p2"), "ticketId").is_some(), "p2 promoted");
+    let e = last_log(&mut raw);
+    assert_eq!(e.get("head"), Some(&p2_number.to_string()));
+    assert_eq!(e.get("tickets"), Some(&format!("{p1_number}={t1}")));
+    let g1 = c.status("q", "g1");
+    assert_eq!((field_int(&g1, "rank"), field_str(&g1, "lane").as_deref()), (1, Some("general")));
+    assert!(t1.split('.').next().unwrap().parse::<i64>().unwrap() < 1 << 40);
+    assert_eq!(field_str(&c.claim("q", &t1).unwrap(), "userId").as_deref(), Some("p1"));
+    assert_eq!(field_int(&c.promote("q", None), "promoted"), 1);
+    assert!(field_str(&c.status("q", "g1"), "ticketId").is_some(), "g1 next");
+    assert_eq!(field_int(&c.status("q", "g2"), "rank"), 1);
+    // Lanes change only while nobody waits; a queue without lanes replies as before.
+    let e = c.err("QUEUE.CONFIG", &["q", "SET", "lanes", ""]);
+    assert_eq!(e, "ERR lanes can change only while nobody waits");
+    let plain = c.enter("s", "x", "x");
+    assert!(!plain.contains_key("lane"), "{plain:?}");
+}
+
+fn access_codes_admit_exactly_their_uses(b: Backend) {
+    let (s, mut c) = server(b);
+    let mut raw = s.conn();
+    let (h1, h2) = ("1".repeat(64), "2".repeat(64));
+    c.call("QUEUE.CONFIG", &["q", "SET", "lanes", "presale,general", "soft_cap", "0", "entry", "invite"]).unwrap();
+    let add = |c: &mut Client, lane: &str, uses: &str, h: &str| {
+        as_int(&c.call("QUEUE.CODES", &["q", "ADD", lane, uses, h]).unwrap()).unwrap()
+    };
+    assert_eq!(add(&mut c, "presale", "2", &h1), 1);
+    assert_eq!(add(&mut c, "general", "1", &h2), 1);
+    assert_eq!(add(&mut c, "presale", "3", &h1), 0, "known already: its uses change");
+    let enter = |c: &mut Client, u: &str, h: &str| c.call("QUEUE.ENTER", &["q", u, u, "CODE", h]);
+    for (u, rank) in [("a", 1), ("b", 2), ("c", 3)] {
+        let st = testkit::fields(&enter(&mut c, u, &h1).unwrap());
+        assert_eq!((field_int(&st, "rank"), field_str(&st, "lane").as_deref()), (rank, Some("presale")));
+    }
+    let before = digest(&mut raw);
+    assert_eq!(c.err("QUEUE.ENTER", &["q", "d", "d", "CODE", &h1]), "NOCODE unknown or used-up access code");
+    assert_eq!(c.err("QUEUE.ENTER", &["q", "d", "d"]), "INVITE this queue admits by invitation only");
+    assert_eq!(digest(&mut raw), before, "refusals consume nothing");
+    let counts = |c: &mut Client| -> Vec<(String, i64, i64, i64)> {
+        match c.call("QUEUE.CODES", &["q", "COUNTS"]).unwrap() {
+            redis::Value::Array(lanes) => lanes
+                .iter()
+                .map(|l| match l {
+                    redis::Value::Array(f) => (
+                        testkit::as_string(&f[0]).unwrap(),
+                        as_int(&f[1]).unwrap(),
+                        as_int(&f[2]).unwrap(),
+                        as_int(&f[3]).unwrap(),
+                    ),
+                    other => panic!("{other:?}"),
+                })
+                .collect(),
+            other => panic!("{other:?}"),
+        }
+    };
+    assert_eq!(counts(&mut c), vec![("presale".into(), 1, 3, 0), ("general".into(), 1, 0, 1)]);
+    // An entry refused for another reason (the line is full) consumes nothing.
+    c.config_set("q", &[("max_waiting", 3)]);
+    assert_eq!(c.err("QUEUE.ENTER", &["q", "e", "e", "CODE", &h2]), "LINEFULL the line is full, try again later");
+    assert_eq!(counts(&mut c)[1], ("general".into(), 1, 0, 1));
+    c.config_set("q", &[("max_waiting", 0)]);
+    // LANE alone is an invitation too; a code's lane wins over none given.
+    let st = testkit::fields(&c.call("QUEUE.ENTER", &["q", "g", "g", "LANE", "general"]).unwrap());
+    assert_eq!((field_int(&st, "rank"), field_str(&st, "lane").as_deref()), (4, Some("general")));
+    assert_eq!(as_int(&c.call("QUEUE.CODES", &["q", "REMOVE", &h2, &h1]).unwrap()), Some(2));
+    assert_eq!(c.err("QUEUE.ENTER", &["q", "e", "e", "CODE", &h2]), "NOCODE unknown or used-up access code");
+    assert_eq!(counts(&mut c), vec![("presale".into(), 0, 0, 0), ("general".into(), 0, 0, 0)]);
+}
+
+fn fifty_racing_for_one_code_put_exactly_one_in_line(b: Backend) {
+    let (s, mut c) = server(b);
+    let h = "f".repeat(64);
+    c.call("QUEUE.CONFIG", &["q", "SET", "lanes", "presale,general", "soft_cap", "0"]).unwrap();
+    c.call("QUEUE.CODES", &["q", "ADD", "presale", "1", &h]).unwrap();
+    let barrier = std::sync::Arc::new(std::sync::Barrier::new(50));
+    let handles: Vec<_> = (0..50)
+        .map(|i| {
+            let (mut c, barrier, h) = (s.client(), barrier.clone(), h.clone());
+            std::thread::spawn(move || {
+                let u = format!("racer-{i}");
+                barrier.wait();
+                c.call("QUEUE.ENTER", &["q", &u, "r", "CODE", &h]).is_ok()
+            })
+        })
+        .collect();
+    let won = handles.into_iter().map(|t| t.join().unwrap()).filter(|&ok| ok).count();
+    assert_eq!(won, 1);
+    assert_eq!(field_int(&c.info("q"), "waiting"), 1);
+}
+
+/// Random runs on a queue with three lanes and two codes, against a plain model
+/// written from "Lanes and access codes": after every step every person's status,
+/// rank and lane (RANKS of everyone), and each lane's code counts, are the model's
+/// (lane order, entry order within a lane, a code's uses never exceeded); and a
+/// watcher that follows the change log by the documented rule alone (head, gone,
+/// left, ahead), from QUEUE.WATCH checkpoints, knows every watched rank.
+fn random_runs_with_lanes_keep_order_codes_and_watchers_right(b: Backend) {
+    use std::collections::{BTreeMap, BTreeSet};
+    let (s, mut c) = server(b);
+    let mut raw = s.conn();
+    const LANES: [&str; 3] = ["a", "b", "c"];
+    let users: Vec<String> = (0..12).map(|i| format!("u{i}")).collect();
+    let codes = [("1".repeat(64), 0usize, 3i64), ("2".repeat(64), 1usize, 2i64)];
+    for run in 0..6u64 {
+        let q = format!("r{run}");
+        c.set_clock(&q, T0);
+        c.call("QUEUE.CONFIG", &[&q, "SET", "lanes", "a,b,c", "soft_cap", "0", "abandon_after", "0"]).unwrap();
+        for (h, lane, uses) in &codes {
+            c.call("QUEUE.CODES", &[&q, "ADD", LANES[*lane], &uses.to_string(), h]).unwrap();
+        }
+        let mut rng = testkit::Rng(0xA11E_0000 + run);
+        // The model: waiting (user -> (lane, entry counter)), ticket holders, code uses.
+        let mut waiting: BTreeMap<String, (usize, u64)> = BTreeMap::new();
+        let mut holders: BTreeSet<String> = BTreeSet::new();
+        let mut used = [0i64; 2];
+        let mut counter = 0u64;
+        // The watcher: user -> (number, rank), and the last log id read.
+        let mut watcher: BTreeMap<String, (i64, i64)> = BTreeMap::new();
+        let mut last_id = "0".to_string();
+        let order = |w: &BTreeMap<String, (usize, u64)>| {
+            let mut v: Vec<(&String, &(usize, u64))> = w.iter().collect();
+            v.sort_by_key(|(_, k)| **k);
+            v.into_iter().map(|(u, _)| u.clone()).collect::<Vec<_>>()
+        };
+        for step in 0..300 {
+            let u = users[rng.below(users.len() as u64) as usize].clone();
+            let at = format!("run {run} step {step}");
+            match rng.below(10) {
+                0..=2 => {
+                    let lane = rng.below(4) as usize;
+                    let mut args = vec![q.clone(), u.clone(), "n".into()];
+                    if lane < 3 {
+                        args.extend(["LANE".into(), LANES[lane].into()]);
+                    }
+                    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+                    c.call("QUEUE.ENTER", &args).unwrap_or_else(|e| panic!("{at}: {e}"));
+                    holders.remove(&u);
+                    counter += 1;
+                    waiting.insert(u.clone(), (lane.min(2), counter));
+                }
+                3 | 4 => {
+                    let k = rng.below(2) as usize;
+                    let (h, lane, uses) = &codes[k];
+                    match c.call("QUEUE.ENTER", &[&q, &u, "n", "CODE", h]) {
+                        Ok(_) => {
+                            assert!(used[k] < *uses, "{at}: a code used past its uses");
+                            used[k] += 1;
+                            holders.remove(&u);
+                            counter += 1;
+                            waiting.insert(u.clone(), (*lane, counter));
+                        }
+                        Err(e) => {
+                            assert_eq!(testkit::error_text(&e), "NOCODE unknown or used-up access code", "{at}");
+                            assert_eq!(used[k], *uses, "{at}: refused with uses left");
+                        }
+                    }
+                }
+                5 => {
+                    c.leave(&q, &u);
+                    waiting.remove(&u);
+                    holders.remove(&u);
+                }
+                6 | 7 => {
+                    let k = rng.below(3) as usize;
+                    c.config_set(&q, &[("soft_cap", 100_000)]);
+                    c.promote(&q, Some(k as i64));
+                    c.config_set(&q, &[("soft_cap", 0)]);
+                    for p in order(&waiting).into_iter().take(k) {
+                        waiting.remove(&p);
+                        holders.insert(p);
+                    }
+                }
+                _ => {
+                    // A checkpoint: the watcher starts over from QUEUE.WATCH.
+                    let mut args = vec![q.as_str(), "pod", "600000"];
+                    args.extend(users.iter().map(String::as_str));
+                    let v = c.call("QUEUE.WATCH", &args).unwrap();
+                    let redis::Value::Array(parts) = v else { panic!("{v:?}") };
+                    let redis::Value::Array(each) = &parts[2] else { panic!("{parts:?}") };
+                    watcher.clear();
+                    for (user, pair) in users.iter().zip(each) {
+                        let redis::Value::Array(pair) = pair else { panic!("{pair:?}") };
+                        let number = as_int(&pair[0]).unwrap();
+                        if number > 0 {
+                            watcher.insert(user.clone(), (number, field_int(&testkit::fields(&pair[1]), "rank")));
+                        }
+                    }
+                    let ids: Vec<(String, BTreeMap<String, String>)> = redis::cmd("XRANGE")
+                        .arg(format!("queue:{{{q}}}:log"))
+                        .arg("-")
+                        .arg("+")
+                        .query(&mut raw)
+                        .unwrap();
+                    last_id = ids.last().map_or("0".into(), |e| e.0.clone());
+                }
+            }
+            // The watcher applies the entries written since, by the documented rule.
+            let entries: Vec<(String, BTreeMap<String, String>)> = redis::cmd("XRANGE")
+                .arg(format!("queue:{{{q}}}:log"))
+                .arg(format!("({last_id}"))
+                .arg("+")
+                .query(&mut raw)
+                .unwrap();
+            for (id, e) in entries {
+                last_id = id;
+                let nums = |f: &str| -> Vec<i64> {
+                    e.get(f).map(|v| v.split(',').map(|x| x.parse().unwrap()).collect()).unwrap_or_default()
+                };
+                let (head, gone) = (e.get("head").map(|h| h.parse::<i64>().unwrap()), nums("gone"));
+                let (left, ahead) = (nums("left"), nums("ahead"));
+                assert!(!e.contains_key("reset"), "{at}: no reset expected");
+                watcher.retain(|_, (s, r)| {
+                    if head.is_some_and(|h| *s <= h) || left.contains(s) {
+                        return false;
+                    }
+                    if head.is_some_and(|h| h < *s) {
+                        *r -= gone[0];
+                    }
+                    *r -= left.iter().filter(|l| *l < s).count() as i64;
+                    *r += ahead.iter().filter(|a| *a < s).count() as i64;
+                    true
+                });
+            }
+            // Everyone as the model has them; the watcher's ranks too.
+            let line = order(&waiting);
+            let mut args = vec![q.as_str()];
+            args.extend(users.iter().map(String::as_str));
+            let redis::Value::Array(all) = c.call("QUEUE.RANKS", &args).unwrap() else { panic!() };
+            for (user, st) in users.iter().zip(&all) {
+                let st = testkit::fields(st);
+                let status = field_str(&st, "status").unwrap();
+                if let Some(i) = line.iter().position(|x| x == user) {
+                    let want_lane = LANES[waiting[user].0];
+                    assert_eq!(
+                        (status.as_str(), field_int(&st, "rank"), field_str(&st, "lane").as_deref()),
+                        ("WAITING", i as i64 + 1, Some(want_lane)),
+                        "{at}: {user}"
+                    );
+                    if let Some((_, r)) = watcher.get(user) {
+                        assert_eq!(*r, i as i64 + 1, "{at}: the watcher's rank of {user}");
+                    }
+                } else if holders.contains(user) {
+                    assert_eq!(status, "PROMOTED", "{at}: {user}");
+                } else {
+                    assert_eq!(status, "UNKNOWN", "{at}: {user}");
+                }
+            }
+            let redis::Value::Array(counts) = c.call("QUEUE.CODES", &[&q, "COUNTS"]).unwrap() else { panic!() };
+            for (k, (_, lane, uses)) in codes.iter().enumerate() {
+                let redis::Value::Array(f) = &counts[*lane] else { panic!() };
+                assert_eq!((as_int(&f[2]), as_int(&f[3])), (Some(used[k]), Some(uses - used[k])), "{at}");
+            }
+        }
+    }
 }
 
 fn leases_hold_slots_until_end_or_expiry(b: Backend) {

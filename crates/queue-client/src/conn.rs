@@ -158,6 +158,57 @@ impl Conn {
         Ok(Conn { link: Link::Cluster(connection), deadline: options.response_timeout, refusals: Default::default() })
     }
 
+    /// Another connection to `target`, noting refusals where `refusals` (the main
+    /// connection's) does: for calls that must not share the main connection.
+    pub(crate) async fn open_sharing(
+        target: &Target,
+        options: &ConnectOptions,
+        refusals: Arc<Refusals>,
+    ) -> RedisResult<Conn> {
+        let mut conn = Conn::open(target, options).await?;
+        conn.refusals = refusals;
+        Ok(conn)
+    }
+
+    /// The refusals this connection notes (shared with [`Conn::open_sharing`]'s).
+    pub(crate) fn refusals(&self) -> Arc<Refusals> {
+        self.refusals.clone()
+    }
+
+    /// Sends `count` commands as one pipeline on one connection (on a cluster, the
+    /// node of the first command with a key), within the deadline plus `longer`.
+    /// Error replies stay in the list.
+    pub(crate) async fn send_pipeline(
+        &self,
+        pipe: &redis::Pipeline,
+        count: usize,
+        longer: Duration,
+    ) -> RedisResult<Vec<Value>> {
+        let deadline = self.deadline + longer;
+        let sent = async {
+            match &self.link {
+                Link::Single(m) => m.clone().send_packed_commands(pipe, 0, count).await,
+                Link::Cluster(c) => c.clone().req_packed_commands(pipe, 0, count).await,
+            }
+        };
+        match tokio::time::timeout(deadline, sent).await {
+            Ok(Ok(values)) => {
+                for v in &values {
+                    if let Value::ServerError(e) = v {
+                        let e: RedisError = e.clone().into();
+                        if e.code() == Some("NOPERM") {
+                            let first = pipe.cmd_iter().next().cloned().unwrap_or_else(|| redis::cmd("?"));
+                            return Err(self.refusals.note(e, &first));
+                        }
+                    }
+                }
+                Ok(values)
+            }
+            Ok(Err(e)) => Err(e),
+            Err(_) => Err(timed_out(deadline)),
+        }
+    }
+
     pub(crate) fn is_cluster(&self) -> bool {
         matches!(self.link, Link::Cluster(_))
     }

@@ -25,6 +25,12 @@ pub enum ClientError {
     Unavailable(String),
     /// A reply that does not have the shape the queue commands promise.
     Protocol(String),
+    /// A durable claim ([`QueueClient::claim_as`](crate::QueueClient::claim_as) with a
+    /// [`Durability`](crate::Durability)) that the replicas did not confirm in time.
+    /// The claim stands on the primary but a failover now could lose it: do not
+    /// admit yet; the same holder retrying gets the same claim and waits again.
+    /// Services answer 503 with `Retry-After`.
+    NotDurable(String),
 }
 
 impl ClientError {
@@ -57,6 +63,7 @@ impl fmt::Display for ClientError {
             ClientError::Unavailable(why) if is_permission_text(why) => write!(f, "Valkey refused a permission: {why}"),
             ClientError::Unavailable(why) => write!(f, "queue store unavailable: {why}"),
             ClientError::Protocol(what) => write!(f, "unexpected reply from the queue store: {what}"),
+            ClientError::NotDurable(why) => write!(f, "claim not durable yet: {why}"),
         }
     }
 }
@@ -116,6 +123,9 @@ pub(crate) fn is_missing_command(e: &RedisError) -> bool {
     detail.starts_with("unknown command") || detail.starts_with("function not found")
 }
 
+/// How an [`ClientError::Unavailable`] for missing queue commands begins.
+pub(crate) const NOT_INSTALLED: &str = "the queue commands are not installed";
+
 /// Error codes about the server's state or the deployment (loading, failing over,
 /// out of memory, no permission) rather than the call's arguments.
 const UNAVAILABLE_CODES: &[&str] = &[
@@ -147,7 +157,7 @@ impl From<RedisError> for ClientError {
             _ => {}
         }
         if is_missing_command(&e) {
-            return ClientError::Unavailable(format!("the queue commands are not installed: {}", server_text(&e)));
+            return ClientError::Unavailable(format!("{NOT_INSTALLED}: {}", server_text(&e)));
         }
         if is_deployment_error(&e) {
             return ClientError::Unavailable(server_text(&e));

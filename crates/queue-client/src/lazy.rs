@@ -2,7 +2,7 @@
 //! "unavailable") while Valkey is not reachable yet. Once made, the client keeps it
 //! and reconnects by itself.
 
-use crate::{Backoff, ConnectOptions, QueueClient, Target};
+use crate::{Backoff, ConnectOptions, Durability, QueueClient, Target};
 use std::sync::Arc;
 use std::time::Duration;
 use tokio::sync::RwLock;
@@ -36,6 +36,13 @@ impl LazyClient {
     /// Starts connecting to `target` (one server or a cluster, TLS, ACL user) in the
     /// background, retrying with backoff (must be called inside a tokio runtime).
     pub fn connect_target(target: Target) -> LazyClient {
+        LazyClient::connect_durable(target, Durability::OFF)
+    }
+
+    /// [`LazyClient::connect_target`] with claims made durable
+    /// ([`QueueClient::with_durability`]); an out-of-range setting is logged and
+    /// left off.
+    pub fn connect_durable(target: Target, durability: Durability) -> LazyClient {
         let lazy = LazyClient { target, client: Arc::new(RwLock::new(None)) };
         let l = lazy.clone();
         tokio::spawn(async move {
@@ -45,6 +52,10 @@ impl LazyClient {
                 match QueueClient::connect_target(&l.target, options.clone()).await {
                     Ok(c) => {
                         tracing::info!(backend = ?c.backend(), "connected to the queue store");
+                        let c = c.clone().with_durability(durability).unwrap_or_else(|e| {
+                            tracing::error!(error = %e, "durable claims left off");
+                            c
+                        });
                         *l.client.write().await = Some(c);
                         return;
                     }

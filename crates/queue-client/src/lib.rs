@@ -31,6 +31,7 @@ pub mod backoffice;
 mod challenge;
 mod changelog;
 mod conn;
+mod durable;
 mod error;
 pub mod events;
 pub mod feed;
@@ -49,6 +50,7 @@ pub use backend::Backend;
 pub use backoff::Backoff;
 pub use changelog::{Checkpoint, LogEntry};
 pub use conn::ConnectOptions;
+pub use durable::{Durability, MAX_WAITING_CONNECTIONS};
 pub use error::{ClientError, QueueError};
 pub use lazy::LazyClient;
 pub use library::LIBRARY_VERSION;
@@ -56,7 +58,7 @@ pub use target::{redact, Target, TlsFiles};
 pub use types::{Claim, LinePage, Opening, PromoteReport, QueueConfig, QueueInfo, Standing, Status};
 
 use conn::Conn;
-use error::is_missing_command;
+use error::{is_missing_command, NOT_INSTALLED};
 use redis::{Cmd, Value};
 use std::future::Future;
 use std::sync::Arc;
@@ -193,6 +195,12 @@ impl Op {
 pub struct QueueClient {
     conn: Conn,
     backend: Backend,
+    /// What the connection was opened to, for the connections durable claims wait on.
+    target: Target,
+    options: ConnectOptions,
+    /// Set by [`QueueClient::with_durability`]: how durable [`QueueClient::claim_as`]
+    /// makes its claims, and the connections it waits on.
+    waiters: Option<Arc<durable::Waiters>>,
     /// One library reinstallation at a time (after a server lost its functions).
     reinstall: Arc<tokio::sync::Mutex<()>>,
 }
@@ -213,7 +221,7 @@ impl QueueClient {
     /// [`QueueClient::connect`] with explicit timeouts and reconnection settings.
     pub async fn connect_with(url: &str, options: ConnectOptions) -> Result<QueueClient, ClientError> {
         let conn = Conn::single(url, &options).await.map_err(connect_error)?;
-        QueueClient::start(conn).await
+        QueueClient::start(conn, Target::single(url), options).await
     }
 
     /// Connects to a cluster through any of its nodes' URLs and detects the backend
@@ -225,19 +233,44 @@ impl QueueClient {
     /// [`QueueClient::connect_cluster`] with explicit timeouts and retry settings.
     pub async fn connect_cluster_with(urls: &[String], options: ConnectOptions) -> Result<QueueClient, ClientError> {
         let conn = Conn::cluster(urls, &options).await.map_err(connect_error)?;
-        QueueClient::start(conn).await
+        QueueClient::start(conn, Target::cluster(urls.iter().cloned()), options).await
     }
 
     /// Connects to what `target` names (one server or a cluster, TLS, an ACL user)
     /// and detects the backend.
     pub async fn connect_target(target: &Target, options: ConnectOptions) -> Result<QueueClient, ClientError> {
         let conn = Conn::open(target, &options).await.map_err(connect_error)?;
-        QueueClient::start(conn).await
+        QueueClient::start(conn, target.clone(), options).await
     }
 
-    async fn start(conn: Conn) -> Result<QueueClient, ClientError> {
+    async fn start(conn: Conn, target: Target, options: ConnectOptions) -> Result<QueueClient, ClientError> {
         let backend = backend::detect(&conn).await?;
-        Ok(QueueClient { conn, backend, reinstall: Arc::new(tokio::sync::Mutex::new(())) })
+        Ok(QueueClient {
+            conn,
+            backend,
+            target,
+            options,
+            waiters: None,
+            reinstall: Arc::new(tokio::sync::Mutex::new(())),
+        })
+    }
+
+    /// This client (sharing its connection) with claims made by
+    /// [`QueueClient::claim_as`] acknowledged only once `durability` is confirmed
+    /// (see [`Durability`]); [`Durability::OFF`] turns that off. A setting out of
+    /// range is [`ClientError::InvalidArgument`].
+    pub fn with_durability(mut self, durability: Durability) -> Result<QueueClient, ClientError> {
+        durability.check().map_err(ClientError::InvalidArgument)?;
+        self.waiters = durability.is_on().then(|| {
+            Arc::new(durable::Waiters::new(durability, self.target.clone(), self.options.clone(), self.conn.refusals()))
+        });
+        Ok(self)
+    }
+
+    /// The durability [`QueueClient::claim_as`] waits for ([`Durability::OFF`] unless
+    /// set with [`QueueClient::with_durability`]).
+    pub fn durability(&self) -> Durability {
+        self.waiters.as_ref().map_or(Durability::OFF, |w| w.durability)
     }
 
     /// What serves the queue commands, as detected at connect.
@@ -378,6 +411,43 @@ impl QueueClient {
     /// [`ClientError::Refused(QueueError::AlreadyInside)`] or [`ClientError::Refused(QueueError::HardCap)`].
     pub async fn claim(&self, queue: &str, ticket_id: &str) -> Result<Claim, ClientError> {
         Claim::from_value(self.run(Op::Claim, queue, &[ticket_id]).await?)
+    }
+
+    /// `TICKET.CLAIM Q ticket HOLDER holder`: [`QueueClient::claim`] by a named
+    /// holder (1-64 characters from the ticket id's charset, e.g. a random id the
+    /// caller keeps for this admission). The same holder repeating the claim while
+    /// the session it opened is live gets the same [`Claim`] again (and nothing
+    /// changes); anyone else gets `NOTICKET`.
+    ///
+    /// With a [`Durability`] set ([`QueueClient::with_durability`]) the claim is
+    /// acknowledged only once that many replicas hold it (`WAIT`, or `WAITAOF` for
+    /// the append-only file): the claim is made on a connection of its own, then
+    /// the client renews the lease it was just given (`SESSION.HEARTBEAT Q user`, so
+    /// that the wait covers a repeated claim too, which writes nothing) and sends
+    /// `WAIT` right behind it on that connection. When they do not confirm in time the answer is
+    /// [`ClientError::NotDurable`]: the claim stands on the primary; do not let the
+    /// user in, and retry with the same holder (which gets the same claim and waits
+    /// again). Other failures are those of [`QueueClient::claim`], plus
+    /// [`ClientError::InvalidArgument`] for a bad holder.
+    pub async fn claim_as(&self, queue: &str, ticket_id: &str, holder: &str) -> Result<Claim, ClientError> {
+        let args = [ticket_id, "HOLDER", holder];
+        let Some(waiters) = &self.waiters else {
+            return Claim::from_value(self.run(Op::Claim, queue, &args).await?);
+        };
+        let claim = self.build(Op::Claim, queue, &args);
+        let heartbeat = |user: &str| self.build(Op::Heartbeat, queue, &[user]);
+        match waiters.claim(&claim, queue, heartbeat).await {
+            // A server that lost the library: installed again, and the claim (which
+            // never ran) made once more.
+            Err(ClientError::Unavailable(why)) if self.backend == Backend::Lua && why.starts_with(NOT_INSTALLED) => {
+                {
+                    let _one_at_a_time = self.reinstall.lock().await;
+                    backend::ensure_library(&self.conn).await?;
+                }
+                waiters.claim(&claim, queue, heartbeat).await
+            }
+            r => r,
+        }
     }
 
     /// `SESSION.HEARTBEAT`: extends the users' leases; false where no lease is live

@@ -89,6 +89,45 @@ impl Common {
     }
 }
 
+/// The durable-claim flags of every service that claims tickets (chat-server, the
+/// gate), flattened into its parser: a claim is acknowledged only once
+/// `--durable-replicas` replicas hold it (`WAIT`), so that a failover right after it
+/// cannot let the ticket in a second time. Off by default: `WAIT 1` on a server
+/// without replicas would refuse every claim, and one server loses nothing to a
+/// failover; set 1 where the primary has a replica.
+#[derive(Debug, Clone, PartialEq, Eq, clap::Args)]
+pub struct DurableFlags {
+    /// Replicas that must hold a claim before it is acknowledged (WAIT), 0 to 64;
+    /// 0: off, claims are acknowledged by the primary alone. Not confirmed in time:
+    /// 503 with Retry-After, and the same client's retry gets the same admission.
+    #[arg(long, env = "DURABLE_REPLICAS", default_value_t = 0, value_parser = clap::value_parser!(u32).range(0..=64))]
+    pub durable_replicas: u32,
+    /// How long a claim waits for those replicas, in milliseconds (1 to 10000).
+    #[arg(long, env = "DURABLE_TIMEOUT_MS", default_value_t = 200, value_parser = clap::value_parser!(u64).range(1..=10_000))]
+    pub durable_timeout_ms: u64,
+    /// Also wait until the claim is in the append-only file of the primary and of
+    /// those replicas (WAITAOF; every one needs appendonly yes).
+    #[arg(long, env = "DURABLE_AOF")]
+    pub durable_aof: bool,
+}
+
+impl Default for DurableFlags {
+    fn default() -> Self {
+        DurableFlags { durable_replicas: 0, durable_timeout_ms: 200, durable_aof: false }
+    }
+}
+
+impl DurableFlags {
+    /// The setting these flags make, for [`queue_client::QueueClient::with_durability`].
+    pub fn durability(&self) -> queue_client::Durability {
+        queue_client::Durability {
+            replicas: self.durable_replicas,
+            timeout: Duration::from_millis(self.durable_timeout_ms),
+            aof: self.durable_aof,
+        }
+    }
+}
+
 /// A service's default listen address, set on the flattened `--listen`:
 /// `#[command(mut_arg("listen", service_kit::default_listen("127.0.0.1:8080")))]`.
 pub fn default_listen(addr: &'static str) -> impl FnOnce(clap::Arg) -> clap::Arg {
