@@ -208,8 +208,7 @@ pub async fn run(a: RunArgs) -> Result<(), String> {
         ("abandon_after", a.abandon_after_ms as i64),
     ];
     client.config_set(&a.queue, &settings).await.map_err(|e| format!("QUEUE.CONFIG: {e}"))?;
-    let timeout = Duration::from_millis(a.response_timeout_ms);
-    let claimer = Claimer::connect(&seeds, client.backend(), a.durable, timeout).await?;
+    let claimer = Claimer::new(client.clone(), a.durable)?;
     rec.meta(Meta {
         queue: a.queue.clone(),
         backend: a.backend.clone(),

@@ -41,7 +41,8 @@ impl Ctx {
 pub fn outcome_of(e: &ClientError) -> Outcome {
     match e {
         ClientError::Refused(_) | ClientError::InvalidArgument(_) => Outcome::Fail,
-        ClientError::Unavailable(_) | ClientError::Protocol(_) => Outcome::Unknown,
+        // Not durable in time: the claim stands on the primary but may be lost with it.
+        ClientError::Unavailable(_) | ClientError::Protocol(_) | ClientError::NotDurable(_) => Outcome::Unknown,
     }
 }
 
