@@ -140,7 +140,12 @@ pub(crate) struct Waiters {
 }
 
 impl Waiters {
-    pub(crate) fn new(durability: Durability, target: Target, options: ConnectOptions, refusals: Arc<Refusals>) -> Self {
+    pub(crate) fn new(
+        durability: Durability,
+        target: Target,
+        options: ConnectOptions,
+        refusals: Arc<Refusals>,
+    ) -> Self {
         Waiters {
             durability,
             target,
@@ -247,8 +252,14 @@ mod tests {
         assert!(matches!(on.confirmed(&Value::Nil), Err(ClientError::Protocol(_))));
         let aof = Durability { aof: true, ..on };
         assert!(aof.confirmed(&Value::Array(vec![Value::Int(1), Value::Int(2)])).is_ok());
-        assert!(matches!(aof.confirmed(&Value::Array(vec![Value::Int(0), Value::Int(2)])), Err(ClientError::NotDurable(_))));
-        assert!(matches!(aof.confirmed(&Value::Array(vec![Value::Int(1), Value::Int(1)])), Err(ClientError::NotDurable(_))));
+        assert!(matches!(
+            aof.confirmed(&Value::Array(vec![Value::Int(0), Value::Int(2)])),
+            Err(ClientError::NotDurable(_))
+        ));
+        assert!(matches!(
+            aof.confirmed(&Value::Array(vec![Value::Int(1), Value::Int(1)])),
+            Err(ClientError::NotDurable(_))
+        ));
         let packed = |d: Durability| String::from_utf8_lossy(&d.wait_command().get_packed_command()).into_owned();
         assert!(packed(on).contains("WAIT\r\n$1\r\n2\r\n$2\r\n50"), "{}", packed(on));
         assert!(packed(aof).contains("WAITAOF\r\n$1\r\n1\r\n$1\r\n2\r\n$2\r\n50"), "{}", packed(aof));

@@ -72,7 +72,10 @@ async fn through_a_frozen_replica(backend: Backend) {
 
     // Once the replica is back, the holder's retry gets the same admission.
     let again = other.claim_as(q, &t2, "holder-2").await.unwrap();
-    assert_eq!((again.user_id.as_str(), again.ticket_id.as_str(), again.nickname.as_str()), ("u-2", t2.as_str(), "u-2"));
+    assert_eq!(
+        (again.user_id.as_str(), again.ticket_id.as_str(), again.nickname.as_str()),
+        ("u-2", t2.as_str(), "u-2")
+    );
     assert_eq!(client.claim_as(q, &t2, "holder-2").await.unwrap(), again);
     assert_eq!(client.claim_as(q, &t2, "holder-3").await, Err(ClientError::Refused(QueueError::NoTicket)));
     // And the replica holds the session.
@@ -202,7 +205,11 @@ async fn claim_rate(client: &QueueClient, setup: &QueueClient, q: &str, tag: &st
 
 /// Microseconds of `cmd` alone and of `cmd` then `WAIT 1 1000` in one pipeline, on
 /// one connection: what a WAIT after QUEUE.ENTER or QUEUE.PROMOTE would cost.
-fn with_and_without_wait(con: &mut redis::Connection, make: &mut dyn FnMut(usize) -> redis::Cmd, n: usize) -> (u64, u64) {
+fn with_and_without_wait(
+    con: &mut redis::Connection,
+    make: &mut dyn FnMut(usize) -> redis::Cmd,
+    n: usize,
+) -> (u64, u64) {
     let (mut plain, mut waited) = (Vec::new(), Vec::new());
     for i in 0..n {
         let start = std::time::Instant::now();
@@ -236,7 +243,8 @@ async fn durable_claim_cost() {
     let (mut p50, mut p99) = ((Vec::new(), Vec::new()), (Vec::new(), Vec::new()));
     for r in 0..rounds {
         // Interleaved, the order swapped every round.
-        let order: [(&QueueClient, bool); 2] = if r % 2 == 0 { [(&off, false), (&on, true)] } else { [(&on, true), (&off, false)] };
+        let order: [(&QueueClient, bool); 2] =
+            if r % 2 == 0 { [(&off, false), (&on, true)] } else { [(&on, true), (&off, false)] };
         for (client, durable) in order {
             let l = claim_latencies(client, &setup, q, &format!("r{r}-{durable}"), n).await;
             let (a, b) = if durable { (&mut p50.1, &mut p99.1) } else { (&mut p50.0, &mut p99.0) };
@@ -257,7 +265,11 @@ async fn durable_claim_cost() {
         r_off.push(claim_rate(&off, &setup, q, &format!("t{r}-off"), conc, n).await as u64);
         r_on.push(claim_rate(&on, &setup, q, &format!("t{r}-on"), conc, n).await as u64);
     }
-    println!("claim-durable: claims/s with {conc} at once: off {}  on {}", show(&r_off).replace(" us", ""), show(&r_on).replace(" us", ""));
+    println!(
+        "claim-durable: claims/s with {conc} at once: off {}  on {}",
+        show(&r_off).replace(" us", ""),
+        show(&r_on).replace(" us", "")
+    );
 
     // WAIT after QUEUE.ENTER and QUEUE.PROMOTE, on one connection.
     let mut con = primary.conn();
