@@ -14,6 +14,7 @@ cargo test --release --workspace
 # each service is killed -9 and restarted once, Valkey twice (AOF everysec, then
 # always) and the leading manager SIGSTOPped.
 REDUCED=1 bash bench/chaos.sh
+REDUCED=1 bash bench/jepsen.sh  # histories under each cluster fault, checked; fails on a double admission with durable claims
 # The gate's benchmark in its reduced form (about a minute): fails only on a correctness
 # check (an admission lost, a Valkey call per admitted request, too many heartbeats).
 REDUCED=1 bash bench/gate-bench.sh

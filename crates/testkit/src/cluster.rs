@@ -62,28 +62,16 @@ impl Cluster {
     /// [`Cluster::start_with`] with another server binary (e.g. [`crate::valkey9_binary`]).
     pub fn start_on(binary: &str, backend: Backend, primaries: usize, replicas: usize, extra: &[&str]) -> Cluster {
         let total = primaries * (1 + replicas);
-        let nodes: Vec<ValkeyServer> = (0..total)
-            .map(|_| {
-                // Explicit bus ports: the default (port + 10000) may be taken or out of range.
-                let bus = crate::free_port();
-                let mut b = ValkeyServer::builder(backend)
-                    .binary(binary)
-                    .arg("--cluster-enabled")
-                    .arg("yes")
-                    .arg("--cluster-config-file")
-                    .arg("nodes.conf")
-                    .arg("--cluster-port")
-                    .arg(bus.to_string())
-                    .arg("--cluster-node-timeout")
-                    .arg("2000")
-                    .arg("--appendonly")
-                    .arg("yes");
-                for a in extra {
-                    b = b.arg(*a);
-                }
-                b.start()
-            })
-            .collect();
+        let nodes: Vec<ValkeyServer> =
+            (0..total).map(|_| node_builder(ValkeyServer::builder(backend).binary(binary), extra).start()).collect();
+        Cluster::form(nodes, primaries, replicas)
+    }
+
+    /// Forms a cluster of `nodes` started with [`node_builder`]'s arguments: the first
+    /// `primaries` get the slots, the rest replicate them in turn.
+    pub fn form(nodes: Vec<ValkeyServer>, primaries: usize, replicas: usize) -> Cluster {
+        let total = primaries * (1 + replicas);
+        assert_eq!(nodes.len(), total, "{primaries} primaries with {replicas} replicas each");
         let per = 16384 / primaries as u32;
         let ranges: Vec<(u16, u16)> = (0..primaries as u32)
             .map(|i| {
@@ -98,7 +86,7 @@ impl Cluster {
             let bus = bus_port(other);
             redis::cmd("CLUSTER")
                 .arg("MEET")
-                .arg("127.0.0.1")
+                .arg(other.host())
                 .arg(other.port)
                 .arg(bus)
                 .query::<()>(&mut nodes[0].conn())
@@ -275,6 +263,28 @@ impl Cluster {
     pub fn kill(&mut self, index: usize) {
         self.nodes[index].kill();
     }
+}
+
+/// A cluster node's server arguments on `builder`: cluster mode with an explicit bus
+/// port, `cluster-node-timeout` 2000 ms, AOF on, then `extra`.
+pub fn node_builder(builder: crate::ServerBuilder, extra: &[&str]) -> crate::ServerBuilder {
+    // Explicit bus ports: the default (port + 10000) may be taken or out of range.
+    let bus = crate::free_port();
+    let mut b = builder
+        .arg("--cluster-enabled")
+        .arg("yes")
+        .arg("--cluster-config-file")
+        .arg("nodes.conf")
+        .arg("--cluster-port")
+        .arg(bus.to_string())
+        .arg("--cluster-node-timeout")
+        .arg("2000")
+        .arg("--appendonly")
+        .arg("yes");
+    for a in extra {
+        b = b.arg(*a);
+    }
+    b
 }
 
 /// The cluster bus port a node was started with.

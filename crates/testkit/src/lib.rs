@@ -5,6 +5,7 @@
 //! blindly.
 
 pub mod cluster;
+pub mod netns;
 pub mod process;
 pub mod stack;
 pub mod tls;
@@ -199,9 +200,17 @@ pub struct ServerBuilder {
     test_clock: bool,
     tls: Option<Vec<String>>,
     binary: Option<String>,
+    netns: Option<(String, String)>,
 }
 
 impl ServerBuilder {
+    /// Runs the server inside network namespace `ns` (`ip netns exec`), listening on
+    /// `ip` there (see [`netns::Network`]); protected mode off, since that address is
+    /// not loopback (the namespaces' links are virtual and never leave the machine).
+    pub fn in_netns(mut self, ns: &str, ip: &str) -> Self {
+        self.netns = Some((ns.to_string(), ip.to_string()));
+        self
+    }
     /// Runs this server binary instead of [`server_binary`] (e.g. [`valkey9_binary`]).
     pub fn binary(mut self, path: impl Into<String>) -> Self {
         self.binary = Some(path.into());
@@ -257,6 +266,8 @@ impl ServerBuilder {
             test_clock: self.test_clock,
             tls: self.tls,
             binary: self.binary.unwrap_or_else(server_binary),
+            host: self.netns.as_ref().map_or_else(|| "127.0.0.1".to_string(), |(_, ip)| ip.clone()),
+            netns: self.netns.map(|(ns, _)| ns),
         };
         s.spawn();
         s
@@ -275,6 +286,10 @@ pub struct ValkeyServer {
     /// TLS arguments (files, client auth), when TLS only.
     tls: Option<Vec<String>>,
     binary: String,
+    /// The address it listens on: loopback, or its namespace's address.
+    host: String,
+    /// The network namespace it runs in, if any.
+    netns: Option<String>,
 }
 
 impl ValkeyServer {
@@ -287,6 +302,7 @@ impl ValkeyServer {
             test_clock: false,
             tls: None,
             binary: None,
+            netns: None,
         }
     }
 
@@ -318,7 +334,16 @@ impl ValkeyServer {
     }
 
     fn try_spawn(&mut self) -> Result<(), String> {
-        let mut cmd = Command::new(&self.binary);
+        let mut cmd = match &self.netns {
+            None => Command::new(&self.binary),
+            Some(ns) => {
+                // `ip netns exec` execs the server itself: its pid is the server's.
+                let mut c = Command::new("ip");
+                c.args(["netns", "exec", ns, &self.binary]);
+                c.args(["--protected-mode", "no"]);
+                c
+            }
+        };
         cmd.current_dir(self.dir.path());
         match &self.tls {
             None => cmd.args(["--port", &self.port.to_string()]),
@@ -327,7 +352,7 @@ impl ValkeyServer {
                 .args(tls)
                 .args(["--unixsocket", self.dir.path().join("valkey.sock").to_str().unwrap()]),
         };
-        cmd.args(["--bind", "127.0.0.1", "--save", "", "--daemonize", "no"]).args([
+        cmd.args(["--bind", &self.host, "--save", "", "--daemonize", "no"]).args([
             "--dir",
             self.dir.path().to_str().unwrap(),
             "--enable-debug-command",
@@ -385,7 +410,7 @@ impl ValkeyServer {
 
     pub fn url(&self) -> String {
         let scheme = if self.tls.is_some() { "rediss" } else { "redis" };
-        format!("{scheme}://127.0.0.1:{}/", self.port)
+        format!("{scheme}://{}:{}/", self.host, self.port)
     }
 
     /// The URL `conn()` uses: the TCP port, or a TLS-only server's unix socket.
@@ -394,6 +419,21 @@ impl ValkeyServer {
             None => self.url(),
             Some(_) => format!("redis+unix://{}", self.dir.path().join("valkey.sock").display()),
         }
+    }
+
+    /// The address it listens on (127.0.0.1 unless it runs in a network namespace).
+    pub fn host(&self) -> &str {
+        &self.host
+    }
+
+    /// The server's process id, while it runs.
+    pub fn pid(&self) -> Option<u32> {
+        self.child.as_ref().map(Child::id)
+    }
+
+    /// Sends `sig` (`STOP`, `CONT`, ...) to the server; whether it was delivered.
+    pub fn signal(&self, sig: &str) -> bool {
+        self.pid().is_some_and(|pid| process::send_signal(pid, sig))
     }
 
     /// Whether the process was started and not killed since.

@@ -23,6 +23,12 @@ pub struct Proc {
     child: Option<Child>,
 }
 
+/// Sends `sig` (`TERM`, `STOP`, `CONT`, ...) to process `pid`; whether it was delivered.
+pub fn send_signal(pid: u32, sig: &str) -> bool {
+    // The shell's own kill: no procps needed.
+    Command::new("sh").arg("-c").arg(format!("kill -{sig} {pid}")).status().is_ok_and(|s| s.success())
+}
+
 impl Proc {
     /// `program` with `args`, logging to `<dir>/<name>.log`; not started yet.
     pub fn new(name: &str, program: impl Into<PathBuf>, args: Vec<String>, dir: &Path) -> Proc {
@@ -69,9 +75,7 @@ impl Proc {
 
     /// Sends `sig` (`TERM`, `STOP`, `CONT`, ...); whether it was delivered.
     pub fn signal(&self, sig: &str) -> bool {
-        let Some(pid) = self.pid() else { return false };
-        // The shell's own kill: no procps needed.
-        Command::new("sh").arg("-c").arg(format!("kill -{sig} {pid}")).status().is_ok_and(|s| s.success())
+        self.pid().is_some_and(|pid| send_signal(pid, sig))
     }
 
     pub fn pid(&self) -> Option<u32> {

@@ -8,6 +8,7 @@ pub mod capacity;
 pub mod chaos;
 pub mod chat;
 pub mod gate;
+pub mod history;
 pub mod join;
 pub mod outage;
 pub mod push_scale;

@@ -122,6 +122,10 @@ enum Command {
         #[arg(long, default_value = "valkey-server")]
         valkey_server: String,
     },
+    /// Jepsen's method: record a history of virtual users against a Valkey cluster under
+    /// a fault (`history run`), check a history against the safety rules (`history check`).
+    #[command(subcommand)]
+    History(queue_cli::history::HistoryCommand),
     /// Virtual users arriving at a rate, each on the same journey; prints a report and exits
     /// 1 if the audit found FIFO inversions, over-capacity or double claims, 2 if users did
     /// not finish (errors, drops, timeout).
@@ -288,6 +292,7 @@ async fn main() -> ExitCode {
             }
         }
         Command::Watch(args) => queue_cli::push_scale::run(args).await,
+        Command::History(cmd) => ExitCode::from(queue_cli::history::main(cmd).await),
         Command::Verify { api, queue, user_id } => ExitCode::from(verify::run(&api, &queue, user_id.as_deref()).await),
         Command::Swarm {
             target,
