@@ -15,7 +15,7 @@ replace the entropy placeholder below with random bytes, which ticket secrets ar
 derived from.
 ]]
 
-local VERSION = "9"
+local VERSION = "11"
 local ENTROPY = "__QUEUE_ENTROPY__"
 -- Tests load the library with this set to true: a queue's commands then read the
 -- time from the string key queue:{Q}:clock when it exists (as the module's
@@ -47,7 +47,7 @@ local OPENING_PENDING, MAX_PROOF_PAGE = "opening", 100000
 
 -- Stats hash fields (queue-core's engine::stat) and the opening hash's fields.
 local S = { JOINING = "joining", P_MAX = "p_max", TOKENS = "tokens", TOKENS_AT = "tokens_at", RATE_AT = "rate_at", RATE_COUNT = "rate_count", RATE_PER_MIN = "rate_per_min", SWEEP = "sweep", PROMOTED = "promoted", CLAIMED = "claimed", TICKETS_EXPIRED = "expired", DROPPED = "dropped", LEFT = "left", ENDED = "ended", LEASES_EXPIRED = "lapsed", SLOT_WAIT_MS = "slot_wait_ms", LOG = "log" }
-local O = { SEED = "seed", COMMITMENT = "commitment", OPENED_AT = "opened_at", ENTRANTS = "entrants" }
+local O = { SEED = "seed", COMMITMENT = "commitment", OPENED_AT = "opened_at", ENTRANTS = "entrants", LANE_ENTRANTS = "lane_entrants" }
 -- The standing's status strings and QUEUE.OPENING's states.
 local STATUS = { WAITING = "WAITING", PROMOTED = "PROMOTED", ACTIVE = "ACTIVE", UNKNOWN = "UNKNOWN" }
 local OPENING_STATE = { NONE = "none", SCHEDULED = "scheduled", OPEN = "open" }
@@ -1181,6 +1181,22 @@ function Q:schedule_if_needed(now)
   return true
 end
 
+-- A pre-queue value of a queue with lanes: lane index, nickname.
+local function pre_entry(v)
+  local i = v:find("|", 1, true)
+  if not i then
+    return 0, v
+  end
+  return tonumber(v:sub(1, i - 1)) or 0, v:sub(i + 1)
+end
+
+-- The number of a newcomer at the back of lane `lane` (0-based).
+function Q:lane_next_seq(lane)
+  local start = (lane + 1) * BAND
+  local last = redis.call("ZRANGE", self.waiting, fmt(start + BAND - 1), "(" .. fmt(start), "BYSCORE", "REV", "LIMIT", 0, 1, "WITHSCORES")
+  return (last[2] and tonumber(last[2]) or start) + 1
+end
+
 -- Opens the queue when its opening is due: the pre-queue placed at the back of the
 -- line in the seeded order, heard from now; the seed revealed, the proof kept.
 -- False on WRONGTYPE.
@@ -1193,22 +1209,37 @@ function Q:open_if_due(now)
   end
   local seed = read("HGET", self:opening_key(), O.SEED) or ""
   local all = read("HGETALL", self:pre_key()) or {}
+  local l = self:lanes()
   local entrants = {}
   for i = 1, #all, 2 do
     local h = redis.sha1hex(all[i])
-    entrants[#entrants + 1] = { k = redis.sha1hex(seed .. ":" .. h), h = h, user = all[i], nickname = all[i + 1] }
+    local lane, nickname = 0, all[i + 1]
+    if l then
+      lane, nickname = pre_entry(nickname)
+      lane = math.min(lane, #l.names - 1)
+    end
+    entrants[#entrants + 1] =
+      { lane = lane, k = redis.sha1hex(seed .. ":" .. h), h = h, user = all[i], nickname = nickname }
   end
+  -- Lanes in order, each in the seeded order.
   table.sort(entrants, function(x, y)
+    if x.lane ~= y.lane then
+      return x.lane < y.lane
+    end
     if x.k ~= y.k then
       return x.k < y.k
     end
     return x.h < y.h
   end)
-  local proof = {}
+  local proof, per_lane = {}, {}
+  for i = 1, l and #l.names or 1 do
+    per_lane[i] = 0
+  end
   for _, en in ipairs(entrants) do
     if not redis.call("ZSCORE", self.waiting, en.user) then
-      self:add_waiter(en.user, self:next_seq(), now, en.nickname)
+      self:add_waiter(en.user, l and self:lane_next_seq(en.lane) or self:next_seq(), now, en.nickname)
       proof[#proof + 1] = en.h
+      per_lane[en.lane + 1] = per_lane[en.lane + 1] + 1
     end
   end
   redis.call("DEL", self:pre_key())
@@ -1216,13 +1247,17 @@ function Q:open_if_due(now)
     redis.call("RPUSH", self:proof_key(), unpack(proof, i, math.min(i + 4095, #proof)))
   end
   redis.call("HSET", self:opening_key(), O.OPENED_AT, fmt(now), O.ENTRANTS, fmt(#proof))
+  if l then
+    redis.call("HSET", self:opening_key(), O.LANE_ENTRANTS, table.concat(per_lane, ","))
+  end
   self:set_stat(OPENING_PENDING, 0)
   self.log.reset = true
   return true
 end
 
 -- QUEUE.ENTER before the opening: into the pre-queue.
-function Q:enter_pre(user, nickname, now)
+-- In a queue with lanes the pre-queue's value is "<lane index>|<nickname>" (opening.rs).
+function Q:enter_pre(user, nickname, now, lane)
   if not self:schedule_if_needed(now) then
     return fail(E_WRONGTYPE)
   end
@@ -1237,7 +1272,7 @@ function Q:enter_pre(user, nickname, now)
       self:log_again(seq)
     end
   end
-  redis.call("HSET", self:pre_key(), user, nickname)
+  redis.call("HSET", self:pre_key(), user, lane and (fmt(lane) .. "|" .. nickname) or nickname)
   return standing_reply(user, { status = STATUS.WAITING, rank = 0, nickname = nickname, opens_at = self:setting(OPENS_AT) }, nil)
 end
 
@@ -1263,6 +1298,9 @@ function Q:pre_standing(user)
   local nickname = read("HGET", self:pre_key(), user)
   if not nickname then
     return nil
+  end
+  if self:lanes() then
+    nickname = select(2, pre_entry(nickname))
   end
   return { status = STATUS.WAITING, rank = 0, pre = true, nickname = nickname, opens_at = self:setting(OPENS_AT) }
 end
@@ -1419,7 +1457,11 @@ local function queue_enter(keys, args)
     return fail(E_WRONGTYPE)
   end
   if q:before_opening(now) then
-    return q:enter_pre(user, nickname, now)
+    -- Into the pre-queue of the lane: a code's use is consumed as for the line.
+    if code then
+      redis.call("HSET", q.codes, code.hash, code.lane .. "|" .. fmt(code.uses) .. "|" .. fmt(code.used + 1))
+    end
+    return q:enter_pre(user, nickname, now, lane)
   end
   if lane ~= nil then
     return q:enter_lane(user, nickname, lane, code, now)
@@ -1507,9 +1549,7 @@ function Q:enter_lane(user, nickname, lane, code, now)
       return standing_reply(user, { status = STATUS.PROMOTED, ticket = ticket, nickname = nickname }, nil)
     end
   end
-  local start = (lane + 1) * BAND
-  local last = redis.call("ZRANGE", self.waiting, fmt(start + BAND - 1), "(" .. fmt(start), "BYSCORE", "REV", "LIMIT", 0, 1, "WITHSCORES")
-  local seq = (last[2] and tonumber(last[2]) or start) + 1
+  local seq = self:lane_next_seq(lane)
   self:add_waiter(user, seq, now, nickname)
   local l = self:lanes()
   if lane + 1 < #l.names then
@@ -1981,17 +2021,13 @@ local function queue_config(keys, args)
     if not q then
       return e
     end
-    -- Lanes change only while nobody waits, and not together with an opening.
+    -- Lanes change only while nobody waits (in line or in the pre-queue).
     if new_lanes ~= nil or new_opens_at ~= nil then
       local l = q:lanes()
       if new_lanes ~= nil then
         l = new_lanes or nil
       end
-      local opens_at = new_opens_at or q:setting(OPENS_AT)
-      if l and opens_at ~= 0 then
-        return fail(E_LANES_OPENING)
-      end
-      if lanes_text(l) ~= lanes_text(q:lanes()) and (q:waiting_count() > 0 or q:opening_pending()) then
+      if lanes_text(l) ~= lanes_text(q:lanes()) and (q:waiting_count() > 0 or (q:opening_pending() and redis.call("HLEN", q:pre_key()) > 0)) then
         return fail(E_LANES_BUSY)
       end
     end
@@ -2097,6 +2133,43 @@ local function queue_codes(keys, args)
 end
 
 -- QUEUE.OPENING Q [PROOF start count]
+-- QUEUE.OPENING's `lanes` (nil without lanes): { name, entrants } per lane, in lane
+-- order; while scheduled counted in the pre-queue, once open as the opening wrote them
+-- (a lane the queue no longer has named by its index).
+function Q:opening_lanes(state)
+  local l = self:lanes()
+  if state == OPENING_STATE.SCHEDULED then
+    if not l then
+      return nil
+    end
+    local counts = {}
+    for i = 1, #l.names do
+      counts[i] = 0
+    end
+    for _, v in ipairs(read("HVALS", self:pre_key()) or {}) do
+      local lane = math.max(0, math.min(pre_entry(v), #l.names - 1))
+      counts[lane + 1] = counts[lane + 1] + 1
+    end
+    local r = {}
+    for i = 1, #l.names do
+      r[i] = { l.names[i], counts[i] }
+    end
+    return r
+  elseif state == OPENING_STATE.OPEN then
+    local text = read("HGET", self:opening_key(), O.LANE_ENTRANTS)
+    if not text then
+      return nil
+    end
+    local r = {}
+    for n in (text .. ","):gmatch("([^,]*),") do
+      local i = #r + 1
+      r[i] = { l and l.names[i] or fmt(i - 1), parse_int(n) or 0 }
+    end
+    return r
+  end
+  return nil
+end
+
 local function queue_opening(keys, args)
   local start, count = parse_int(args[2] or ""), parse_int(args[3] or "")
   local checks = {}
@@ -2130,6 +2203,7 @@ local function queue_opening(keys, args)
     m.seed = or_false(read("HGET", q:opening_key(), O.SEED))
     m.entrants = parse_int(read("HGET", q:opening_key(), O.ENTRANTS) or "") or 0
   end
+  m.lanes = q:opening_lanes(m.state)
   return { map = m }
 end
 

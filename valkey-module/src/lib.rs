@@ -128,8 +128,8 @@ const COMMANDS: &[Command] = &[
         arity: 2, key_flags: KEY_RO, args: &[Q],
     }),
     command!("queue.opening", queue::opening, "readonly fast", Doc {
-        summary: "The queue's fair opening: opensAt, commitment (hex SHA-256 of the secret seed), state (none, scheduled, open), seed once open, openedAt, entrants; with PROOF start count, a page of the idHashes in placed order",
-        complexity: "O(1), or O(M) with M the idHashes listed",
+        summary: "The queue's fair opening: opensAt, commitment (hex SHA-256 of the secret seed), state (none, scheduled, open), seed once open, openedAt, entrants, and in a queue with lanes lanes ([name, entrants] per lane: each lane's run of the proof); with PROOF start count, a page of the idHashes in placed order",
+        complexity: "O(1); O(P) while scheduled in a queue with lanes (P: the pre-queue's entrants); O(M) with PROOF (M: the idHashes listed)",
         arity: -2, key_flags: KEY_RO, args: &[
             Q,
             opt_int("start", "PROOF"),

@@ -222,16 +222,33 @@ pub fn opening(srv: &Server, args: &[Str]) -> Result<(), QueueError> {
         return Ok(());
     }
     let o = queue_core::opening::info(&q);
-    srv.reply_fields(
-        &replies::OPENING,
-        &[
-            ("opensAt", Val::Int(o.opens_at)),
-            ("commitment", Val::opt_bulk(o.commitment.as_deref().map(str::as_bytes))),
-            ("state", Val::Bulk(o.state.as_str().as_bytes())),
-            ("seed", Val::opt_bulk(o.seed.as_deref().map(str::as_bytes))),
-            ("openedAt", Val::opt_int(o.opened_at)),
-            ("entrants", Val::Int(o.entrants)),
-        ],
-    );
+    let fields = [
+        ("opensAt", Val::Int(o.opens_at)),
+        ("commitment", Val::opt_bulk(o.commitment.as_deref().map(str::as_bytes))),
+        ("state", Val::Bulk(o.state.as_str().as_bytes())),
+        ("seed", Val::opt_bulk(o.seed.as_deref().map(str::as_bytes))),
+        ("openedAt", Val::opt_int(o.opened_at)),
+        ("entrants", Val::Int(o.entrants)),
+    ];
+    if o.lanes.is_empty() {
+        srv.reply_fields(&replies::OPENING, &fields);
+        return Ok(());
+    }
+    // With lanes: `lanes`, an array of [name, entrants], in its place in the order.
+    srv.reply_map(replies::OPENING_LANES.len());
+    for name in replies::OPENING_LANES {
+        srv.reply_bulk(name.as_bytes());
+        if name == "lanes" {
+            srv.reply_array(o.lanes.len());
+            for (lane, n) in &o.lanes {
+                srv.reply_array(2);
+                srv.reply_bulk(lane);
+                srv.reply_int(*n);
+            }
+        } else {
+            let (_, v) = fields.iter().find(|(f, _)| *f == name).expect("every ordered field is given");
+            srv.reply_val(v);
+        }
+    }
     Ok(())
 }

@@ -87,21 +87,11 @@ fn bad_arguments_are_refused_and_change_nothing(b: Backend) {
         ("QUEUE.CONFIG", vec!["l", "SET", "lanes", "a,,b"], BAD_LANES.into()),
         ("QUEUE.CONFIG", vec!["l", "SET", "lanes", "a b,c"], BAD_LANES.into()),
         ("QUEUE.CONFIG", vec!["l", "SET", "lanes", "a,b,c,d,e,f,g,h,i"], BAD_LANES.into()),
-        // People wait in `l`: its lanes stay; an opening does not combine with lanes.
+        // People wait in `l`: its lanes stay.
         (
             "QUEUE.CONFIG",
             vec!["l", "SET", "lanes", "presale,general,late"],
             "ERR lanes can change only while nobody waits".into(),
-        ),
-        (
-            "QUEUE.CONFIG",
-            vec!["l", "SET", "opens_at", "1900000000000"],
-            "ERR lanes and opens_at cannot be combined yet".into(),
-        ),
-        (
-            "QUEUE.CONFIG",
-            vec!["e", "SET", "lanes", "a,b", "opens_at", "1900000000000"],
-            "ERR lanes and opens_at cannot be combined yet".into(),
         ),
         ("QUEUE.ENTER", vec!["q", "", "n"], BAD_USER.into()),
         ("QUEUE.ENTER", vec!["q", "a b", "n"], BAD_USER.into()),

@@ -39,7 +39,8 @@ pub enum QueueError {
     InvalidLanes,
     /// QUEUE.CONFIG: `lanes` changed while people wait (their numbers name lanes).
     LanesBusy,
-    /// QUEUE.CONFIG: `lanes` and a scheduled opening (`opens_at`) together.
+    /// No longer returned: lanes and an opening (`opens_at`) combine (each lane opens
+    /// in the seeded order). Kept so that code naming it still builds.
     LanesWithOpening,
     /// LANE or CODE (QUEUE.ENTER, QUEUE.CODES) in a queue without lanes.
     NoLanes,

@@ -135,8 +135,14 @@ pub fn constants_block() -> String {
         line(format!("local S = {}", lua_table(&stats)));
     }
     {
-        use crate::engine::opening::{COMMITMENT, ENTRANTS, OPENED_AT, SEED};
-        let fields = [("SEED", SEED), ("COMMITMENT", COMMITMENT), ("OPENED_AT", OPENED_AT), ("ENTRANTS", ENTRANTS)];
+        use crate::engine::opening::{COMMITMENT, ENTRANTS, LANE_ENTRANTS, OPENED_AT, SEED};
+        let fields = [
+            ("SEED", SEED),
+            ("COMMITMENT", COMMITMENT),
+            ("OPENED_AT", OPENED_AT),
+            ("ENTRANTS", ENTRANTS),
+            ("LANE_ENTRANTS", LANE_ENTRANTS),
+        ];
         line(format!("local O = {}", lua_table(&fields)));
     }
     line("-- The standing's status strings and QUEUE.OPENING's states.".into());

@@ -62,6 +62,12 @@ pub fn record<S: Store>(s: &S, seq: i64) -> Option<Rec> {
     decode(s.record(seq)?.as_ref())
 }
 
+/// The number of a newcomer at the back of lane `lane` (a queue with lanes).
+pub fn lane_next_seq<S: Store>(s: &S, lane: usize) -> i64 {
+    let start = crate::lanes::band_start(lane);
+    s.waiting_max_in(start + 1, start + crate::lanes::BAND - 1).unwrap_or(start) + 1
+}
+
 /// The number for a newcomer: after everyone in line and after every number that
 /// holds a ticket (the last ticket holder may have left the line by claiming while
 /// earlier ones still hold theirs: numbering after the last one in line would then

@@ -50,7 +50,7 @@ use crate::lanes::{band_start, Code, Lanes, BAND};
 use crate::record;
 use crate::ticket;
 use layout::mark_layout;
-use members::{add_waiter, remove, take_out, touch};
+use members::{add_waiter, lane_next_seq, remove, take_out, touch};
 use store::add_stat;
 
 /// The token bucket refilled to `now` (full the first time it is seen).
@@ -327,7 +327,15 @@ pub fn enter_with<S: Store>(
     let now = s.now();
     opening::open_if_due(s, now)?;
     if opening::before_opening(s, now) {
-        return opening::enter_pre(s, user, nickname, now);
+        // Into the pre-queue of the lane (a queue with lanes): a code's use is
+        // consumed as for an entry into the line.
+        let lane = into.as_ref().map(|(lane, _)| *lane);
+        if let Some((_, Some((h, mut c)))) = into {
+            s.check(&[Part::Codes])?;
+            c.used += 1;
+            s.aux_hset(Aux::Codes, h, &c.encode());
+        }
+        return opening::enter_pre(s, user, nickname, now, lane);
     }
     if let Some((lane, code)) = into {
         return enter_lane(s, user, nickname, &lanes, lane, code, now);
@@ -436,6 +444,17 @@ fn enter_lane<S: Store>(
         c.used += 1;
         s.aux_hset(Aux::Codes, h, &c.encode());
     }
+    let start = band_start(lane);
+    // The common case first, as in `enter`: someone waits and the user is new.
+    if waiting_count(s) > 0 {
+        let seq = s.waiting_max_in(start + 1, start + BAND - 1).unwrap_or(start) + 1;
+        if s.waiting_add_new(user, seq) {
+            mark_layout(s);
+            touch(s, seq, now, nickname);
+            s.count(Event::Entered, 1);
+            return Ok(in_lane(s, user, lanes, lane, seq, now, nickname));
+        }
+    }
     let old = s.waiting_score(user);
     let old_holds = old.is_some_and(|seq| is_promoted(s, seq));
     if let Some(seq) = old {
@@ -468,29 +487,43 @@ fn enter_lane<S: Store>(
             return Ok(Standing::Promoted { ticket, nickname: nickname.to_vec() });
         }
     }
-    let start = band_start(lane);
-    let seq = s.waiting_max_in(start + 1, start + BAND - 1).unwrap_or(start) + 1;
+    let seq = lane_next_seq(s, lane);
     add_waiter(s, user, seq, now, nickname);
-    if lane + 1 < lanes.len() && s.waiting_max_in(band_start(lane + 1), i64::MAX).is_some() {
+    Ok(in_lane(s, user, lanes, lane, seq, now, nickname))
+}
+
+/// The standing of `user`, just put at the back of lane `lane` as number `seq`; an
+/// arrival ahead of people waiting in a later lane goes into the change log. Without
+/// anyone in a later lane the newcomer is the last one waiting: no rank lookup.
+fn in_lane<S: Store>(
+    s: &mut S,
+    user: &S::User,
+    lanes: &Lanes,
+    lane: usize,
+    seq: i64,
+    now: i64,
+    nickname: &[u8],
+) -> Standing {
+    let behind = lane + 1 < lanes.len() && s.waiting_max_in(band_start(lane + 1), i64::MAX).is_some();
+    let rank = if behind {
         s.log_draft().note_ahead(seq);
-    }
-    let rank = s.waiting_rank(user).map_or(0, |(r, _)| r + 1 - joining(s));
-    Ok(Standing::Waiting { seq, rank, seen: now, nickname: nickname.to_vec() })
+        s.waiting_rank(user).map_or(0, |(r, _)| r + 1 - joining(s))
+    } else {
+        waiting_count(s)
+    };
+    Standing::Waiting { seq, rank, seen: now, nickname: nickname.to_vec() }
 }
 
 /// Whether the settings may become `lanes` (QUEUE.CONFIG SET lanes): a change only
 /// while nobody waits (in line or in the pre-queue), since waiting people's numbers
-/// name their lanes; and lanes not with an opening (`opens_at`, not combined yet).
+/// name their lanes (and the pre-queue's entries theirs).
 pub fn check_lanes_change<S: Store>(s: &S, lanes: Lanes) -> Result<(), QueueError> {
     check_lanes_with(s, lanes, s.setting(crate::config::OPENS_AT))
 }
 
 /// [`check_lanes_change`] with the `opens_at` the settings will have.
-pub fn check_lanes_with<S: Store>(s: &S, lanes: Lanes, opens_at: i64) -> Result<(), QueueError> {
-    if lanes.multi() && opens_at != 0 {
-        return Err(QueueError::LanesWithOpening);
-    }
-    if lanes != s.lanes() && (waiting_count(s) > 0 || opening::pending(s)) {
+pub fn check_lanes_with<S: Store>(s: &S, lanes: Lanes, _opens_at: i64) -> Result<(), QueueError> {
+    if lanes != s.lanes() && (waiting_count(s) > 0 || (opening::pending(s) && s.aux_hlen(Aux::Pre) > 0)) {
         return Err(QueueError::LanesBusy);
     }
     Ok(())

@@ -10,10 +10,15 @@
 //! revealed and the idHashes are kept in placed order (the proof). Anyone can check
 //! that SHA-256(seed) is the commitment published before, and recompute the order.
 //!
+//! In a queue with lanes each entrant keeps its lane: the pre-queue's value is
+//! `<lane index>|<nickname>`, and the opening places each lane's entrants, in the same
+//! seeded order, at the back of that lane; the proof lists lane 0's idHashes, then
+//! lane 1's, and so on.
+//!
 //! Part of the engine: the rules ([`super`]) call in here; this file changes the line
 //! only through [`super::members`].
 
-use super::members::{add_waiter, is_promoted, next_seq, remove};
+use super::members::{add_waiter, is_promoted, lane_next_seq, next_seq, remove};
 use super::store::{stat, Aux, Event, Part, Store, ALL_PARTS};
 use crate::error::QueueError;
 use crate::hex::hex;
@@ -26,6 +31,9 @@ pub const SEED: &str = "seed";
 pub const COMMITMENT: &str = "commitment";
 pub const OPENED_AT: &str = "opened_at";
 pub const ENTRANTS: &str = "entrants";
+/// In a queue with lanes: how many of the proof's idHashes each lane placed, lanes in
+/// order, comma-separated (where each lane's run of the proof ends).
+pub const LANE_ENTRANTS: &str = "lane_entrants";
 
 /// Most idHashes one `QUEUE.OPENING Q PROOF start count` lists.
 pub const MAX_PROOF_PAGE: i64 = 100_000;
@@ -95,31 +103,66 @@ pub fn open_if_due<S: Store>(s: &mut S, now: i64) -> Result<bool, QueueError> {
     Ok(true)
 }
 
+/// An entrant at the opening: lane, sort key, idHash, userId, nickname (sorted so).
+type Entrant = (usize, String, String, Vec<u8>, Vec<u8>);
+
+/// A pre-queue value: the nickname, after `<lane index>|` in a queue with lanes.
+fn pre_value(lane: Option<usize>, nickname: &[u8]) -> Vec<u8> {
+    match lane {
+        Some(l) => {
+            let mut v = format!("{l}|").into_bytes();
+            v.extend_from_slice(nickname);
+            v
+        }
+        None => nickname.to_vec(),
+    }
+}
+
+/// A pre-queue value read back: (lane index, nickname); lane 0 without lanes.
+fn pre_entry(multi: bool, v: Vec<u8>) -> (usize, Vec<u8>) {
+    if !multi {
+        return (0, v);
+    }
+    match v.iter().position(|&b| b == b'|') {
+        Some(i) => {
+            let lane = std::str::from_utf8(&v[..i]).ok().and_then(|l| l.parse().ok()).unwrap_or(0);
+            (lane, v[i + 1..].to_vec())
+        }
+        None => (0, v),
+    }
+}
+
 /// The opening itself: the pre-queue placed in the seeded order at the back of the
-/// line, heard from now; the seed revealed, the proof kept.
+/// line (of each entrant's lane, lanes in order), heard from now; the seed revealed,
+/// the proof kept.
 fn open<S: Store>(s: &mut S, now: i64) {
     let seed = s.aux_hget(Aux::Opening, SEED.as_bytes()).map(|v| String::from_utf8_lossy(&v).into_owned());
     let seed = seed.unwrap_or_default();
-    let mut entrants: Vec<(String, String, Vec<u8>, Vec<u8>)> = s
+    let lanes = s.lanes();
+    let multi = lanes.multi();
+    let mut entrants: Vec<Entrant> = s
         .aux_hgetall(Aux::Pre)
         .into_iter()
-        .map(|(user, nickname)| {
+        .map(|(user, v)| {
             let h = id_hash(&user);
-            (sort_key(&seed, &h), h, user, nickname)
+            let (lane, nickname) = pre_entry(multi, v);
+            (lane.min(lanes.len().max(1) - 1), sort_key(&seed, &h), h, user, nickname)
         })
         .collect();
     entrants.sort();
     let mut proof = Vec::with_capacity(entrants.len());
-    for (_, h, user, nickname) in entrants {
+    let mut per_lane = vec![0usize; lanes.len().max(1)];
+    for (lane, _, h, user, nickname) in entrants {
         let u = s.user_of(&user);
         // Someone in line already (which an entry before the opening prevents) keeps
         // their place.
         if s.waiting_score(&u).is_some() {
             continue;
         }
-        let seq = next_seq(s);
+        let seq = if multi { lane_next_seq(s, lane) } else { next_seq(s) };
         add_waiter(s, &u, seq, now, &nickname);
         proof.push(h.into_bytes());
+        per_lane[lane] += 1;
     }
     s.aux_del(Aux::Pre);
     if !proof.is_empty() {
@@ -127,6 +170,10 @@ fn open<S: Store>(s: &mut S, now: i64) {
     }
     s.aux_hset(Aux::Opening, OPENED_AT.as_bytes(), now.to_string().as_bytes());
     s.aux_hset(Aux::Opening, ENTRANTS.as_bytes(), proof.len().to_string().as_bytes());
+    if multi {
+        let counts: Vec<String> = per_lane.iter().map(usize::to_string).collect();
+        s.aux_hset(Aux::Opening, LANE_ENTRANTS.as_bytes(), counts.join(",").as_bytes());
+    }
     s.set_stat(stat::OPENING, 0);
     s.log_draft().note_reset();
 }
@@ -134,7 +181,13 @@ fn open<S: Store>(s: &mut S, now: i64) {
 /// QUEUE.ENTER before the opening: into the pre-queue (someone there keeps their
 /// place, the order is drawn anyway; someone in line leaves it, giving back any
 /// ticket).
-pub fn enter_pre<S: Store>(s: &mut S, user: &S::User, nickname: &[u8], now: i64) -> Result<Standing, QueueError> {
+pub fn enter_pre<S: Store>(
+    s: &mut S,
+    user: &S::User,
+    nickname: &[u8],
+    now: i64,
+    lane: Option<usize>,
+) -> Result<Standing, QueueError> {
     schedule_if_needed(s, now)?;
     if let Some(seq) = s.waiting_score(user) {
         let holds = is_promoted(s, seq);
@@ -146,7 +199,7 @@ pub fn enter_pre<S: Store>(s: &mut S, user: &S::User, nickname: &[u8], now: i64)
             s.log_draft().note_again(seq);
         }
     }
-    s.aux_hset(Aux::Pre, user.as_ref(), nickname);
+    s.aux_hset(Aux::Pre, user.as_ref(), &pre_value(lane, nickname));
     s.count(Event::Entered, 1);
     Ok(Standing::Pre { nickname: nickname.to_vec(), opens_at: s.setting(crate::config::OPENS_AT) })
 }
@@ -156,7 +209,7 @@ pub fn pre_standing<S: Store>(s: &S, user: &S::User) -> Option<Standing> {
     if !pending(s) {
         return None;
     }
-    let nickname = s.aux_hget(Aux::Pre, user.as_ref())?;
+    let (_, nickname) = pre_entry(s.lanes().multi(), s.aux_hget(Aux::Pre, user.as_ref())?);
     Some(Standing::Pre { nickname, opens_at: s.setting(crate::config::OPENS_AT) })
 }
 
@@ -183,6 +236,7 @@ pub fn info<S: Store>(s: &S) -> Opening {
             seed: None,
             opened_at: None,
             entrants: s.aux_hlen(Aux::Pre),
+            lanes: pre_lane_counts(s),
         };
     }
     match (commitment, opened_at) {
@@ -193,9 +247,51 @@ pub fn info<S: Store>(s: &S) -> Opening {
             seed: text(s, SEED),
             opened_at: Some(opened_at),
             entrants: text(s, ENTRANTS).and_then(|v| v.parse().ok()).unwrap_or(0),
+            lanes: opened_lane_counts(s),
         },
-        _ => Opening { opens_at, state: State::None, commitment: None, seed: None, opened_at: None, entrants: 0 },
+        _ => Opening {
+            opens_at,
+            state: State::None,
+            commitment: None,
+            seed: None,
+            opened_at: None,
+            entrants: 0,
+            lanes: Vec::new(),
+        },
     }
+}
+
+/// A scheduled queue with lanes: its pre-queue's entrants per lane (one pass over the
+/// pre-queue; the lane clamped as the opening clamps it). Empty without lanes.
+fn pre_lane_counts<S: Store>(s: &S) -> Vec<(Vec<u8>, i64)> {
+    let lanes = s.lanes();
+    if !lanes.multi() {
+        return Vec::new();
+    }
+    let mut counts = vec![0i64; lanes.len()];
+    for (_, v) in s.aux_hgetall(Aux::Pre) {
+        let (lane, _) = pre_entry(true, v);
+        counts[lane.min(lanes.len() - 1)] += 1;
+    }
+    counts.into_iter().enumerate().map(|(i, n)| (lanes.name(i).to_vec(), n)).collect()
+}
+
+/// An opened queue's entrants per lane, as the opening wrote them (`lane_entrants`),
+/// named by the queue's lanes now (a lane the queue no longer has: its index).
+/// Empty when the opening wrote none (no lanes then).
+fn opened_lane_counts<S: Store>(s: &S) -> Vec<(Vec<u8>, i64)> {
+    let Some(text) = text(s, LANE_ENTRANTS) else {
+        return Vec::new();
+    };
+    let lanes = s.lanes();
+    text.split(',')
+        .enumerate()
+        .map(|(i, n)| {
+            let name =
+                if lanes.multi() && i < lanes.len() { lanes.name(i).to_vec() } else { i.to_string().into_bytes() };
+            (name, n.parse().unwrap_or(0))
+        })
+        .collect()
 }
 
 /// A page of the proof (nothing before the opening).

@@ -70,6 +70,9 @@ pub const INFO: [&str; 27] = [
 /// QUEUE.OPENING's map.
 pub const OPENING: [&str; 6] = ["state", "openedAt", "seed", "entrants", "commitment", "opensAt"];
 
+/// QUEUE.OPENING's map in a queue with lanes (scheduled or open): `lanes` besides.
+pub const OPENING_LANES: [&str; 7] = ["state", "openedAt", "seed", "lanes", "entrants", "commitment", "opensAt"];
+
 /// Counters QUEUE.INFO shows (stats hash fields of the same names). `slot_wait_ms`:
 /// the milliseconds slots freed by an expiry (a ticket's or a lease's) stayed empty
 /// before a promotion filled them, summed over the slots filled.
@@ -94,6 +97,7 @@ mod tests {
         distinct(&PROMOTE);
         distinct(&CLAIM);
         distinct(&OPENING);
+        distinct(&OPENING_LANES);
         let config = distinct(&CONFIG);
         let info = distinct(&INFO);
         for f in FIELDS {

@@ -185,4 +185,7 @@ pub struct Opening {
     pub opened_at: Option<i64>,
     /// In the pre-queue while scheduled; placed at the opening once open.
     pub entrants: i64,
+    /// A queue with lanes, scheduled or open: each lane's name and its entrants, in
+    /// lane order (where each lane's run of the proof ends). Empty otherwise.
+    pub lanes: Vec<(Vec<u8>, i64)>,
 }
