@@ -269,9 +269,14 @@ pub async fn delete(AdminQueue { state, queue }: AdminQueue) -> Result<Json<Valu
 }
 
 async fn queue_body(client: &QueueClient, queue: &str) -> Result<Value, ApiError> {
-    let (info, brand, paused) = tokio::join!(client.info(queue), client.brand(queue), client.paused_soft_cap(queue));
+    let (info, brand, paused, entry) = tokio::join!(
+        client.info(queue),
+        client.brand(queue),
+        client.paused_soft_cap(queue),
+        crate::identity::read_mode(client, queue)
+    );
     let info = info?;
-    let mut v = json!({ "queue": queue, "info": info, "brand": Brand::from_stored(&brand?) });
+    let mut v = json!({ "queue": queue, "info": info, "brand": Brand::from_stored(&brand?), "entry": entry?.as_str() });
     v["counts"] = counts(queue, &info, paused?);
     Ok(v)
 }
@@ -311,17 +316,43 @@ fn checked_settings(settings: &Map<String, Value>) -> Result<Vec<(String, i64)>,
 /// settings at runtime (all or none), then answers like GET. Setting a soft cap above
 /// 0 while paused ends the pause (the new cap is the one to keep).
 pub async fn put(AdminQueue { state, queue }: AdminQueue, body: SettingsBody) -> Result<Json<Value>, ApiError> {
-    let settings = named_settings(body, || "name at least one setting".into())?;
+    let mut settings = named_settings(body, || "name at least one setting".into())?;
+    // `entry` is a word, the other settings numbers.
+    let entry = match settings.remove("entry") {
+        None => None,
+        Some(v) => Some(v.as_str().and_then(crate::identity::EntryMode::parse).ok_or_else(|| {
+            ApiError::AtField(
+                StatusCode::UNPROCESSABLE_ENTITY,
+                "entry".into(),
+                "entry must be open, identified or invite".into(),
+            )
+        })?),
+    };
     let pairs = checked_settings(&settings)?;
     let client = state.valkey.client().await?;
     let before = client.config_get(&queue).await?;
-    client.config_set(&queue, &pairs).await.map_err(|e| at_named_field(e, &pairs))?;
+    if !pairs.is_empty() {
+        client.config_set(&queue, &pairs).await.map_err(|e| at_named_field(e, &pairs))?;
+    }
+    let mut entry_change = None;
+    if let Some(mode) = entry {
+        let was = crate::identity::read_mode(&client, &queue).await?;
+        client.config_set_text(&queue, "entry", mode.as_str()).await.map_err(|e| match ApiError::from(e) {
+            ApiError::BadRequest(m) => ApiError::AtField(StatusCode::BAD_REQUEST, "entry".into(), m),
+            other => other,
+        })?;
+        state.entry_modes.forget(&queue);
+        entry_change = Some(json!({ "from": was.as_str(), "to": mode.as_str() }));
+    }
     state.declared.declare(&client, &queue).await?;
     if pairs.iter().any(|(f, n)| f == "soft_cap" && *n > 0) {
         client.forget_pause(&queue).await?;
     }
-    let changes: Map<String, Value> =
+    let mut changes: Map<String, Value> =
         pairs.iter().map(|(f, n)| (f.clone(), json!({ "from": before.get(f), "to": n }))).collect();
+    if let Some(c) = entry_change {
+        changes.insert("entry".into(), c);
+    }
     audit(&state, &queue, "settings", Value::Object(changes));
     Ok(Json(queue_body(&client, &queue).await?))
 }

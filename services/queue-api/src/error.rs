@@ -44,6 +44,13 @@ pub enum ApiError {
     UnknownQueue(String),
     /// 409: a queue someone waits in, holds a ticket of or is inside cannot be deleted.
     QueueInUse(String),
+    /// 401: this queue (or this userId, one derived from an identity) needs the app's
+    /// identity token.
+    IdentityRequired,
+    /// 401: the identity token was refused (why: the reply's `reason`).
+    IdentityInvalid(crate::identity::Refusal),
+    /// 403: the queue admits by invitation only.
+    InviteOnly,
 }
 
 /// Seconds a newcomer refused by a full line is asked to wait.
@@ -113,6 +120,15 @@ impl ApiError {
                 ),
             ),
             ApiError::QueueInUse(m) => (StatusCode::CONFLICT, "queue_in_use", m.clone()),
+            ApiError::IdentityRequired => (
+                StatusCode::UNAUTHORIZED,
+                "identity_required",
+                "this place is read, followed and left only with the app's login (its identity token)".into(),
+            ),
+            ApiError::IdentityInvalid(r) => (StatusCode::UNAUTHORIZED, "identity_invalid", r.message().into()),
+            ApiError::InviteOnly => {
+                (StatusCode::FORBIDDEN, "invite_only", "this queue admits by invitation only".into())
+            }
         }
     }
 }
@@ -126,6 +142,9 @@ impl IntoResponse for ApiError {
         }
         if let ApiError::AtField(_, field, _) = &self {
             body["field"] = json!(field);
+        }
+        if let ApiError::IdentityInvalid(r) = &self {
+            body["reason"] = json!(r.as_str());
         }
         let mut resp = (status, Json(body)).into_response();
         match self {
@@ -141,6 +160,13 @@ impl IntoResponse for ApiError {
             ApiError::LineFull => {
                 resp.headers_mut().insert(header::RETRY_AFTER, HeaderValue::from(LINE_FULL_RETRY_AFTER));
             }
+            ApiError::IdentityRequired => {
+                resp.headers_mut().insert(header::WWW_AUTHENTICATE, HeaderValue::from_static("Bearer"));
+            }
+            ApiError::IdentityInvalid(_) => {
+                resp.headers_mut()
+                    .insert(header::WWW_AUTHENTICATE, HeaderValue::from_static("Bearer error=\"invalid_token\""));
+            }
             _ => {}
         }
         resp
@@ -149,6 +175,9 @@ impl IntoResponse for ApiError {
 
 impl From<ClientError> for ApiError {
     fn from(e: ClientError) -> Self {
+        if crate::identity::is_invite_refusal(&e) {
+            return ApiError::InviteOnly;
+        }
         match e {
             ClientError::InvalidArgument(m) => ApiError::BadRequest(m.trim_start_matches("ERR ").to_string()),
             ClientError::Refused(queue_core::QueueError::LineFull) => ApiError::LineFull,

@@ -18,6 +18,7 @@ pub mod error;
 pub mod extract;
 pub mod hub;
 pub mod i18n;
+pub mod identity;
 pub mod limit;
 pub mod metrics;
 mod openapi;
@@ -58,6 +59,10 @@ pub struct AppState {
     pub shutdown: watch::Receiver<bool>,
     /// Who the client is behind the proxies in front (`--trusted-proxies`).
     pub client_addrs: service_kit::ClientAddrs,
+    /// Checks the app login's tokens (`--identity-jwks`); None when identity is off.
+    pub identity: Option<identity::Verifier>,
+    /// Each queue's `entry` setting, as this instance last read it.
+    pub entry_modes: identity::EntryModes,
 }
 
 impl service_kit::HasClientAddrs for AppState {
@@ -111,6 +116,8 @@ pub async fn serve(
     config: Config,
     shutdown: impl std::future::Future<Output = ()> + Send + 'static,
 ) -> std::io::Result<()> {
+    let identity =
+        config.identity.verifier().map_err(|e| std::io::Error::new(std::io::ErrorKind::InvalidInput, e))?;
     let metrics = Arc::new(metrics::Metrics::default());
     metrics.registry().spawn_upkeep();
     let valkey = valkey::Valkey::connect(config.common.target());
@@ -144,6 +151,8 @@ pub async fn serve(
         metrics,
         declared: Default::default(),
         shutdown: stop_rx,
+        identity,
+        entry_modes: Default::default(),
     });
     let limits = state.config.http;
     server::serve(listener, app(state), limits, async move {

@@ -106,6 +106,15 @@ impl Metrics {
             &[("reason", reason)],
         )
     }
+
+    /// Identity tokens refused, by reason (`expired`, `bad_signature`, ...).
+    pub fn identity_refused(&self, reason: &'static str) -> Counter {
+        self.registry.counter_with(
+            "queue_api_identity_refused_total",
+            "Identity tokens refused, by reason.",
+            &[("reason", reason)],
+        )
+    }
 }
 
 #[cfg(test)]

@@ -244,6 +244,26 @@
       const range = h ? " (" + number(h.minimum) + " to " + number(h.maximum) + ")" : "";
       field(box, name, name.replace(/_/g, " "), "number", shown.info[name], h ? h.description + range : "");
     }
+    entryField(box);
+  }
+
+  // Who may enter: a choice of three words, not a number.
+  const ENTRY = [["open", "open: anyone"], ["identified", "identified: only with the app's login"],
+    ["invite", "invite: by invitation, with the app's login"]];
+  function entryField(box) {
+    field(box, "entry", "entry", "text", "", help.entry ? help.entry.description : "");
+    const input = $("f-entry");
+    const select = document.createElement("select");
+    for (const a of ["id", "name"]) select.setAttribute(a, input.getAttribute(a));
+    select.setAttribute("aria-describedby", input.getAttribute("aria-describedby"));
+    for (const [value, label] of ENTRY) {
+      const o = document.createElement("option");
+      o.value = value;
+      o.textContent = label;
+      select.append(o);
+    }
+    select.value = shown.entry || "open";
+    input.replaceWith(select);
   }
 
   function fillBrand() {
@@ -314,6 +334,7 @@
       if (raw === String(shown.info[name])) continue;
       body[name] = raw !== "" && !Number.isNaN(Number(raw)) ? Number(raw) : raw;
     }
+    if (form.elements.entry && form.elements.entry.value !== (shown.entry || "open")) body.entry = form.elements.entry.value;
     if (!Object.keys(body).length) { say("Nothing changed."); return; }
     await send(form, "PUT", "", body, "Settings saved: " + Object.keys(body).join(", ") + ".");
   }
