@@ -657,6 +657,65 @@ mod tests {
         assert!(v.verify_at(&format!("{input}.{}", B64.encode(sig.as_ref())), "q", 1500).is_ok());
     }
 
+    /// A 2048-bit RSA key for this test only (ring verifies and signs RSA but does not
+    /// make RSA keys; `openssl genpkey -algorithm RSA` made this one).
+    const RSA_TEST_KEY: &str = "\
+-----BEGIN PRIVATE KEY-----
+MIIEvQIBADANBgkqhkiG9w0BAQEFAASCBKcwggSjAgEAAoIBAQDd0PCS0k6FWLpX
+1PacOFaco7tQWej/V6aTxtJ5cxStssJs25dRfJGC4Ib+gPimEeF+ADwU8++9WidI
+zPFixANFY9in7ZqhjmYwFgwnE1d+vWKkVbBFHQBCiFLetyoacd1RCk7pNYlUZR21
+TVZoQf4jLiIquAmkbpWG//ark94bBrH9mn7S/akPQSpuoA6SE+4DEI0xLOUtThMY
+CKINzfo8pnh//mz7LfkP8801Afrn7StBMjmIcbs5bh4DegsFBN92BwQzeZmnuda4
+yIRLTBG4EFrA0he7FlKfKknuNURPtG6MGiO3t4HQT2/On9ih786AOs1bb/sTak8Q
+FL8AOjI7AgMBAAECggEAHACgFlDxc7kXUTZD6cXc/UpYP9UR6oZUs6wybv2duy3p
+iJeSO0nIDucsc52xhjmUp3T9IMII3nUup2yj/o1zQkPQGqcO0d1pviFSaG5zKb9b
+4BYnOhpmqX+PQqmJ6au9PllYS+2jyCE5xmUchu3p2OQekRkJspX5T4Ep0VBKBkwu
+ZP4xUrqIPpAuFLnvmcZOpC5Lch4nc+Gju/YHhIA9lfX8en3Zm5B8Tvs68Lkj0eaX
+CCcV2d89vJ2WfApOEZjDe4Q38h5FtOu2BK8J9Dim3xAlFZmv4pWV9kYL1LJa6tT2
+9sq5l9vhe2FO72Xwb+/hkNY5LFVj0TV+GtOSoElS+QKBgQD0w9ZxDiHFcWeeG6AK
+qHhAINEojHW1ys2oJx3Gg8TmHJ1GBv+PJ7d6aIrpZFxA9Oz+96Gblt8qP5OKfQRA
+u06oQNvySg5T4jDv15kouZIS4C+dDh1wuRxm+6cOcBp1qrDjuG6CF33iE6BPKM9U
+sGiOLmGhiilFE+2D4iggBvlRQwKBgQDn/2/picONz59jTD0ZuGHJ/r9R0VytVXDx
+bZc4uHi/Byf8ioeU1gss/6PeOz2aygk5xUiVX70/ZsKbxHGcEDn3BmSXtfSZavRB
+8hfWXuKimRiCe47vL/kBmLarpoJp3DPtOv72T959HsMDenP0/pdvFQHQOhdBpwOl
+OA1n2sLvqQKBgQDpIKJeGhy2ZzZPFHbRz/aA9gDhgy8WUKyjDWbBzn26wuRVb5L3
+8ddDAtHUTJ/FysL0cj396Kx0HAvWKw7i7MSVYvlbA4g0A0ujFZGuhVmJGvieuXP3
+Cojv2Z8bFFFPY52Jt/+hbuiabSESZIddXYyoZ6rb5rE6NynRpJWdM6dB6wKBgDkU
+A3i1yEMPnetUSoQVdRm5b2C13dNXfh4oFFiEKlD1dcUQYCMiNkWv76UxdgqrQnHQ
+M/dsQqdipOamAj2fUGOSUxVwUumcAtRmt66qUaAngnw34ga/Csh1xhudL+DTqILp
+TOlU5SxrcRdd/UF9kcxmoreUUzx31tHDZKj0jZlhAoGAJWM93T3cHj4R/SrLluyo
+bsFfmqvxVYHHjMZVY/aPkoRucIZYwuGRHuVEhGPJl+hlOi04NN6fleeqwht/ap5S
+fGkjbt8wx/ZzETx6Hee+jl1Cb3sVoXYLgji8k2GEP3xGkfSd8jMW7iKrPHUIBvfX
+jBYm34FOBuJaRvM9uzYjxVU=
+-----END PRIVATE KEY-----";
+
+    #[test]
+    fn rsa_keys_verify_rs256_only() {
+        use base64::engine::general_purpose::STANDARD;
+        let body: String = RSA_TEST_KEY.lines().filter(|l| !l.starts_with("-----")).collect();
+        let pair = signature::RsaKeyPair::from_pkcs8(&STANDARD.decode(body).unwrap()).unwrap();
+        let public = pair.public();
+        let n = B64.encode(public.modulus().big_endian_without_leading_zero());
+        let e = B64.encode(public.exponent().big_endian_without_leading_zero());
+        let v = verifier(json!({"keys": [{"kty": "RSA", "kid": "r", "alg": "RS256", "n": n, "e": e}]}));
+        let sign = |header: &Value| {
+            let input = format!("{}.{}", enc(header), enc(&claims()));
+            let mut sig = vec![0; pair.public().modulus_len()];
+            pair.sign(&signature::RSA_PKCS1_SHA256, &SystemRandom::new(), input.as_bytes(), &mut sig).unwrap();
+            format!("{input}.{}", B64.encode(sig))
+        };
+        assert!(v.verify_at(&sign(&json!({"alg": "RS256", "kid": "r"})), "q", 1500).is_ok());
+        assert!(v.verify_at(&sign(&json!({"alg": "RS256"})), "q", 1500).is_ok(), "the only key");
+        for alg in ["PS256", "RS384", "ES256", "HS256"] {
+            assert_eq!(v.verify_at(&sign(&json!({"alg": alg, "kid": "r"})), "q", 1500), Err(Refusal::AlgRefused), "{alg}");
+        }
+        // HS256 with the RSA key's public modulus as the secret: no HMAC, ever.
+        let input = format!("{}.{}", enc(&json!({"alg": "HS256", "kid": "r"})), enc(&claims()));
+        let secret = ring::hmac::Key::new(ring::hmac::HMAC_SHA256, public.modulus().big_endian_without_leading_zero());
+        let mac = ring::hmac::sign(&secret, input.as_bytes());
+        assert_eq!(v.verify_at(&format!("{input}.{}", B64.encode(mac.as_ref())), "q", 1500), Err(Refusal::AlgRefused));
+    }
+
     #[test]
     fn jwks_documents() {
         let k = Signer::new();
