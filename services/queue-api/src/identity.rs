@@ -694,9 +694,8 @@ jBYm34FOBuJaRvM9uzYjxVU=
         use base64::engine::general_purpose::STANDARD;
         let body: String = RSA_TEST_KEY.lines().filter(|l| !l.starts_with("-----")).collect();
         let pair = signature::RsaKeyPair::from_pkcs8(&STANDARD.decode(body).unwrap()).unwrap();
-        let public = pair.public();
-        let n = B64.encode(public.modulus().big_endian_without_leading_zero());
-        let e = B64.encode(public.exponent().big_endian_without_leading_zero());
+        let public: RsaPublicKeyComponents<Vec<u8>> = pair.public().into();
+        let (n, e) = (B64.encode(&public.n), B64.encode(&public.e));
         let v = verifier(json!({"keys": [{"kty": "RSA", "kid": "r", "alg": "RS256", "n": n, "e": e}]}));
         let sign = |header: &Value| {
             let input = format!("{}.{}", enc(header), enc(&claims()));
@@ -711,7 +710,7 @@ jBYm34FOBuJaRvM9uzYjxVU=
         }
         // HS256 with the RSA key's public modulus as the secret: no HMAC, ever.
         let input = format!("{}.{}", enc(&json!({"alg": "HS256", "kid": "r"})), enc(&claims()));
-        let secret = ring::hmac::Key::new(ring::hmac::HMAC_SHA256, public.modulus().big_endian_without_leading_zero());
+        let secret = ring::hmac::Key::new(ring::hmac::HMAC_SHA256, &public.n);
         let mac = ring::hmac::sign(&secret, input.as_bytes());
         assert_eq!(v.verify_at(&format!("{input}.{}", B64.encode(mac.as_ref())), "q", 1500), Err(Refusal::AlgRefused));
     }
