@@ -15,7 +15,7 @@ replace the entropy placeholder below with random bytes, which ticket secrets ar
 derived from.
 ]]
 
-local VERSION = "8"
+local VERSION = "9"
 local ENTROPY = "__QUEUE_ENTROPY__"
 -- Tests load the library with this set to true: a queue's commands then read the
 -- time from the string key queue:{Q}:clock when it exists (as the module's
@@ -42,6 +42,7 @@ local K_WAITING, K_SESSIONS, K_ACTIVE, K_STATS, K_CONFIG, K_CHUNK, K_CLOCK, K_PR
 local K_PRE, K_OPENING, K_PROOF = "pre", "opening", "proof"
 local K_LOG, K_WATCHED, K_INSTANCES, LOG_MAX, MAX_WATCH_LEASE_MS = "log", "watched", "instances", 10000, 600000
 local K_CHANGES = "changes"
+local K_CLAIMED, CLAIMED_USER_MARK = "claimed", "#"
 local OPENING_PENDING, MAX_PROOF_PAGE = "opening", 100000
 
 -- Stats hash fields (queue-core's engine::stat) and the opening hash's fields.
@@ -71,6 +72,8 @@ local FIELDS = {
 }
 local SOFT_CAP, HARD_CAP, RATE, BURST, BATCH_MAX, TICKET_TTL, SESSION_LEASE, ABANDON_AFTER, OPENS_AT, POW_DIFFICULTY, MAX_WAITING = 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11
 local COUNTERS = { "promoted", "claimed", "expired", "dropped", "left", "ended", "lapsed", "slot_wait_ms" }
+-- The text setting `entry` and its modes (the first is the default).
+local ENTRY, ENTRY_MODES = "entry", { "open", "identified", "invite" }
 
 -- Error texts (queue-core's QueueError); E_ARITY, E_RANGE and E_FIELD are formats.
 local E_ARITY = "ERR wrong number of arguments for '%s' command"
@@ -89,6 +92,9 @@ local E_EXPIRED = "EXPIRED ticket has expired"
 local E_INSIDE = "INSIDE user is already inside"
 local E_FULL = "FULL hard cap reached"
 local E_LINEFULL = "LINEFULL the line is full, try again later"
+local E_HOLDER = "ERR invalid holder: 1 to 64 characters from A-Z a-z 0-9 . _ : @ -"
+local E_ENTRY = "ERR entry must be one of open, identified, invite"
+local E_INVITE = "INVITE this queue admits by invitation only"
 -- END GENERATED
 
 local function fail(msg)
@@ -162,6 +168,7 @@ local function open(name)
     config_key = prefix .. K_CONFIG,
     watched = prefix .. K_WATCHED,
     instances = prefix .. K_INSTANCES,
+    claimed = prefix .. K_CLAIMED,
     settings = {},
     stats = {},
     -- What this command took out of the line's waiting part, for the change log:
@@ -174,7 +181,7 @@ end
 
 local KIND = {
   waiting = "zset", sessions = "zset", active = "hash", stats_key = "hash", config_key = "hash",
-  watched = "hash", instances = "zset",
+  watched = "hash", instances = "zset", claimed = "hash",
 }
 local ALL_PARTS = { "waiting", "sessions", "active", "stats_key" }
 
@@ -249,6 +256,23 @@ function Q:setting(i)
     self.settings[i] = v
   end
   return v
+end
+
+-- The text setting `entry`: the stored mode, else the first (open).
+local function entry_mode(raw)
+  local lower = type(raw) == "string" and raw:lower() or nil
+  for _, m in ipairs(ENTRY_MODES) do
+    if m == lower then
+      return m
+    end
+  end
+  return nil
+end
+function Q:entry_mode()
+  if self.entry == nil then
+    self.entry = entry_mode(read("HGET", self.config_key, ENTRY)) or ENTRY_MODES[1]
+  end
+  return self.entry
 end
 
 function Q:stat(field)
@@ -742,9 +766,21 @@ function Q:open_session(user, nickname, untl)
   redis.call("HSET", self.active, user, nickname)
 end
 
+-- Drops what `claimed` remembers of `user`'s claim, if anything.
+function Q:forget_claim(user)
+  local field = CLAIMED_USER_MARK .. user
+  local ticket = read("HGET", self.claimed, field)
+  if ticket then
+    redis.call("HDEL", self.claimed, ticket)
+    redis.call("HDEL", self.claimed, field)
+  end
+end
+
+-- Ends `user`'s session: its slot and what `claimed` remembers of the claim that opened it.
 function Q:close_session(user)
   redis.call("ZREM", self.sessions, user)
   redis.call("HDEL", self.active, user)
+  self:forget_claim(user)
 end
 
 -- Members of `waiting` with min <= score <= max, in order, as {user, seq} pairs,
@@ -1221,6 +1257,10 @@ local function queue_enter(keys, args)
   if not q then
     return e
   end
+  -- An invitation is what admits into an `invite` queue: a plain entry is refused.
+  if q:entry_mode() == ENTRY_MODES[3] then
+    return fail(E_INVITE)
+  end
   if q:line_full(user) then
     return fail(E_LINEFULL)
   end
@@ -1520,9 +1560,41 @@ local function queue_promote(keys, args)
   }
 end
 
+-- A ticket no longer claimable: the same admission again when `holder` claimed it
+-- and the session that claim opened still lives (nothing changes), else NOTICKET.
+function Q:claimed_before(ticket, holder, now)
+  if not holder then
+    return fail(E_NOTICKET)
+  end
+  local entry = read("HGET", self.claimed, ticket)
+  if not entry then
+    return fail(E_NOTICKET)
+  end
+  local h, lease, user = entry:match("^([^|]*)|([^|]*)|(.*)$")
+  lease = parse_int(lease or "")
+  if not lease or h ~= holder then
+    return fail(E_NOTICKET)
+  end
+  local exp = read("ZSCORE", self.sessions, user)
+  local nickname = read("HGET", self.active, user)
+  if not exp or tonumber(exp) <= now or not nickname then
+    return fail(E_NOTICKET)
+  end
+  return { map = { userId = user, nickname = nickname, ticketId = ticket, leaseMs = lease } }
+end
+
 local function ticket_claim(keys, args)
-  local ticket = args[1] or ""
-  local q, now, e = begin_opened("ticket.claim", keys, #args == 1, { { valid_name(ticket, true), E_TICKET } }, ALL_PARTS)
+  local ticket, option, holder = args[1] or "", args[2], args[3]
+  local checks = { { valid_name(ticket, true), E_TICKET } }
+  local parts = ALL_PARTS
+  if #args == 3 then
+    checks[#checks + 1] = { option:upper() == "HOLDER", E_SYNTAX }
+    checks[#checks + 1] = { valid_name(holder, true), E_HOLDER }
+    parts = { "waiting", "sessions", "active", "stats_key", "claimed" }
+  else
+    holder = nil
+  end
+  local q, now, e = begin_opened("ticket.claim", keys, #args == 1 or #args == 3, checks, parts)
   if not q then
     return e
   end
@@ -1533,7 +1605,7 @@ local function ticket_claim(keys, args)
   end
   local rec = q:record(seq)
   if not rec or not rec.promoted or rec.secret ~= secret then
-    return fail(E_NOTICKET)
+    return q:claimed_before(ticket, holder, now)
   end
   if rec.expiry <= now then
     q:expire_claimed(seq, now)
@@ -1555,6 +1627,13 @@ local function ticket_claim(keys, args)
   q:remove(user, seq, true)
   local lease = q:setting(SESSION_LEASE)
   q:open_session(user, rec.nickname, now + lease)
+  -- A new session: an earlier claim of this user's (its lease ran out unreaped) is
+  -- no longer the one that is live.
+  q:forget_claim(user)
+  if holder then
+    redis.call("HSET", q.claimed, ticket, holder .. "|" .. fmt(lease) .. "|" .. user)
+    redis.call("HSET", q.claimed, CLAIMED_USER_MARK .. user, ticket)
+  end
   q:add_stat(S.CLAIMED, 1)
   return { map = { userId = user, nickname = rec.nickname, ticketId = ticket, leaseMs = lease } }
 end
@@ -1615,6 +1694,7 @@ local function queue_info(keys, args)
   for i, f in ipairs(FIELDS) do
     m[f.name] = q:setting(i)
   end
+  m[ENTRY] = q:entry_mode()
   for _, c in ipairs(COUNTERS) do
     m[c] = q:stat(c)
   end
@@ -1636,7 +1716,11 @@ local function queue_config(keys, args)
       for i, f in ipairs(FIELDS) do
         m[f.name] = q:setting(i)
       end
+      m[ENTRY] = q:entry_mode()
       return { map = m }
+    end
+    if args[2]:lower() == ENTRY then
+      return q:entry_mode()
     end
     local i = field_index(args[2])
     if not i then
@@ -1650,22 +1734,30 @@ local function queue_config(keys, args)
     local pairs_ = {}
     for j = 2, #args, 2 do
       local i = field_index(args[j])
-      if not i then
+      if args[j]:lower() == ENTRY then
+        local mode = entry_mode(args[j + 1])
+        if not mode then
+          return fail(E_ENTRY)
+        end
+        pairs_[#pairs_ + 1] = ENTRY
+        pairs_[#pairs_ + 1] = mode
+      elseif not i then
         return fail(string.format(E_FIELD, printable(args[j])))
+      else
+        local v, e = check_value(FIELDS[i], args[j + 1])
+        if v == nil then
+          return fail(e)
+        end
+        pairs_[#pairs_ + 1] = FIELDS[i].name
+        pairs_[#pairs_ + 1] = fmt(v)
       end
-      local v, e = check_value(FIELDS[i], args[j + 1])
-      if v == nil then
-        return fail(e)
-      end
-      pairs_[#pairs_ + 1] = FIELDS[i].name
-      pairs_[#pairs_ + 1] = fmt(v)
     end
     local q, e = begin("queue.config", keys, true, {}, { "config_key" })
     if not q then
       return e
     end
     redis.call("HSET", q.config_key, unpack(pairs_))
-    q.settings = {}
+    q.settings, q.entry = {}, nil
     q:schedule_if_needed(q:now())
     return redis.status_reply("OK")
   end

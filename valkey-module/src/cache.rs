@@ -14,7 +14,7 @@
 //! Commands, events and server events all run on the main thread, which owns it.
 
 use crate::server::KeyNames;
-use queue_core::config::FIELDS;
+use queue_core::config::{EntryMode, FIELDS};
 use queue_core::keys;
 use redis_module::raw;
 use redis_module::server_events::{FlushSubevent, LoadingSubevent};
@@ -23,8 +23,13 @@ use redis_module_macros::{flush_event_handler, loading_event_handler};
 use std::cell::RefCell;
 use std::collections::HashMap;
 
-/// A queue's stored settings (None: the field is not set or does not fit).
-pub type Stored = [Option<i64>; FIELDS.len()];
+/// A queue's stored settings: the numeric ones (None: the field is not set or does
+/// not fit) and `entry` (open when not set or not a mode).
+#[derive(Clone, Copy)]
+pub struct Stored {
+    pub values: [Option<i64>; FIELDS.len()],
+    pub entry: EntryMode,
+}
 /// Stats fields read or written, with their values (None: absent).
 pub type Stats = Vec<(&'static str, Option<i64>)>;
 
@@ -130,8 +135,8 @@ fn on_loading(_ctx: &Context, _event: LoadingSubevent) {
 /// A key changed in database `db` (a keyspace event, from `server.rs`): forgets what is
 /// kept of the queue it belongs to.
 pub fn key_changed(db: i32, key: &[u8]) {
-    // The change log and the watchers' keys: nothing of them is kept.
-    let unkept = [keys::LOG, keys::WATCHED, keys::INSTANCES]
+    // The change log, the watchers' keys and the claims: nothing of them is kept.
+    let unkept = [keys::LOG, keys::WATCHED, keys::INSTANCES, keys::CLAIMED]
         .iter()
         .any(|s| key.strip_suffix(s.as_bytes()).is_some_and(|k| k.ends_with(keys::KEY_CLOSE.as_bytes())));
     if unkept {

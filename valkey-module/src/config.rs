@@ -3,7 +3,7 @@
 use crate::queue::arity;
 use crate::server::{Server, Str, Val};
 use crate::state::Queue;
-use queue_core::config::{check_value, field, FIELDS};
+use queue_core::config::{check_value, field, is_entry, EntryMode, ENTRY, FIELDS};
 use queue_core::engine::{Part, Store};
 use queue_core::QueueError;
 
@@ -18,8 +18,12 @@ pub fn config(srv: &Server, args: &[Str]) -> Result<(), QueueError> {
         q.check(&[Part::Config])?;
         let cfg = q.config();
         if args[3].bytes() == b"*" {
-            let fields: Vec<(&str, Val)> = FIELDS.iter().zip(cfg.values).map(|(f, v)| (f.name, Val::Int(v))).collect();
+            let mut fields: Vec<(&str, Val)> =
+                FIELDS.iter().zip(cfg.values).map(|(f, v)| (f.name, Val::Int(v))).collect();
+            fields.push((ENTRY, Val::Bulk(q.entry_mode().as_str().as_bytes())));
             srv.reply_fields(&queue_core::replies::CONFIG, &fields);
+        } else if is_entry(args[3].bytes()) {
+            srv.reply_bulk(q.entry_mode().as_str().as_bytes());
         } else {
             let f = field(args[3].bytes())?;
             srv.reply_int(cfg.get(f.name));
@@ -30,9 +34,14 @@ pub fn config(srv: &Server, args: &[Str]) -> Result<(), QueueError> {
         // Check every pair before writing any.
         let mut pairs = Vec::new();
         for pair in args[3..].chunks(2) {
+            if is_entry(pair[0].bytes()) {
+                let mode = EntryMode::parse(pair[1].bytes())?;
+                pairs.push((ENTRY, srv.str(mode.as_str().as_bytes())));
+                continue;
+            }
             let f = field(pair[0].bytes())?;
             let v = check_value(f, pair[1].bytes())?;
-            pairs.push((f.name, v));
+            pairs.push((f.name, srv.int_str(v)));
         }
         let q = Queue::open(srv, args[1], true)?;
         q.check(&[Part::Config])?;
@@ -40,7 +49,7 @@ pub fn config(srv: &Server, args: &[Str]) -> Result<(), QueueError> {
         let key = q.key(Part::Config);
         let mut argv = vec![key_name];
         for (name, v) in pairs {
-            let (f, v) = (srv.str(name.as_bytes()), srv.int_str(v));
+            let f = srv.str(name.as_bytes());
             key.hset(f, v);
             argv.extend([f, v]);
         }

@@ -35,6 +35,10 @@ pub const fn opt_int(name: &'static str, token: &'static str) -> Arg {
     Arg { name, kind: ArgType::Int, token: Some(token), optional: true, multiple: false }
 }
 
+pub const fn opt_string(name: &'static str, token: &'static str) -> Arg {
+    Arg { name, kind: ArgType::Str, token: Some(token), optional: true, multiple: false }
+}
+
 pub struct Doc {
     pub summary: &'static str,
     pub complexity: &'static str,

@@ -18,7 +18,7 @@ mod state;
 mod ticket;
 mod watchers;
 
-use docs::{integer, key, opt_int, string, strings, Arg, ArgType, Doc, KEY_RO, KEY_RW};
+use docs::{integer, key, opt_int, opt_string, string, strings, Arg, ArgType, Doc, KEY_RO, KEY_RW};
 use redis_module::{raw, redis_module, AclCategory, Context, InfoContext, RedisResult, RedisString, Status};
 use std::os::raw::c_int;
 
@@ -56,7 +56,7 @@ const Q: Arg = key("queue");
 
 const COMMANDS: &[Command] = &[
     command!("queue.enter", queue::enter, "write deny-oom fast", Doc {
-        summary: "Joins the queue at the back (re-entry moves to the back); lets the user in at once when nobody waits and there is room",
+        summary: "Joins the queue at the back (re-entry moves to the back); lets the user in at once when nobody waits and there is room; refused with INVITE in a queue whose entry is invite",
         complexity: "O(log N) with N the number of waiting users",
         arity: 4, key_flags: KEY_RW, args: &[Q, string("userId"), string("nickname")],
     }),
@@ -101,9 +101,9 @@ const COMMANDS: &[Command] = &[
         arity: -2, key_flags: KEY_RW, args: &[Q, opt_int("count", "MAX")],
     }),
     command!("ticket.claim", ticket::claim, "write deny-oom fast", Doc {
-        summary: "Uses a ticket (once): opens a session lease for its user; errors NOTICKET, EXPIRED, INSIDE or FULL",
+        summary: "Uses a ticket (once): opens a session lease for its user; errors NOTICKET, EXPIRED, INSIDE or FULL. With HOLDER, the same holder claiming the same ticket again while that session lives gets the same reply and changes nothing",
         complexity: "O(log N)",
-        arity: 3, key_flags: KEY_RW, args: &[Q, string("ticketId")],
+        arity: -3, key_flags: KEY_RW, args: &[Q, string("ticketId"), opt_string("holder", "HOLDER")],
     }),
     command!("session.heartbeat", session::heartbeat, "write fast", Doc {
         summary: "Extends the session leases of users inside; replies 1 per extended lease, 0 where none is live",
@@ -130,7 +130,7 @@ const COMMANDS: &[Command] = &[
         ],
     }),
     command!("queue.config", config::config, "write fast", Doc {
-        summary: "Reads (GET field|*) or changes (SET field value ...) a queue's settings at runtime",
+        summary: "Reads (GET field|*) or changes (SET field value ...) a queue's settings at runtime: the numeric ones and entry (open, identified or invite)",
         complexity: "O(F) with F fields",
         arity: -4, key_flags: KEY_RW, args: &[
             Q,

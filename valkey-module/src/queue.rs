@@ -156,7 +156,9 @@ pub fn promote(srv: &Server, args: &[Str]) -> Result<(), QueueError> {
 pub fn info(srv: &Server, args: &[Str]) -> Result<(), QueueError> {
     arity(args.len() == 2, "queue.info")?;
     let q = Queue::open(srv, args[1], false)?;
-    let fields: Vec<(&str, Val)> = engine::info(&q)?.fields().into_iter().map(|(f, v)| (f, Val::Int(v))).collect();
+    let info = engine::info(&q)?;
+    let mut fields: Vec<(&str, Val)> = info.fields().into_iter().map(|(f, v)| (f, Val::Int(v))).collect();
+    fields.push((queue_core::config::ENTRY, Val::Bulk(info.entry.as_str().as_bytes())));
     srv.reply_fields(&replies::INFO, &fields);
     Ok(())
 }

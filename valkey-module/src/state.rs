@@ -8,7 +8,7 @@ use crate::counters;
 use crate::defaults;
 use crate::effects::Effects;
 use crate::server::{Key, Kind, Reply, Server, Str};
-use queue_core::config::{Config, FIELDS};
+use queue_core::config::{Config, EntryMode, FIELDS};
 use queue_core::engine::{Aux, Event, LogDraft, Part, Store};
 use queue_core::keys::{self, CHUNK};
 use queue_core::ticket::SECRET_LEN;
@@ -181,13 +181,17 @@ impl<'s> Queue<'s> {
             return s;
         }
         let key = self.key(Part::Config);
-        let mut s: Stored = [None; FIELDS.len()];
+        let mut s = Stored { values: [None; FIELDS.len()], entry: EntryMode::Open };
         if key.kind() == Kind::Hash {
-            for (slot, f) in s.iter_mut().zip(FIELDS.iter()) {
+            for (slot, f) in s.values.iter_mut().zip(FIELDS.iter()) {
                 *slot = key
                     .hget(self.srv.static_str(f.name))
                     .and_then(|v| queue_core::config::check_value(f, v.bytes()).ok());
             }
+            s.entry = key
+                .hget(self.srv.static_str(queue_core::config::ENTRY))
+                .and_then(|v| EntryMode::parse(v.bytes()).ok())
+                .unwrap_or_default();
         }
         self.stored.set(Some(s));
         s
@@ -220,6 +224,15 @@ impl Store for Queue<'_> {
                 Part::Instances => (self.instances_key(), Kind::Zset),
                 _ => (None, Kind::Empty),
             };
+            if p == Part::Claimed {
+                // Opened and closed here: the claims are written by nested calls,
+                // which may delete the key under a handle kept open.
+                let kind = self.srv.open(self.aux_name(Aux::Claimed), false).kind();
+                if kind != Kind::Empty && kind != Kind::Hash {
+                    return Err(QueueError::WrongType);
+                }
+                continue;
+            }
             if let Some(key) = key {
                 if key.kind() != Kind::Empty && key.kind() != kind {
                     return Err(QueueError::WrongType);
@@ -253,7 +266,11 @@ impl Store for Queue<'_> {
     /// The queue's config hash, else the module default; stored values that do not
     /// fit are ignored.
     fn setting(&self, i: usize) -> i64 {
-        self.stored()[i].unwrap_or_else(|| defaults::get(i))
+        self.stored().values[i].unwrap_or_else(|| defaults::get(i))
+    }
+
+    fn entry_mode(&self) -> EntryMode {
+        self.stored().entry
     }
 
     fn stat_opt(&self, field: &'static str) -> Option<i64> {

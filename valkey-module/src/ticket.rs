@@ -4,16 +4,25 @@ use crate::queue::arity;
 use crate::server::{Server, Str, Val};
 use crate::state::Queue;
 use queue_core::engine;
-use queue_core::keys::check_ticket;
+use queue_core::keys::{check_holder, check_ticket};
 use queue_core::QueueError;
 
-/// TICKET.CLAIM <queue> <ticketId>
+/// TICKET.CLAIM <queue> <ticketId> [HOLDER <holder>]
 pub fn claim(srv: &Server, args: &[Str]) -> Result<(), QueueError> {
-    arity(args.len() == 3, "ticket.claim")?;
+    arity(args.len() == 3 || args.len() == 5, "ticket.claim")?;
     let ticket = args[2];
     check_ticket(ticket.bytes())?;
+    let holder = match args.get(3..5) {
+        Some([option, holder]) => {
+            if !option.bytes().eq_ignore_ascii_case(b"HOLDER") {
+                return Err(QueueError::Syntax);
+            }
+            Some(check_holder(holder.bytes())?.as_bytes())
+        }
+        _ => None,
+    };
     let mut q = Queue::open(srv, args[1], true)?;
-    let result = engine::claim(&mut q, ticket.bytes());
+    let result = engine::claim_held(&mut q, ticket.bytes(), holder);
     // A refused claim may still have repaired old data (engine::ensure_layout).
     q.finish(c"ticket.claim");
     let c = result?;

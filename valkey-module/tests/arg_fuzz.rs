@@ -7,8 +7,8 @@
 //! users that exist, names that could exist, names outside the allowed sets (empty,
 //! 65+ characters, braces, spaces, binary bytes, invalid UTF-8, a megabyte), numbers
 //! (negative, i64 limits and past them, floats, `nan`, `inf`, blanks, signs, hex),
-//! option words in any case and unknown ones, every setting's field with good and bad
-//! values, and for the library also wrong key counts, `FCALL_RO` of writing functions
+//! option words in any case and unknown ones (HOLDER among them), every setting's
+//! field with good and bad values (the text setting `entry` too), and for the library also wrong key counts, `FCALL_RO` of writing functions
 //! and unknown functions. Vectors go out pipelined, each followed by `DEBUG DIGEST`
 //! (the whole dataset's digest), so every reply is judged by the state before and
 //! after it:
@@ -46,7 +46,7 @@ const RESET_EVERY: u64 = 20_000;
 const NOW_MS: i64 = 1_800_000_000_000;
 
 /// Error codes docs/commands.md documents ("Errors"); any refusal must start with one of them.
-const CODES: [&str; 6] = ["ERR ", "WRONGTYPE ", "NOTICKET ", "EXPIRED ", "INSIDE ", "FULL "];
+const CODES: [&str; 7] = ["ERR ", "WRONGTYPE ", "NOTICKET ", "EXPIRED ", "INSIDE ", "FULL ", "INVITE "];
 
 // ---------------------------------------------------------------- RESP over TCP
 
@@ -139,7 +139,8 @@ const USERS: u64 = 10;
 /// Valid userIds outside the u0.. pool.
 const OTHER_USERS: [&str; 4] =
     ["z", "user@example.org", "a.b:c-d_e", "uuuuuuuuuuuuuuuuuuuuuuuuuuuuuuuuuuuuuuuuuuuuuuuuuuuuuuuuuuuuuuuu"];
-const FIELDS: [&str; 10] = [
+const FIELDS: [&str; 11] = [
+    "entry",
     "soft_cap",
     "hard_cap",
     "rate",
@@ -192,7 +193,7 @@ impl Gen {
             6..=10 => self.number(),
             11 => b(self.pick(&[
                 "MAX", "max", "Max", "SET", "set", "GET", "get", "PROOF", "proof", "LIMIT", "COUNT", "FROB", "NX",
-                "--", "-",
+                "--", "-", "HOLDER", "holder",
             ])),
             12 => b(self.pick(&FIELDS)),
             13 => b(self.pick(&["colour", "SOFT_CAP", "soft-cap", "soft_cap ", "layout", "*", ""])),
@@ -301,7 +302,8 @@ impl Gen {
     }
 
     fn setting_value(&mut self) -> Vec<u8> {
-        match self.rng.below(3) {
+        match self.rng.below(4) {
+            3 => b(self.pick(&["open", "identified", "invite", "Invite", "OPEN", "closed", "open "])),
             0 => self.rng.range(0, 100).to_string().into_bytes(),
             1 => b(self.pick(&["0", "1", "1000", "60000", "100000", "10000000", "1800000003600000", "1800000000000"])),
             _ => self.nasty(),
@@ -342,7 +344,14 @@ impl Gen {
                     a.push(v);
                 }
             }
-            "TICKET.CLAIM" => a.push(self.ticket()),
+            "TICKET.CLAIM" => {
+                a.push(self.ticket());
+                if self.rng.chance(50) {
+                    a.push(b(self.pick(&["HOLDER", "holder", "HOLDER", "OWNER"])));
+                    let h = if self.rng.chance(80) { b(self.pick(&["tab-1", "tab-2"])) } else { self.nasty() };
+                    a.push(h);
+                }
+            }
             "QUEUE.WATCH" | "QUEUE.UNWATCH" => {
                 // The instance is named like a userId; WATCH's lease is 1-600000 ms.
                 let instance = if self.rng.chance(80) { b(self.pick(&["pod-1", "pod-2"])) } else { self.user() };
@@ -502,10 +511,12 @@ fn populate(c: &mut Resp, backend: Backend) -> Vec<String> {
     call(c, "QUEUE.WATCH", &["open", "pod-2", "60000", "u1", "u2"]);
     call(c, "QUEUE.ENTER", &["wt3", "u1", "nick"]);
     call(c, "QUEUE.ENTER", &["wt3", "u2", "nick"]);
-    // Half the tickets claimed: live sessions (leases of 30 s on a frozen clock).
-    for t in tickets.iter().step_by(2) {
-        let q = if call(c, "TICKET.CLAIM", &["fz", t]).is_error() { "fz2" } else { continue };
-        call(c, "TICKET.CLAIM", &[q, t]);
+    // Half the tickets claimed: live sessions (leases of 30 s on a frozen clock), half
+    // of those with a holder (whose repeats answer again).
+    for (i, t) in tickets.iter().step_by(2).enumerate() {
+        let claim: Vec<&str> = if i % 2 == 0 { vec![t, "HOLDER", "tab-1"] } else { vec![t] };
+        let q = if call(c, "TICKET.CLAIM", &[&["fz"], &claim[..]].concat()).is_error() { "fz2" } else { continue };
+        call(c, "TICKET.CLAIM", &[&[q], &claim[..]].concat());
     }
     assert!(!tickets.is_empty(), "the set-up issued no ticket");
     for (k, kind) in [("queue:{wt}:stats", "string"), ("queue:{wt}:config", "list"), ("queue:{wt2}:sessions", "string")]
@@ -519,6 +530,7 @@ fn populate(c: &mut Resp, backend: Backend) -> Vec<String> {
     c.call(&[b"SET", b"queue:{wt3}:watched", b"not a hash"]);
     c.call(&[b"SET", b"queue:{wt3}:instances", b"not a zset"]);
     c.call(&[b"SET", b"queue:{wt3}:log", b"not a stream"]);
+    c.call(&[b"SET", b"queue:{wt3}:claimed", b"not a hash"]);
     tickets
 }
 

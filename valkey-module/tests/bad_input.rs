@@ -13,7 +13,7 @@ fn populated(b: Backend) -> (ValkeyServer, Client, String) {
     let mut c = s.client();
     c.config_set("q", &[("soft_cap", 2)]);
     let t = testkit::field_str(&c.enter("q", "inside", "i"), "ticketId").unwrap();
-    c.claim("q", &t).unwrap();
+    c.call("TICKET.CLAIM", &["q", &t, "HOLDER", "tab-1"]).expect("CLAIM with a holder");
     let t = testkit::field_str(&c.enter("q", "promoted", "p"), "ticketId").unwrap();
     c.enter("q", "waiting", "w");
     c.call("QUEUE.WATCH", &["q", "pod", "30000", "waiting"]).expect("WATCH");
@@ -27,11 +27,15 @@ const BAD_NICK: &str = "ERR invalid nickname: 1 to 32 bytes, no control characte
 const NOT_INT: &str = "ERR value is not an integer or out of range";
 const BAD_INSTANCE: &str = "ERR invalid instance: 1 to 64 characters from A-Z a-z 0-9 . _ : @ -";
 const BAD_LEASE: &str = "ERR leaseMs must be an integer from 1 to 600000";
+const BAD_HOLDER: &str = "ERR invalid holder: 1 to 64 characters from A-Z a-z 0-9 . _ : @ -";
+const BAD_ENTRY: &str = "ERR entry must be one of open, identified, invite";
 
 fn bad_arguments_are_refused_and_change_nothing(b: Backend) {
-    let (s, mut c, _ticket) = populated(b);
+    let (s, mut c, ticket) = populated(b);
     let mut raw = s.conn();
     let long = "x".repeat(65);
+    // The ticket `inside` used, claimed again below by a holder it never had.
+    let used: String = redis::cmd("HGET").arg("queue:{q}:claimed").arg("#inside").query(&mut raw).unwrap();
     let cases: Vec<(&str, Vec<&str>, String)> = vec![
         ("QUEUE.ENTER", vec!["q", "u"], format!("{ARITY} 'queue.enter' command")),
         ("QUEUE.ENTER", vec!["q", "u", "n", "extra"], format!("{ARITY} 'queue.enter' command")),
@@ -56,6 +60,22 @@ fn bad_arguments_are_refused_and_change_nothing(b: Backend) {
         ("QUEUE.PROMOTE", vec!["q", "LIMIT", "3"], "ERR syntax error".into()),
         ("TICKET.CLAIM", vec!["q"], format!("{ARITY} 'ticket.claim' command")),
         ("TICKET.CLAIM", vec!["q", "nope"], "NOTICKET unknown or already used ticket".into()),
+        // TICKET.CLAIM Q ticketId [HOLDER h]: checked before anything is read.
+        ("TICKET.CLAIM", vec!["q", &ticket, "HOLDER"], format!("{ARITY} 'ticket.claim' command")),
+        ("TICKET.CLAIM", vec!["q", &ticket, "HOLDER", "h", "x"], format!("{ARITY} 'ticket.claim' command")),
+        ("TICKET.CLAIM", vec!["q", &ticket, "OWNER", "h"], "ERR syntax error".into()),
+        ("TICKET.CLAIM", vec!["q", &ticket, "HOLDER", ""], BAD_HOLDER.into()),
+        ("TICKET.CLAIM", vec!["q", &ticket, "HOLDER", "a b"], BAD_HOLDER.into()),
+        ("TICKET.CLAIM", vec!["q", &ticket, "HOLDER", "{h}"], BAD_HOLDER.into()),
+        ("TICKET.CLAIM", vec!["q", &ticket, "HOLDER", &long], BAD_HOLDER.into()),
+        (
+            "TICKET.CLAIM",
+            vec!["q", "a b", "HOLDER", "h"],
+            "ERR invalid ticketId: 1 to 64 characters from A-Z a-z 0-9 . _ : @ -".into(),
+        ),
+        ("TICKET.CLAIM", vec!["a{b}", &ticket, "HOLDER", "h"], BAD_QUEUE.into()),
+        // A used ticket claimed again by a holder that never claimed it.
+        ("TICKET.CLAIM", vec!["q", &used, "HOLDER", "h"], "NOTICKET unknown or already used ticket".into()),
         ("SESSION.HEARTBEAT", vec!["q"], format!("{ARITY} 'session.heartbeat' command")),
         ("SESSION.END", vec!["q", "a b"], BAD_USER.into()),
         ("QUEUE.INFO", vec!["q", "x"], format!("{ARITY} 'queue.info' command")),
@@ -75,6 +95,14 @@ fn bad_arguments_are_refused_and_change_nothing(b: Backend) {
             "ERR batch_max must be an integer from 1 to 100000".into(),
         ),
         ("QUEUE.CONFIG", vec!["q", "FROB", "x"], "ERR syntax error".into()),
+        ("QUEUE.CONFIG", vec!["q", "SET", "entry", "closed"], BAD_ENTRY.into()),
+        (
+            "QUEUE.CONFIG",
+            vec!["q", "SET", "entry", "invite", "soft_cap", "-1"],
+            "ERR soft_cap must be an integer from 0 to 10000000".into(),
+        ),
+        ("QUEUE.CONFIG", vec!["q", "SET", "soft_cap", "3", "entry", ""], BAD_ENTRY.into()),
+        ("QUEUE.CONFIG", vec!["q", "SET", "entry", "7"], BAD_ENTRY.into()),
         // QUEUE.WATCH Q instance leaseMs [userId ...]: the instance is named like a
         // userId; nothing changes, not even the lease, when anything is refused.
         ("QUEUE.WATCH", vec!["q"], format!("{ARITY} 'queue.watch' command")),
@@ -125,6 +153,16 @@ fn bad_arguments_are_refused_and_change_nothing(b: Backend) {
         assert_eq!(got, "WRONGTYPE Operation against a key holding the wrong kind of value", "{cmd}");
     }
     assert_eq!(digest(&mut raw), before);
+    // The claims' key of another type: a claim with a holder refuses, even of a good
+    // ticket, and nothing changes; one without a holder does not read it.
+    let t = testkit::field_str(&c.enter("z", "zed", "z"), "ticketId").unwrap();
+    let _: () = redis::cmd("SET").arg("queue:{z}:claimed").arg("x").query(&mut raw).unwrap();
+    let before = digest(&mut raw);
+    let got = c.err("TICKET.CLAIM", &["z", &t, "HOLDER", "tab-1"]);
+    assert_eq!(got, "WRONGTYPE Operation against a key holding the wrong kind of value");
+    assert_eq!(digest(&mut raw), before);
+    c.claim("z", &t).expect("a claim without a holder");
+    assert_eq!(c.end("z", "zed"), 1, "the session ends, the claims' key untouched");
     // The watchers' keys of another type: WATCH and UNWATCH refuse, nothing changes.
     for (key, cmd, args) in [
         ("queue:{x}:watched", "QUEUE.WATCH", vec!["x", "pod", "1000", "u"]),
@@ -160,6 +198,9 @@ fn arg_strategy() -> impl Strategy<Value = Vec<u8>> {
         Just(b"GET".to_vec()),
         Just(b"soft_cap".to_vec()),
         Just(b"*".to_vec()),
+        Just(b"HOLDER".to_vec()),
+        Just(b"entry".to_vec()),
+        Just(b"invite".to_vec()),
         "-?[0-9]{1,21}".prop_map(|s| s.into_bytes()),
         proptest::collection::vec(any::<u8>(), 0..80),
     ]
@@ -182,7 +223,7 @@ fn random_argument_vectors_never_hurt(b: Backend) {
                 // A refusal is clean: a known prefix, and nothing changed.
                 let text = testkit::error_text(e);
                 prop_assert!(
-                    ["ERR ", "WRONGTYPE ", "NOTICKET ", "EXPIRED ", "INSIDE ", "FULL "]
+                    ["ERR ", "WRONGTYPE ", "NOTICKET ", "EXPIRED ", "INSIDE ", "FULL ", "INVITE "]
                         .iter()
                         .any(|p| text.starts_with(p)),
                     "unexpected error {text:?}"

@@ -157,7 +157,11 @@ fn random_op(rng: &mut Rng, users: &[String], tickets: &[(String, String)]) -> (
                 // Mostly recent tickets, so that many are claimed while still good.
                 let back = rng.below(tickets.len().min(4) as u64) as usize;
                 let (tq, t) = tickets[tickets.len() - 1 - back].clone();
-                ("TICKET.CLAIM", vec![tq, t])
+                match rng.below(3) {
+                    // With a holder: a repeat by the same one answers the claim again.
+                    0 | 1 => ("TICKET.CLAIM", vec![tq, t, "HOLDER".into(), format!("tab-{}", rng.below(2))]),
+                    _ => ("TICKET.CLAIM", vec![tq, t]),
+                }
             }
         }
         11 => ("SESSION.HEARTBEAT", vec![q, u, someone]),
@@ -172,10 +176,15 @@ fn random_op(rng: &mut Rng, users: &[String], tickets: &[(String, String)]) -> (
             }
             _ => ("QUEUE.UNWATCH", vec![q, format!("pod-{}", rng.below(2)), u, someone]),
         },
-        _ => match rng.below(4) {
+        _ => match rng.below(5) {
             0 => ("QUEUE.CONFIG", vec![q, "SET".into(), "soft_cap".into(), rng.below(7).to_string()]),
             1 => ("QUEUE.CONFIG", vec![q, "SET".into(), "hard_cap".into(), rng.below(4).to_string()]),
             2 => ("QUEUE.CONFIG", vec![q, "GET".into(), "*".into()]),
+            // Mostly open: an invite queue refuses every entry until it is open again.
+            3 => {
+                let mode = ["open", "open", "Identified", "invite"][rng.below(4) as usize];
+                ("QUEUE.CONFIG", vec![q, "SET".into(), "entry".into(), mode.into()])
+            }
             _ => ("QUEUE.INFO", vec![q]),
         },
     }
@@ -276,7 +285,11 @@ fn collect_tickets(queue: &str, rm: &Value, rl: &Value, tickets: &mut Vec<(Strin
 /// with the same bytes.
 #[test]
 fn malformed_arguments_get_the_same_answers() {
-    const WORDS: [&[u8]; 13] = [
+    const WORDS: [&[u8]; 17] = [
+        b"HOLDER",
+        b"holder",
+        b"entry",
+        b"invite",
         b"q",
         b"u",
         b"MAX",
@@ -412,7 +425,7 @@ impl Engines {
                     Err(e) => error(e),
                 }
             }
-            "TICKET.CLAIM" => match engine::claim(s, args[1].as_bytes()) {
+            "TICKET.CLAIM" => match engine::claim_held(s, args[1].as_bytes(), args.get(3).map(|h| h.as_bytes())) {
                 Ok(c) => map(
                     &replies::CLAIM,
                     vec![
@@ -450,18 +463,27 @@ impl Engines {
                 let users: Vec<Vec<u8>> = args[2..].iter().map(|u| u.as_bytes().to_vec()).collect();
                 engine::unwatch(s, args[1].as_bytes(), &users).map_or_else(error, Value::Int)
             }
+            "QUEUE.CONFIG" if args[1] == "SET" && args[2] == "entry" => {
+                s.set_entry(args[3].as_bytes()).map_or_else(error, |_| Value::Okay)
+            }
             "QUEUE.CONFIG" if args[1] == "SET" => {
                 let v: i64 = args[3].parse().unwrap();
                 s.configure(&[(args[2].as_str(), v)]).map_or_else(error, |_| Value::Okay)
             }
             "QUEUE.CONFIG" => {
                 let c = engine::config(s);
-                let fields =
+                let mut fields: Vec<(&str, Value)> =
                     queue_core::config::FIELDS.iter().zip(c.values).map(|(f, v)| (f.name, Value::Int(v))).collect();
+                fields.push(("entry", bulk(s.entry_mode().as_str().as_bytes())));
                 map(&replies::CONFIG, fields)
             }
             "QUEUE.INFO" => match engine::info(s) {
-                Ok(i) => map(&replies::INFO, i.fields().into_iter().map(|(f, v)| (f, Value::Int(v))).collect()),
+                Ok(i) => {
+                    let mut fields: Vec<(&str, Value)> =
+                        i.fields().into_iter().map(|(f, v)| (f, Value::Int(v))).collect();
+                    fields.push(("entry", bulk(i.entry.as_str().as_bytes())));
+                    map(&replies::INFO, fields)
+                }
                 Err(e) => error(e),
             },
             other => panic!("no engine twin for {other}"),

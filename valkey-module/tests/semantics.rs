@@ -1,7 +1,7 @@
 //! The queue's promises, each proven against a real valkey-server. Time moves by
 //! the server's test clock (`queue:{Q}:clock`), never by sleeping.
 
-use testkit::{as_int, field_int, field_str, Backend, Client, ValkeyServer};
+use testkit::{as_int, digest, field_int, field_str, Backend, Client, ValkeyServer};
 
 testkit::backend_tests!(
     fifo_order_is_entry_order,
@@ -14,6 +14,8 @@ testkit::backend_tests!(
     silent_waiters_are_dropped_never_promoted,
     ticket_claims_exactly_once,
     claim_errors,
+    a_claim_repeated_by_its_holder_is_the_same_session,
+    the_entry_setting_is_kept_and_invite_refuses_plain_entries,
     leases_hold_slots_until_end_or_expiry,
     status_shapes_and_estimated_wait,
     ranks_answers_for_many,
@@ -289,6 +291,124 @@ fn claim_errors(b: Backend) {
     c.end("q", "u");
     c.claim("q", &t3).unwrap();
     assert_eq!(c.claim("q", &t3).unwrap_err(), "NOTICKET unknown or already used ticket");
+}
+
+fn claim_as(
+    c: &mut Client,
+    q: &str,
+    ticket: &str,
+    holder: &str,
+) -> Result<std::collections::HashMap<String, redis::Value>, String> {
+    c.call("TICKET.CLAIM", &[q, ticket, "HOLDER", holder])
+        .map(|v| testkit::fields(&v))
+        .map_err(|e| testkit::error_text(&e))
+}
+
+fn claimed_fields(raw: &mut redis::Connection, q: &str) -> std::collections::BTreeMap<String, String> {
+    redis::cmd("HGETALL").arg(format!("queue:{{{q}}}:claimed")).query(raw).unwrap()
+}
+
+fn a_claim_repeated_by_its_holder_is_the_same_session(b: Backend) {
+    let (s, mut c) = server(b);
+    let mut raw = s.conn();
+    const NOTICKET: &str = "NOTICKET unknown or already used ticket";
+    // A claim without HOLDER is as before: no entry, a repeat is refused.
+    let t0 = field_str(&c.enter("q", "z", "zed"), "ticketId").unwrap();
+    c.claim("q", &t0).unwrap();
+    assert!(claimed_fields(&mut raw, "q").is_empty());
+    assert_eq!(claim_as(&mut c, "q", &t0, "h-z").unwrap_err(), NOTICKET);
+    c.end("q", "z");
+
+    let t = field_str(&c.enter("q", "a", "alice"), "ticketId").unwrap();
+    let first = claim_as(&mut c, "q", &t, "browser-1").unwrap();
+    assert_eq!(field_str(&first, "userId").as_deref(), Some("a"));
+    assert_eq!(field_str(&first, "ticketId").as_deref(), Some(t.as_str()));
+    assert_eq!(field_int(&first, "leaseMs"), 30_000);
+    let remembered = claimed_fields(&mut raw, "q");
+    assert_eq!(remembered.get(&t).map(String::as_str), Some("browser-1|30000|a"), "{remembered:?}");
+    assert_eq!(remembered.get("#a"), Some(&t), "{remembered:?}");
+    // The same holder again, later and after the lease setting changed: the same
+    // answer, nothing changed, not counted twice, the lease not extended.
+    c.set_clock("q", T0 + 1_000);
+    c.config_set("q", &[("session_lease", 5_000)]);
+    let before = digest(&mut raw);
+    let lease_before = redis::cmd("ZSCORE").arg("queue:{q}:sessions").arg("a").query::<i64>(&mut raw).unwrap();
+    let again = claim_as(&mut c, "q", &t, "browser-1").unwrap();
+    assert_eq!(again, first);
+    assert_eq!(digest(&mut raw), before, "a repeat by its holder changes nothing");
+    assert_eq!(redis::cmd("ZSCORE").arg("queue:{q}:sessions").arg("a").query::<i64>(&mut raw).unwrap(), lease_before);
+    assert_eq!(field_int(&c.info("q"), "claimed"), 2);
+    // Anyone else, or without the holder: NOTICKET, nothing changed.
+    assert_eq!(c.claim("q", &t).unwrap_err(), NOTICKET);
+    assert_eq!(claim_as(&mut c, "q", &t, "browser-2").unwrap_err(), NOTICKET);
+    assert_eq!(claim_as(&mut c, "q", &t, "browser-10").unwrap_err(), NOTICKET);
+    assert_eq!(digest(&mut raw), before);
+    // A heartbeat keeps the session and so the answer.
+    c.set_clock("q", T0 + 29_000);
+    assert_eq!(c.heartbeat("q", &["a"]), vec![1]);
+    c.set_clock("q", T0 + 31_000);
+    assert_eq!(claim_as(&mut c, "q", &t, "browser-1").unwrap(), first);
+    // Ended: the entry goes with the session, the repeat is refused.
+    assert_eq!(c.end("q", "a"), 1);
+    assert!(claimed_fields(&mut raw, "q").is_empty());
+    assert_eq!(claim_as(&mut c, "q", &t, "browser-1").unwrap_err(), NOTICKET);
+    // Lapsed: refused once the lease ran out, and the entry goes when it is reaped.
+    let t2 = field_str(&c.enter("q", "b", "bob"), "ticketId").unwrap();
+    assert_eq!(field_int(&claim_as(&mut c, "q", &t2, "browser-3").unwrap(), "leaseMs"), 5_000);
+    c.set_clock("q", T0 + 36_000);
+    assert_eq!(claim_as(&mut c, "q", &t2, "browser-3").unwrap_err(), NOTICKET);
+    assert_eq!(claimed_fields(&mut raw, "q").len(), 2, "kept until reaped");
+    assert_eq!(field_int(&c.promote("q", None), "leases_expired"), 1);
+    assert!(claimed_fields(&mut raw, "q").is_empty());
+    // A user claiming again (a new ticket, the old session over) leaves one entry: its own.
+    let t3 = field_str(&c.enter("q", "d", "dee"), "ticketId").unwrap();
+    claim_as(&mut c, "q", &t3, "browser-4").unwrap();
+    c.set_clock("q", T0 + 42_000);
+    let t4 = field_str(&c.enter("q", "d", "dee"), "ticketId").unwrap();
+    claim_as(&mut c, "q", &t4, "browser-5").unwrap();
+    let remembered = claimed_fields(&mut raw, "q");
+    assert_eq!(remembered.len(), 2, "{remembered:?}");
+    assert_eq!(remembered.get("#d"), Some(&t4));
+    assert_eq!(claim_as(&mut c, "q", &t3, "browser-4").unwrap_err(), NOTICKET);
+    let info = c.info("q");
+    assert_eq!((field_int(&info, "claimed"), field_int(&info, "active")), (5, 1));
+}
+
+fn the_entry_setting_is_kept_and_invite_refuses_plain_entries(b: Backend) {
+    let (s, mut c) = server(b);
+    let mut raw = s.conn();
+    let get = |c: &mut Client, f: &str| testkit::as_string(&c.call("QUEUE.CONFIG", &["q", "GET", f]).unwrap());
+    assert_eq!(get(&mut c, "entry").as_deref(), Some("open"));
+    let all = testkit::fields(&c.call("QUEUE.CONFIG", &["q", "GET", "*"]).unwrap());
+    assert_eq!(field_str(&all, "entry").as_deref(), Some("open"));
+    assert_eq!(field_int(&all, "soft_cap"), 1000);
+    assert_eq!(field_str(&c.info("q"), "entry").as_deref(), Some("open"));
+    c.enter("q", "early", "e");
+    // Bad values change nothing, not even the good pair before them.
+    let before = digest(&mut raw);
+    for bad in ["closed", "", "open ", "1"] {
+        let e = c.err("QUEUE.CONFIG", &["q", "SET", "soft_cap", "5", "entry", bad]);
+        assert_eq!(e, "ERR entry must be one of open, identified, invite", "{bad:?}");
+    }
+    assert_eq!(digest(&mut raw), before);
+    // invite: plain entries are refused, with nothing changed; the others keep their place.
+    c.call("QUEUE.CONFIG", &["q", "SET", "ENTRY", "Invite"]).unwrap();
+    let stored: String = redis::cmd("HGET").arg("queue:{q}:config").arg("entry").query(&mut raw).unwrap();
+    assert_eq!(stored, "invite");
+    assert_eq!(get(&mut c, "Entry").as_deref(), Some("invite"));
+    assert_eq!(field_str(&c.info("q"), "entry").as_deref(), Some("invite"));
+    let before = digest(&mut raw);
+    for u in ["new", "early"] {
+        assert_eq!(c.err("QUEUE.ENTER", &["q", u, "n"]), "INVITE this queue admits by invitation only");
+    }
+    assert_eq!(digest(&mut raw), before);
+    assert_eq!(field_str(&c.status("q", "early"), "status").as_deref(), Some("PROMOTED"));
+    // identified: stored for the services, entries go on as in an open queue.
+    c.call("QUEUE.CONFIG", &["q", "SET", "entry", "identified"]).unwrap();
+    assert_eq!(get(&mut c, "entry").as_deref(), Some("identified"));
+    assert_eq!(field_str(&c.enter("q", "new", "n"), "status").as_deref(), Some("PROMOTED"));
+    c.call("QUEUE.CONFIG", &["q", "SET", "entry", "open"]).unwrap();
+    assert_eq!(get(&mut c, "entry").as_deref(), Some("open"));
 }
 
 fn leases_hold_slots_until_end_or_expiry(b: Backend) {

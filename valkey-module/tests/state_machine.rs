@@ -2,7 +2,7 @@
 //! `reference/` (written from the rules in docs/commands.md, not from either implementation),
 //! on both backends. Each run is a fresh queue with random settings and a few
 //! users; each step one of ENTER (new, re-entry, or refused while max_waiting wait), STATUS, RANKS, LEAVE, PROMOTE,
-//! CLAIM (live, used, withdrawn and made-up tickets), HEARTBEAT, END, WATCH and
+//! CLAIM (live, used, withdrawn and made-up tickets, with or without a HOLDER), HEARTBEAT, END, WATCH and
 //! UNWATCH (two push instances, leases shorter and longer than abandon_after), or a
 //! move of the server's test clock (small, or just past ticket_ttl, session_lease or
 //! abandon_after). After every step, in the same round trip:
@@ -23,7 +23,10 @@
 //!   active + joining <= soft_cap;
 //! - FIFO, checked apart from the model: nobody holds a ticket while someone who
 //!   entered before them (and did not leave or re-enter since) still waits;
-//! - no ticket ever opens a second session.
+//! - no ticket ever opens a second session: a ticket claimed again successfully is a
+//!   repeat by the holder that opened its session, while that session lives, and
+//!   answers what the first claim answered; the `claimed` hash holds exactly the
+//!   live claims made with a holder.
 //!
 //! In half of the runs every step also asks RANKS for every user, so waiting users'
 //! ranks are checked to be exactly 1..n in entry order after every step.
@@ -55,13 +58,20 @@ for i = 1, #m, 2 do
 end
 return { line, redis.call("ZRANGE", p .. "sessions", 0, -1, "WITHSCORES"), redis.call("HGETALL", p .. "active"),
   redis.call("HGET", p .. "stats", "joining") or "0", redis.call("HGETALL", p .. "watched"),
-  redis.call("ZRANGE", p .. "instances", 0, -1, "WITHSCORES"), redis.call("HGET", p .. "stats", "log") or "0" }
+  redis.call("ZRANGE", p .. "instances", 0, -1, "WITHSCORES"), redis.call("HGET", p .. "stats", "log") or "0",
+  redis.call("HGETALL", p .. "claimed") }
 "#;
 
 /// The push instances of the runs.
 const INSTANCES: [&str; 2] = ["pod-a", "pod-b"];
 
 const NICKS: [&str; 3] = ["ann", "bo", "cy"];
+
+/// The holders claims name (TICKET.CLAIM ... HOLDER h).
+const HOLDERS: [&str; 3] = ["tab-1", "tab-2", "tab-3"];
+
+/// A claim's answer: userId, nickname, ticketId, leaseMs.
+type ClaimReply = (Option<String>, Option<String>, Option<String>, Option<i64>);
 
 fn splitmix(x: u64) -> u64 {
     let mut z = x.wrapping_add(0x9E37_79B9_7F4A_7C15);
@@ -90,7 +100,7 @@ fn model_agrees_step_by_step(b: Backend) {
         }
     };
     let (mut steps, mut runs, mut failed) = (0u64, 0u64, Vec::new());
-    let (mut entries, mut watched) = (0u64, 0u64);
+    let (mut entries, mut watched, mut repeats) = (0u64, 0u64, 0u64);
     for (i, &seed) in seeds.iter().enumerate() {
         if steps >= total && env_u64("MODEL_SEED").is_none() {
             break;
@@ -103,6 +113,7 @@ fn model_agrees_step_by_step(b: Backend) {
         runs += 1;
         entries += run.log_entries;
         watched += run.watcher_checks;
+        repeats += run.repeats;
         if let Err(e) = r {
             failed.push(seed);
             let msg = format!("{b:?}: seed {seed} failed at step {} (replay: MODEL_SEED={seed}):\n{e}", run.step);
@@ -113,7 +124,7 @@ fn model_agrees_step_by_step(b: Backend) {
         }
     }
     eprintln!(
-        "{b:?}: {runs} runs, {steps} steps, {entries} change-log entries, {watched} watched ranks confirmed, {} failed seeds {failed:?}",
+        "{b:?}: {runs} runs, {steps} steps, {entries} change-log entries, {watched} watched ranks confirmed, {repeats} claims answered again for their holder, {} failed seeds {failed:?}",
         failed.len()
     );
     assert!(failed.is_empty(), "{} of {runs} runs failed: seeds {failed:?}", failed.len());
@@ -126,7 +137,7 @@ enum Op {
     Ranks(Vec<String>),
     Leave(String),
     Promote(Option<i64>),
-    Claim(String),
+    Claim(String, Option<String>),
     Heartbeat(Vec<String>),
     End(String),
     Watch(String, i64, Vec<String>),
@@ -148,9 +159,10 @@ struct Run {
     /// Entry counter at each user's latest ENTER, for the FIFO check.
     entered: HashMap<String, u64>,
     entries: u64,
-    /// Every ticket ever handed out, and how many sessions it opened.
+    /// Every ticket ever handed out, and the answer and holder of the claim that
+    /// opened a session with it.
     tickets: Vec<String>,
-    opened: HashMap<String, u32>,
+    first_claim: HashMap<String, (ClaimReply, Option<String>)>,
     /// The id of the last change-log entry read ("-" before any).
     log_id: String,
     /// The simulated watcher: each user it follows -> (number, rank) as of the last
@@ -159,6 +171,8 @@ struct Run {
     /// Change-log entries read, and watched ranks confirmed (for the summary).
     log_entries: u64,
     watcher_checks: u64,
+    /// Claims answered again for their holder (for the summary).
+    repeats: u64,
     /// A connection subscribed to every queue's changes channel.
     changes: Option<redis::Connection>,
 }
@@ -191,11 +205,12 @@ impl Run {
             entered: HashMap::new(),
             entries: 0,
             tickets: Vec::new(),
-            opened: HashMap::new(),
+            first_claim: HashMap::new(),
             log_id: "-".into(),
             watcher: BTreeMap::new(),
             log_entries: 0,
             watcher_checks: 0,
+            repeats: 0,
             changes: None,
         }
     }
@@ -273,12 +288,22 @@ impl Run {
                     })
                     .collect();
                 let r = self.rng.below(100);
+                let holder = match self.rng.below(4) {
+                    0 => None,
+                    h => Some(HOLDERS[h as usize - 1].to_string()),
+                };
                 if r < 60 && !live.is_empty() {
-                    Op::Claim(live[self.rng.below(live.len() as u64) as usize].clone())
+                    Op::Claim(live[self.rng.below(live.len() as u64) as usize].clone(), holder)
                 } else if r < 85 && !self.tickets.is_empty() {
-                    Op::Claim(self.tickets[self.rng.below(self.tickets.len() as u64) as usize].clone())
+                    // Mostly a used ticket: its holder again (if it had one), or another.
+                    let t = self.tickets[self.rng.below(self.tickets.len() as u64) as usize].clone();
+                    let holder = match self.first_claim.get(&t) {
+                        Some(first) if self.rng.chance(60) => first.1.clone(),
+                        _ => holder,
+                    };
+                    Op::Claim(t, holder)
                 } else {
-                    Op::Claim(format!("{}.AAAAAAAAAAAAAAA{}", self.rng.range(1, 40), self.rng.below(10)))
+                    Op::Claim(format!("{}.AAAAAAAAAAAAAAA{}", self.rng.range(1, 40), self.rng.below(10)), holder)
                 }
             }
             77..83 => Op::Heartbeat((0..self.rng.range(1, 3)).map(|_| self.user()).collect()),
@@ -314,7 +339,8 @@ impl Run {
             Op::Leave(u) => pipe.add_command(self.cmd("QUEUE.LEAVE", &[u])),
             Op::Promote(None) => pipe.add_command(self.cmd("QUEUE.PROMOTE", &[])),
             Op::Promote(Some(m)) => pipe.add_command(self.cmd("QUEUE.PROMOTE", &["MAX", &m.to_string()])),
-            Op::Claim(t) => pipe.add_command(self.cmd("TICKET.CLAIM", &[t])),
+            Op::Claim(t, None) => pipe.add_command(self.cmd("TICKET.CLAIM", &[t])),
+            Op::Claim(t, Some(h)) => pipe.add_command(self.cmd("TICKET.CLAIM", &[t, "HOLDER", h])),
             Op::Heartbeat(us) => {
                 pipe.add_command(self.cmd("SESSION.HEARTBEAT", &us.iter().map(String::as_str).collect::<Vec<_>>()))
             }
@@ -361,7 +387,7 @@ impl Run {
         let replies: Vec<Value> = pipe.query(con).map_err(|e| format!("pipeline: {e}"))?;
         let reply = match reply {
             Ok(v) => v,
-            Err(e) if matches!(op, Op::Claim(_)) => {
+            Err(e) if matches!(op, Op::Claim(..)) => {
                 return self.check_claim_error(op, &e, now).and_then(|_| self.check_rest(replies, now));
             }
             // A refused entry: the model must refuse it too, and the data stays as the
@@ -380,8 +406,8 @@ impl Run {
     }
 
     fn check_claim_error(&mut self, op: &Op, got: &str, now: i64) -> Result<(), String> {
-        let Op::Claim(t) = op else { unreachable!() };
-        match self.model.claim(t, now) {
+        let Op::Claim(t, holder) = op else { unreachable!() };
+        match self.model.claim(t, holder.as_deref(), now) {
             ClaimOutcome::Error(e) if e == got => Ok(()),
             want => Err(format!("CLAIM {t}: error {got:?}, model {want:?}")),
         }
@@ -569,10 +595,10 @@ impl Run {
                     ));
                 }
             }
-            Op::Claim(t) => {
-                let want = self.model.claim(t, now);
+            Op::Claim(t, holder) => {
+                let want = self.model.claim(t, holder.as_deref(), now);
                 match (want, reply) {
-                    (ClaimOutcome::Claimed { user, nickname, lease_ms }, Value::Array(_) | Value::Map(_)) => {
+                    (ClaimOutcome::Claimed { user, nickname, lease_ms, again }, Value::Array(_) | Value::Map(_)) => {
                         let m = fields(reply);
                         let got = (
                             m.get("userId").and_then(as_string),
@@ -584,10 +610,19 @@ impl Run {
                         if got != expect {
                             return Err(format!("CLAIM {t}: {got:?}, model {expect:?}"));
                         }
-                        let n = self.opened.entry(t.clone()).or_default();
-                        *n += 1;
-                        if *n > 1 {
-                            return Err(format!("ticket {t} opened a second session"));
+                        // A second success is the same session, for the holder that opened it.
+                        match self.first_claim.get(t) {
+                            None if !again => {
+                                self.first_claim.insert(t.clone(), (expect, holder.clone()));
+                            }
+                            Some((first, Some(h))) if again && *first == expect && Some(h) == holder.as_ref() => {
+                                self.repeats += 1;
+                            }
+                            first => {
+                                return Err(format!(
+                                    "ticket {t} claimed again (holder {holder:?}, model's repeat {again}): first claim {first:?}"
+                                ))
+                            }
                         }
                     }
                     (want, got) => return Err(format!("CLAIM {t}: got {got:?}, model {want:?}")),
@@ -648,7 +683,7 @@ impl Run {
     /// issued are learnt here (`<number>.<secret>`, from the ticket's record).
     fn check_data(&mut self, data: &Value) -> Result<(), String> {
         let parts = strings_of(data);
-        let [line, sessions, active, joining, watched, instances, log_n] = &parts[..] else {
+        let [line, sessions, active, joining, watched, instances, log_n, claimed] = &parts[..] else {
             return Err(format!("inspect: {data:?}"));
         };
         let joining = joining.first().map(String::as_str).unwrap_or("0");
@@ -745,6 +780,21 @@ impl Run {
             self.model.instances.iter().map(|(i, l)| (i.clone(), l.to_string())).collect();
         if got != want {
             return Err(format!("instances {got:?}, model {want:?}"));
+        }
+        // "Claiming twice": ticketId -> holder|leaseMs|userId and #userId -> ticketId for
+        // each session a claim with a holder opened.
+        let mut got: Vec<(String, String)> = claimed.chunks(2).map(|c| (c[0].clone(), c[1].clone())).collect();
+        got.sort();
+        let mut want: Vec<(String, String)> = Vec::new();
+        for (u, s) in &self.model.sessions {
+            if let Some((t, h, lease)) = &s.claim {
+                want.push((t.clone(), format!("{h}|{lease}|{u}")));
+                want.push((format!("#{u}"), t.clone()));
+            }
+        }
+        want.sort();
+        if got != want {
+            return Err(format!("claimed {got:?}, model {want:?}"));
         }
         let log_n = log_n.first().map(String::as_str).unwrap_or("0");
         if log_n.parse::<i64>().ok() != Some(self.model.log_n) {

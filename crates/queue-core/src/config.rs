@@ -97,6 +97,52 @@ pub const FIELDS: [Field; 11] = [
     },
 ];
 
+/// The text setting `entry`: who may enter the queue. Kept apart from the numeric
+/// [`FIELDS`] (whose values every reader takes for integers): `QUEUE.CONFIG` sets and
+/// gets it by this name, and `QUEUE.CONFIG Q GET *` and `QUEUE.INFO` list it after
+/// them. No module-wide default: a queue that never set it is [`EntryMode::Open`].
+pub const ENTRY: &str = "entry";
+
+/// The values of [`ENTRY`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum EntryMode {
+    /// Anyone may enter.
+    #[default]
+    Open,
+    /// Only people the services identified (signed in) may enter: enforced by
+    /// queue-api, which sees identities; the engine only keeps the setting.
+    Identified,
+    /// Only with an invitation (an access code or a lane): QUEUE.ENTER refuses other
+    /// entries with `INVITE`.
+    Invite,
+}
+
+impl EntryMode {
+    /// Every mode, in the order the error text names them.
+    pub const ALL: [EntryMode; 3] = [EntryMode::Open, EntryMode::Identified, EntryMode::Invite];
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            EntryMode::Open => "open",
+            EntryMode::Identified => "identified",
+            EntryMode::Invite => "invite",
+        }
+    }
+
+    /// A mode from its name (any case), else `InvalidEntry`.
+    pub fn parse(raw: &[u8]) -> Result<EntryMode, QueueError> {
+        EntryMode::ALL
+            .into_iter()
+            .find(|m| m.as_str().as_bytes().eq_ignore_ascii_case(raw))
+            .ok_or(QueueError::InvalidEntry)
+    }
+}
+
+/// Whether `name` is the text setting [`ENTRY`] (any case, as field names are).
+pub fn is_entry(name: &[u8]) -> bool {
+    name.eq_ignore_ascii_case(ENTRY.as_bytes())
+}
+
 pub fn field(name: &[u8]) -> Result<&'static Field, QueueError> {
     FIELDS
         .iter()
@@ -199,5 +245,18 @@ mod tests {
         assert_eq!(check_value(f, b"10"), Ok(10));
         assert_eq!(field(b"colour").unwrap_err().to_string(), "ERR unknown config field 'colour'");
         assert_eq!(field(b"c\xffo\r\n").unwrap_err().to_string(), "ERR unknown config field 'c?o??'");
+    }
+
+    #[test]
+    fn entry_modes() {
+        assert_eq!(EntryMode::parse(b"invite"), Ok(EntryMode::Invite));
+        assert_eq!(EntryMode::parse(b"Identified"), Ok(EntryMode::Identified));
+        assert_eq!(EntryMode::parse(b"OPEN"), Ok(EntryMode::Open));
+        for bad in [&b""[..], b"closed", b"open ", b"1"] {
+            assert_eq!(EntryMode::parse(bad), Err(QueueError::InvalidEntry));
+        }
+        assert_eq!(QueueError::InvalidEntry.to_string(), "ERR entry must be one of open, identified, invite");
+        assert!(is_entry(b"ENTRY") && !is_entry(b"entries"));
+        assert_eq!(EntryMode::default(), EntryMode::Open);
     }
 }

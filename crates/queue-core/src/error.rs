@@ -29,6 +29,12 @@ pub enum QueueError {
     HardCap,
     /// QUEUE.ENTER: `max_waiting` people already wait; a newcomer may try again later.
     LineFull,
+    /// TICKET.CLAIM: a `HOLDER` outside the allowed set.
+    InvalidHolder,
+    /// QUEUE.CONFIG: a value of `entry` other than its modes.
+    InvalidEntry,
+    /// QUEUE.ENTER in a queue whose `entry` is `invite`, without an invitation.
+    Invite,
 }
 
 pub const MAX_NAME_LEN: usize = 64;
@@ -57,6 +63,9 @@ impl fmt::Display for QueueError {
             AlreadyInside => f.write_str("INSIDE user is already inside"),
             HardCap => f.write_str("FULL hard cap reached"),
             LineFull => f.write_str("LINEFULL the line is full, try again later"),
+            InvalidHolder => f.write_str("ERR invalid holder: 1 to 64 characters from A-Z a-z 0-9 . _ : @ -"),
+            InvalidEntry => f.write_str("ERR entry must be one of open, identified, invite"),
+            Invite => f.write_str("INVITE this queue admits by invitation only"),
         }
     }
 }
@@ -65,7 +74,7 @@ impl std::error::Error for QueueError {}
 
 impl QueueError {
     /// The refusal a server error reply's first word names, for the errors that carry
-    /// no argument: `NOTICKET`, `EXPIRED`, `INSIDE`, `FULL`, `LINEFULL` and `WRONGTYPE`. (`ERR`
+    /// no argument: `NOTICKET`, `EXPIRED`, `INSIDE`, `FULL`, `LINEFULL`, `INVITE` and `WRONGTYPE`. (`ERR`
     /// replies carry the text of one of the others and are kept as text by clients.)
     pub fn from_code(code: &str) -> Option<QueueError> {
         Some(match code {
@@ -74,6 +83,7 @@ impl QueueError {
             "INSIDE" => QueueError::AlreadyInside,
             "FULL" => QueueError::HardCap,
             "LINEFULL" => QueueError::LineFull,
+            "INVITE" => QueueError::Invite,
             "WRONGTYPE" => QueueError::WrongType,
             _ => return None,
         })
@@ -103,6 +113,7 @@ mod tests {
             QueueError::TicketExpired,
             QueueError::AlreadyInside,
             QueueError::HardCap,
+            QueueError::Invite,
             QueueError::WrongType,
         ] {
             let code = e.to_string().split(' ').next().unwrap().to_string();

@@ -51,6 +51,12 @@ pub fn check_ticket(s: &[u8]) -> Result<&str, QueueError> {
     checked_name(s, true, QueueError::InvalidTicketId)
 }
 
+/// TICKET.CLAIM's `HOLDER`: who claims (say, a hash of the browser's session), the
+/// characters of a ticketId.
+pub fn check_holder(s: &[u8]) -> Result<&str, QueueError> {
+    checked_name(s, true, QueueError::InvalidHolder)
+}
+
 /// Nicknames are shown to people, so any UTF-8 text is welcome, but no control bytes
 /// (they would break log lines and the record encodings).
 pub fn check_nickname(s: &[u8]) -> Result<&[u8], QueueError> {
@@ -104,6 +110,12 @@ pub const LOG: &str = "log";
 pub const WATCHED: &str = "watched";
 /// zset: push instance -> its lease expiry (ms).
 pub const INSTANCES: &str = "instances";
+/// hash: the claims made with `HOLDER` whose session is live: ticketId ->
+/// `holder|leaseMs|userId`, and `#userId` -> that ticketId (so that ending the session
+/// finds the entry). See `engine::claim_held`.
+pub const CLAIMED: &str = "claimed";
+/// The prefix of a `claimed` field naming a user (never in a ticketId).
+pub const CLAIMED_USER_MARK: &str = "#";
 /// About how many entries the change log keeps (`XADD ... MAXLEN ~`).
 pub const LOG_MAX: i64 = 10_000;
 /// The longest lease QUEUE.WATCH gives an instance, in ms.

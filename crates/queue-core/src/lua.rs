@@ -100,6 +100,11 @@ pub fn constants_block() -> String {
     ));
     line(format!("local K_CHANGES = {}", lua_str(keys::CHANGES)));
     line(format!(
+        "local K_CLAIMED, CLAIMED_USER_MARK = {}, {}",
+        lua_str(keys::CLAIMED),
+        lua_str(keys::CLAIMED_USER_MARK)
+    ));
+    line(format!(
         "local OPENING_PENDING, MAX_PROOF_PAGE = {}, {}",
         lua_str(crate::engine::stat::OPENING),
         crate::engine::opening::MAX_PROOF_PAGE
@@ -171,9 +176,15 @@ pub fn constants_block() -> String {
     let indexes: Vec<String> = (1..=FIELDS.len()).map(|i| i.to_string()).collect();
     line(format!("local {} = {}", names.join(", "), indexes.join(", ")));
     line(format!("local COUNTERS = {{ {} }}", COUNTERS.iter().map(|c| lua_str(c)).collect::<Vec<_>>().join(", ")));
+    line("-- The text setting `entry` and its modes (the first is the default).".into());
+    {
+        use crate::config::{EntryMode, ENTRY};
+        let modes: Vec<String> = EntryMode::ALL.iter().map(|m| lua_str(m.as_str())).collect();
+        line(format!("local ENTRY, ENTRY_MODES = {}, {{ {} }}", lua_str(ENTRY), modes.join(", ")));
+    }
     line(String::new());
     line("-- Error texts (queue-core's QueueError); E_ARITY, E_RANGE and E_FIELD are formats.".into());
-    let errors: [(&str, String); 16] = [
+    let errors: [(&str, String); 19] = [
         ("E_ARITY", template(QueueError::Arity("%s"), &[])),
         ("E_SYNTAX", QueueError::Syntax.to_string()),
         ("E_NOT_INTEGER", QueueError::NotInteger.to_string()),
@@ -193,6 +204,9 @@ pub fn constants_block() -> String {
         ("E_INSIDE", QueueError::AlreadyInside.to_string()),
         ("E_FULL", QueueError::HardCap.to_string()),
         ("E_LINEFULL", QueueError::LineFull.to_string()),
+        ("E_HOLDER", QueueError::InvalidHolder.to_string()),
+        ("E_ENTRY", QueueError::InvalidEntry.to_string()),
+        ("E_INVITE", QueueError::Invite.to_string()),
     ];
     for (name, text) in errors {
         let is_format = matches!(name, "E_ARITY" | "E_RANGE" | "E_FIELD");

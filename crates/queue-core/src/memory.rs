@@ -33,6 +33,8 @@ pub struct MemoryStore {
     secrets: Secrets,
     pre: BTreeMap<Vec<u8>, Vec<u8>>,
     opening: BTreeMap<Vec<u8>, Vec<u8>>,
+    claimed: BTreeMap<Vec<u8>, Vec<u8>>,
+    entry: Option<crate::config::EntryMode>,
     proof: Vec<Vec<u8>>,
     /// What commands announced, oldest first: (promoted, waiting, at_ms).
     pub announcements: Vec<(i64, i64, i64)>,
@@ -58,6 +60,8 @@ impl MemoryStore {
             secrets: Secrets::from_seed([seed; 32]),
             pre: BTreeMap::new(),
             opening: BTreeMap::new(),
+            claimed: BTreeMap::new(),
+            entry: None,
             proof: Vec::new(),
             announcements: Vec::new(),
             draft: Default::default(),
@@ -80,6 +84,12 @@ impl MemoryStore {
         for (i, v) in checked {
             self.settings[i] = Some(v);
         }
+        Ok(())
+    }
+
+    /// QUEUE.CONFIG SET entry: the text setting `entry` (a mode's name).
+    pub fn set_entry(&mut self, raw: &[u8]) -> Result<(), QueueError> {
+        self.entry = Some(crate::config::EntryMode::parse(raw)?);
         Ok(())
     }
 
@@ -129,12 +139,19 @@ impl MemoryStore {
         if !stats.is_empty() {
             out.insert(key(crate::keys::STATS), Content::Hash(stats));
         }
-        let config: BTreeMap<String, String> =
+        let mut config: BTreeMap<String, String> =
             FIELDS.iter().zip(self.settings).filter_map(|(f, v)| Some((f.name.to_string(), v?.to_string()))).collect();
+        if let Some(mode) = self.entry {
+            config.insert(crate::config::ENTRY.to_string(), mode.as_str().to_string());
+        }
         if !config.is_empty() {
             out.insert(key(crate::keys::CONFIG), Content::Hash(config));
         }
-        for (suffix, h) in [(crate::keys::PRE, &self.pre), (crate::keys::OPENING, &self.opening)] {
+        for (suffix, h) in [
+            (crate::keys::PRE, &self.pre),
+            (crate::keys::OPENING, &self.opening),
+            (crate::keys::CLAIMED, &self.claimed),
+        ] {
             if !h.is_empty() {
                 out.insert(key(suffix), Content::Hash(h.iter().map(|(f, v)| (text(f), text(v))).collect()));
             }
@@ -178,6 +195,9 @@ impl Store for MemoryStore {
     }
     fn setting(&self, i: usize) -> i64 {
         self.settings[i].unwrap_or(FIELDS[i].default)
+    }
+    fn entry_mode(&self) -> crate::config::EntryMode {
+        self.entry.unwrap_or_default()
     }
     fn stat_opt(&self, field: &'static str) -> Option<i64> {
         self.stats.get(field).copied()
@@ -336,6 +356,7 @@ impl MemoryStore {
         match key {
             Aux::Pre => Some(&self.pre),
             Aux::Opening => Some(&self.opening),
+            Aux::Claimed => Some(&self.claimed),
             Aux::Proof => None,
         }
     }
@@ -343,6 +364,7 @@ impl MemoryStore {
         match key {
             Aux::Pre => Some(&mut self.pre),
             Aux::Opening => Some(&mut self.opening),
+            Aux::Claimed => Some(&mut self.claimed),
             Aux::Proof => None,
         }
     }

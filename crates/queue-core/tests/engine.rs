@@ -412,3 +412,41 @@ fn stores_are_independent() {
     engine::enter(&mut b, &b"y".to_vec(), b"y").unwrap();
     assert_eq!(b.line().len(), 1);
 }
+
+/// TICKET.CLAIM ... HOLDER h: the same holder claiming the same ticket again while
+/// the session lives gets the same answer and changes nothing; anyone else does not.
+#[test]
+fn a_claim_repeated_by_its_holder_answers_again() {
+    let mut s = MemoryStore::new(T0, 1);
+    let u = b"u".to_vec();
+    let Standing::Promoted { ticket, .. } = engine::enter(&mut s, &u, b"una").unwrap() else { panic!("promoted") };
+    let first = engine::claim_held(&mut s, &ticket, Some(b"tab-1")).unwrap();
+    let before = s.keys("q");
+    let again = engine::claim_held(&mut s, &ticket, Some(b"tab-1")).unwrap();
+    assert_eq!(again, first);
+    assert_eq!(s.keys("q"), before, "a repeat changes nothing");
+    for holder in [None, Some(&b"tab-2"[..]), Some(&b"tab-1x"[..])] {
+        assert_eq!(
+            engine::claim_held(&mut s, &ticket, holder).unwrap_err().to_string().split(' ').next(),
+            Some("NOTICKET")
+        );
+    }
+    assert_eq!(engine::info(&s).unwrap().counters[1], 1, "claimed once");
+    // The session lapses: the repeat is refused; reaping forgets the claim.
+    s.now = T0 + 30_000;
+    assert!(engine::claim_held(&mut s, &ticket, Some(b"tab-1")).is_err());
+    engine::promote(&mut s, None).unwrap();
+    assert!(!s.keys("q").contains_key("queue:{q}:claimed"));
+}
+
+/// `entry invite` refuses plain entries, changing nothing.
+#[test]
+fn an_invite_queue_refuses_plain_entries() {
+    let mut s = MemoryStore::new(T0, 1);
+    s.set_entry(b"invite").unwrap();
+    assert_eq!(engine::enter(&mut s, &b"u".to_vec(), b"u").unwrap_err(), queue_core::QueueError::Invite);
+    assert!(s.line().is_empty());
+    assert_eq!(s.set_entry(b"nope").unwrap_err(), queue_core::QueueError::InvalidEntry);
+    s.set_entry(b"identified").unwrap();
+    assert!(engine::enter(&mut s, &b"u".to_vec(), b"u").is_ok());
+}

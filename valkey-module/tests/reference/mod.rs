@@ -1,5 +1,5 @@
 //! A reference model of one queue, written from the rules in docs/commands.md ("The
-//! commands", "A slot freed inside a command", "What PROMOTE does", "Errors",
+//! commands", "Claiming twice (HOLDER)", "A slot freed inside a command", "What PROMOTE does", "Errors",
 //! "Settings", "The change log and watchers"), not from either implementation: a plain
 //! line of people in entry order, a table of sessions, the watchers' registrations and
 //! instance leases, the change log's number, and the counters. It knows nothing of
@@ -50,6 +50,9 @@ pub struct Person {
 pub struct Session {
     pub nickname: String,
     pub lease: i64,
+    /// The claim that opened it when it named a `HOLDER` ("Claiming twice"): the
+    /// ticket, the holder and the lease the claim answered.
+    pub claim: Option<(String, String, i64)>,
 }
 
 /// Where someone stands, as STATUS, RANKS and ENTER report it.
@@ -76,6 +79,9 @@ pub enum ClaimOutcome {
         user: String,
         nickname: String,
         lease_ms: i64,
+        /// A repeat by the holder of the claim that opened the session: the same
+        /// answer, nothing changed.
+        again: bool,
     },
     /// The exact error text docs/commands.md lists ("Errors").
     Error(&'static str),
@@ -575,13 +581,27 @@ impl Model {
         }
     }
 
-    /// TICKET.CLAIM: good exactly once, before it expires, while the user is not
-    /// inside already and the hard cap allows.
-    pub fn claim(&mut self, id: &str, now: i64) -> ClaimOutcome {
+    /// TICKET.CLAIM [HOLDER h]: good exactly once, before it expires, while the user
+    /// is not inside already and the hard cap allows; with a holder, claiming the same
+    /// ticket again while the session it opened lives answers the same again.
+    pub fn claim(&mut self, id: &str, holder: Option<&str>, now: i64) -> ClaimOutcome {
         let Some(i) =
             self.line.iter().position(|p| matches!(&p.place, Place::Ticket { ticket: Some(t), .. } if t == id))
         else {
-            return ClaimOutcome::Error(NOTICKET);
+            let again = holder.and_then(|h| {
+                self.sessions
+                    .iter()
+                    .find(|(_, s)| s.lease > now && s.claim.as_ref().is_some_and(|(t, held, _)| t == id && held == h))
+            });
+            return match again {
+                Some((user, s)) => ClaimOutcome::Claimed {
+                    user: user.clone(),
+                    nickname: s.nickname.clone(),
+                    lease_ms: s.claim.as_ref().unwrap().2,
+                    again: true,
+                },
+                None => ClaimOutcome::Error(NOTICKET),
+            };
         };
         let Place::Ticket { expiry, .. } = self.line[i].place else { unreachable!() };
         if expiry <= now {
@@ -599,9 +619,11 @@ impl Model {
         }
         let p = self.line.remove(i);
         self.out_of_line(&user);
-        self.sessions.insert(user.clone(), Session { nickname: p.nickname.clone(), lease: now + self.s.session_lease });
+        let lease_ms = self.s.session_lease;
+        let claim = holder.map(|h| (id.to_string(), h.to_string(), lease_ms));
+        self.sessions.insert(user.clone(), Session { nickname: p.nickname.clone(), lease: now + lease_ms, claim });
         self.counters.claimed += 1;
-        ClaimOutcome::Claimed { user, nickname: p.nickname, lease_ms: self.s.session_lease }
+        ClaimOutcome::Claimed { user, nickname: p.nickname, lease_ms, again: false }
     }
 
     /// SESSION.HEARTBEAT: extends each live lease (1), 0 where none is live.

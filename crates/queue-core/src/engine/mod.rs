@@ -246,7 +246,7 @@ pub fn reap<S: Store>(s: &mut S, now: i64) -> Reaped {
     let lapsed = s.sessions_ended_by(now);
     for u in &lapsed {
         freed_at.push(s.session_expiry(u).unwrap_or(now));
-        s.close_session(u);
+        close_session(s, u);
     }
     let lapsed = lapsed.len() as i64;
     add_stat(s, stat::TICKETS_EXPIRED, expired);
@@ -285,6 +285,11 @@ pub fn eta<S: Store>(s: &S, standing: &Standing) -> Option<i64> {
 pub fn enter<S: Store>(s: &mut S, user: &S::User, nickname: &[u8]) -> Result<Standing, QueueError> {
     s.check(&[Part::Waiting, Part::Stats])?;
     ensure_layout(s)?;
+    // An invitation (an access code, a lane) is what admits into an `invite` queue:
+    // a plain entry is refused before anything is written.
+    if s.entry_mode() == crate::config::EntryMode::Invite {
+        return Err(QueueError::Invite);
+    }
     refuse_if_line_full(s, user)?;
     let now = s.now();
     opening::open_if_due(s, now)?;
@@ -518,16 +523,31 @@ fn sweep<S: Store>(s: &mut S, abandon_after: i64, now: i64, top: i64) -> i64 {
 /// TICKET.CLAIM: a ticket is good exactly once, before it expires, while its user is
 /// not inside already and the hard cap allows; it opens a session lease.
 pub fn claim<S: Store>(s: &mut S, ticket_id: &[u8]) -> Result<Claimed<S::User>, QueueError> {
+    claim_held(s, ticket_id, None)
+}
+
+/// TICKET.CLAIM Q ticketId [HOLDER h]: [`claim`], and with a holder the claim is
+/// remembered (hash `claimed`) while the session it opened lives, so that the same
+/// ticket claimed again by the same holder (a page reloaded, a reply lost) answers
+/// the same admission again and changes nothing. Any other repeat is `NOTICKET`.
+pub fn claim_held<S: Store>(
+    s: &mut S,
+    ticket_id: &[u8],
+    holder: Option<&[u8]>,
+) -> Result<Claimed<S::User>, QueueError> {
     s.check(&ALL_PARTS)?;
+    if holder.is_some() {
+        s.check(&[Part::Claimed])?;
+    }
     ensure_layout(s)?;
     let now = s.now();
     opening::open_if_due(s, now)?;
     let (seq, secret) = ticket::parse_ticket(ticket_id).ok_or(QueueError::NoTicket)?;
     let Some(Rec::Promoted { expiry, secret: held, nickname }) = record(s, seq) else {
-        return Err(QueueError::NoTicket);
+        return claimed_before(s, ticket_id, holder, now);
     };
     if !ticket::same_secret(secret, &held) {
-        return Err(QueueError::NoTicket);
+        return claimed_before(s, ticket_id, holder, now);
     }
     if expiry <= now {
         expire_claimed(s, seq, now);
@@ -545,9 +565,74 @@ pub fn claim<S: Store>(s: &mut S, ticket_id: &[u8]) -> Result<Claimed<S::User>, 
     let lease = s.setting(crate::config::SESSION_LEASE);
     s.set_lease(&user, now + lease);
     s.set_active(&user, &nickname);
+    // A new session: an earlier claim of this user's (its lease ran out unreaped) is
+    // no longer the one that is live.
+    forget_claim(s, &user);
+    if let Some(holder) = holder {
+        let mut entry = holder.to_vec();
+        entry.push(CLAIM_SEP);
+        entry.extend_from_slice(lease.to_string().as_bytes());
+        entry.push(CLAIM_SEP);
+        entry.extend_from_slice(user.as_ref());
+        s.aux_hset(Aux::Claimed, ticket_id, &entry);
+        s.aux_hset(Aux::Claimed, &claim_user_field(&user), ticket_id);
+    }
     add_stat(s, stat::CLAIMED, 1);
     s.count(Event::Claimed, 1);
     Ok(Claimed { user, nickname, lease_ms: lease })
+}
+
+/// Separates the parts of a `claimed` entry (`holder|leaseMs|userId`): in none of them.
+const CLAIM_SEP: u8 = b'|';
+
+/// The `claimed` field naming `user`: `#userId`, whose value is the ticket it claimed.
+fn claim_user_field<U: AsRef<[u8]>>(user: &U) -> Vec<u8> {
+    let mut f = crate::keys::CLAIMED_USER_MARK.as_bytes().to_vec();
+    f.extend_from_slice(user.as_ref());
+    f
+}
+
+/// A ticket no longer claimable: the same admission again when `holder` claimed it
+/// and the session that claim opened still lives (read only: nothing changes), else
+/// `NOTICKET`.
+fn claimed_before<S: Store>(
+    s: &S,
+    ticket_id: &[u8],
+    holder: Option<&[u8]>,
+    now: i64,
+) -> Result<Claimed<S::User>, QueueError> {
+    let holder = holder.ok_or(QueueError::NoTicket)?;
+    let entry = s.aux_hget(Aux::Claimed, ticket_id).ok_or(QueueError::NoTicket)?;
+    let mut parts = entry.splitn(3, |&b| b == CLAIM_SEP);
+    let (Some(h), Some(lease), Some(user)) = (parts.next(), parts.next(), parts.next()) else {
+        return Err(QueueError::NoTicket);
+    };
+    let lease = crate::args::parse_i64(lease).ok_or(QueueError::NoTicket)?;
+    if !ticket::same_secret(holder, h) {
+        return Err(QueueError::NoTicket);
+    }
+    let user = s.user_of(user);
+    if s.session_expiry(&user).is_none_or(|exp| exp <= now) {
+        return Err(QueueError::NoTicket);
+    }
+    let nickname = s.active_nickname(&user).ok_or(QueueError::NoTicket)?.as_ref().to_vec();
+    Ok(Claimed { user, nickname, lease_ms: lease })
+}
+
+/// Drops what `claimed` remembers of `user`'s claim, if anything.
+fn forget_claim<S: Store>(s: &mut S, user: &S::User) {
+    let field = claim_user_field(user);
+    if let Some(ticket) = s.aux_hget(Aux::Claimed, &field) {
+        s.aux_hdel(Aux::Claimed, &ticket);
+        s.aux_hdel(Aux::Claimed, &field);
+    }
+}
+
+/// Ends `user`'s session (ended, or its lease ran out): its slot and what `claimed`
+/// remembers of the claim that opened it.
+fn close_session<S: Store>(s: &mut S, user: &S::User) {
+    s.close_session(user);
+    forget_claim(s, user);
 }
 
 /// A claim found ticket `seq` expired: expired tickets (this one too) and leases are
@@ -590,7 +675,7 @@ pub fn end<S: Store>(s: &mut S, user: &S::User) -> Result<bool, QueueError> {
     s.check(&[Part::Sessions, Part::Active, Part::Stats])?;
     let ended = s.session_expiry(user).is_some();
     if ended {
-        s.close_session(user);
+        close_session(s, user);
         add_stat(s, stat::ENDED, 1);
         s.count(Event::Ended, 1);
         let now = s.now();
@@ -613,6 +698,7 @@ pub fn info<S: Store>(s: &S) -> Result<Info, QueueError> {
         tokens: if cfg.rate() > 0 { bucket(s, now).whole() } else { -1 },
         admission_rate_per_min: admissions_per_minute(s, now),
         config: cfg,
+        entry: s.entry_mode(),
         // Each counter is the stats field of the same name.
         counters: crate::replies::COUNTERS.map(|c| stat(s, c)),
     })

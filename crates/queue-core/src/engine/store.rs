@@ -22,6 +22,8 @@ pub enum Part {
     Watched,
     /// The push instances' leases (zset instance -> expiry).
     Instances,
+    /// The claims made with a holder (hash, [`Aux::Claimed`]).
+    Claimed,
 }
 
 /// Every key a command that admits, withdraws or ends may write.
@@ -82,6 +84,9 @@ pub trait Store {
     fn now(&self) -> i64;
     /// Setting `i` (index into `FIELDS`): the queue's config, else the default.
     fn setting(&self, i: usize) -> i64;
+    /// The text setting `entry` (`crate::config::ENTRY`): the queue's config, else
+    /// open (a stored value that is not a mode reads as open).
+    fn entry_mode(&self) -> crate::config::EntryMode;
     /// A stats field, None when absent.
     fn stat_opt(&self, field: &'static str) -> Option<i64>;
     fn set_stat(&mut self, field: &'static str, v: i64);
@@ -137,8 +142,9 @@ pub trait Store {
     fn close_session(&mut self, user: &Self::User);
 
     // The pre-queue and the opening (`super::opening`): small keys, read and written
-    // only while an opening is scheduled or by QUEUE.OPENING. A key of another type
-    // reads as empty.
+    // only while an opening is scheduled or by QUEUE.OPENING; and the claims made with
+    // a holder (`super::claim_held`). A key of another type reads as empty, and a
+    // store writes nothing into it.
     fn aux_hget(&self, key: Aux, field: &[u8]) -> Option<Vec<u8>>;
     fn aux_hset(&mut self, key: Aux, field: &[u8], value: &[u8]);
     /// Whether the field was there.
@@ -182,6 +188,8 @@ pub enum Aux {
     Opening,
     /// list: idHashes in placed order (only through `proof_*`).
     Proof,
+    /// hash: the claims made with a holder whose session is live (`keys::CLAIMED`).
+    Claimed,
 }
 
 impl Aux {
@@ -190,6 +198,7 @@ impl Aux {
             Aux::Pre => keys::PRE,
             Aux::Opening => keys::OPENING,
             Aux::Proof => keys::PROOF,
+            Aux::Claimed => keys::CLAIMED,
         }
     }
 }

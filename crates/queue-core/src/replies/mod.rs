@@ -17,9 +17,10 @@ pub const PROMOTE: [&str; 8] =
 
 pub const CLAIM: [&str; 4] = ["nickname", "ticketId", "userId", "leaseMs"];
 
-pub const CONFIG: [&str; 11] = [
+pub const CONFIG: [&str; 12] = [
     "batch_max",
     "ticket_ttl",
+    "entry",
     "hard_cap",
     "rate",
     "abandon_after",
@@ -31,10 +32,11 @@ pub const CONFIG: [&str; 11] = [
     "opens_at",
 ];
 
-pub const INFO: [&str; 25] = [
+pub const INFO: [&str; 26] = [
     "batch_max",
     "ticket_ttl",
     "active",
+    "entry",
     "left",
     "max_waiting",
     "tokens",
@@ -97,6 +99,8 @@ mod tests {
         for f in ["waiting", "joining", "active", "available_slots", "tokens", "admission_rate_per_min"] {
             assert!(info.contains(f), "{f}");
         }
-        assert_eq!(INFO.len(), FIELDS.len() + COUNTERS.len() + 6);
+        assert!(config.contains(crate::config::ENTRY) && info.contains(crate::config::ENTRY));
+        assert_eq!(CONFIG.len(), FIELDS.len() + 1);
+        assert_eq!(INFO.len(), FIELDS.len() + COUNTERS.len() + 7);
     }
 }

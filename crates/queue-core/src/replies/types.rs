@@ -115,6 +115,8 @@ pub struct Info {
     pub tokens: i64,
     pub admission_rate_per_min: i64,
     pub config: Config,
+    /// The text setting `entry` (listed after the numeric settings).
+    pub entry: crate::config::EntryMode,
     /// In the order of `replies::COUNTERS`.
     pub counters: [i64; 8],
 }
