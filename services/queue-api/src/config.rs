@@ -129,7 +129,10 @@ impl IdentityFlags {
     /// and an audience.
     pub fn check(&self) -> Result<(), String> {
         if self.jwks.is_none() {
-            if self.issuer.is_some() || self.audience.is_some() || self.cookie.is_some() || !self.queue_audience.is_empty()
+            if self.issuer.is_some()
+                || self.audience.is_some()
+                || self.cookie.is_some()
+                || !self.queue_audience.is_empty()
             {
                 return Err("--identity-issuer, --identity-audience, --identity-cookie and \
                             --identity-queue-audience need --identity-jwks (the keys tokens are checked with)"

@@ -515,7 +515,10 @@ impl EntryModes {
 /// The `entry` field of the queue's settings: `open` when the store has no such
 /// setting (an engine older than entry modes); a word it does not know is read as the
 /// strictest, `invite`, rather than as open.
-pub async fn read_mode(client: &queue_client::QueueClient, queue: &str) -> Result<EntryMode, queue_client::ClientError> {
+pub async fn read_mode(
+    client: &queue_client::QueueClient,
+    queue: &str,
+) -> Result<EntryMode, queue_client::ClientError> {
     match client.config_text(queue, "entry").await {
         Ok(word) => Ok(EntryMode::parse(&word).unwrap_or_else(|| {
             tracing::warn!(queue, entry = %word, "an entry mode this service does not know: read as invite");
@@ -563,7 +566,14 @@ mod tests {
     fn verifier(jwks: Value) -> Verifier {
         let keys = Arc::new(Keys::from_jwks(&jwks.to_string()).unwrap());
         let per_queue = HashMap::from([("vip".to_string(), "vip-app".to_string())]);
-        Verifier::new(keys, "https://login.example".into(), "shop".into(), per_queue, "sub".into(), Duration::from_secs(30))
+        Verifier::new(
+            keys,
+            "https://login.example".into(),
+            "shop".into(),
+            per_queue,
+            "sub".into(),
+            Duration::from_secs(30),
+        )
     }
 
     fn claims() -> Value {
@@ -628,7 +638,10 @@ mod tests {
         assert_eq!(refused(&none), Refusal::AlgRefused);
         // HS256 with the public key as the secret.
         let input = format!("{}.{}", enc(&json!({"alg": "HS256", "kid": "a"})), enc(&claims()));
-        let mac = ring::hmac::sign(&ring::hmac::Key::new(ring::hmac::HMAC_SHA256, k.pair.public_key().as_ref()), input.as_bytes());
+        let mac = ring::hmac::sign(
+            &ring::hmac::Key::new(ring::hmac::HMAC_SHA256, k.pair.public_key().as_ref()),
+            input.as_bytes(),
+        );
         assert_eq!(refused(&format!("{input}.{}", B64.encode(mac.as_ref()))), Refusal::AlgRefused);
         // A changed payload.
         let mut parts: Vec<String> = token.split('.').map(String::from).collect();
@@ -706,7 +719,11 @@ jBYm34FOBuJaRvM9uzYjxVU=
         assert!(v.verify_at(&sign(&json!({"alg": "RS256", "kid": "r"})), "q", 1500).is_ok());
         assert!(v.verify_at(&sign(&json!({"alg": "RS256"})), "q", 1500).is_ok(), "the only key");
         for alg in ["PS256", "RS384", "ES256", "HS256"] {
-            assert_eq!(v.verify_at(&sign(&json!({"alg": alg, "kid": "r"})), "q", 1500), Err(Refusal::AlgRefused), "{alg}");
+            assert_eq!(
+                v.verify_at(&sign(&json!({"alg": alg, "kid": "r"})), "q", 1500),
+                Err(Refusal::AlgRefused),
+                "{alg}"
+            );
         }
         // HS256 with the RSA key's public modulus as the secret: no HMAC, ever.
         let input = format!("{}.{}", enc(&json!({"alg": "HS256", "kid": "r"})), enc(&claims()));
@@ -724,7 +741,10 @@ jBYm34FOBuJaRvM9uzYjxVU=
         let oct = json!({"kty": "oct", "kid": "h", "k": "c2VjcmV0"});
         assert!(Keys::from_jwks(&json!({"keys": [oct]}).to_string()).unwrap_err().contains("oct"));
         let enc_key = json!({"kty": "RSA", "use": "enc", "n": "AQAB", "e": "AQAB"});
-        assert!(Keys::from_jwks(&json!({"keys": [enc_key, k.jwk("a")]}).to_string()).is_ok(), "an encryption key is skipped");
+        assert!(
+            Keys::from_jwks(&json!({"keys": [enc_key, k.jwk("a")]}).to_string()).is_ok(),
+            "an encryption key is skipped"
+        );
         assert!(Keys::from_jwks(&json!({"keys": [k.jwk("a"), k.jwk("a")]}).to_string()).unwrap_err().contains("twice"));
         assert!(Keys::from_jwks(r#"{"keys": []}"#).is_err());
         assert!(Keys::from_jwks("nope").is_err());

@@ -116,8 +116,7 @@ pub async fn serve(
     config: Config,
     shutdown: impl std::future::Future<Output = ()> + Send + 'static,
 ) -> std::io::Result<()> {
-    let identity =
-        config.identity.verifier().map_err(|e| std::io::Error::new(std::io::ErrorKind::InvalidInput, e))?;
+    let identity = config.identity.verifier().map_err(|e| std::io::Error::new(std::io::ErrorKind::InvalidInput, e))?;
     let metrics = Arc::new(metrics::Metrics::default());
     metrics.registry().spawn_upkeep();
     let valkey = valkey::Valkey::connect(config.common.target());

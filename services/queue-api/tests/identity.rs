@@ -288,7 +288,11 @@ async fn bad_tokens_are_refused_with_their_reason_and_change_nothing(b: Backend)
     for (what, token, reason) in &cases {
         for by in [By::Bearer(token), By::Cookie(token)] {
             let (st, e) = api.enter("shop", by, json!({})).await;
-            assert_eq!((st, e["error"].as_str(), e["reason"].as_str()), (401, Some("identity_invalid"), Some(*reason)), "{what}: {e}");
+            assert_eq!(
+                (st, e["error"].as_str(), e["reason"].as_str()),
+                (401, Some("identity_invalid"), Some(*reason)),
+                "{what}: {e}"
+            );
             assert!(e["message"].as_str().is_some_and(|m| !m.is_empty()));
             let (st, e) = api.status("queue=shop", by).await;
             assert_eq!((st, e["reason"].as_str()), (401, Some(*reason)), "{what}, status");
@@ -339,7 +343,8 @@ async fn identified_and_invite_queues_need_the_login(b: Backend) {
         let (st, e) = api.call(Method::GET, &path, None, By::Nothing).await;
         assert_eq!((st, e["error"].as_str()), (401, Some("identity_required")), "{path}");
     }
-    let (st, _) = api.call(Method::DELETE, &format!("/api/queue/entry?queue=members&userId={uuid}"), None, By::Nothing).await;
+    let (st, _) =
+        api.call(Method::DELETE, &format!("/api/queue/entry?queue=members&userId={uuid}"), None, By::Nothing).await;
     assert_eq!(st, 401);
     assert_eq!(keyspace(&s), before);
     // With the login: in, and found again.
