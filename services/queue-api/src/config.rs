@@ -194,4 +194,47 @@ mod tests {
             assert!(parse::<Config>(&["--push-tick", bad]).is_err(), "{bad}");
         }
     }
+    #[test]
+    fn identity_flags() {
+        let c = parse::<Config>(&[]).unwrap();
+        assert!(c.identity.jwks.is_none() && c.identity.verifier().unwrap().is_none(), "off by default");
+        assert_eq!((c.identity.claim.as_str(), c.identity.leeway), ("sub", Duration::from_secs(30)));
+        assert!(parse::<Config>(&["--identity-issuer", "x"]).unwrap().identity.check().is_err(), "no keys");
+        let path = std::env::temp_dir().join(format!("queue-api-jwks-{}.json", std::process::id()));
+        let x = "11qYAYKxCrfVS_7TyWQHOg7hcvPapiMlrwIaaPcHURo";
+        std::fs::write(&path, format!(r#"{{"keys":[{{"kty":"OKP","crv":"Ed25519","kid":"a","x":"{x}"}}]}}"#)).unwrap();
+        let jwks = path.to_str().unwrap();
+        assert!(parse::<Config>(&["--identity-jwks", jwks]).unwrap().identity.check().is_err(), "no issuer");
+        let args = [
+            "--identity-jwks",
+            jwks,
+            "--identity-issuer",
+            "https://login",
+            "--identity-audience",
+            "shop",
+            "--identity-cookie",
+            "sid",
+            "--identity-queue-audience",
+            "vip=vip-app",
+            "--identity-leeway",
+            "5s",
+        ];
+        let c = parse::<Config>(&args).unwrap();
+        let v = c.identity.verifier().unwrap().unwrap();
+        assert_eq!((v.audience("shop"), v.audience("vip")), ("shop", "vip-app"));
+        let mut bad = args.to_vec();
+        bad[7] = "bad cookie";
+        assert!(parse::<Config>(&bad).unwrap().identity.check().is_err());
+        for (flag, value) in [
+            ("--identity-leeway", "6m"),
+            ("--identity-queue-audience", "vip"),
+            ("--identity-queue-audience", "bad name=x"),
+        ] {
+            assert!(parse::<Config>(&[flag, value]).is_err(), "{flag} {value}");
+        }
+        std::fs::write(&path, "{}").unwrap();
+        assert!(parse::<Config>(&["--identity-jwks", jwks]).is_err(), "not a JWKS");
+        std::fs::remove_file(&path).unwrap();
+        assert!(parse::<Config>(&["--identity-jwks", jwks]).is_err(), "no such file");
+    }
 }

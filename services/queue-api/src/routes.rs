@@ -229,7 +229,7 @@ impl WhoQuery {
 
 /// Whose place a status read, stream or leave is about, with a client to the store
 /// (the queue checked as declared). Without identity, the userId named, as seed 000
-/// has it. With identity on: the identity token's person (a userId named too must
+/// has it (but never in a queue whose entry needs an identity). With identity on: the identity token's person (a userId named too must
 /// be theirs); without a token, the userId named, unless the queue's entry needs an
 /// identity or the userId is one derived from an identity (guessable, so never
 /// enough alone): 401 `identity_required`.
@@ -242,6 +242,10 @@ async fn who(
         let (user, queue) = q.parse()?;
         let client = state.valkey.client().await?;
         state.declared.check(&client, &queue).await?;
+        // Identity off here does not open an identified queue to a userId alone.
+        if state.entry_modes.get(&client, &queue).await?.needs_identity() {
+            return Err(ApiError::IdentityRequired);
+        }
         return Ok((user, queue, client));
     }
     let queue = queue_name(q.queue.as_deref())?;

@@ -367,6 +367,20 @@ async fn identified_and_invite_queues_need_the_login(b: Backend) {
     let (st, e) = api.enter("presale", By::Bearer(&ann), json!({})).await;
     assert_eq!((st, e["error"].as_str()), (403, Some("invite_only")), "{e}");
     assert_eq!(keyspace(&s), before);
+    // An instance without the login's keys does not open the queue to a userId alone.
+    let plain = Api::start_admin(queue_api::Config::local(&s.url()), ADMIN).await;
+    let q = format!("queue=members&userId={}", a["userId"].as_str().unwrap());
+    for (method, path) in [
+        (Method::GET, format!("/api/queue/status?{q}")),
+        (Method::GET, format!("/api/queue/status?queue=members&userId={uuid}")),
+        (Method::DELETE, format!("/api/queue/entry?queue=members&userId={uuid}")),
+    ] {
+        let (st, e) = plain.call(method, &path, None, By::Nothing).await;
+        assert_eq!((st, e["error"].as_str()), (401, Some("identity_required")), "{path}");
+    }
+    let (st, e) = plain.enter("members", By::Nothing, json!({})).await;
+    assert_eq!((st, e["error"].as_str()), (401, Some("identity_required")));
+    plain.stop().await;
     // Back to open: anyone again.
     assert_eq!(api.settings("members", json!({"entry": "open"})).await.0, 200);
     let (st, _) = api.enter("members", By::Nothing, json!({})).await;
