@@ -404,7 +404,14 @@ async fn open_queues_work_as_before_without_a_token(b: Backend) {
     assert_eq!((st, e["error"].as_str()), (400, Some("bad_request")), "no userId, no token");
     let (st, _) = api.call(Method::DELETE, &format!("/api/queue/entry?userId={user}"), None, By::Nothing).await;
     assert_eq!(st, 200);
+    // The page knows the login reaches it in a cookie (it then asks status first).
+    let page = api.http.get(api.url("/?queue=default")).send().await.unwrap().text().await.unwrap();
+    assert!(page.contains(r#"data-identity="cookie""#), "{page}");
     api.stop().await;
+    let plain = Api::start(queue_api::Config::local(&s.url())).await;
+    let page = plain.http.get(plain.url("/?queue=default")).send().await.unwrap().text().await.unwrap();
+    assert!(page.contains(r#"data-identity="""#), "{page}");
+    plain.stop().await;
 }
 
 fn uuid_like(s: &str) -> bool {
