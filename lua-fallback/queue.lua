@@ -72,10 +72,13 @@ local FIELDS = {
 }
 local SOFT_CAP, HARD_CAP, RATE, BURST, BATCH_MAX, TICKET_TTL, SESSION_LEASE, ABANDON_AFTER, OPENS_AT, POW_DIFFICULTY, MAX_WAITING = 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11
 local COUNTERS = { "promoted", "claimed", "expired", "dropped", "left", "ended", "lapsed", "slot_wait_ms" }
+-- Lanes and access codes (queue-core's lanes).
+local K_CODES, LANES, MAX_LANES, MAX_LANE_LEN, BAND = "codes", "lanes", 8, 32, 1099511627776
+local MAX_CODES_PER_CALL, MAX_CODE_USES, CODE_LEN = 1000, 1000000, 64
 -- The text setting `entry` and its modes (the first is the default).
 local ENTRY, ENTRY_MODES = "entry", { "open", "identified", "invite" }
 
--- Error texts (queue-core's QueueError); E_ARITY, E_RANGE and E_FIELD are formats.
+-- Error texts (queue-core's QueueError); E_ARITY, E_RANGE, E_FIELD and E_UNKNOWN_LANE are formats.
 local E_ARITY = "ERR wrong number of arguments for '%s' command"
 local E_SYNTAX = "ERR syntax error"
 local E_NOT_INTEGER = "ERR value is not an integer or out of range"
@@ -95,6 +98,15 @@ local E_LINEFULL = "LINEFULL the line is full, try again later"
 local E_HOLDER = "ERR invalid holder: 1 to 64 characters from A-Z a-z 0-9 . _ : @ -"
 local E_ENTRY = "ERR entry must be one of open, identified, invite"
 local E_INVITE = "INVITE this queue admits by invitation only"
+local E_LANES = "ERR lanes must be up to 8 distinct names of 1 to 32 characters from A-Z a-z 0-9 _ -, separated by commas"
+local E_LANES_BUSY = "ERR lanes can change only while nobody waits"
+local E_LANES_OPENING = "ERR lanes and opens_at cannot be combined yet"
+local E_NO_LANES = "ERR this queue has no lanes"
+local E_UNKNOWN_LANE = "ERR unknown lane '%s'"
+local E_NOCODE = "NOCODE unknown or used-up access code"
+local E_CODE_LANE = "WRONGLANE the access code is for another lane"
+local E_CODE = "ERR invalid code: 64 hex digits 0-9 a-f (its SHA-256)"
+local E_TOO_MANY_CODES = "ERR at most 1000 codes per call"
 -- END GENERATED
 
 local function fail(msg)
@@ -169,19 +181,20 @@ local function open(name)
     watched = prefix .. K_WATCHED,
     instances = prefix .. K_INSTANCES,
     claimed = prefix .. K_CLAIMED,
+    codes = prefix .. K_CODES,
     settings = {},
     stats = {},
     -- What this command took out of the line's waiting part, for the change log:
     -- the head run (number of the last one taken there, how many), the numbers of
     -- the others who left, and whether ranks changed otherwise (opening, repair).
-    log = { head = nil, gone = 0, tickets = {}, left = {}, again = {}, reset = false },
+    log = { head = nil, gone = 0, tickets = {}, left = {}, again = {}, reset = false, ahead = {} },
   }, Q)
   return current
 end
 
 local KIND = {
   waiting = "zset", sessions = "zset", active = "hash", stats_key = "hash", config_key = "hash",
-  watched = "hash", instances = "zset", claimed = "hash",
+  watched = "hash", instances = "zset", claimed = "hash", codes = "hash",
 }
 local ALL_PARTS = { "waiting", "sessions", "active", "stats_key" }
 
@@ -273,6 +286,43 @@ function Q:entry_mode()
     self.entry = entry_mode(read("HGET", self.config_key, ENTRY)) or ENTRY_MODES[1]
   end
   return self.entry
+end
+
+-- The text setting `lanes` (queue-core's lanes::Lanes): { names = {...}, index =
+-- {name = 0-based index} } for two or more valid lanes, else nil (one lane).
+local function parse_lanes(raw)
+  if type(raw) ~= "string" or raw == "" then
+    return nil, true
+  end
+  local names, index = {}, {}
+  for name in (raw .. ","):gmatch("([^,]*),") do
+    if #name < 1 or #name > MAX_LANE_LEN or not name:find("^[%w_%-]+$") or index[name] or #names == MAX_LANES then
+      return nil, false
+    end
+    index[name] = #names
+    names[#names + 1] = name
+  end
+  if #names < 2 then
+    return nil, true
+  end
+  return { names = names, index = index }, true
+end
+local function lanes_text(l)
+  return l and table.concat(l.names, ",") or ""
+end
+function Q:lanes()
+  if self.lanes_read == nil then
+    self.lanes_read = parse_lanes(read("HGET", self.config_key, LANES)) or false
+  end
+  return self.lanes_read or nil
+end
+-- The lane (0-based) a waiting number belongs to, in a queue with lanes.
+local function lane_of(l, seq)
+  local i = math.floor(seq / BAND) - 1
+  if l and seq >= BAND and i < #l.names then
+    return i
+  end
+  return nil
 end
 
 function Q:stat(field)
@@ -521,16 +571,23 @@ end
 
 -- `user`, taken from the head, was promoted with `ticket`: listed when a push
 -- instance has them registered (so that it needs not ask for the ticket).
-function Q:log_ticket(user, ticket)
+-- In a queue with lanes the ticket carries a new number: listed as `<old>=<ticket>`.
+function Q:log_ticket(user, ticket, old)
   if self:has_watched() and read("HGET", self.watched, user) then
     local tickets = self.log.tickets
-    tickets[#tickets + 1] = ticket
+    tickets[#tickets + 1] = old and (fmt(old) .. "=" .. ticket) or ticket
   end
+end
+
+-- The waiting user numbered `seq` joined a lane ahead of people waiting in a later one.
+function Q:log_ahead(seq)
+  local ahead = self.log.ahead
+  ahead[#ahead + 1] = fmt(seq)
 end
 
 function Q:flush_log()
   local lg = self.log
-  if lg.head == nil and #lg.left == 0 and not lg.reset then
+  if lg.head == nil and #lg.left == 0 and not lg.reset and #lg.ahead == 0 then
     return
   end
   local n = self:stat(S.LOG) + 1
@@ -558,11 +615,15 @@ function Q:flush_log()
     entry[#entry + 1] = "reset"
     entry[#entry + 1] = "1"
   end
+  if #lg.ahead > 0 then
+    entry[#entry + 1] = "ahead"
+    entry[#entry + 1] = table.concat(lg.ahead, ",")
+  end
   entry[#entry + 1] = "waiting"
   entry[#entry + 1] = fmt(self:waiting_count())
   -- A log key of another type gets no entry (the command's writes are made).
   local id = redis.pcall(unpack(entry))
-  self.log = { head = nil, gone = 0, tickets = {}, left = {}, again = {}, reset = false }
+  self.log = { head = nil, gone = 0, tickets = {}, left = {}, again = {}, reset = false, ahead = {} }
   if type(id) == "string" then
     -- Published for push instances: the id, then the fields and values. A caller not
     -- allowed the channel (ACL) publishes nothing; watchers catch up within a tick.
@@ -816,6 +877,9 @@ function Q:admit_head(n, abandon_after, now)
     head[#head + 1] = { user, seq }
     return true
   end)
+  -- With lanes, a promoted user is renumbered into the holders' band, below every
+  -- lane, after the last holder.
+  local lanes = self:lanes() ~= nil
   for _, h in ipairs(head) do
     if promoted == n then
       break
@@ -823,9 +887,14 @@ function Q:admit_head(n, abandon_after, now)
     local user, seq = h[1], h[2]
     local rec = self:record(seq)
     if rec and not rec.promoted and not self:abandoned(user, rec.seen, now, abandon_after) then
-      self:log_ticket(user, self:promote_user(seq, rec.nickname, now))
+      local to = lanes and (p_max + 1) or seq
+      if lanes then
+        redis.call("ZADD", self.waiting, fmt(to), user)
+        redis.call("HDEL", self:chunk_key(seq), fmt(seq))
+      end
+      self:log_ticket(user, self:promote_user(to, rec.nickname, now), lanes and seq or nil)
       promoted = promoted + 1
-      p_max = seq
+      p_max = to
     else
       self:remove(user, seq, false, true)
       dropped = dropped + 1
@@ -978,17 +1047,22 @@ local function or_false(v)
 end
 
 local function standing_reply(user, st, eta)
-  return {
-    map = {
-      status = st.status,
-      rank = st.status == STATUS.WAITING and st.rank or 0,
-      userId = user,
-      nickname = or_false(st.nickname),
-      ticketId = or_false(st.ticket),
-      estimatedWaitSeconds = or_false(eta),
-      opensAt = or_false(st.opens_at),
-    },
+  local m = {
+    status = st.status,
+    rank = st.status == STATUS.WAITING and st.rank or 0,
+    userId = user,
+    nickname = or_false(st.nickname),
+    ticketId = or_false(st.ticket),
+    estimatedWaitSeconds = or_false(eta),
+    opensAt = or_false(st.opens_at),
   }
+  -- A queue with lanes names the lane a waiting user waits in (else nil).
+  local l = current and current:lanes()
+  if l then
+    local i = st.status == STATUS.WAITING and st.seq and lane_of(l, st.seq)
+    m.lane = i and l.names[i + 1] or false
+  end
+  return { map = m }
 end
 
 -- Looks up one user for STATUS/RANKS, noting that a waiting user was heard from.
@@ -1250,15 +1324,91 @@ local function user_checks(users)
   return checks
 end
 
+-- An access code's hash: 64 hex digits 0-9 a-f.
+local function valid_code(h)
+  return type(h) == "string" and #h == CODE_LEN and h:find("^[0-9a-f]+$") ~= nil
+end
+
+-- QUEUE.ENTER's options after the nickname: LANE l and CODE h, each at most once.
+-- Returns the invitation, or nil and the error text.
+local function invitation(args)
+  local inv = {}
+  if (#args - 2) % 2 ~= 0 then
+    return nil, E_SYNTAX
+  end
+  for j = 3, #args, 2 do
+    local word, v = args[j]:upper(), args[j + 1]
+    if word == "LANE" and inv.lane == nil then
+      inv.lane = v
+    elseif word == "CODE" and inv.code == nil then
+      if not valid_code(v) then
+        return nil, E_CODE
+      end
+      inv.code = v
+    else
+      return nil, E_SYNTAX
+    end
+  end
+  return inv
+end
+
+-- The lane (0-based) an entry goes into in a queue with lanes (nil without lanes),
+-- and its access code's record: or nil, nil and the error (see engine::invited_lane).
+function Q:invited_lane(inv)
+  local l = self:lanes()
+  if inv.lane == nil and inv.code == nil then
+    return l and (#l.names - 1) or nil
+  end
+  if not l then
+    return nil, nil, E_NO_LANES
+  end
+  local named
+  if inv.lane ~= nil then
+    named = l.index[inv.lane]
+    if named == nil then
+      return nil, nil, string.format(E_UNKNOWN_LANE, printable(inv.lane))
+    end
+  end
+  if inv.code == nil then
+    return named
+  end
+  local raw = read("HGET", self.codes, inv.code)
+  local lane, uses, used
+  if raw then
+    lane, uses, used = raw:match("^([^|]*)|([^|]*)|(.*)$")
+    uses, used = parse_int(uses or ""), parse_int(used or "")
+  end
+  local i = lane and l.index[lane]
+  if not (uses and used and i ~= nil and used < uses) then
+    return nil, nil, E_NOCODE
+  end
+  if named ~= nil and named ~= i then
+    return nil, nil, E_CODE_LANE
+  end
+  return i, { hash = inv.code, lane = lane, uses = uses, used = used }
+end
+
 local function queue_enter(keys, args)
   local user, nickname = args[1] or "", args[2] or ""
-  local checks = { { valid_name(user, true), E_USER }, { valid_nickname(nickname), E_NICK } }
-  local q, e = begin_line("queue.enter", keys, #args == 2, checks, { "waiting", "stats_key" })
+  local inv, inv_err = {}, nil
+  if #args >= 2 then
+    inv, inv_err = invitation(args)
+  end
+  local checks = { { valid_name(user, true), E_USER }, { valid_nickname(nickname), E_NICK }, { inv ~= nil, inv_err } }
+  local parts = { "waiting", "stats_key" }
+  if inv and inv.code then
+    parts[#parts + 1] = "codes"
+  end
+  local q, e = begin_line("queue.enter", keys, #args >= 2, checks, parts)
   if not q then
     return e
   end
+  local lane, code, lane_err = q:invited_lane(inv)
+  if lane_err then
+    return fail(lane_err)
+  end
   -- An invitation is what admits into an `invite` queue: a plain entry is refused.
-  if q:entry_mode() == ENTRY_MODES[3] then
+  if inv.lane == nil and inv.code == nil and q:entry_mode() == ENTRY_MODES[3] then
     return fail(E_INVITE)
   end
   if q:line_full(user) then
@@ -1270,6 +1420,9 @@ local function queue_enter(keys, args)
   end
   if q:before_opening(now) then
     return q:enter_pre(user, nickname, now)
+  end
+  if lane ~= nil then
+    return q:enter_lane(user, nickname, lane, code, now)
   end
 
   local old = tonumber(redis.call("ZSCORE", q.waiting, user) or nil)
@@ -1313,6 +1466,61 @@ local function queue_enter(keys, args)
   q:add_waiter(user, seq, now, nickname)
   local st = { status = STATUS.WAITING, seq = seq, rank = q:waiting_count(), seen = now, nickname = nickname }
   return standing_reply(user, st, q:eta(st))
+end
+
+-- ENTER into lane `lane` of a queue with lanes (engine::enter_lane): the code's use
+-- consumed, then as ENTER, numbered at the back of the lane; an arrival ahead of people
+-- waiting in a later lane goes into the change log (`ahead`).
+function Q:enter_lane(user, nickname, lane, code, now)
+  if not self:check(ALL_PARTS) then
+    return fail(E_WRONGTYPE)
+  end
+  if code then
+    redis.call("HSET", self.codes, code.hash, code.lane .. "|" .. fmt(code.uses) .. "|" .. fmt(code.used + 1))
+  end
+  local old = tonumber(redis.call("ZSCORE", self.waiting, user) or nil)
+  local old_holds = old ~= nil and self:is_promoted(old)
+  if old ~= nil then
+    self:remove(user, old, old_holds)
+    if not old_holds then
+      self:log_again(old)
+    end
+  end
+  if old_holds then
+    self:fill_freed(now)
+  end
+  if self:waiting_count() == 0 and self:setting(SOFT_CAP) > 0 then
+    local _, _, freed_at = self:reap(now)
+    local free = free_slots(self:setting(SOFT_CAP), redis.call("ZCARD", self.sessions), self:joining())
+    local bucket = self:setting(RATE) > 0 and self:bucket(now) or nil
+    if free > 0 and (bucket == nil or whole(bucket) >= 1) then
+      -- In at once: numbered as the next holder.
+      local seq = self:p_max() + 1
+      self:add_waiter(user, seq, now, nickname)
+      local ticket = self:promote_user(seq, nickname, now)
+      self:note_promoted(1, seq)
+      if bucket then
+        self:save_bucket({ milli = bucket.milli - 1000, at = bucket.at })
+      end
+      self:add_stat(S.PROMOTED, 1)
+      self:note_slot_wait(freed_at, 1, now)
+      return standing_reply(user, { status = STATUS.PROMOTED, ticket = ticket, nickname = nickname }, nil)
+    end
+  end
+  local start = (lane + 1) * BAND
+  local last = redis.call("ZRANGE", self.waiting, fmt(start + BAND - 1), "(" .. fmt(start), "BYSCORE", "REV", "LIMIT", 0, 1, "WITHSCORES")
+  local seq = (last[2] and tonumber(last[2]) or start) + 1
+  self:add_waiter(user, seq, now, nickname)
+  local l = self:lanes()
+  if lane + 1 < #l.names then
+    local later = redis.call("ZRANGE", self.waiting, "+inf", fmt((lane + 2) * BAND), "BYSCORE", "REV", "LIMIT", 0, 1)
+    if #later > 0 then
+      self:log_ahead(seq)
+    end
+  end
+  local rank = redis.call("ZRANK", self.waiting, user)
+  local st = { status = STATUS.WAITING, seq = seq, rank = rank + 1 - self:joining(), seen = now, nickname = nickname }
+  return standing_reply(user, st, self:eta(st))
 end
 
 local function queue_status(keys, args)
@@ -1695,6 +1903,7 @@ local function queue_info(keys, args)
     m[f.name] = q:setting(i)
   end
   m[ENTRY] = q:entry_mode()
+  m[LANES] = lanes_text(q:lanes())
   for _, c in ipairs(COUNTERS) do
     m[c] = q:stat(c)
   end
@@ -1717,10 +1926,14 @@ local function queue_config(keys, args)
         m[f.name] = q:setting(i)
       end
       m[ENTRY] = q:entry_mode()
+      m[LANES] = lanes_text(q:lanes())
       return { map = m }
     end
     if args[2]:lower() == ENTRY then
       return q:entry_mode()
+    end
+    if args[2]:lower() == LANES then
+      return lanes_text(q:lanes())
     end
     local i = field_index(args[2])
     if not i then
@@ -1732,9 +1945,18 @@ local function queue_config(keys, args)
       return arity("queue.config")
     end
     local pairs_ = {}
+    local new_lanes, new_opens_at
     for j = 2, #args, 2 do
       local i = field_index(args[j])
-      if args[j]:lower() == ENTRY then
+      if args[j]:lower() == LANES then
+        local l, ok = parse_lanes(args[j + 1])
+        if not ok then
+          return fail(E_LANES)
+        end
+        new_lanes = l or false
+        pairs_[#pairs_ + 1] = LANES
+        pairs_[#pairs_ + 1] = lanes_text(l)
+      elseif args[j]:lower() == ENTRY then
         local mode = entry_mode(args[j + 1])
         if not mode then
           return fail(E_ENTRY)
@@ -1748,6 +1970,9 @@ local function queue_config(keys, args)
         if v == nil then
           return fail(e)
         end
+        if i == OPENS_AT then
+          new_opens_at = v
+        end
         pairs_[#pairs_ + 1] = FIELDS[i].name
         pairs_[#pairs_ + 1] = fmt(v)
       end
@@ -1756,10 +1981,117 @@ local function queue_config(keys, args)
     if not q then
       return e
     end
+    -- Lanes change only while nobody waits, and not together with an opening.
+    if new_lanes ~= nil or new_opens_at ~= nil then
+      local l = q:lanes()
+      if new_lanes ~= nil then
+        l = new_lanes or nil
+      end
+      local opens_at = new_opens_at or q:setting(OPENS_AT)
+      if l and opens_at ~= 0 then
+        return fail(E_LANES_OPENING)
+      end
+      if lanes_text(l) ~= lanes_text(q:lanes()) and (q:waiting_count() > 0 or q:opening_pending()) then
+        return fail(E_LANES_BUSY)
+      end
+    end
     redis.call("HSET", q.config_key, unpack(pairs_))
-    q.settings, q.entry = {}, nil
+    q.settings, q.entry, q.lanes_read = {}, nil, nil
     q:schedule_if_needed(q:now())
     return redis.status_reply("OK")
+  end
+  return fail(E_SYNTAX)
+end
+
+-- QUEUE.CODES Q ADD lane uses h... | REMOVE h... | COUNTS (engine::codes_*).
+local function queue_codes(keys, args)
+  if #keys ~= 1 or #args < 1 then
+    return arity("queue.codes")
+  end
+  local sub = args[1]:upper()
+  local function hash_checks(from)
+    local n = #args - from + 1
+    local checks = { { n <= MAX_CODES_PER_CALL, E_TOO_MANY_CODES } }
+    if n <= MAX_CODES_PER_CALL then
+      for j = from, #args do
+        checks[#checks + 1] = { valid_code(args[j]), E_CODE }
+      end
+    end
+    return checks
+  end
+  if sub == "ADD" then
+    local uses = parse_int(args[3] or "")
+    local checks = {
+      { uses ~= nil, E_NOT_INTEGER },
+      { uses ~= nil and uses >= 1 and uses <= MAX_CODE_USES, out_of_range("uses", 1, MAX_CODE_USES) },
+    }
+    if #args >= 4 then
+      for _, c in ipairs(hash_checks(4)) do
+        checks[#checks + 1] = c
+      end
+    end
+    local q, e = begin("queue.codes", keys, #args >= 4, checks, { "codes" })
+    if not q then
+      return e
+    end
+    local l = q:lanes()
+    if not l then
+      return fail(E_NO_LANES)
+    end
+    local lane = args[2]
+    if l.index[lane] == nil then
+      return fail(string.format(E_UNKNOWN_LANE, printable(lane)))
+    end
+    local added = 0
+    for j = 4, #args do
+      -- A code already there keeps the uses it consumed (lanes::Code's decoding).
+      local old = read("HGET", q.codes, args[j])
+      local old_uses, old_used
+      if old then
+        local _
+        _, old_uses, old_used = old:match("^([^|]*)|([^|]*)|(.*)$")
+        old_uses, old_used = parse_int(old_uses or ""), parse_int(old_used or "")
+      end
+      if not (old_uses and old_used) then
+        added, old_used = added + 1, 0
+      end
+      redis.call("HSET", q.codes, args[j], lane .. "|" .. fmt(uses) .. "|" .. fmt(old_used))
+    end
+    return added
+  elseif sub == "REMOVE" then
+    local q, e = begin("queue.codes", keys, #args >= 2, #args >= 2 and hash_checks(2) or {}, { "codes" })
+    if not q then
+      return e
+    end
+    local removed = 0
+    for j = 2, #args do
+      removed = removed + redis.call("HDEL", q.codes, args[j])
+    end
+    return removed
+  elseif sub == "COUNTS" then
+    local q, e = begin("queue.codes", keys, #args == 1, {}, { "codes" })
+    if not q then
+      return e
+    end
+    local l = q:lanes()
+    local out = {}
+    local names = l and l.names or {}
+    for i, name in ipairs(names) do
+      out[i] = { name, 0, 0, 0 }
+    end
+    local all = read("HGETALL", q.codes) or {}
+    for j = 2, #all, 2 do
+      local lane, uses, used = all[j]:match("^([^|]*)|([^|]*)|(.*)$")
+      uses, used = parse_int(uses or ""), parse_int(used or "")
+      local i = l and lane and l.index[lane]
+      if i ~= nil and uses and used then
+        local o = out[i + 1]
+        o[2] = o[2] + 1
+        o[3] = o[3] + math.min(used, uses)
+        o[4] = o[4] + math.max(uses - used, 0)
+      end
+    end
+    return out
   end
   return fail(E_SYNTAX)
 end
@@ -1832,5 +2164,6 @@ redis.register_function({ function_name = "session_heartbeat", callback = comman
 redis.register_function({ function_name = "session_end", callback = command(session_end), flags = { "allow-oom" } })
 redis.register_function({ function_name = "queue_info", callback = queue_info, flags = { "no-writes" } })
 redis.register_function({ function_name = "queue_config", callback = command(queue_config), flags = { "allow-oom" } })
+redis.register_function({ function_name = "queue_codes", callback = command(queue_codes) })
 redis.register_function({ function_name = "queue_opening", callback = queue_opening, flags = { "no-writes" } })
 redis.register_function({ function_name = "queue_version", callback = queue_version, flags = { "no-writes" } })

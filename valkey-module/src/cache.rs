@@ -16,6 +16,7 @@
 use crate::server::KeyNames;
 use queue_core::config::{EntryMode, FIELDS};
 use queue_core::keys;
+use queue_core::lanes::Lanes;
 use redis_module::raw;
 use redis_module::server_events::{FlushSubevent, LoadingSubevent};
 use redis_module::Context;
@@ -24,11 +25,13 @@ use std::cell::RefCell;
 use std::collections::HashMap;
 
 /// A queue's stored settings: the numeric ones (None: the field is not set or does
-/// not fit) and `entry` (open when not set or not a mode).
+/// not fit), `entry` (open when not set or not a mode) and `lanes` (one lane when
+/// not set or not a list of lanes).
 #[derive(Clone, Copy)]
 pub struct Stored {
     pub values: [Option<i64>; FIELDS.len()],
     pub entry: EntryMode,
+    pub lanes: Lanes,
 }
 /// Stats fields read or written, with their values (None: absent).
 pub type Stats = Vec<(&'static str, Option<i64>)>;
@@ -135,8 +138,8 @@ fn on_loading(_ctx: &Context, _event: LoadingSubevent) {
 /// A key changed in database `db` (a keyspace event, from `server.rs`): forgets what is
 /// kept of the queue it belongs to.
 pub fn key_changed(db: i32, key: &[u8]) {
-    // The change log, the watchers' keys and the claims: nothing of them is kept.
-    let unkept = [keys::LOG, keys::WATCHED, keys::INSTANCES, keys::CLAIMED]
+    // The change log, the watchers' keys, the claims and the codes: nothing of them is kept.
+    let unkept = [keys::LOG, keys::WATCHED, keys::INSTANCES, keys::CLAIMED, keys::CODES]
         .iter()
         .any(|s| key.strip_suffix(s.as_bytes()).is_some_and(|k| k.ends_with(keys::KEY_CLOSE.as_bytes())));
     if unkept {

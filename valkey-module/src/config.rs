@@ -3,8 +3,9 @@
 use crate::queue::arity;
 use crate::server::{Server, Str, Val};
 use crate::state::Queue;
-use queue_core::config::{check_value, field, is_entry, EntryMode, ENTRY, FIELDS};
-use queue_core::engine::{Part, Store};
+use queue_core::config::{check_value, field, is_entry, EntryMode, ENTRY, FIELDS, OPENS_AT};
+use queue_core::engine::{self, Part, Store};
+use queue_core::lanes::{Lanes, LANES};
 use queue_core::QueueError;
 
 /// QUEUE.CONFIG <queue> GET <field|*>
@@ -21,9 +22,13 @@ pub fn config(srv: &Server, args: &[Str]) -> Result<(), QueueError> {
             let mut fields: Vec<(&str, Val)> =
                 FIELDS.iter().zip(cfg.values).map(|(f, v)| (f.name, Val::Int(v))).collect();
             fields.push((ENTRY, Val::Bulk(q.entry_mode().as_str().as_bytes())));
+            let lanes = q.lanes().text();
+            fields.push((LANES, Val::Bulk(&lanes)));
             srv.reply_fields(&queue_core::replies::CONFIG, &fields);
         } else if is_entry(args[3].bytes()) {
             srv.reply_bulk(q.entry_mode().as_str().as_bytes());
+        } else if args[3].bytes().eq_ignore_ascii_case(LANES.as_bytes()) {
+            srv.reply_bulk(&q.lanes().text());
         } else {
             let f = field(args[3].bytes())?;
             srv.reply_int(cfg.get(f.name));
@@ -33,18 +38,33 @@ pub fn config(srv: &Server, args: &[Str]) -> Result<(), QueueError> {
         arity(!args.len().is_multiple_of(2), "queue.config")?;
         // Check every pair before writing any.
         let mut pairs = Vec::new();
+        let (mut new_lanes, mut new_opens_at) = (None, None);
         for pair in args[3..].chunks(2) {
             if is_entry(pair[0].bytes()) {
                 let mode = EntryMode::parse(pair[1].bytes())?;
                 pairs.push((ENTRY, srv.str(mode.as_str().as_bytes())));
                 continue;
             }
+            if pair[0].bytes().eq_ignore_ascii_case(LANES.as_bytes()) {
+                let lanes = Lanes::parse(pair[1].bytes())?;
+                pairs.push((LANES, srv.str(&lanes.text())));
+                new_lanes = Some(lanes);
+                continue;
+            }
             let f = field(pair[0].bytes())?;
             let v = check_value(f, pair[1].bytes())?;
+            if f.name == FIELDS[OPENS_AT].name {
+                new_opens_at = Some(v);
+            }
             pairs.push((f.name, srv.int_str(v)));
         }
         let q = Queue::open(srv, args[1], true)?;
         q.check(&[Part::Config])?;
+        // Lanes change only while nobody waits, and not together with an opening.
+        if new_lanes.is_some() || new_opens_at.is_some() {
+            let lanes = new_lanes.unwrap_or_else(|| q.lanes());
+            engine::check_lanes_with(&q, lanes, new_opens_at.unwrap_or_else(|| q.setting(OPENS_AT)))?;
+        }
         let key_name = q.name_of(Part::Config);
         let key = q.key(Part::Config);
         let mut argv = vec![key_name];

@@ -5,6 +5,7 @@
 //! handlers live in one file per command family; pure logic lives in `queue-core`.
 
 mod cache;
+mod codes;
 mod config;
 mod counters;
 mod defaults;
@@ -56,9 +57,15 @@ const Q: Arg = key("queue");
 
 const COMMANDS: &[Command] = &[
     command!("queue.enter", queue::enter, "write deny-oom fast", Doc {
-        summary: "Joins the queue at the back (re-entry moves to the back); lets the user in at once when nobody waits and there is room; refused with INVITE in a queue whose entry is invite",
+        summary: "Joins the queue at the back (re-entry moves to the back), of a lane in a queue with lanes (the code's, LANE, else the last); CODE consumes one use of an access code; lets the user in at once when nobody waits and there is room; refused with INVITE in a queue whose entry is invite unless LANE or CODE is given",
         complexity: "O(log N) with N the number of waiting users",
-        arity: 4, key_flags: KEY_RW, args: &[Q, string("userId"), string("nickname")],
+        arity: -4, key_flags: KEY_RW, args: &[
+            Q,
+            string("userId"),
+            string("nickname"),
+            opt_string("lane", "LANE"),
+            opt_string("code", "CODE"),
+        ],
     }),
     command!("queue.status", queue::status, "write fast", Doc {
         summary: "Where a user stands: WAITING with rank and estimated wait, PROMOTED with its ticket, ACTIVE, or UNKNOWN; notes that a waiting user is still there",
@@ -129,8 +136,17 @@ const COMMANDS: &[Command] = &[
             Arg { name: "count", kind: ArgType::Int, token: None, optional: true, multiple: false },
         ],
     }),
+    command!("queue.codes", codes::codes, "write deny-oom", Doc {
+        summary: "A queue's access codes (hex SHA-256 of each code): ADD lane uses hash... (replies how many are new), REMOVE hash... (how many were there), COUNTS (per lane: name, codes, uses consumed, uses left)",
+        complexity: "O(C) with C the codes given, or all codes for COUNTS",
+        arity: -3, key_flags: KEY_RW, args: &[
+            Q,
+            Arg { name: "operation", kind: ArgType::Str, token: None, optional: false, multiple: false },
+            Arg { name: "argument", kind: ArgType::Str, token: None, optional: true, multiple: true },
+        ],
+    }),
     command!("queue.config", config::config, "write fast", Doc {
-        summary: "Reads (GET field|*) or changes (SET field value ...) a queue's settings at runtime: the numeric ones and entry (open, identified or invite)",
+        summary: "Reads (GET field|*) or changes (SET field value ...) a queue's settings at runtime: the numeric ones, entry (open, identified or invite) and lanes (comma-separated lane names)",
         complexity: "O(F) with F fields",
         arity: -4, key_flags: KEY_RW, args: &[
             Q,

@@ -5,8 +5,9 @@
 use crate::server::{Server, Str, Val};
 use crate::state::Queue;
 use queue_core::admission::MAX_PROMOTE;
-use queue_core::engine::{self, Standing};
+use queue_core::engine::{self, Invitation, Standing, Store};
 use queue_core::keys::{check_nickname, check_user};
+use queue_core::lanes::{check_code, Lanes};
 use queue_core::replies;
 use queue_core::QueueError;
 
@@ -18,37 +19,66 @@ pub fn arity(ok: bool, cmd: &'static str) -> Result<(), QueueError> {
     }
 }
 
-/// The reply describing where a user stands (the seed's JSON fields).
-pub fn reply_standing(srv: &Server, user: Str, standing: &Standing, eta: Option<i64>) {
-    srv.reply_fields(
-        &replies::STANDING,
-        // In the order of `replies::STANDING`.
-        &[
-            ("nickname", Val::opt_bulk(standing.nickname())),
-            ("ticketId", Val::opt_bulk(standing.ticket())),
-            ("status", Val::Bulk(standing.status().as_bytes())),
-            ("estimatedWaitSeconds", Val::opt_int(eta)),
-            ("userId", Val::Bulk(user.bytes())),
-            ("rank", Val::Int(standing.rank())),
-            ("opensAt", Val::opt_int(standing.opens_at())),
-        ],
-    );
+/// The reply describing where a user stands (the seed's JSON fields, and in a queue
+/// with lanes `lane`: the lane a waiting user waits in, else nil).
+pub fn reply_standing(srv: &Server, user: Str, standing: &Standing, eta: Option<i64>, lanes: &Lanes) {
+    // In the order of `replies::STANDING`.
+    let mut fields = vec![
+        ("nickname", Val::opt_bulk(standing.nickname())),
+        ("ticketId", Val::opt_bulk(standing.ticket())),
+        ("status", Val::Bulk(standing.status().as_bytes())),
+        ("estimatedWaitSeconds", Val::opt_int(eta)),
+        ("userId", Val::Bulk(user.bytes())),
+        ("rank", Val::Int(standing.rank())),
+        ("opensAt", Val::opt_int(standing.opens_at())),
+    ];
+    if !lanes.multi() {
+        srv.reply_fields(&replies::STANDING, &fields);
+        return;
+    }
+    let lane = match standing {
+        Standing::Waiting { seq, .. } => lanes.lane_of(*seq).map(|i| lanes.name(i)),
+        _ => None,
+    };
+    fields.push(("lane", Val::opt_bulk(lane)));
+    srv.reply_fields(&replies::STANDING_LANE, &fields);
 }
 
-/// QUEUE.ENTER <queue> <userId> <nickname>
+/// QUEUE.ENTER's options after the nickname: `LANE l` and `CODE h`, each at most once.
+fn invitation(opts: &[Str]) -> Result<Invitation<'_>, QueueError> {
+    let mut inv = Invitation::default();
+    if !opts.len().is_multiple_of(2) {
+        return Err(QueueError::Syntax);
+    }
+    for pair in opts.chunks(2) {
+        let (word, v) = (pair[0].bytes(), pair[1].bytes());
+        if word.eq_ignore_ascii_case(b"LANE") && inv.lane.is_none() {
+            inv.lane = Some(v);
+        } else if word.eq_ignore_ascii_case(b"CODE") && inv.code.is_none() {
+            inv.code = Some(check_code(v)?);
+        } else {
+            return Err(QueueError::Syntax);
+        }
+    }
+    Ok(inv)
+}
+
+/// QUEUE.ENTER <queue> <userId> <nickname> [LANE <lane>] [CODE <hash>]
 pub fn enter(srv: &Server, args: &[Str]) -> Result<(), QueueError> {
-    arity(args.len() == 4, "queue.enter")?;
+    arity(args.len() >= 4, "queue.enter")?;
     let user = args[2];
     check_user(user.bytes())?;
     let nickname = check_nickname(args[3].bytes())?;
+    let inv = invitation(&args[4..])?;
     let mut q = Queue::open(srv, args[1], true)?;
-    let result = engine::enter(&mut q, &user, nickname).map(|st| {
+    let result = engine::enter_with(&mut q, &user, nickname, inv).map(|st| {
         let eta = engine::eta(&q, &st);
         (st, eta)
     });
+    let lanes = q.lanes();
     q.finish(c"queue.enter");
     let (standing, eta) = result?;
-    reply_standing(srv, user, &standing, eta);
+    reply_standing(srv, user, &standing, eta, &lanes);
     Ok(())
 }
 
@@ -63,9 +93,10 @@ pub fn status(srv: &Server, args: &[Str]) -> Result<(), QueueError> {
         let eta = engine::eta(&q, &st);
         (st, eta)
     });
+    let lanes = q.lanes();
     q.finish(c"queue.seen");
     let (standing, eta) = result?;
-    reply_standing(srv, user, &standing, eta);
+    reply_standing(srv, user, &standing, eta, &lanes);
     Ok(())
 }
 
@@ -83,11 +114,12 @@ pub fn ranks(srv: &Server, args: &[Str]) -> Result<(), QueueError> {
             return Err(e);
         }
     };
+    let lanes = q.lanes();
     srv.reply_array(args.len() - 2);
     for &user in &args[2..] {
         let st = engine::observe(&mut q, &user, now);
         let eta = engine::eta(&q, &st);
-        reply_standing(srv, user, &st, eta);
+        reply_standing(srv, user, &st, eta, &lanes);
     }
     q.finish(c"queue.seen");
     Ok(())
@@ -159,6 +191,8 @@ pub fn info(srv: &Server, args: &[Str]) -> Result<(), QueueError> {
     let info = engine::info(&q)?;
     let mut fields: Vec<(&str, Val)> = info.fields().into_iter().map(|(f, v)| (f, Val::Int(v))).collect();
     fields.push((queue_core::config::ENTRY, Val::Bulk(info.entry.as_str().as_bytes())));
+    let lanes = q.lanes().text();
+    fields.push((queue_core::lanes::LANES, Val::Bulk(&lanes)));
     srv.reply_fields(&replies::INFO, &fields);
     Ok(())
 }

@@ -421,13 +421,17 @@ impl Key {
 
     /// The highest score in the zset.
     pub fn zmax_score(&self) -> Option<f64> {
+        self.zmax_in(f64::NEG_INFINITY, f64::INFINITY)
+    }
+
+    /// The highest score in `min..=max`.
+    pub fn zmax_in(&self, min: f64, max: f64) -> Option<f64> {
         if self.kind() != Kind::Zset {
             return None;
         }
         unsafe {
             let k = self.ptr.cast();
-            let inf = f64::INFINITY;
-            if raw::RedisModule_ZsetLastInScoreRange.unwrap()(k, -inf, inf, 0, 0) != raw::REDISMODULE_OK as c_int {
+            if raw::RedisModule_ZsetLastInScoreRange.unwrap()(k, min, max, 0, 0) != raw::REDISMODULE_OK as c_int {
                 return None;
             }
             let mut score = 0f64;

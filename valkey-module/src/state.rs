@@ -11,6 +11,7 @@ use crate::server::{Key, Kind, Reply, Server, Str};
 use queue_core::config::{Config, EntryMode, FIELDS};
 use queue_core::engine::{Aux, Event, LogDraft, Part, Store};
 use queue_core::keys::{self, CHUNK};
+use queue_core::lanes::Lanes;
 use queue_core::ticket::SECRET_LEN;
 use queue_core::QueueError;
 use std::cell::{Cell, OnceCell, RefCell};
@@ -181,7 +182,7 @@ impl<'s> Queue<'s> {
             return s;
         }
         let key = self.key(Part::Config);
-        let mut s = Stored { values: [None; FIELDS.len()], entry: EntryMode::Open };
+        let mut s = Stored { values: [None; FIELDS.len()], entry: EntryMode::Open, lanes: Lanes::default() };
         if key.kind() == Kind::Hash {
             for (slot, f) in s.values.iter_mut().zip(FIELDS.iter()) {
                 *slot = key
@@ -191,6 +192,10 @@ impl<'s> Queue<'s> {
             s.entry = key
                 .hget(self.srv.static_str(queue_core::config::ENTRY))
                 .and_then(|v| EntryMode::parse(v.bytes()).ok())
+                .unwrap_or_default();
+            s.lanes = key
+                .hget(self.srv.static_str(queue_core::lanes::LANES))
+                .and_then(|v| Lanes::parse(v.bytes()).ok())
                 .unwrap_or_default();
         }
         self.stored.set(Some(s));
@@ -224,10 +229,11 @@ impl Store for Queue<'_> {
                 Part::Instances => (self.instances_key(), Kind::Zset),
                 _ => (None, Kind::Empty),
             };
-            if p == Part::Claimed {
-                // Opened and closed here: the claims are written by nested calls,
-                // which may delete the key under a handle kept open.
-                let kind = self.srv.open(self.aux_name(Aux::Claimed), false).kind();
+            if p == Part::Claimed || p == Part::Codes {
+                // Opened and closed here: the claims and codes are written by nested
+                // calls, which may delete the key under a handle kept open.
+                let aux = if p == Part::Claimed { Aux::Claimed } else { Aux::Codes };
+                let kind = self.srv.open(self.aux_name(aux), false).kind();
                 if kind != Kind::Empty && kind != Kind::Hash {
                     return Err(QueueError::WrongType);
                 }
@@ -271,6 +277,10 @@ impl Store for Queue<'_> {
 
     fn entry_mode(&self) -> EntryMode {
         self.stored().entry
+    }
+
+    fn lanes(&self) -> Lanes {
+        self.stored().lanes
     }
 
     fn stat_opt(&self, field: &'static str) -> Option<i64> {
@@ -340,6 +350,9 @@ impl Store for Queue<'_> {
     }
     fn waiting_max(&self) -> Option<i64> {
         self.waiting().zmax_score().map(|s| s as i64)
+    }
+    fn waiting_max_in(&self, min: i64, max: i64) -> Option<i64> {
+        self.waiting().zmax_in(score(min), score(max)).map(|s| s as i64)
     }
     fn waiting_scan<F: FnMut(Str, i64) -> bool>(&self, min: i64, max: i64, mut f: F) {
         self.waiting().zscan(score(min), score(max), |u, s| f(u, s as i64));

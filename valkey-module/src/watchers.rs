@@ -6,6 +6,7 @@ use crate::queue::{arity, reply_standing};
 use crate::server::{Server, Str};
 use crate::state::Queue;
 use queue_core::engine;
+use queue_core::engine::Store;
 use queue_core::keys::{check_instance, check_user, MAX_WATCH_LEASE_MS};
 use queue_core::QueueError;
 
@@ -30,11 +31,12 @@ pub fn watch(srv: &Server, args: &[Str]) -> Result<(), QueueError> {
     srv.reply_int(watched.log);
     srv.reply_int(watched.waiting);
     srv.reply_array(watched.users.len());
+    let lanes = q.lanes();
     for (&user, (seq, st)) in args[4..].iter().zip(&watched.users) {
         srv.reply_array(2);
         srv.reply_int(*seq);
         let eta = engine::eta(&q, st);
-        reply_standing(srv, user, st, eta);
+        reply_standing(srv, user, st, eta, &lanes);
     }
     q.finish(c"queue.watch");
     Ok(())

@@ -27,6 +27,14 @@ const BAD_NICK: &str = "ERR invalid nickname: 1 to 32 bytes, no control characte
 const NOT_INT: &str = "ERR value is not an integer or out of range";
 const BAD_INSTANCE: &str = "ERR invalid instance: 1 to 64 characters from A-Z a-z 0-9 . _ : @ -";
 const BAD_LEASE: &str = "ERR leaseMs must be an integer from 1 to 600000";
+const SYNTAX: &str = "ERR syntax error";
+const BAD_CODE: &str = "ERR invalid code: 64 hex digits 0-9 a-f (its SHA-256)";
+const NO_LANES: &str = "ERR this queue has no lanes";
+const NOCODE: &str = "NOCODE unknown or used-up access code";
+const WRONGLANE: &str = "WRONGLANE the access code is for another lane";
+const USES: &str = "ERR uses must be an integer from 1 to 1000000";
+const BAD_LANES: &str =
+    "ERR lanes must be up to 8 distinct names of 1 to 32 characters from A-Z a-z 0-9 _ -, separated by commas";
 const BAD_HOLDER: &str = "ERR invalid holder: 1 to 64 characters from A-Z a-z 0-9 . _ : @ -";
 const BAD_ENTRY: &str = "ERR entry must be one of open, identified, invite";
 
@@ -34,11 +42,67 @@ fn bad_arguments_are_refused_and_change_nothing(b: Backend) {
     let (s, mut c, ticket) = populated(b);
     let mut raw = s.conn();
     let long = "x".repeat(65);
+    // A queue with lanes where someone waits; a code of `presale`, one used up.
+    let (code, other_code, used_code) = ("a".repeat(64), "b".repeat(64), "d".repeat(64));
+    let upper_code = "A".repeat(64);
+    c.call("QUEUE.CONFIG", &["l", "SET", "lanes", "presale,general", "soft_cap", "0"]).expect("lanes");
+    c.call("QUEUE.CODES", &["l", "ADD", "presale", "1", &code]).expect("ADD");
+    c.call("QUEUE.CODES", &["l", "ADD", "presale", "1", &used_code]).expect("ADD");
+    c.call("QUEUE.ENTER", &["l", "w", "w", "CODE", &used_code]).expect("ENTER with a code");
     // The ticket `inside` used, claimed again below by a holder it never had.
     let used: String = redis::cmd("HGET").arg("queue:{q}:claimed").arg("#inside").query(&mut raw).unwrap();
     let cases: Vec<(&str, Vec<&str>, String)> = vec![
         ("QUEUE.ENTER", vec!["q", "u"], format!("{ARITY} 'queue.enter' command")),
-        ("QUEUE.ENTER", vec!["q", "u", "n", "extra"], format!("{ARITY} 'queue.enter' command")),
+        // QUEUE.ENTER Q userId nickname [LANE l] [CODE h]: options in pairs, each once.
+        ("QUEUE.ENTER", vec!["q", "u", "n", "extra"], SYNTAX.into()),
+        ("QUEUE.ENTER", vec!["q", "u", "n", "LANE"], SYNTAX.into()),
+        ("QUEUE.ENTER", vec!["q", "u", "n", "FLOOR", "x"], SYNTAX.into()),
+        ("QUEUE.ENTER", vec!["q", "u", "n", "LANE", "a", "lane", "b"], SYNTAX.into()),
+        ("QUEUE.ENTER", vec!["q", "u", "n", "CODE", "abc"], BAD_CODE.into()),
+        ("QUEUE.ENTER", vec!["q", "u", "n", "CODE", &upper_code], BAD_CODE.into()),
+        ("QUEUE.ENTER", vec!["q", "u", "n", "CODE", &code, "CODE", &code], SYNTAX.into()),
+        // Lanes and codes in a queue without lanes.
+        ("QUEUE.ENTER", vec!["q", "u", "n", "LANE", "presale"], NO_LANES.into()),
+        ("QUEUE.ENTER", vec!["q", "u", "n", "CODE", &code], NO_LANES.into()),
+        ("QUEUE.CODES", vec!["q", "ADD", "presale", "1", &code], NO_LANES.into()),
+        // A queue with lanes: unknown lanes and codes, a code of another lane.
+        ("QUEUE.ENTER", vec!["l", "u", "n", "LANE", "vip"], "ERR unknown lane 'vip'".into()),
+        ("QUEUE.ENTER", vec!["l", "u", "n", "CODE", &other_code], NOCODE.into()),
+        ("QUEUE.ENTER", vec!["l", "u", "n", "CODE", &used_code], NOCODE.into()),
+        ("QUEUE.ENTER", vec!["l", "u", "n", "CODE", &code, "LANE", "general"], WRONGLANE.into()),
+        ("QUEUE.ENTER", vec!["l", "u", "n", "LANE", "general", "CODE", &code], WRONGLANE.into()),
+        ("QUEUE.CODES", vec!["l"], format!("{ARITY} 'queue.codes' command")),
+        ("QUEUE.CODES", vec!["l", "ADD", "presale", "1"], format!("{ARITY} 'queue.codes' command")),
+        ("QUEUE.CODES", vec!["l", "ADD", "vip", "1", &code], "ERR unknown lane 'vip'".into()),
+        ("QUEUE.CODES", vec!["l", "ADD", "presale", "0", &code], USES.into()),
+        ("QUEUE.CODES", vec!["l", "ADD", "presale", "1000001", &code], USES.into()),
+        ("QUEUE.CODES", vec!["l", "ADD", "presale", "x", &code], NOT_INT.into()),
+        ("QUEUE.CODES", vec!["l", "ADD", "presale", "1", &code, "nothex"], BAD_CODE.into()),
+        ("QUEUE.CODES", vec!["l", "REMOVE"], format!("{ARITY} 'queue.codes' command")),
+        ("QUEUE.CODES", vec!["l", "REMOVE", "zz"], BAD_CODE.into()),
+        ("QUEUE.CODES", vec!["l", "COUNTS", "x"], format!("{ARITY} 'queue.codes' command")),
+        ("QUEUE.CODES", vec!["l", "CLEAR"], SYNTAX.into()),
+        ("QUEUE.CODES", vec!["a{b}", "COUNTS"], BAD_QUEUE.into()),
+        ("QUEUE.CONFIG", vec!["l", "SET", "lanes", "a,a"], BAD_LANES.into()),
+        ("QUEUE.CONFIG", vec!["l", "SET", "lanes", "a,,b"], BAD_LANES.into()),
+        ("QUEUE.CONFIG", vec!["l", "SET", "lanes", "a b,c"], BAD_LANES.into()),
+        ("QUEUE.CONFIG", vec!["l", "SET", "lanes", "a,b,c,d,e,f,g,h,i"], BAD_LANES.into()),
+        // People wait in `l`: its lanes stay; an opening does not combine with lanes.
+        (
+            "QUEUE.CONFIG",
+            vec!["l", "SET", "lanes", "presale,general,late"],
+            "ERR lanes can change only while nobody waits".into(),
+        ),
+        (
+            "QUEUE.CONFIG",
+            vec!["l", "SET", "opens_at", "1900000000000"],
+            "ERR lanes and opens_at cannot be combined yet".into(),
+        ),
+        (
+            "QUEUE.CONFIG",
+            vec!["e", "SET", "lanes", "a,b", "opens_at", "1900000000000"],
+            "ERR lanes and opens_at cannot be combined yet".into(),
+        ),
         ("QUEUE.ENTER", vec!["q", "", "n"], BAD_USER.into()),
         ("QUEUE.ENTER", vec!["q", "a b", "n"], BAD_USER.into()),
         ("QUEUE.ENTER", vec!["q", &long, "n"], BAD_USER.into()),
@@ -135,6 +199,16 @@ fn bad_arguments_are_refused_and_change_nothing(b: Backend) {
         assert!(got.starts_with(want.as_str()), "{cmd} {args:?}: got {got:?}, want {want:?}");
         assert_eq!(digest(&mut raw), before, "{cmd} {args:?} changed the data");
     }
+    // The codes' key of another type: ENTER with a code and QUEUE.CODES refuse.
+    let _: () = redis::cmd("SET").arg("queue:{wc}:codes").arg("x").query(&mut raw).unwrap();
+    c.call("QUEUE.CONFIG", &["wc", "SET", "lanes", "a,b"]).expect("lanes");
+    let before = digest(&mut raw);
+    for args in [vec!["wc", "u", "n", "CODE", &code], vec!["wc", "COUNTS"], vec!["wc", "ADD", "a", "1", &code]] {
+        let cmd = if args.len() == 5 && args[1] == "u" { "QUEUE.ENTER" } else { "QUEUE.CODES" };
+        let got = c.err(cmd, &args);
+        assert_eq!(got, "WRONGTYPE Operation against a key holding the wrong kind of value", "{cmd} {args:?}");
+    }
+    assert_eq!(digest(&mut raw), before);
     // Wrong key types: every command refuses, nothing changes.
     let _: () = redis::cmd("SET").arg("queue:{w}:waiting").arg("x").query(&mut raw).unwrap();
     let _: () = redis::cmd("SET").arg("queue:{w}:stats").arg("x").query(&mut raw).unwrap();
@@ -201,6 +275,9 @@ fn arg_strategy() -> impl Strategy<Value = Vec<u8>> {
         Just(b"HOLDER".to_vec()),
         Just(b"entry".to_vec()),
         Just(b"invite".to_vec()),
+        Just(b"LANE".to_vec()),
+        Just(b"CODE".to_vec()),
+        Just(b"lanes".to_vec()),
         "-?[0-9]{1,21}".prop_map(|s| s.into_bytes()),
         proptest::collection::vec(any::<u8>(), 0..80),
     ]
@@ -223,9 +300,19 @@ fn random_argument_vectors_never_hurt(b: Backend) {
                 // A refusal is clean: a known prefix, and nothing changed.
                 let text = testkit::error_text(e);
                 prop_assert!(
-                    ["ERR ", "WRONGTYPE ", "NOTICKET ", "EXPIRED ", "INSIDE ", "FULL ", "INVITE "]
-                        .iter()
-                        .any(|p| text.starts_with(p)),
+                    [
+                        "ERR ",
+                        "WRONGTYPE ",
+                        "NOTICKET ",
+                        "EXPIRED ",
+                        "INSIDE ",
+                        "FULL ",
+                        "INVITE ",
+                        "NOCODE ",
+                        "WRONGLANE "
+                    ]
+                    .iter()
+                    .any(|p| text.starts_with(p)),
                     "unexpected error {text:?}"
                 );
                 prop_assert!(!text.contains("internal error"), "{text}");

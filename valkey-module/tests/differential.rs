@@ -10,6 +10,7 @@
 //! values, order aside) and everything else still byte for byte.
 
 use queue_core::engine::{self, Standing, Store};
+use queue_core::lanes::Lanes;
 use queue_core::memory::{Content, MemoryStore};
 use queue_core::replies;
 use redis::Value;
@@ -23,10 +24,13 @@ fn is_secret(s: &str) -> bool {
 /// Masks ticket secrets ("12.<secret>" keeps its number, in a change log entry's
 /// comma-separated list too) and epoch-millisecond times.
 fn mask_text(s: &str) -> String {
+    // A ticket, or in a queue with lanes the change log's `<old number>=<ticket>`.
     let ticket = |t: &str| {
+        let (old, t) = t.split_once('=').map_or(("", t), |(o, t)| (o, t));
+        let old = if old.is_empty() { String::new() } else { format!("{old}=") };
         t.split_once('.')
             .filter(|(seq, secret)| !seq.is_empty() && seq.bytes().all(|b| b.is_ascii_digit()) && is_secret(secret))
-            .map(|(seq, _)| format!("{seq}.<secret>"))
+            .map(|(seq, _)| format!("{old}{seq}.<secret>"))
     };
     let tickets: Option<Vec<String>> = s.split(',').map(ticket).collect();
     if let Some(tickets) = tickets {
@@ -141,7 +145,26 @@ fn random_op(rng: &mut Rng, users: &[String], tickets: &[(String, String)]) -> (
     let q = ["q", "other"][rng.below(4).min(1) as usize].to_string();
     let u = users[rng.below(users.len() as u64) as usize].clone();
     let someone = users[rng.below(users.len() as u64) as usize].clone();
-    match rng.below(16) {
+    let code = |rng: &mut Rng| ["1", "2", "3"][rng.below(3) as usize].repeat(64);
+    match rng.below(18) {
+        // `other` has lanes (set before the run): entries with LANE or CODE there.
+        16 => {
+            let mut args = vec![q, u, format!("nick {}", rng.below(5))];
+            match rng.below(3) {
+                0 => args.extend(["LANE".into(), ["presale", "general", "vip"][rng.below(3) as usize].into()]),
+                1 => args.extend(["CODE".into(), code(rng)]),
+                _ => args.extend(["CODE".into(), code(rng), "LANE".into(), "presale".into()]),
+            }
+            ("QUEUE.ENTER", args)
+        }
+        17 => match rng.below(4) {
+            0 | 1 => {
+                let lane = ["presale", "general"][rng.below(2) as usize].to_string();
+                ("QUEUE.CODES", vec![q, "ADD".into(), lane, (1 + rng.below(3)).to_string(), code(rng)])
+            }
+            2 => ("QUEUE.CODES", vec![q, "COUNTS".into()]),
+            _ => ("QUEUE.CODES", vec![q, "REMOVE".into(), code(rng), code(rng)]),
+        },
         0..=3 => ("QUEUE.ENTER", vec![q, u, format!("nick {}", rng.below(5))]),
         4 => ("QUEUE.STATUS", vec![q, u]),
         5 => ("QUEUE.RANKS", vec![q, u, someone, "nobody".into()]),
@@ -198,6 +221,12 @@ fn lockstep(reference: &mut Client, other: &mut Client, steps: usize, mut other_
     let mut tickets: Vec<(String, String)> = Vec::new();
     let compare = Compare::for_server(reference);
     let mut engines = Engines::default();
+    // Queue `other` has lanes.
+    let lanes: Vec<String> = ["other", "SET", "lanes", "presale,general"].map(String::from).to_vec();
+    for c in [&mut *reference, &mut *other] {
+        reply(c, "QUEUE.CONFIG", &lanes);
+    }
+    engines.reply("QUEUE.CONFIG", &lanes);
     for step in 0..steps {
         let (name, args) = random_op(&mut rng, &users, &tickets);
         other.backend = other_backend();
@@ -350,20 +379,38 @@ fn map(order: &[&str], fields: Vec<(&str, Value)>) -> Value {
     )
 }
 
-fn standing_value(user: &[u8], st: &Standing, eta: Option<i64>) -> Value {
+/// QUEUE.ENTER's options as the engine takes them (the runs give them well formed).
+fn invitation(opts: &[String]) -> engine::Invitation<'_> {
+    let mut inv = engine::Invitation::default();
+    for pair in opts.chunks(2) {
+        match pair[0].as_str() {
+            "LANE" => inv.lane = Some(pair[1].as_bytes()),
+            _ => inv.code = Some(pair[1].as_bytes()),
+        }
+    }
+    inv
+}
+
+fn standing_value(user: &[u8], st: &Standing, eta: Option<i64>, lanes: &Lanes) -> Value {
     let opt = |b: Option<&[u8]>| b.map_or(Value::Nil, bulk);
-    map(
-        &replies::STANDING,
-        vec![
-            ("status", bulk(st.status().as_bytes())),
-            ("rank", Value::Int(st.rank())),
-            ("userId", bulk(user)),
-            ("nickname", opt(st.nickname())),
-            ("ticketId", opt(st.ticket())),
-            ("estimatedWaitSeconds", eta.map_or(Value::Nil, Value::Int)),
-            ("opensAt", st.opens_at().map_or(Value::Nil, Value::Int)),
-        ],
-    )
+    let mut fields = vec![
+        ("status", bulk(st.status().as_bytes())),
+        ("rank", Value::Int(st.rank())),
+        ("userId", bulk(user)),
+        ("nickname", opt(st.nickname())),
+        ("ticketId", opt(st.ticket())),
+        ("estimatedWaitSeconds", eta.map_or(Value::Nil, Value::Int)),
+        ("opensAt", st.opens_at().map_or(Value::Nil, Value::Int)),
+    ];
+    if !lanes.multi() {
+        return map(&replies::STANDING, fields);
+    }
+    let lane = match st {
+        Standing::Waiting { seq, .. } => lanes.lane_of(*seq).map(|i| lanes.name(i)),
+        _ => None,
+    };
+    fields.push(("lane", opt(lane)));
+    map(&replies::STANDING_LANE, fields)
 }
 
 impl Engines {
@@ -384,10 +431,11 @@ impl Engines {
     fn run(&mut self, name: &str, args: &[String]) -> Value {
         let error = |e: queue_core::QueueError| Value::SimpleString(format!("error: {e}"));
         let s = self.store(&args[0]);
+        let lanes = s.lanes();
         let user = |i: usize| args[i].as_bytes().to_vec();
         match name {
-            "QUEUE.ENTER" => match engine::enter(s, &user(1), args[2].as_bytes()) {
-                Ok(st) => standing_value(&user(1), &st, engine::eta(s, &st)),
+            "QUEUE.ENTER" => match engine::enter_with(s, &user(1), args[2].as_bytes(), invitation(&args[3..])) {
+                Ok(st) => standing_value(&user(1), &st, engine::eta(s, &st), &lanes),
                 Err(e) => error(e),
             },
             "QUEUE.STATUS" | "QUEUE.RANKS" => {
@@ -399,7 +447,7 @@ impl Engines {
                     .iter()
                     .map(|u| {
                         let st = engine::observe(s, &u.as_bytes().to_vec(), now);
-                        standing_value(u.as_bytes(), &st, engine::eta(s, &st))
+                        standing_value(u.as_bytes(), &st, engine::eta(s, &st), &lanes)
                     })
                     .collect();
                 if name == "QUEUE.STATUS" {
@@ -451,7 +499,7 @@ impl Engines {
                             .iter()
                             .zip(&w.users)
                             .map(|(u, (num, st))| {
-                                Value::Array(vec![Value::Int(*num), standing_value(u, st, engine::eta(s, st))])
+                                Value::Array(vec![Value::Int(*num), standing_value(u, st, engine::eta(s, st), &lanes)])
                             })
                             .collect();
                         Value::Array(vec![Value::Int(w.log), Value::Int(w.waiting), Value::Array(each)])
@@ -462,6 +510,28 @@ impl Engines {
             "QUEUE.UNWATCH" => {
                 let users: Vec<Vec<u8>> = args[2..].iter().map(|u| u.as_bytes().to_vec()).collect();
                 engine::unwatch(s, args[1].as_bytes(), &users).map_or_else(error, Value::Int)
+            }
+            "QUEUE.CONFIG" if args[1] == "SET" && args[2] == "lanes" => {
+                s.set_lanes(args[3].as_bytes()).map_or_else(error, |_| Value::Okay)
+            }
+            "QUEUE.CODES" => {
+                let hs: Vec<&[u8]> =
+                    args.iter().skip(if args[1] == "ADD" { 4 } else { 2 }).map(|h| h.as_bytes()).collect();
+                match args[1].as_str() {
+                    "ADD" => engine::codes_add(s, args[2].as_bytes(), args[3].parse().unwrap(), &hs)
+                        .map_or_else(error, Value::Int),
+                    "REMOVE" => engine::codes_remove(s, &hs).map_or_else(error, Value::Int),
+                    _ => match engine::codes_counts(s) {
+                        Ok(c) => Value::Array(
+                            c.into_iter()
+                                .map(|(l, n, used, left)| {
+                                    Value::Array(vec![bulk(&l), Value::Int(n), Value::Int(used), Value::Int(left)])
+                                })
+                                .collect(),
+                        ),
+                        Err(e) => error(e),
+                    },
+                }
             }
             "QUEUE.CONFIG" if args[1] == "SET" && args[2] == "entry" => {
                 s.set_entry(args[3].as_bytes()).map_or_else(error, |_| Value::Okay)
@@ -475,6 +545,7 @@ impl Engines {
                 let mut fields: Vec<(&str, Value)> =
                     queue_core::config::FIELDS.iter().zip(c.values).map(|(f, v)| (f.name, Value::Int(v))).collect();
                 fields.push(("entry", bulk(s.entry_mode().as_str().as_bytes())));
+                fields.push(("lanes", bulk(&lanes.text())));
                 map(&replies::CONFIG, fields)
             }
             "QUEUE.INFO" => match engine::info(s) {
@@ -482,6 +553,7 @@ impl Engines {
                     let mut fields: Vec<(&str, Value)> =
                         i.fields().into_iter().map(|(f, v)| (f, Value::Int(v))).collect();
                     fields.push(("entry", bulk(i.entry.as_str().as_bytes())));
+                    fields.push(("lanes", bulk(&lanes.text())));
                     map(&replies::INFO, fields)
                 }
                 Err(e) => error(e),

@@ -16,6 +16,9 @@ testkit::backend_tests!(
     claim_errors,
     a_claim_repeated_by_its_holder_is_the_same_session,
     the_entry_setting_is_kept_and_invite_refuses_plain_entries,
+    lanes_admit_in_order_and_ranks_count_everyone_ahead,
+    access_codes_admit_exactly_their_uses,
+    fifty_racing_for_one_code_put_exactly_one_in_line,
     leases_hold_slots_until_end_or_expiry,
     status_shapes_and_estimated_wait,
     ranks_answers_for_many,
@@ -409,6 +412,136 @@ fn the_entry_setting_is_kept_and_invite_refuses_plain_entries(b: Backend) {
     assert_eq!(field_str(&c.enter("q", "new", "n"), "status").as_deref(), Some("PROMOTED"));
     c.call("QUEUE.CONFIG", &["q", "SET", "entry", "open"]).unwrap();
     assert_eq!(get(&mut c, "entry").as_deref(), Some("open"));
+}
+
+fn lanes_admit_in_order_and_ranks_count_everyone_ahead(b: Backend) {
+    let (s, mut c) = server(b);
+    let mut raw = s.conn();
+    c.call("QUEUE.CONFIG", &["q", "SET", "lanes", "presale,general", "soft_cap", "0"]).unwrap();
+    let get = |c: &mut Client| testkit::as_string(&c.call("QUEUE.CONFIG", &["q", "GET", "lanes"]).unwrap());
+    assert_eq!(get(&mut c).as_deref(), Some("presale,general"));
+    assert_eq!(field_str(&c.info("q"), "lanes").as_deref(), Some("presale,general"));
+    // Without LANE: the last lane.
+    for (u, rank) in [("g1", 1), ("g2", 2)] {
+        let st = c.enter("q", u, u);
+        assert_eq!((field_int(&st, "rank"), field_str(&st, "lane").as_deref()), (rank, Some("general")));
+    }
+    let enter_lane = |c: &mut Client, u: &str, lane: &str| {
+        testkit::fields(&c.call("QUEUE.ENTER", &["q", u, u, "LANE", lane]).unwrap())
+    };
+    let p1 = enter_lane(&mut c, "p1", "presale");
+    assert_eq!((field_int(&p1, "rank"), field_str(&p1, "lane").as_deref()), (1, Some("presale")));
+    assert_eq!(field_int(&c.status("q", "g1"), "rank"), 2, "an arrival in an earlier lane is ahead");
+    // Watched people learn of an arrival ahead of them from the change log.
+    c.call("QUEUE.WATCH", &["q", "pod", "60000", "g1", "p1"]).unwrap();
+    let last_log = |raw: &mut redis::Connection| -> std::collections::HashMap<String, String> {
+        let v: Vec<(String, std::collections::HashMap<String, String>)> =
+            redis::cmd("XREVRANGE").arg("queue:{q}:log").arg("+").arg("-").arg("COUNT").arg(1).query(raw).unwrap();
+        v.into_iter().next().map(|e| e.1).unwrap_or_default()
+    };
+    enter_lane(&mut c, "p2", "presale");
+    let p2_number: i64 = redis::cmd("ZSCORE").arg("queue:{q}:waiting").arg("p2").query(&mut raw).unwrap();
+    assert!(p2_number > 1 << 40 && p2_number < 2 << 40, "{p2_number}");
+    assert_eq!(last_log(&mut raw).get("ahead"), Some(&p2_number.to_string()));
+    assert_eq!(field_int(&c.status("q", "g1"), "rank"), 3);
+    // An arrival at the back of the last lane writes nothing.
+    let before: i64 = redis::cmd("XLEN").arg("queue:{q}:log").query(&mut raw).unwrap();
+    c.enter("q", "g3", "g3");
+    assert_eq!(redis::cmd("XLEN").arg("queue:{q}:log").query::<i64>(&mut raw).unwrap(), before);
+    // PROMOTE takes the first lane first, in entry order; tickets are numbered below
+    // every lane, and the log maps the watched one's old number to its ticket.
+    let p1_number: i64 = redis::cmd("ZSCORE").arg("queue:{q}:waiting").arg("p1").query(&mut raw).unwrap();
+    c.config_set("q", &[("soft_cap", 3)]);
+    assert_eq!(field_int(&c.promote("q", Some(2)), "promoted"), 2);
+    let t1 = field_str(&c.status("q", "p1"), "ticketId").expect("p1 promoted");
+    assert!(field_str(&c.status("q", "p2"), "ticketId").is_some(), "p2 promoted");
+    let e = last_log(&mut raw);
+    assert_eq!(e.get("head"), Some(&p2_number.to_string()));
+    assert_eq!(e.get("tickets"), Some(&format!("{p1_number}={t1}")));
+    let g1 = c.status("q", "g1");
+    assert_eq!((field_int(&g1, "rank"), field_str(&g1, "lane").as_deref()), (1, Some("general")));
+    assert!(t1.split('.').next().unwrap().parse::<i64>().unwrap() < 1 << 40);
+    assert_eq!(field_str(&c.claim("q", &t1).unwrap(), "userId").as_deref(), Some("p1"));
+    assert_eq!(field_int(&c.promote("q", None), "promoted"), 1);
+    assert!(field_str(&c.status("q", "g1"), "ticketId").is_some(), "g1 next");
+    assert_eq!(field_int(&c.status("q", "g2"), "rank"), 1);
+    // Lanes change only while nobody waits; a queue without lanes replies as before.
+    let e = c.err("QUEUE.CONFIG", &["q", "SET", "lanes", ""]);
+    assert_eq!(e, "ERR lanes can change only while nobody waits");
+    let plain = c.enter("s", "x", "x");
+    assert!(!plain.contains_key("lane"), "{plain:?}");
+}
+
+fn access_codes_admit_exactly_their_uses(b: Backend) {
+    let (s, mut c) = server(b);
+    let mut raw = s.conn();
+    let (h1, h2) = ("1".repeat(64), "2".repeat(64));
+    c.call("QUEUE.CONFIG", &["q", "SET", "lanes", "presale,general", "soft_cap", "0", "entry", "invite"]).unwrap();
+    let add = |c: &mut Client, lane: &str, uses: &str, h: &str| {
+        as_int(&c.call("QUEUE.CODES", &["q", "ADD", lane, uses, h]).unwrap()).unwrap()
+    };
+    assert_eq!(add(&mut c, "presale", "2", &h1), 1);
+    assert_eq!(add(&mut c, "general", "1", &h2), 1);
+    assert_eq!(add(&mut c, "presale", "3", &h1), 0, "known already: its uses change");
+    let enter = |c: &mut Client, u: &str, h: &str| c.call("QUEUE.ENTER", &["q", u, u, "CODE", h]);
+    for (u, rank) in [("a", 1), ("b", 2), ("c", 3)] {
+        let st = testkit::fields(&enter(&mut c, u, &h1).unwrap());
+        assert_eq!((field_int(&st, "rank"), field_str(&st, "lane").as_deref()), (rank, Some("presale")));
+    }
+    let before = digest(&mut raw);
+    assert_eq!(c.err("QUEUE.ENTER", &["q", "d", "d", "CODE", &h1]), "NOCODE unknown or used-up access code");
+    assert_eq!(c.err("QUEUE.ENTER", &["q", "d", "d"]), "INVITE this queue admits by invitation only");
+    assert_eq!(digest(&mut raw), before, "refusals consume nothing");
+    let counts = |c: &mut Client| -> Vec<(String, i64, i64, i64)> {
+        match c.call("QUEUE.CODES", &["q", "COUNTS"]).unwrap() {
+            redis::Value::Array(lanes) => lanes
+                .iter()
+                .map(|l| match l {
+                    redis::Value::Array(f) => (
+                        testkit::as_string(&f[0]).unwrap(),
+                        as_int(&f[1]).unwrap(),
+                        as_int(&f[2]).unwrap(),
+                        as_int(&f[3]).unwrap(),
+                    ),
+                    other => panic!("{other:?}"),
+                })
+                .collect(),
+            other => panic!("{other:?}"),
+        }
+    };
+    assert_eq!(counts(&mut c), vec![("presale".into(), 1, 3, 0), ("general".into(), 1, 0, 1)]);
+    // An entry refused for another reason (the line is full) consumes nothing.
+    c.config_set("q", &[("max_waiting", 3)]);
+    assert_eq!(c.err("QUEUE.ENTER", &["q", "e", "e", "CODE", &h2]), "LINEFULL the line is full, try again later");
+    assert_eq!(counts(&mut c)[1], ("general".into(), 1, 0, 1));
+    c.config_set("q", &[("max_waiting", 0)]);
+    // LANE alone is an invitation too; a code's lane wins over none given.
+    let st = testkit::fields(&c.call("QUEUE.ENTER", &["q", "g", "g", "LANE", "general"]).unwrap());
+    assert_eq!((field_int(&st, "rank"), field_str(&st, "lane").as_deref()), (4, Some("general")));
+    assert_eq!(as_int(&c.call("QUEUE.CODES", &["q", "REMOVE", &h2, &h1]).unwrap()), Some(2));
+    assert_eq!(c.err("QUEUE.ENTER", &["q", "e", "e", "CODE", &h2]), "NOCODE unknown or used-up access code");
+    assert_eq!(counts(&mut c), vec![("presale".into(), 0, 0, 0), ("general".into(), 0, 0, 0)]);
+}
+
+fn fifty_racing_for_one_code_put_exactly_one_in_line(b: Backend) {
+    let (s, mut c) = server(b);
+    let h = "f".repeat(64);
+    c.call("QUEUE.CONFIG", &["q", "SET", "lanes", "presale,general", "soft_cap", "0"]).unwrap();
+    c.call("QUEUE.CODES", &["q", "ADD", "presale", "1", &h]).unwrap();
+    let barrier = std::sync::Arc::new(std::sync::Barrier::new(50));
+    let handles: Vec<_> = (0..50)
+        .map(|i| {
+            let (mut c, barrier, h) = (s.client(), barrier.clone(), h.clone());
+            std::thread::spawn(move || {
+                let u = format!("racer-{i}");
+                barrier.wait();
+                c.call("QUEUE.ENTER", &["q", &u, "r", "CODE", &h]).is_ok()
+            })
+        })
+        .collect();
+    let won = handles.into_iter().map(|t| t.join().unwrap()).filter(|&ok| ok).count();
+    assert_eq!(won, 1);
+    assert_eq!(field_int(&c.info("q"), "waiting"), 1);
 }
 
 fn leases_hold_slots_until_end_or_expiry(b: Backend) {

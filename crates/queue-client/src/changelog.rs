@@ -29,8 +29,11 @@ pub struct LogEntry {
     /// Every waiting user numbered at or below `.0` left the waiting part, `.1` of them.
     pub head: Option<(u64, u64)>,
     /// The tickets of those taken from the head who were promoted while a push
-    /// instance had them registered (`<number>.<secret>`: the holder's number first).
-    pub tickets: Vec<String>,
+    /// instance had them registered, in the order promoted: (the number they waited
+    /// under, the ticket). A ticket is `<number>.<secret>`; in a queue with lanes the
+    /// promoted are numbered anew, and the log lists `<old number>=<ticket>`: the
+    /// number here is the old one either way, the one a watcher knows them by.
+    pub tickets: Vec<(u64, String)>,
     /// Numbers of other waiting users who left.
     pub left: Vec<u64>,
     /// Those of `left` still in the queue after the command: they entered again
@@ -40,6 +43,10 @@ pub struct LogEntry {
     pub reset: bool,
     /// Users waiting after the command.
     pub waiting: u64,
+    /// Numbers of people who joined a lane ahead of others waiting in a later lane (a
+    /// queue with lanes), in the order they joined: each is one more ahead of everyone
+    /// waiting under a higher number.
+    pub ahead: Vec<u64>,
 }
 
 fn protocol(what: &str) -> ClientError {
@@ -48,6 +55,26 @@ fn protocol(what: &str) -> ClientError {
 
 fn nonneg(v: &Value, what: &str) -> Result<u64, ClientError> {
     int(v).and_then(|v| u64::try_from(v).ok()).ok_or_else(|| protocol(what))
+}
+
+/// One ticket of `tickets`: `<number>.<secret>`, or `<old number>=<ticket>` in a
+/// queue with lanes; (the number the holder waited under, the ticket).
+fn listed_ticket(t: &str) -> Result<(u64, String), ClientError> {
+    let bad = || protocol(&format!("tickets: not <number>.<secret> or <number>=<ticket>: {t}"));
+    let (old, ticket) = match t.split_once('=') {
+        Some((old, ticket)) => (Some(old), ticket),
+        None => (None, t),
+    };
+    let (own, secret) = ticket.split_once('.').ok_or_else(bad)?;
+    let own: u64 = own.parse().map_err(|_| bad())?;
+    if secret.is_empty() {
+        return Err(bad());
+    }
+    let number = match old {
+        Some(old) => old.parse().map_err(|_| bad())?,
+        None => own,
+    };
+    Ok((number, ticket.to_string()))
 }
 
 impl LogEntry {
@@ -79,11 +106,12 @@ impl LogEntry {
                 "n" => e.n = number(&v)?,
                 "head" => head = Some(number(&v)?),
                 "gone" => gone = Some(number(&v)?),
-                "tickets" => e.tickets = v.split(',').map(str::to_string).collect(),
+                "tickets" => e.tickets = v.split(',').map(listed_ticket).collect::<Result<_, _>>()?,
                 "left" => e.left = v.split(',').map(number).collect::<Result<_, _>>()?,
                 "again" => e.again = v.split(',').map(number).collect::<Result<_, _>>()?,
                 "reset" => e.reset = v == "1",
                 "waiting" => e.waiting = number(&v)?,
+                "ahead" => e.ahead = v.split(',').map(number).collect::<Result<_, _>>()?,
                 _ => {}
             }
         }
@@ -94,12 +122,9 @@ impl LogEntry {
         Ok(e)
     }
 
-    /// The ticket this entry lists for the person numbered `seq`, if any.
+    /// The ticket this entry lists for the person who waited numbered `seq`, if any.
     pub fn ticket_of(&self, seq: u64) -> Option<&str> {
-        self.tickets
-            .iter()
-            .map(String::as_str)
-            .find(|t| t.split_once('.').and_then(|(n, _)| n.parse().ok()) == Some(seq))
+        self.tickets.iter().find(|(n, _)| *n == seq).map(|(_, t)| t.as_str())
     }
 }
 
@@ -173,5 +198,42 @@ impl QueueClient {
         let mut cmd = redis::cmd("XREVRANGE");
         cmd.arg(keys::key(queue, LOG)).arg("+").arg("-").arg("COUNT").arg(1);
         array(self.raw(&cmd).await?, "XREVRANGE log")?.into_iter().next().map(LogEntry::from_value).transpose()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn message(payload: &str) -> Result<LogEntry, ClientError> {
+        LogEntry::from_message(payload.as_bytes())
+    }
+
+    /// A queue with lanes lists a promoted person's ticket under the number they
+    /// waited with (`old=ticket`), and newcomers ahead of later lanes under `ahead`.
+    #[test]
+    fn lanes_entries_read_old_numbers_and_ahead() {
+        let e = message("9-0 n 4 head 1099511627777 gone 2 tickets 1099511627776=3.ab,1099511627777=4.cd ahead 1099511627778,1099511627779 waiting 5").unwrap();
+        assert_eq!(e.tickets, [(1_099_511_627_776, "3.ab".to_string()), (1_099_511_627_777, "4.cd".to_string())]);
+        assert_eq!(e.ticket_of(1_099_511_627_777), Some("4.cd"));
+        assert_eq!(e.ticket_of(4), None, "the ticket's own number is not the one waited under");
+        assert_eq!(e.ahead, [1_099_511_627_778, 1_099_511_627_779]);
+        let plain = message("1-0 n 1 head 7 gone 1 tickets 7.x waiting 0").unwrap();
+        assert_eq!((plain.tickets.as_slice(), plain.ahead.as_slice()), (&[(7, "7.x".to_string())][..], &[][..]));
+    }
+
+    #[test]
+    fn malformed_tickets_and_ahead_are_protocol_errors() {
+        for bad in [
+            "1-0 n 1 tickets 7 waiting 0",
+            "1-0 n 1 tickets x.ab waiting 0",
+            "1-0 n 1 tickets 7. waiting 0",
+            "1-0 n 1 tickets x=7.ab waiting 0",
+            "1-0 n 1 tickets 9=7 waiting 0",
+            "1-0 n 1 ahead 3,x waiting 0",
+            "1-0 n 1 ahead  waiting 0",
+        ] {
+            assert!(matches!(message(bad), Err(ClientError::Protocol(_))), "{bad}");
+        }
     }
 }

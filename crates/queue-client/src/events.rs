@@ -241,7 +241,7 @@ mod tests {
             "1700-4 n 8 head 52 gone 3 tickets 50.aB-_x,52.Zz09 left 60,61 again 61 waiting 80",
         ))
         .unwrap();
-        assert_eq!(c.entry.tickets, ["50.aB-_x", "52.Zz09"]);
+        assert_eq!(c.entry.tickets, [(50, "50.aB-_x".to_string()), (52, "52.Zz09".to_string())]);
         assert_eq!((c.entry.left.as_slice(), c.entry.again.as_slice()), (&[60, 61][..], &[61][..]));
         assert_eq!(c.entry.ticket_of(52), Some("52.Zz09"));
         assert_eq!(c.entry.ticket_of(51), None);

@@ -65,11 +65,18 @@ pub struct Standing {
     /// In a pre-queue: when the queue opens (ms since the epoch); absent otherwise.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub opens_at: Option<i64>,
+    /// In a queue with lanes: the lane a waiting user waits in; absent otherwise
+    /// (a queue without lanes, or a user not waiting in line).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub lane: Option<String>,
 }
 
 from_fields! { Standing("standing") {
     status, rank, user_id: "userId", nickname, ticket_id: "ticketId",
     estimated_wait_seconds: "estimatedWaitSeconds", opens_at: "opensAt",
+} |f| {
+    // Only a queue with lanes sends the field: absent reads as none, as nil does.
+    lane = f.opt_string("lane").unwrap_or(None),
 } }
 
 impl Standing {
@@ -342,6 +349,7 @@ mod tests {
             ticket_id: None,
             estimated_wait_seconds: Some(12),
             opens_at: None,
+            lane: None,
         };
         let json = serde_json::to_string(&s).unwrap();
         assert_eq!(
@@ -352,6 +360,33 @@ mod tests {
         let pre = Standing { rank: 0, estimated_wait_seconds: None, opens_at: Some(1_700_000_060_000), ..s };
         let json = serde_json::to_string(&pre).unwrap();
         assert!(json.ends_with(r#""estimatedWaitSeconds":null,"opensAt":1700000060000}"#), "{json}");
+        let in_lane =
+            Standing { lane: Some("presale".into()), opens_at: None, estimated_wait_seconds: Some(12), ..pre.clone() };
+        let json = serde_json::to_string(&in_lane).unwrap();
+        assert!(json.ends_with(r#""estimatedWaitSeconds":12,"lane":"presale"}"#), "{json}");
+        assert_eq!(serde_json::from_str::<Standing>(&json).unwrap(), in_lane);
+    }
+
+    /// The standing map names the lane in a queue with lanes (nil for a user not
+    /// waiting); a queue without lanes sends no such field.
+    #[test]
+    fn standing_reads_its_lane() {
+        let map = |lane: Option<Value>| {
+            let mut fields = vec![
+                (bulk("status"), bulk("WAITING")),
+                (bulk("rank"), Value::Int(2)),
+                (bulk("userId"), bulk("u")),
+                (bulk("nickname"), bulk("n")),
+                (bulk("ticketId"), Value::Nil),
+                (bulk("estimatedWaitSeconds"), Value::Nil),
+            ];
+            fields.extend(lane.map(|l| (bulk("lane"), l)));
+            Value::Map(fields)
+        };
+        assert_eq!(Standing::from_value(map(Some(bulk("presale")))).unwrap().lane.as_deref(), Some("presale"));
+        assert_eq!(Standing::from_value(map(Some(Value::Nil))).unwrap().lane, None);
+        assert_eq!(Standing::from_value(map(Some(Value::Boolean(false)))).unwrap().lane, None, "a Lua nil");
+        assert_eq!(Standing::from_value(map(None)).unwrap().lane, None);
     }
 
     #[test]

@@ -35,6 +35,24 @@ pub enum QueueError {
     InvalidEntry,
     /// QUEUE.ENTER in a queue whose `entry` is `invite`, without an invitation.
     Invite,
+    /// QUEUE.CONFIG: a value of `lanes` that is not a list of lane names.
+    InvalidLanes,
+    /// QUEUE.CONFIG: `lanes` changed while people wait (their numbers name lanes).
+    LanesBusy,
+    /// QUEUE.CONFIG: `lanes` and a scheduled opening (`opens_at`) together.
+    LanesWithOpening,
+    /// LANE or CODE (QUEUE.ENTER, QUEUE.CODES) in a queue without lanes.
+    NoLanes,
+    /// A lane the queue does not have (its name, printable).
+    UnknownLane(String),
+    /// QUEUE.ENTER CODE: no such code, or its uses are all consumed.
+    NoCode,
+    /// QUEUE.ENTER CODE with a LANE other than the code's.
+    CodeLane,
+    /// A code's hash that is not 64 lowercase hex digits.
+    InvalidCode,
+    /// QUEUE.CODES: more codes in one call than `lanes::MAX_CODES_PER_CALL`.
+    TooManyCodes,
 }
 
 pub const MAX_NAME_LEN: usize = 64;
@@ -66,6 +84,17 @@ impl fmt::Display for QueueError {
             InvalidHolder => f.write_str("ERR invalid holder: 1 to 64 characters from A-Z a-z 0-9 . _ : @ -"),
             InvalidEntry => f.write_str("ERR entry must be one of open, identified, invite"),
             Invite => f.write_str("INVITE this queue admits by invitation only"),
+            InvalidLanes => f.write_str(
+                "ERR lanes must be up to 8 distinct names of 1 to 32 characters from A-Z a-z 0-9 _ -, separated by commas",
+            ),
+            LanesBusy => f.write_str("ERR lanes can change only while nobody waits"),
+            LanesWithOpening => f.write_str("ERR lanes and opens_at cannot be combined yet"),
+            NoLanes => f.write_str("ERR this queue has no lanes"),
+            UnknownLane(name) => write!(f, "ERR unknown lane '{name}'"),
+            NoCode => f.write_str("NOCODE unknown or used-up access code"),
+            CodeLane => f.write_str("WRONGLANE the access code is for another lane"),
+            InvalidCode => f.write_str("ERR invalid code: 64 hex digits 0-9 a-f (its SHA-256)"),
+            TooManyCodes => f.write_str("ERR at most 1000 codes per call"),
         }
     }
 }
@@ -74,7 +103,8 @@ impl std::error::Error for QueueError {}
 
 impl QueueError {
     /// The refusal a server error reply's first word names, for the errors that carry
-    /// no argument: `NOTICKET`, `EXPIRED`, `INSIDE`, `FULL`, `LINEFULL`, `INVITE` and `WRONGTYPE`. (`ERR`
+    /// no argument: `NOTICKET`, `EXPIRED`, `INSIDE`, `FULL`, `LINEFULL`, `INVITE`, `NOCODE`,
+    /// `WRONGLANE` and `WRONGTYPE`. (`ERR`
     /// replies carry the text of one of the others and are kept as text by clients.)
     pub fn from_code(code: &str) -> Option<QueueError> {
         Some(match code {
@@ -84,6 +114,8 @@ impl QueueError {
             "FULL" => QueueError::HardCap,
             "LINEFULL" => QueueError::LineFull,
             "INVITE" => QueueError::Invite,
+            "NOCODE" => QueueError::NoCode,
+            "WRONGLANE" => QueueError::CodeLane,
             "WRONGTYPE" => QueueError::WrongType,
             _ => return None,
         })
@@ -114,6 +146,8 @@ mod tests {
             QueueError::AlreadyInside,
             QueueError::HardCap,
             QueueError::Invite,
+            QueueError::NoCode,
+            QueueError::CodeLane,
             QueueError::WrongType,
         ] {
             let code = e.to_string().split(' ').next().unwrap().to_string();

@@ -114,6 +114,8 @@ pub const INSTANCES: &str = "instances";
 /// `holder|leaseMs|userId`, and `#userId` -> that ticketId (so that ending the session
 /// finds the entry). See `engine::claim_held`.
 pub const CLAIMED: &str = "claimed";
+/// hash: access code hash (hex SHA-256) -> `lane|uses|used` (see `lanes::Code`).
+pub const CODES: &str = "codes";
 /// The prefix of a `claimed` field naming a user (never in a ticketId).
 pub const CLAIMED_USER_MARK: &str = "#";
 /// About how many entries the change log keeps (`XADD ... MAXLEN ~`).

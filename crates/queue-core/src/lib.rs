@@ -11,6 +11,7 @@ pub mod engine;
 pub mod error;
 pub mod hex;
 pub mod keys;
+pub mod lanes;
 pub mod lua;
 pub mod memory;
 pub mod pow;

@@ -176,6 +176,18 @@ pub fn constants_block() -> String {
     let indexes: Vec<String> = (1..=FIELDS.len()).map(|i| i.to_string()).collect();
     line(format!("local {} = {}", names.join(", "), indexes.join(", ")));
     line(format!("local COUNTERS = {{ {} }}", COUNTERS.iter().map(|c| lua_str(c)).collect::<Vec<_>>().join(", ")));
+    line("-- Lanes and access codes (queue-core's lanes).".into());
+    {
+        use crate::lanes::{BAND, CODE_LEN, LANES, MAX_CODES_PER_CALL, MAX_CODE_USES, MAX_LANES, MAX_LANE_LEN};
+        line(format!(
+            "local K_CODES, LANES, MAX_LANES, MAX_LANE_LEN, BAND = {}, {}, {MAX_LANES}, {MAX_LANE_LEN}, {BAND}",
+            lua_str(keys::CODES),
+            lua_str(LANES)
+        ));
+        line(format!(
+            "local MAX_CODES_PER_CALL, MAX_CODE_USES, CODE_LEN = {MAX_CODES_PER_CALL}, {MAX_CODE_USES}, {CODE_LEN}"
+        ));
+    }
     line("-- The text setting `entry` and its modes (the first is the default).".into());
     {
         use crate::config::{EntryMode, ENTRY};
@@ -183,8 +195,8 @@ pub fn constants_block() -> String {
         line(format!("local ENTRY, ENTRY_MODES = {}, {{ {} }}", lua_str(ENTRY), modes.join(", ")));
     }
     line(String::new());
-    line("-- Error texts (queue-core's QueueError); E_ARITY, E_RANGE and E_FIELD are formats.".into());
-    let errors: [(&str, String); 19] = [
+    line("-- Error texts (queue-core's QueueError); E_ARITY, E_RANGE, E_FIELD and E_UNKNOWN_LANE are formats.".into());
+    let errors: [(&str, String); 28] = [
         ("E_ARITY", template(QueueError::Arity("%s"), &[])),
         ("E_SYNTAX", QueueError::Syntax.to_string()),
         ("E_NOT_INTEGER", QueueError::NotInteger.to_string()),
@@ -207,9 +219,18 @@ pub fn constants_block() -> String {
         ("E_HOLDER", QueueError::InvalidHolder.to_string()),
         ("E_ENTRY", QueueError::InvalidEntry.to_string()),
         ("E_INVITE", QueueError::Invite.to_string()),
+        ("E_LANES", QueueError::InvalidLanes.to_string()),
+        ("E_LANES_BUSY", QueueError::LanesBusy.to_string()),
+        ("E_LANES_OPENING", QueueError::LanesWithOpening.to_string()),
+        ("E_NO_LANES", QueueError::NoLanes.to_string()),
+        ("E_UNKNOWN_LANE", template(QueueError::UnknownLane("%s".into()), &[])),
+        ("E_NOCODE", QueueError::NoCode.to_string()),
+        ("E_CODE_LANE", QueueError::CodeLane.to_string()),
+        ("E_CODE", QueueError::InvalidCode.to_string()),
+        ("E_TOO_MANY_CODES", QueueError::TooManyCodes.to_string()),
     ];
     for (name, text) in errors {
-        let is_format = matches!(name, "E_ARITY" | "E_RANGE" | "E_FIELD");
+        let is_format = matches!(name, "E_ARITY" | "E_RANGE" | "E_FIELD" | "E_UNKNOWN_LANE");
         assert!(is_format || !text.contains('%'), "{name}: a plain text with % would need escaping");
         line(format!("local {name} = {}", lua_str(&text)));
     }

@@ -35,6 +35,8 @@ pub struct MemoryStore {
     opening: BTreeMap<Vec<u8>, Vec<u8>>,
     claimed: BTreeMap<Vec<u8>, Vec<u8>>,
     entry: Option<crate::config::EntryMode>,
+    lanes: Option<crate::lanes::Lanes>,
+    codes: BTreeMap<Vec<u8>, Vec<u8>>,
     proof: Vec<Vec<u8>>,
     /// What commands announced, oldest first: (promoted, waiting, at_ms).
     pub announcements: Vec<(i64, i64, i64)>,
@@ -62,6 +64,8 @@ impl MemoryStore {
             opening: BTreeMap::new(),
             claimed: BTreeMap::new(),
             entry: None,
+            lanes: None,
+            codes: BTreeMap::new(),
             proof: Vec::new(),
             announcements: Vec::new(),
             draft: Default::default(),
@@ -90,6 +94,14 @@ impl MemoryStore {
     /// QUEUE.CONFIG SET entry: the text setting `entry` (a mode's name).
     pub fn set_entry(&mut self, raw: &[u8]) -> Result<(), QueueError> {
         self.entry = Some(crate::config::EntryMode::parse(raw)?);
+        Ok(())
+    }
+
+    /// QUEUE.CONFIG SET lanes: the text setting `lanes`, checked as a server checks it.
+    pub fn set_lanes(&mut self, raw: &[u8]) -> Result<(), QueueError> {
+        let lanes = crate::lanes::Lanes::parse(raw)?;
+        crate::engine::check_lanes_change(self, lanes)?;
+        self.lanes = Some(lanes);
         Ok(())
     }
 
@@ -144,6 +156,9 @@ impl MemoryStore {
         if let Some(mode) = self.entry {
             config.insert(crate::config::ENTRY.to_string(), mode.as_str().to_string());
         }
+        if let Some(l) = self.lanes {
+            config.insert(crate::lanes::LANES.to_string(), text(&l.text()));
+        }
         if !config.is_empty() {
             out.insert(key(crate::keys::CONFIG), Content::Hash(config));
         }
@@ -151,6 +166,7 @@ impl MemoryStore {
             (crate::keys::PRE, &self.pre),
             (crate::keys::OPENING, &self.opening),
             (crate::keys::CLAIMED, &self.claimed),
+            (crate::keys::CODES, &self.codes),
         ] {
             if !h.is_empty() {
                 out.insert(key(suffix), Content::Hash(h.iter().map(|(f, v)| (text(f), text(v))).collect()));
@@ -199,6 +215,9 @@ impl Store for MemoryStore {
     fn entry_mode(&self) -> crate::config::EntryMode {
         self.entry.unwrap_or_default()
     }
+    fn lanes(&self) -> crate::lanes::Lanes {
+        self.lanes.unwrap_or_default()
+    }
     fn stat_opt(&self, field: &'static str) -> Option<i64> {
         self.stats.get(field).copied()
     }
@@ -225,6 +244,9 @@ impl Store for MemoryStore {
     }
     fn waiting_max(&self) -> Option<i64> {
         self.waiting.last().map(|m| m.0)
+    }
+    fn waiting_max_in(&self, min: i64, max: i64) -> Option<i64> {
+        self.waiting.range((min, Vec::new())..).take_while(|m| m.0 <= max).last().map(|m| m.0)
     }
     fn waiting_scan<F: FnMut(Vec<u8>, i64) -> bool>(&self, min: i64, max: i64, mut f: F) {
         if min > max {
@@ -357,6 +379,7 @@ impl MemoryStore {
             Aux::Pre => Some(&self.pre),
             Aux::Opening => Some(&self.opening),
             Aux::Claimed => Some(&self.claimed),
+            Aux::Codes => Some(&self.codes),
             Aux::Proof => None,
         }
     }
@@ -365,6 +388,7 @@ impl MemoryStore {
             Aux::Pre => Some(&mut self.pre),
             Aux::Opening => Some(&mut self.opening),
             Aux::Claimed => Some(&mut self.claimed),
+            Aux::Codes => Some(&mut self.codes),
             Aux::Proof => None,
         }
     }

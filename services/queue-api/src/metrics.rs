@@ -130,6 +130,7 @@ mod tests {
             ticket_id: ticket.map(Into::into),
             estimated_wait_seconds: None,
             opens_at: None,
+            lane: None,
         }
     }
 

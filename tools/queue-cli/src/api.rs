@@ -276,6 +276,7 @@ fn unknown(user: &str) -> Standing {
         ticket_id: None,
         estimated_wait_seconds: None,
         opens_at: None,
+        lane: None,
     }
 }
 

@@ -15,10 +15,13 @@ use crate::error::QueueError;
 use crate::replies::Standing;
 
 /// `user`, taken from the head, was promoted with `ticket`: listed when a push
-/// instance has them registered (so that it needs not ask for the ticket).
-pub(super) fn note_ticket<S: Store>(s: &mut S, user: &S::User, ticket: &[u8]) {
+/// instance has them registered (so that it needs not ask for the ticket). In a queue
+/// with lanes the ticket carries a new number: listed as `<old number>=<ticket>`.
+pub(super) fn note_ticket<S: Store>(s: &mut S, user: &S::User, ticket: &[u8], old: Option<i64>) {
     if s.watcher(user).is_some() {
-        s.log_draft().tickets.push(ticket.to_vec());
+        let mut t = old.map(|o| format!("{o}=").into_bytes()).unwrap_or_default();
+        t.extend_from_slice(ticket);
+        s.log_draft().tickets.push(t);
     }
 }
 
@@ -49,6 +52,9 @@ pub fn close_log<S: Store>(s: &mut S) {
     }
     if d.reset {
         fields.push(("reset", b"1".to_vec()));
+    }
+    if !d.ahead.is_empty() {
+        fields.push(("ahead", list(&d.ahead)));
     }
     fields.push(("waiting", num(waiting_count(s))));
     s.log_append(&fields);

@@ -46,6 +46,7 @@ pub use store::{stat, Aux, Event, LogDraft, Part, Store, ALL_PARTS};
 
 use crate::admission::{self, Bucket, RateWindow, SWEEP_BUDGET};
 use crate::error::QueueError;
+use crate::lanes::{band_start, Code, Lanes, BAND};
 use crate::record;
 use crate::ticket;
 use layout::mark_layout;
@@ -140,16 +141,24 @@ fn admit_head<S: Store>(s: &mut S, n: i64, abandon_after: i64, now: i64) -> (i64
         head.push((u, seq));
         head.len() < limit
     });
+    // With lanes, a promoted user is renumbered into the holders' band, below every
+    // lane, after the last holder: holders stay the first members in issue order.
+    let lanes = s.lanes().multi();
     for (user, seq) in head {
         if promoted == n {
             break;
         }
         match record(s, seq) {
             Some(Rec::Waiting { seen, nickname }) if !changelog::abandoned(s, &user, seen, now, abandon_after) => {
-                let ticket = promote_user(s, seq, &nickname, now);
-                changelog::note_ticket(s, &user, &ticket);
+                let to = if lanes { top + 1 } else { seq };
+                if lanes {
+                    s.waiting_add(&user, to);
+                    s.delete_record(seq);
+                }
+                let ticket = promote_user(s, to, &nickname, now);
+                changelog::note_ticket(s, &user, &ticket, lanes.then_some(seq));
                 promoted += 1;
-                top = seq;
+                top = to;
             }
             _ => {
                 take_out(s, &user, seq, false);
@@ -283,11 +292,35 @@ pub fn eta<S: Store>(s: &S, standing: &Standing) -> Option<i64> {
 /// A user who is inside may queue again (say, from a second device); claiming the
 /// new ticket fails with INSIDE while the first session lives.
 pub fn enter<S: Store>(s: &mut S, user: &S::User, nickname: &[u8]) -> Result<Standing, QueueError> {
+    enter_with(s, user, nickname, Invitation::default())
+}
+
+/// QUEUE.ENTER's options: `LANE l`, `CODE h` (an access code's hash).
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Invitation<'a> {
+    pub lane: Option<&'a [u8]>,
+    pub code: Option<&'a [u8]>,
+}
+
+/// QUEUE.ENTER Q userId nickname [LANE l] [CODE h]: [`enter`], into a lane of a queue
+/// with lanes (the code's, else `l`, else the last); a code's use is consumed in the
+/// same command, and only when the entry is not refused.
+pub fn enter_with<S: Store>(
+    s: &mut S,
+    user: &S::User,
+    nickname: &[u8],
+    inv: Invitation,
+) -> Result<Standing, QueueError> {
     s.check(&[Part::Waiting, Part::Stats])?;
+    if inv.code.is_some() {
+        s.check(&[Part::Codes])?;
+    }
     ensure_layout(s)?;
+    let lanes = s.lanes();
+    let into = invited_lane(s, &lanes, inv)?;
     // An invitation (an access code, a lane) is what admits into an `invite` queue:
     // a plain entry is refused before anything is written.
-    if s.entry_mode() == crate::config::EntryMode::Invite {
+    if inv.lane.is_none() && inv.code.is_none() && s.entry_mode() == crate::config::EntryMode::Invite {
         return Err(QueueError::Invite);
     }
     refuse_if_line_full(s, user)?;
@@ -295,6 +328,9 @@ pub fn enter<S: Store>(s: &mut S, user: &S::User, nickname: &[u8]) -> Result<Sta
     opening::open_if_due(s, now)?;
     if opening::before_opening(s, now) {
         return opening::enter_pre(s, user, nickname, now);
+    }
+    if let Some((lane, code)) = into {
+        return enter_lane(s, user, nickname, &lanes, lane, code, now);
     }
     // The common case first: someone waits (so nobody is let in at once) and the user
     // is new. The add is the lookup: a user already in line falls through to the
@@ -350,6 +386,162 @@ pub fn enter<S: Store>(s: &mut S, user: &S::User, nickname: &[u8]) -> Result<Sta
     }
     add_waiter(s, user, seq, now, nickname);
     Ok(Standing::Waiting { seq, rank: waiting_count(s), seen: now, nickname: nickname.to_vec() })
+}
+
+/// The lane an entry goes into in a queue with lanes (None without lanes), and the
+/// access code it uses: refused for a lane or a code the queue does not have, a code
+/// used up, or a code of another lane than `LANE`.
+#[allow(clippy::type_complexity)]
+fn invited_lane<'a, S: Store>(
+    s: &S,
+    lanes: &Lanes,
+    inv: Invitation<'a>,
+) -> Result<Option<(usize, Option<(&'a [u8], Code)>)>, QueueError> {
+    if inv.lane.is_none() && inv.code.is_none() {
+        return Ok(lanes.multi().then(|| (lanes.len() - 1, None)));
+    }
+    if !lanes.multi() {
+        return Err(QueueError::NoLanes);
+    }
+    let named = match inv.lane {
+        Some(l) => Some(lanes.index(l).ok_or_else(|| QueueError::UnknownLane(crate::config::printable(l)))?),
+        None => None,
+    };
+    let Some(h) = inv.code else {
+        return Ok(named.map(|l| (l, None)));
+    };
+    let code = s.aux_hget(Aux::Codes, h).and_then(|v| Code::decode(&v)).filter(|c| c.left() > 0);
+    let (lane, code) = code.and_then(|c| Some((lanes.index(&c.lane)?, c))).ok_or(QueueError::NoCode)?;
+    if named.is_some_and(|l| l != lane) {
+        return Err(QueueError::CodeLane);
+    }
+    Ok(Some((lane, Some((h, code)))))
+}
+
+/// ENTER into lane `lane` of a queue with lanes: consumes the code's use, then as
+/// [`enter`] (re-entry gives up the old place and any ticket; in at once when nobody
+/// waits and there is room), numbered at the back of the lane. An arrival ahead of
+/// people waiting in a later lane goes into the change log (`ahead`).
+fn enter_lane<S: Store>(
+    s: &mut S,
+    user: &S::User,
+    nickname: &[u8],
+    lanes: &Lanes,
+    lane: usize,
+    code: Option<(&[u8], Code)>,
+    now: i64,
+) -> Result<Standing, QueueError> {
+    s.check(&ALL_PARTS)?;
+    if let Some((h, mut c)) = code {
+        c.used += 1;
+        s.aux_hset(Aux::Codes, h, &c.encode());
+    }
+    let old = s.waiting_score(user);
+    let old_holds = old.is_some_and(|seq| is_promoted(s, seq));
+    if let Some(seq) = old {
+        remove(s, user, seq, old_holds);
+        if !old_holds {
+            s.log_draft().note_again(seq);
+        }
+    }
+    if old_holds {
+        fill_freed(s, now, &[]);
+    }
+    s.count(Event::Entered, 1);
+    if waiting_count(s) == 0 && s.setting(crate::config::SOFT_CAP) > 0 {
+        let reaped = reap(s, now);
+        let cfg = config(s);
+        let free = admission::free_slots(cfg.soft_cap(), s.sessions_len(), joining(s));
+        let bucket = (cfg.rate() > 0).then(|| bucket(s, now));
+        if free > 0 && bucket.is_none_or(|b| b.whole() >= 1) {
+            // In at once: numbered as the next holder.
+            let seq = p_max(s) + 1;
+            add_waiter(s, user, seq, now, nickname);
+            let ticket = promote_user(s, seq, nickname, now);
+            note_promoted(s, 1, seq);
+            if let Some(b) = bucket {
+                save_bucket(s, b.take(1));
+            }
+            add_stat(s, stat::PROMOTED, 1);
+            note_slot_wait(s, &reaped.freed_at, 1, now);
+            s.count(Event::Promoted, 1);
+            return Ok(Standing::Promoted { ticket, nickname: nickname.to_vec() });
+        }
+    }
+    let start = band_start(lane);
+    let seq = s.waiting_max_in(start + 1, start + BAND - 1).unwrap_or(start) + 1;
+    add_waiter(s, user, seq, now, nickname);
+    if lane + 1 < lanes.len() && s.waiting_max_in(band_start(lane + 1), i64::MAX).is_some() {
+        s.log_draft().note_ahead(seq);
+    }
+    let rank = s.waiting_rank(user).map_or(0, |(r, _)| r + 1 - joining(s));
+    Ok(Standing::Waiting { seq, rank, seen: now, nickname: nickname.to_vec() })
+}
+
+/// Whether the settings may become `lanes` (QUEUE.CONFIG SET lanes): a change only
+/// while nobody waits (in line or in the pre-queue), since waiting people's numbers
+/// name their lanes; and lanes not with an opening (`opens_at`, not combined yet).
+pub fn check_lanes_change<S: Store>(s: &S, lanes: Lanes) -> Result<(), QueueError> {
+    check_lanes_with(s, lanes, s.setting(crate::config::OPENS_AT))
+}
+
+/// [`check_lanes_change`] with the `opens_at` the settings will have.
+pub fn check_lanes_with<S: Store>(s: &S, lanes: Lanes, opens_at: i64) -> Result<(), QueueError> {
+    if lanes.multi() && opens_at != 0 {
+        return Err(QueueError::LanesWithOpening);
+    }
+    if lanes != s.lanes() && (waiting_count(s) > 0 || opening::pending(s)) {
+        return Err(QueueError::LanesBusy);
+    }
+    Ok(())
+}
+
+/// QUEUE.CODES Q ADD lane uses h...: adds access codes to `lane`, each good `uses`
+/// times; a code already there moves to `lane` with `uses`, keeping the uses it has
+/// consumed. Returns how many codes are new.
+pub fn codes_add<S: Store>(s: &mut S, lane: &[u8], uses: i64, hashes: &[&[u8]]) -> Result<i64, QueueError> {
+    s.check(&[Part::Codes])?;
+    let lanes = s.lanes();
+    if !lanes.multi() {
+        return Err(QueueError::NoLanes);
+    }
+    if lanes.index(lane).is_none() {
+        return Err(QueueError::UnknownLane(crate::config::printable(lane)));
+    }
+    let mut added = 0;
+    for h in hashes {
+        let old = s.aux_hget(Aux::Codes, h).and_then(|v| Code::decode(&v));
+        added += i64::from(old.is_none());
+        let code = Code { lane: lane.to_vec(), uses, used: old.map_or(0, |c| c.used) };
+        s.aux_hset(Aux::Codes, h, &code.encode());
+    }
+    Ok(added)
+}
+
+/// QUEUE.CODES Q REMOVE h...: how many of these codes were there.
+pub fn codes_remove<S: Store>(s: &mut S, hashes: &[&[u8]]) -> Result<i64, QueueError> {
+    s.check(&[Part::Codes])?;
+    Ok(hashes.iter().map(|h| i64::from(s.aux_hdel(Aux::Codes, h))).sum())
+}
+
+/// One lane's line of QUEUE.CODES COUNTS: its name, its codes, the uses consumed and
+/// the uses left.
+pub type LaneCodes = (Vec<u8>, i64, i64, i64);
+
+/// QUEUE.CODES Q COUNTS: per lane, in order (codes of a lane the queue no longer has
+/// are not counted).
+pub fn codes_counts<S: Store>(s: &S) -> Result<Vec<LaneCodes>, QueueError> {
+    s.check(&[Part::Codes])?;
+    let lanes = s.lanes();
+    let mut out: Vec<LaneCodes> = (0..lanes.len()).map(|i| (lanes.name(i).to_vec(), 0, 0, 0)).collect();
+    for (_, v) in s.aux_hgetall(Aux::Codes) {
+        if let Some((i, c)) = Code::decode(&v).and_then(|c| Some((lanes.index(&c.lane)?, c))) {
+            out[i].1 += 1;
+            out[i].2 += c.used.min(c.uses);
+            out[i].3 += c.left();
+        }
+    }
+    Ok(out)
 }
 
 /// `max_waiting`: a newcomer is refused while that many people wait, in line or in

@@ -24,6 +24,8 @@ pub enum Part {
     Instances,
     /// The claims made with a holder (hash, [`Aux::Claimed`]).
     Claimed,
+    /// The access codes (hash, [`Aux::Codes`]).
+    Codes,
 }
 
 /// Every key a command that admits, withdraws or ends may write.
@@ -87,6 +89,9 @@ pub trait Store {
     /// The text setting `entry` (`crate::config::ENTRY`): the queue's config, else
     /// open (a stored value that is not a mode reads as open).
     fn entry_mode(&self) -> crate::config::EntryMode;
+    /// The text setting `lanes` (`crate::lanes::LANES`): the queue's config, else one
+    /// lane (a stored value that is not a list of lanes reads as one lane).
+    fn lanes(&self) -> crate::lanes::Lanes;
     /// A stats field, None when absent.
     fn stat_opt(&self, field: &'static str) -> Option<i64>;
     fn set_stat(&mut self, field: &'static str, v: i64);
@@ -111,6 +116,8 @@ pub trait Store {
     /// 0-based rank and number of `user` in `waiting`.
     fn waiting_rank(&self, user: &Self::User) -> Option<(i64, i64)>;
     fn waiting_max(&self) -> Option<i64>;
+    /// The highest number in `min..=max`, if any.
+    fn waiting_max_in(&self, min: i64, max: i64) -> Option<i64>;
     /// Visits members numbered `min..=max`, lowest first, while `f` returns true.
     fn waiting_scan<F: FnMut(Self::User, i64) -> bool>(&self, min: i64, max: i64, f: F);
     fn waiting_add(&mut self, user: &Self::User, seq: i64);
@@ -190,6 +197,8 @@ pub enum Aux {
     Proof,
     /// hash: the claims made with a holder whose session is live (`keys::CLAIMED`).
     Claimed,
+    /// hash: the access codes (`keys::CODES`).
+    Codes,
 }
 
 impl Aux {
@@ -199,6 +208,7 @@ impl Aux {
             Aux::Opening => keys::OPENING,
             Aux::Proof => keys::PROOF,
             Aux::Claimed => keys::CLAIMED,
+            Aux::Codes => keys::CODES,
         }
     }
 }
@@ -221,11 +231,14 @@ pub struct LogDraft {
     pub again: Vec<i64>,
     /// Numbers or ranks changed in a way the entry does not list.
     pub reset: bool,
+    /// Numbers of people who joined a lane ahead of others waiting (a queue with
+    /// lanes), in the order they joined.
+    pub ahead: Vec<i64>,
 }
 
 impl LogDraft {
     pub fn is_empty(&self) -> bool {
-        self.head.is_none() && self.left.is_empty() && !self.reset
+        self.head.is_none() && self.left.is_empty() && !self.reset && self.ahead.is_empty()
     }
 
     /// The waiting user numbered `seq` was taken from the head (promoted, or dropped on the way).
@@ -245,6 +258,11 @@ impl LogDraft {
         if self.again.last() != Some(&seq) {
             self.again.push(seq);
         }
+    }
+
+    /// The waiting user numbered `seq` joined a lane ahead of people waiting in a later one.
+    pub(super) fn note_ahead(&mut self, seq: i64) {
+        self.ahead.push(seq);
     }
 
     /// Numbers or ranks changed in a way the entry does not list.

@@ -12,12 +12,16 @@ pub use types::*;
 
 pub const STANDING: [&str; 7] = ["nickname", "ticketId", "opensAt", "status", "estimatedWaitSeconds", "userId", "rank"];
 
+/// The standing map of a queue with lanes: `lane` besides.
+pub const STANDING_LANE: [&str; 8] =
+    ["nickname", "ticketId", "opensAt", "lane", "status", "estimatedWaitSeconds", "userId", "rank"];
+
 pub const PROMOTE: [&str; 8] =
     ["promoted", "dropped", "available_slots", "waiting", "active", "joining", "tickets_expired", "leases_expired"];
 
 pub const CLAIM: [&str; 4] = ["nickname", "ticketId", "userId", "leaseMs"];
 
-pub const CONFIG: [&str; 12] = [
+pub const CONFIG: [&str; 13] = [
     "batch_max",
     "ticket_ttl",
     "entry",
@@ -26,13 +30,14 @@ pub const CONFIG: [&str; 12] = [
     "abandon_after",
     "max_waiting",
     "pow_difficulty",
+    "lanes",
     "session_lease",
     "soft_cap",
     "burst",
     "opens_at",
 ];
 
-pub const INFO: [&str; 26] = [
+pub const INFO: [&str; 27] = [
     "batch_max",
     "ticket_ttl",
     "active",
@@ -40,6 +45,7 @@ pub const INFO: [&str; 26] = [
     "left",
     "max_waiting",
     "tokens",
+    "lanes",
     "slot_wait_ms",
     "lapsed",
     "ended",
@@ -100,7 +106,8 @@ mod tests {
             assert!(info.contains(f), "{f}");
         }
         assert!(config.contains(crate::config::ENTRY) && info.contains(crate::config::ENTRY));
-        assert_eq!(CONFIG.len(), FIELDS.len() + 1);
-        assert_eq!(INFO.len(), FIELDS.len() + COUNTERS.len() + 7);
+        assert_eq!(CONFIG.len(), FIELDS.len() + 2);
+        assert_eq!(INFO.len(), FIELDS.len() + COUNTERS.len() + 8);
+        distinct(&STANDING_LANE);
     }
 }

@@ -7,10 +7,12 @@
 //! makes the calls and hands the effects to the streams.
 //!
 //! An entry says who left the waiting part (the head up to a number, and other
-//! numbers), so a person's new rank is the old one minus those who left ahead of them
-//! ([`effect_of`]); a batch of entries costs one pass over the people they reach, in
-//! number order. The entries also tell the promoted and registered their tickets and
-//! who left for good; only people taken at the head with no ticket listed, people
+//! numbers) and, in a queue with lanes, who joined a lane ahead of people waiting in
+//! a later one (`ahead`), so a person's new rank is the old one minus those who left
+//! ahead of them plus those who joined ahead of them ([`effect_of`]); a batch of
+//! entries costs one pass over the people they reach, in number order. The entries
+//! also tell the promoted and registered their tickets (by the number they waited
+//! under, which a queue with lanes changes at promotion) and who left for good; only people taken at the head with no ticket listed, people
 //! still in the queue otherwise (entered again, or inside), and everyone after a gap
 //! in the log (entries trimmed before they were read, a failover, a restart) or an
 //! entry that says reset, are asked again. A checkpoint older than what was applied
@@ -94,39 +96,42 @@ pub enum Behind {
 }
 
 /// What the log says happened to a person numbered `seq`: gone from the waiting
-/// part, or how many left ahead of them.
+/// part, or how many more are ahead of them (negative: fewer).
 #[derive(Debug, PartialEq, Eq)]
 enum Change {
     Gone,
-    Ahead(u64),
+    Ahead(i64),
 }
 
 /// The docs' rule for one entry: gone if numbered at or below `head` or listed in
-/// `left`; else `gone` when the head is below, plus the `left` numbers below.
+/// `left`; else fewer ahead by `gone` when the head is below and by each `left`
+/// number below, and more by each `ahead` number below (a newcomer in an earlier lane).
 fn effect_of(e: &LogEntry, seq: u64) -> Change {
-    let mut ahead = 0;
+    let mut ahead = 0i64;
     if let Some((head, gone)) = e.head {
         if seq <= head {
             return Change::Gone;
         }
-        ahead += gone;
+        ahead -= gone as i64;
     }
     for &l in &e.left {
         if l == seq {
             return Change::Gone;
         }
         if l < seq {
-            ahead += 1;
+            ahead -= 1;
         }
     }
+    ahead += e.ahead.iter().filter(|&&a| a < seq).count() as i64;
     Change::Ahead(ahead)
 }
 
 /// Several entries at once for everyone numbered in ascending order: one pass over
 /// the people and the entries' numbers, as [`effect_of`] summed over the entries.
 struct Batch {
-    /// (number, how many left there): people numbered above it count them.
-    marks: Vec<(u64, u64)>,
+    /// (number, how many more are ahead of people numbered above it: minus those who
+    /// left there, plus a newcomer there).
+    marks: Vec<(u64, i64)>,
     /// People numbered at or below this are gone.
     head: Option<u64>,
     left: HashSet<u64>,
@@ -139,13 +144,14 @@ impl Batch {
         let mut left = HashSet::new();
         for e in entries {
             if let Some((h, gone)) = e.head {
-                marks.push((h, gone));
+                marks.push((h, -(gone as i64)));
                 head = Some(head.map_or(h, |x: u64| x.max(h)));
             }
             for &l in &e.left {
-                marks.push((l, 1));
+                marks.push((l, -1));
                 left.insert(l);
             }
+            marks.extend(e.ahead.iter().map(|&a| (a, 1)));
         }
         marks.sort_unstable();
         Batch { marks, head, left }
@@ -479,14 +485,15 @@ impl Ledger {
         let mut changed: Vec<(String, Change)> = Vec::new();
         // Everyone whose rank is as of an entry before these: one pass in number order,
         // from the first person the entries reach (a head that moved reaches everyone;
-        // people left reach those from them on; entries at the back, no one).
+        // people who left or joined ahead reach those from them on; entries at the
+        // back, no one).
         let start = match (batch.head, batch.marks.first()) {
             (Some(_), _) => Some(0),
             (None, Some(&(at, _))) => Some(at),
             (None, None) => None,
         };
         let mut marks = batch.marks.iter().peekable();
-        let mut ahead = 0u64;
+        let mut ahead = 0i64;
         for (&seq, user) in start.map(|from| self.by_seq.range(from..)).into_iter().flatten() {
             let l = &self.line[user];
             if l.pos >= first {
@@ -502,7 +509,7 @@ impl Ledger {
             let gone = batch.head.is_some_and(|h| seq <= h) || batch.left.contains(&seq);
             if gone {
                 changed.push((user.clone(), Change::Gone));
-            } else if ahead > 0 {
+            } else if ahead != 0 {
                 changed.push((user.clone(), Change::Ahead(ahead)));
             }
         }
@@ -546,8 +553,8 @@ impl Ledger {
                 }
                 Change::Ahead(n) => {
                     let Some(l) = self.line.get_mut(&user) else { continue };
-                    l.rank = l.rank.saturating_sub(n).max(1);
-                    if n > 0 {
+                    l.rank = l.rank.saturating_add_signed(n).max(1);
+                    if n != 0 {
                         let rank = l.rank;
                         self.out.push(Effect::Rank { user, rank, eta: self.eta(rank) });
                     }
@@ -574,6 +581,7 @@ pub fn gone_standing(user: &str, shown: Option<&Standing>, ticket: Option<String
         ticket_id: ticket,
         estimated_wait_seconds: None,
         opens_at: None,
+        lane: None,
     })
 }
 

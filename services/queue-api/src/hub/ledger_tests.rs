@@ -9,6 +9,7 @@
 use super::*;
 use queue_core::engine;
 use queue_core::memory::MemoryStore;
+use queue_core::QueueError;
 use std::collections::BTreeMap;
 
 const T0: i64 = 1_700_000_000_000;
@@ -28,17 +29,37 @@ fn one_entry_follows_the_documented_rule() {
     assert_eq!(effect_of(&e, 10), Change::Gone, "at the head");
     assert_eq!(effect_of(&e, 7), Change::Gone, "below the head");
     assert_eq!(effect_of(&e, 14), Change::Gone, "listed");
-    assert_eq!(effect_of(&e, 12), Change::Ahead(3));
-    assert_eq!(effect_of(&e, 15), Change::Ahead(4));
-    assert_eq!(effect_of(&e, 99), Change::Ahead(5));
+    assert_eq!(effect_of(&e, 12), Change::Ahead(-3));
+    assert_eq!(effect_of(&e, 15), Change::Ahead(-4));
+    assert_eq!(effect_of(&e, 99), Change::Ahead(-5));
     assert_eq!(effect_of(&entry(2, None, &[5]), 3), Change::Ahead(0));
+}
+
+/// In a queue with lanes, a newcomer numbered below someone (in an earlier lane) is
+/// one more ahead of them; a newcomer at or above their number changes nothing.
+#[test]
+fn newcomers_ahead_count_in_the_rule() {
+    let e = LogEntry { ahead: vec![20, 30], ..entry(1, Some((10, 2)), &[25]) };
+    assert_eq!(effect_of(&e, 15), Change::Ahead(-2), "behind the head only");
+    assert_eq!(effect_of(&e, 21), Change::Ahead(-1), "one newcomer ahead, the head");
+    assert_eq!(effect_of(&e, 26), Change::Ahead(-2), "one newcomer ahead, the head, one left");
+    assert_eq!(effect_of(&e, 31), Change::Ahead(-1), "two newcomers ahead");
+    assert_eq!(effect_of(&e, 20), Change::Ahead(-2), "their own number is not ahead of them");
+    let only = LogEntry { ahead: vec![5], ..entry(2, None, &[]) };
+    assert_eq!(effect_of(&only, 9), Change::Ahead(1));
+    assert_eq!(effect_of(&only, 4), Change::Ahead(0));
 }
 
 /// The one-pass batch agrees with the rule applied entry by entry, for people
 /// spread over numbers around the entries' marks.
 #[test]
 fn a_batch_is_the_sum_of_its_entries() {
-    let entries = [entry(1, Some((4, 2)), &[9]), entry(2, None, &[12, 6]), entry(3, Some((7, 1)), &[15])];
+    let entries = [
+        entry(1, Some((4, 2)), &[9]),
+        LogEntry { ahead: vec![11], ..entry(2, None, &[12, 6]) },
+        entry(3, Some((7, 1)), &[15]),
+        LogEntry { ahead: vec![3, 16], ..entry(4, None, &[]) },
+    ];
     let batch = Batch::new(&entries);
     for seq in 1..20u64 {
         let mut want = Change::Ahead(0);
@@ -53,7 +74,7 @@ fn a_batch_is_the_sum_of_its_entries() {
             want = Change::Ahead(sum);
         }
         let gone = batch.head.is_some_and(|h| seq <= h) || batch.left.contains(&seq);
-        let ahead: u64 = batch.marks.iter().filter(|m| m.0 < seq).map(|m| m.1).sum();
+        let ahead: i64 = batch.marks.iter().filter(|m| m.0 < seq).map(|m| m.1).sum();
         let got = if gone { Change::Gone } else { Change::Ahead(ahead) };
         assert_eq!(got, want, "number {seq}");
     }
@@ -91,6 +112,7 @@ fn client_standing(user: &str, st: &engine::Standing) -> Standing {
         ticket_id: st.ticket().map(text),
         estimated_wait_seconds: None,
         opens_at: None,
+        lane: None,
     }
 }
 
@@ -169,6 +191,32 @@ impl World {
         engine::enter(&mut self.s, &Self::user(u), u.as_bytes()).unwrap();
         self.history.entry(u.to_string()).or_default();
         self.ran();
+    }
+
+    /// A queue with `lanes` (names, comma-separated, in admission order).
+    fn with_lanes(lanes: &str) -> World {
+        let mut w = World::new();
+        w.s.set_lanes(lanes.as_bytes()).unwrap();
+        w
+    }
+
+    /// QUEUE.ENTER with LANE and/or CODE; a refusal (a code unknown or used up, or
+    /// of another lane) changes nothing and writes no entry.
+    fn enter_with(&mut self, u: &str, lane: Option<&str>, code: Option<&[u8]>) -> Result<(), QueueError> {
+        let inv = engine::Invitation { lane: lane.map(str::as_bytes), code };
+        let entries = self.s.log.len();
+        let result = engine::enter_with(&mut self.s, &Self::user(u), u.as_bytes(), inv).map(|_| ());
+        match &result {
+            Ok(()) => {
+                self.history.entry(u.to_string()).or_default();
+            }
+            Err(e) => assert!(matches!(e, QueueError::NoCode | QueueError::CodeLane), "{u}: {e}"),
+        }
+        self.ran();
+        if result.is_err() {
+            assert_eq!(self.s.log.len(), entries, "a refused entry writes no log entry");
+        }
+        result
     }
 
     fn leave(&mut self, u: &str) {
@@ -615,4 +663,147 @@ fn streams_show_the_engine_s_truth_whatever_happens() {
         reads += w.reads;
     }
     assert!(ranks > 100 && tickets > 100 && left > 10 && reads > 50, "{ranks} {tickets} {left} {reads}");
+}
+
+/// Everyone in a later lane watching their stream: a newcomer in an earlier lane puts
+/// each one back by one, from the entry alone (nobody asked again); a promotion from
+/// the earlier lane moves them up again and hands its ticket to the stream of the
+/// person promoted, found by the number they waited under.
+#[test]
+fn a_newcomer_in_an_earlier_lane_moves_later_lanes_back() {
+    let mut w = World::with_lanes("presale,general");
+    for u in ["a", "b", "c"] {
+        w.enter(u); // a plain entry: the last lane
+        w.open(u);
+    }
+    w.settle();
+    w.check_streams();
+    assert_eq!(w.shown("c"), (Status::Waiting, 3));
+    w.effects.clear();
+
+    w.enter_with("p", Some("presale"), None).unwrap();
+    let fields: Vec<&str> = w.s.log.last().unwrap().iter().map(|(f, _)| *f).collect();
+    assert!(fields.contains(&"ahead"), "the entry names the newcomer: {fields:?}");
+    w.publish(|_| false);
+    w.cycle(false);
+    assert!(w.ledger.nobody_to_watch(), "nobody asked again");
+    assert_eq!(w.asked_everyone(), 0);
+    assert_eq!([w.shown("a"), w.shown("b"), w.shown("c")], [(Status::Waiting, 2), (Status::Waiting, 3), (Status::Waiting, 4)]);
+    w.open("p");
+    w.settle();
+    assert_eq!(w.shown("p"), (Status::Waiting, 1));
+    w.check_streams();
+
+    // Two more in presale, one by re-entering from general: b is not moved (a left
+    // from ahead of them and joined ahead of them again).
+    w.enter_with("q", Some("presale"), None).unwrap();
+    w.enter_with("a", Some("presale"), None).unwrap();
+    w.publish(|_| false);
+    w.cycle(false);
+    w.settle();
+    assert_eq!([w.shown("a"), w.shown("b"), w.shown("c")], [(Status::Waiting, 3), (Status::Waiting, 4), (Status::Waiting, 5)]);
+    w.check_streams();
+
+    // Promoted from presale: the ticket carries a new number, listed as old=ticket.
+    w.effects.clear();
+    w.promote(2);
+    let tickets = w.log_entry(w.s.log.len() - 1).tickets;
+    assert_eq!(tickets.len(), 2, "{tickets:?}");
+    w.publish(|_| false);
+    w.cycle(false);
+    for (u, (old, ticket)) in ["p", "q"].iter().zip(&tickets) {
+        assert!(!ticket.starts_with(&format!("{old}.")), "renumbered: {old}={ticket}");
+        assert_eq!(w.streams[*u].as_ref().unwrap().ticket_id.as_deref(), Some(ticket.as_str()), "{u}'s ticket");
+        assert_eq!(w.truth(u).ticket_id.as_deref(), Some(ticket.as_str()));
+    }
+    assert_eq!([w.shown("a"), w.shown("b"), w.shown("c")], [(Status::Waiting, 1), (Status::Waiting, 2), (Status::Waiting, 3)]);
+    assert!(w.ledger.nobody_to_watch(), "the promoted told from the entry, nobody asked");
+    w.check_streams();
+}
+
+/// Codes: an entry with a code joins the code's lane, a used-up code is refused and
+/// changes nothing; the streams follow.
+#[test]
+fn entries_with_codes_follow_their_lane() {
+    let mut w = World::with_lanes("vip,presale,general");
+    let code = [b'a'; 64];
+    engine::codes_add(&mut w.s, b"presale", 1, &[&code[..]]).unwrap();
+    for u in ["a", "b"] {
+        w.enter(u);
+        w.open(u);
+    }
+    w.settle();
+    w.enter_with("p", None, Some(&code)).unwrap();
+    assert_eq!(w.enter_with("r", None, Some(&code)), Err(QueueError::NoCode), "one use");
+    w.enter_with("v", Some("vip"), None).unwrap();
+    w.settle();
+    assert_eq!([w.shown("a"), w.shown("b")], [(Status::Waiting, 3), (Status::Waiting, 4)]);
+    w.check_streams();
+}
+
+fn code(i: u64) -> Vec<u8> {
+    format!("{i:064x}").into_bytes()
+}
+
+/// The seeded loop over a queue with three lanes: entries into random lanes (named,
+/// with a code, plain into the last), re-entries into other lanes, leaves,
+/// promotions, silent people dropped, streams opened and closed, messages lost;
+/// after each burst, every open stream shows the engine's truth.
+#[test]
+fn lanes_streams_show_the_engine_s_truth_whatever_happens() {
+    const LANES: [&str; 3] = ["vip", "presale", "general"];
+    let (mut moved_back, mut renumbered, mut refused) = (0, 0, 0);
+    for seed in 1..=40u64 {
+        let mut rng = Rng(seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1);
+        let mut w = World::with_lanes(&LANES.join(","));
+        // Codes of vip and presale, a few uses each.
+        for i in 0..6u64 {
+            let c = code(i);
+            engine::codes_add(&mut w.s, LANES[(i % 2) as usize].as_bytes(), 1 + (i % 3) as i64, &[&c[..]]).unwrap();
+        }
+        let people: Vec<String> = (0..24).map(|i| format!("u{i:02}")).collect();
+        for step in 0..120 {
+            for _ in 0..=rng.below(4) {
+                let u = people[rng.below(people.len() as u64) as usize].as_str();
+                match rng.below(12) {
+                    0 | 1 => w.enter(u),
+                    2 | 3 => {
+                        let lane = LANES[rng.below(3) as usize];
+                        w.enter_with(u, Some(lane), None).unwrap();
+                    }
+                    4 => {
+                        let c = code(rng.below(8));
+                        let lane = (rng.below(3) == 0).then(|| LANES[rng.below(3) as usize]);
+                        refused += usize::from(w.enter_with(u, lane, Some(&c)).is_err());
+                    }
+                    5 => w.leave(u),
+                    6 => w.promote(1 + rng.below(3) as i64),
+                    7 | 8 => w.open(u),
+                    9 => w.close(u),
+                    10 => {
+                        w.s.now += rng.below(2 * ABANDON_MS as u64) as i64;
+                        w.ran();
+                    }
+                    _ => w.status(u),
+                }
+            }
+            let lose = rng.below(4) == 0;
+            let lost_one = rng.0;
+            w.publish(|n| lose && (n ^ lost_one).is_multiple_of(3));
+            w.cycle(rng.below(2) == 0);
+            w.settle();
+            let at = format!("seed {seed}, step {step}");
+            let result = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| w.check_streams()));
+            if let Err(e) = result {
+                let text = e.downcast_ref::<String>().cloned().or_else(|| e.downcast_ref::<&str>().map(|s| s.to_string()));
+                panic!("{at}: {}", text.unwrap_or_default());
+            }
+        }
+        for i in 0..w.s.log.len() {
+            let e = w.log_entry(i);
+            moved_back += usize::from(!e.ahead.is_empty());
+            renumbered += e.tickets.iter().filter(|(old, t)| !t.starts_with(&format!("{old}."))).count();
+        }
+    }
+    assert!(moved_back > 200 && renumbered > 100 && refused > 20, "{moved_back} {renumbered} {refused}");
 }
