@@ -260,6 +260,46 @@ log "server pid=$SERVER_PID port=$PORT"
 side_by_side ENTER ZADD "100000000 QUEUE.ENTER bq __rand_int__ nick0001" "100000000 ZADD bz __rand_int__ __rand_int__"
 check_server "ENTER vs ZADD"
 
+# ============== 1b. ENTER with an access code, ENTER into a second lane (rps)
+# Interleaved with plain ENTER in each round, on fresh keys: queue bq (one lane), bl
+# (lanes presale,general: ENTER ... LANE general, the second lane) and bc (the same
+# lanes: ENTER ... CODE h, a code of presale with a million uses, given back before
+# each round). Nobody waits in a later lane than the one entered, so no entry
+# writes to the change log: what is measured is the lane's numbering and the code.
+py call "$PORT" FLUSHALL >/dev/null
+qconfig bl lanes presale,general
+qconfig bc lanes presale,general
+BENCH_CODE=$(printf 'c%.0s' $(seq 1 64))
+# Besides the client's requests/second (which other work on the machine blurs), the
+# server's own time per call: INFO commandstats usec_per_call, reset before each run.
+usec_per_call() {  # usec_per_call COMMAND -> the server's usec per call since the reset
+  valkey-cli -h "$HOST" -p "$PORT" INFO commandstats 2>/dev/null | tr -d '\r' \
+    | sed -n "s/^cmdstat_$1:.*usec_per_call=\([0-9.]*\).*/\1/p"
+}
+PLAIN_RPS=(); LANE_RPS=(); CODE_RPS=(); PLAIN_US=(); LANE_US=(); CODE_US=()
+ENTER_STAT=queue.enter; [ "$BACKEND" = lua ] && ENTER_STAT=fcall
+for i in $(seq 1 "$ROUNDS"); do
+  py call "$PORT" QUEUE.CODES bc REMOVE "$BENCH_CODE" >/dev/null
+  out=$(py call "$PORT" QUEUE.CODES bc ADD presale 1000000 "$BENCH_CODE") \
+    || note_error "QUEUE.CODES ADD: $out"
+  py call "$PORT" CONFIG RESETSTAT >/dev/null
+  x=$(bench_rps ENTER 100000000 QUEUE.ENTER bq __rand_int__ nick0001); xu=$(usec_per_call "$ENTER_STAT")
+  py call "$PORT" CONFIG RESETSTAT >/dev/null
+  y=$(bench_rps "ENTER LANE" 100000000 QUEUE.ENTER bl __rand_int__ nick0001 LANE general); yu=$(usec_per_call "$ENTER_STAT")
+  py call "$PORT" CONFIG RESETSTAT >/dev/null
+  z=$(bench_rps "ENTER CODE" 100000000 QUEUE.ENTER bc __rand_int__ nick0001 CODE "$BENCH_CODE"); zu=$(usec_per_call "$ENTER_STAT")
+  PLAIN_RPS+=("$x"); LANE_RPS+=("$y"); CODE_RPS+=("$z")
+  PLAIN_US+=("${xu:-NA}"); LANE_US+=("${yu:-NA}"); CODE_US+=("${zu:-NA}")
+  log "round $i: ENTER $x rps ${xu:-NA} us/call | ENTER LANE $y rps ${yu:-NA} us/call | ENTER CODE $z rps ${zu:-NA} us/call"
+done
+PLAIN_USM=$(printf '%s\n' "${PLAIN_US[@]}" | grep -E '^[0-9.]+$' | median)
+LANE_USM=$(printf '%s\n' "${LANE_US[@]}" | grep -E '^[0-9.]+$' | median)
+CODE_USM=$(printf '%s\n' "${CODE_US[@]}" | grep -E '^[0-9.]+$' | median)
+PLAIN_MED=$(printf '%s\n' "${PLAIN_RPS[@]}" | grep -E '^[0-9.]+$' | median)
+LANE_MED=$(printf '%s\n' "${LANE_RPS[@]}" | grep -E '^[0-9.]+$' | median)
+CODE_MED=$(printf '%s\n' "${CODE_RPS[@]}" | grep -E '^[0-9.]+$' | median)
+check_server "ENTER with lanes and codes"
+
 # ==================================================== 2. STATUS vs ZRANK (rps)
 # Fresh keys with the same STATUS_USERS members 000000000000..; valkey-benchmark
 # -r STATUS_USERS then draws ids from exactly that range, so every lookup hits.
@@ -345,11 +385,16 @@ R3=$(ratio "$PROMOTE_US" "$ZPOPMIN_US"); V3=$(verdict "$R3" '<=' 2.0)
 R4=$(ratio "$MEM_Q" "$MEM_Z");           V4=$(verdict "$MEM_Q" '<=' 200)
 R5=$(ratio "$LINE_NS" "$ZRANK_NS");      V5=$(verdict "$LINE_NS" '<=' 200)
 R6=$(ratio "$RANKS_NS" "$ZRANK_NS")
+R7=$(ratio "$LANE_MED" "$PLAIN_MED");    V7=$(verdict "$R7" '>=' 0.8)
+R8=$(ratio "$CODE_MED" "$PLAIN_MED");    V8=$(verdict "$R8" '>=' 0.8)
+R9=$(ratio "$PLAIN_USM" "$LANE_USM")      # server time: plain / lane = lane's relative throughput
+R10=$(ratio "$PLAIN_USM" "$CODE_USM")
 
 echo
 echo "valkey-queue module benchmark ($("$VALKEY_SERVER" --version | grep -oE 'v=[^ ]+'), backend=$BACKEND, $(nproc) cores, $(( $(date +%s) - T_START ))s)"
 echo "ROUNDS=$ROUNDS N=$N -c $CLIENTS -P $PIPELINE STATUS_USERS=$STATUS_USERS PROMOTE_USERS=$PROMOTE_USERS PROMOTE_REPS=$PROMOTE_REPS MEM_USERS=$MEM_USERS RANKS_USERS=$RANKS_USERS"
 echo "per-round rps: ENTER ${ENTER_RPS[*]} | ZADD ${ZADD_RPS[*]}"
+echo "per-round rps: ENTER ${PLAIN_RPS[*]} | ENTER LANE ${LANE_RPS[*]} | ENTER CODE ${CODE_RPS[*]} (us/call: ${PLAIN_US[*]} | ${LANE_US[*]} | ${CODE_US[*]})"
 echo "per-round rps: STATUS ${STATUS_RPS[*]} | ZRANK ${ZRANK_RPS[*]}"
 echo "rss B/user (informative): module $RSS_Q | zset $RSS_Z"
 echo
@@ -357,6 +402,10 @@ fmt='%-36s %14s %14s %8s %-16s %s\n'
 printf "$fmt" "measurement" "module" "bare" "ratio" "target" "result"
 printf "$fmt" "------------------------------------" "--------------" "--------------" "--------" "----------------" "------"
 printf "$fmt" "QUEUE.ENTER vs ZADD (rps, median)"      "$ENTER_MED"   "$ZADD_MED"    "$R1" "ratio >= 0.9" "$V1"
+printf "$fmt" "ENTER LANE (2nd lane) vs ENTER (rps)"   "$LANE_MED"    "$PLAIN_MED"   "$R7" "ratio >= 0.8" "$V7"
+printf "$fmt" "ENTER CODE vs ENTER (rps)"              "$CODE_MED"    "$PLAIN_MED"   "$R8" "ratio >= 0.8" "$V8"
+printf "$fmt" "ENTER LANE server us/call (plain/it)"   "$LANE_USM"    "$PLAIN_USM"   "$R9" "(informative)" "-"
+printf "$fmt" "ENTER CODE server us/call (plain/it)"   "$CODE_USM"    "$PLAIN_USM"   "$R10" "(informative)" "-"
 printf "$fmt" "QUEUE.STATUS vs ZRANK (rps, median)"    "$STATUS_MED"  "$ZRANK_MED"   "$R2" "ratio >= 0.8" "$V2"
 printf "$fmt" "PROMOTE MAX 1000 vs ZPOPMIN 1000 (us)"  "$PROMOTE_US"  "$ZPOPMIN_US"  "$R3" "ratio <= 2.0" "$V3"
 printf "$fmt" "memory per waiting user (B, used_mem)"  "$MEM_Q"       "$MEM_Z"       "$R4" "module <= 200" "$V4"

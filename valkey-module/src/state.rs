@@ -52,6 +52,9 @@ pub struct Queue<'s> {
     /// `cache` keeps nothing of them).
     watched: OnceCell<Key>,
     instances: OnceCell<Key>,
+    /// `claimed` and `codes`, opened on first use (see `small_hash`).
+    claimed: OnceCell<Key>,
+    codes: OnceCell<Key>,
 }
 
 impl AsRef<[u8]> for Str {
@@ -95,6 +98,8 @@ impl<'s> Queue<'s> {
             draft: LogDraft::default(),
             watched: OnceCell::new(),
             instances: OnceCell::new(),
+            claimed: OnceCell::new(),
+            codes: OnceCell::new(),
         })
     }
 
@@ -230,10 +235,8 @@ impl Store for Queue<'_> {
                 _ => (None, Kind::Empty),
             };
             if p == Part::Claimed || p == Part::Codes {
-                // Opened and closed here: the claims and codes are written by nested
-                // calls, which may delete the key under a handle kept open.
                 let aux = if p == Part::Claimed { Aux::Claimed } else { Aux::Codes };
-                let kind = self.srv.open(self.aux_name(aux), false).kind();
+                let kind = self.small_key(aux).kind();
                 if kind != Kind::Empty && kind != Kind::Hash {
                     return Err(QueueError::WrongType);
                 }
@@ -417,17 +420,39 @@ impl Store for Queue<'_> {
 
     // The opening's keys go through nested calls: they are small, or read once.
     fn aux_hget(&self, key: Aux, field: &[u8]) -> Option<Vec<u8>> {
+        if small_hash(key) {
+            return self.small_key(key).hget(self.srv.str(field)).map(|v| v.bytes().to_vec());
+        }
         match self.srv.call(c"HGET", &[self.aux_name(key), self.srv.str(field)]) {
             Reply::Bulk(v) => Some(v),
             _ => None,
         }
     }
     fn aux_hset(&mut self, key: Aux, field: &[u8], value: &[u8]) {
+        if small_hash(key) {
+            let (name, f, v) = (self.aux_name(key), self.srv.str(field), self.srv.str(value));
+            let k = self.small_key(key);
+            if matches!(k.kind(), Kind::Empty | Kind::Hash) {
+                k.hset(f, v);
+                self.fx.hset(name, f, v);
+            }
+            return;
+        }
         let (k, f, v) = (self.aux_name(key), self.srv.str(field), self.srv.str(value));
         self.srv.call(c"HSET", &[k, f, v]);
         self.fx.hset(k, f, v);
     }
     fn aux_hdel(&mut self, key: Aux, field: &[u8]) -> bool {
+        if small_hash(key) {
+            let (name, f) = (self.aux_name(key), self.srv.str(field));
+            let k = self.small_key(key);
+            let there = k.hget(f).is_some();
+            if there {
+                k.hdel(f);
+                self.fx.hdel(name, f);
+            }
+            return there;
+        }
         let (k, f) = (self.aux_name(key), self.srv.str(field));
         let gone = matches!(self.srv.call(c"HDEL", &[k, f]), Reply::Int(1));
         if gone {
@@ -544,6 +569,15 @@ impl Store for Queue<'_> {
     }
 }
 
+/// The hashes read and written one field at a time through the key API (the claims
+/// and the access codes: on ENTER with a code, CLAIM and SESSION.END, where a nested
+/// call would cost more than the rest of the command), by one handle kept for the
+/// command. Nothing else writes them in a command (QUEUE.CODES COUNTS only reads), so
+/// no other handle or nested call can delete the key under it.
+fn small_hash(key: Aux) -> bool {
+    matches!(key, Aux::Claimed | Aux::Codes)
+}
+
 impl Queue<'_> {
     /// `watched`, opened on first use; None in a read-only command when it does not exist.
     fn watched_key(&self) -> Option<&Key> {
@@ -553,6 +587,12 @@ impl Queue<'_> {
     fn instances_key(&self) -> Option<&Key> {
         let k = self.instances.get_or_init(|| self.srv.open(self.key_name(keys::INSTANCES.as_bytes()), self.write));
         (k.kind() != Kind::Empty || self.write).then_some(k)
+    }
+
+    /// `claimed` or `codes`, opened on first use.
+    fn small_key(&self, key: Aux) -> &Key {
+        let cell = if key == Aux::Claimed { &self.claimed } else { &self.codes };
+        cell.get_or_init(|| self.srv.open(self.aux_name(key), self.write))
     }
 
     fn aux_name(&self, key: Aux) -> Str {

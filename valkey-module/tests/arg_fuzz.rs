@@ -46,7 +46,8 @@ const RESET_EVERY: u64 = 20_000;
 const NOW_MS: i64 = 1_800_000_000_000;
 
 /// Error codes docs/commands.md documents ("Errors"); any refusal must start with one of them.
-const CODES: [&str; 7] = ["ERR ", "WRONGTYPE ", "NOTICKET ", "EXPIRED ", "INSIDE ", "FULL ", "INVITE "];
+const CODES: [&str; 9] =
+    ["ERR ", "WRONGTYPE ", "NOTICKET ", "EXPIRED ", "INSIDE ", "FULL ", "INVITE ", "NOCODE ", "WRONGLANE "];
 
 // ---------------------------------------------------------------- RESP over TCP
 
@@ -131,7 +132,7 @@ fn b(s: &str) -> Vec<u8> {
 
 /// Queues the set-up fills; `wt`, `wt2` and `wt3` (its watchers and change log) hold
 /// keys of the wrong type.
-const QUEUES: [&str; 7] = ["fz", "fz2", "open", "wt", "wt2", "wt3", "empty"];
+const QUEUES: [&str; 8] = ["fz", "fz2", "open", "wt", "wt2", "wt3", "empty", "lanes"];
 /// Valid names nobody set up: an accepted write makes them a queue (few, so that the
 /// dataset, and the digest's cost, stay small).
 const OTHER_QUEUES: [&str; 3] = ["n", "a.b:c-d_E9", "qqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqq"];
@@ -139,8 +140,9 @@ const USERS: u64 = 10;
 /// Valid userIds outside the u0.. pool.
 const OTHER_USERS: [&str; 4] =
     ["z", "user@example.org", "a.b:c-d_e", "uuuuuuuuuuuuuuuuuuuuuuuuuuuuuuuuuuuuuuuuuuuuuuuuuuuuuuuuuuuuuuuu"];
-const FIELDS: [&str; 11] = [
+const FIELDS: [&str; 12] = [
     "entry",
+    "lanes",
     "soft_cap",
     "hard_cap",
     "rate",
@@ -301,9 +303,18 @@ impl Gen {
         }
     }
 
+    /// An access code's hash: one of the set-up's, another well-formed one, or not one.
+    fn code(&mut self) -> Vec<u8> {
+        match self.rng.below(4) {
+            0 | 1 => "a".repeat(64).into_bytes(),
+            2 => "b".repeat(64).into_bytes(),
+            _ => self.nasty(),
+        }
+    }
+
     fn setting_value(&mut self) -> Vec<u8> {
         match self.rng.below(4) {
-            3 => b(self.pick(&["open", "identified", "invite", "Invite", "OPEN", "closed", "open "])),
+            3 => b(self.pick(&["open", "identified", "invite", "Invite", "closed", "presale,general", "a,a", ""])),
             0 => self.rng.range(0, 100).to_string().into_bytes(),
             1 => b(self.pick(&["0", "1", "1000", "60000", "100000", "10000000", "1800000003600000", "1800000000000"])),
             _ => self.nasty(),
@@ -318,7 +329,43 @@ impl Gen {
             "QUEUE.ENTER" => {
                 a.push(self.user());
                 a.push(self.nickname());
+                // Now and then LANE and CODE (queue `lanes` has lanes and codes).
+                for _ in 0..self.rng.below(3) {
+                    if self.rng.chance(50) {
+                        a.push(b(self.pick(&["LANE", "lane", "LANE", "FLOOR"])));
+                        let l = if self.rng.chance(80) {
+                            b(self.pick(&["presale", "general", "vip"]))
+                        } else {
+                            self.nasty()
+                        };
+                        a.push(l);
+                    } else {
+                        a.push(b(self.pick(&["CODE", "code", "CODE"])));
+                        a.push(self.code());
+                    }
+                }
             }
+            "QUEUE.CODES" => match self.rng.below(3) {
+                0 => {
+                    a.push(b(self.pick(&["ADD", "add", "ADD"])));
+                    let l =
+                        if self.rng.chance(80) { b(self.pick(&["presale", "general", "vip"])) } else { self.nasty() };
+                    a.push(l);
+                    let uses =
+                        if self.rng.chance(70) { self.rng.range(1, 4).to_string().into_bytes() } else { self.number() };
+                    a.push(uses);
+                    for _ in 0..self.rng.range(1, 3) {
+                        let h = self.code();
+                        a.push(h);
+                    }
+                }
+                1 => {
+                    a.push(b(self.pick(&["REMOVE", "remove", "CLEAR"])));
+                    let h = self.code();
+                    a.push(h);
+                }
+                _ => a.push(b(self.pick(&["COUNTS", "counts"]))),
+            },
             "QUEUE.STATUS" | "QUEUE.LEAVE" | "SESSION.END" => a.push(self.user()),
             "QUEUE.RANKS" | "SESSION.HEARTBEAT" => {
                 let n = if self.rng.chance(2) { 200 } else { self.rng.range(1, 6) };
@@ -421,7 +468,7 @@ impl Gen {
     /// The full command line for the backend, and the queue it names (when that is a
     /// valid name in the key position).
     fn vector(&mut self, backend: Backend) -> Vector {
-        let cmd = self.pick(&testkit::COMMANDS);
+        let cmd = if self.rng.chance(7) { "QUEUE.CODES" } else { self.pick(&testkit::COMMANDS) };
         let args = self.args(cmd);
         let mut v = Vec::with_capacity(args.len() + 3);
         if backend == Backend::Module {
@@ -531,6 +578,13 @@ fn populate(c: &mut Resp, backend: Backend) -> Vec<String> {
     c.call(&[b"SET", b"queue:{wt3}:instances", b"not a zset"]);
     c.call(&[b"SET", b"queue:{wt3}:log", b"not a stream"]);
     c.call(&[b"SET", b"queue:{wt3}:claimed", b"not a hash"]);
+    c.call(&[b"SET", b"queue:{wt3}:codes", b"not a hash"]);
+    // A queue with lanes, a code of presale with uses left, and people in both lanes.
+    call(c, "QUEUE.CONFIG", &["lanes", "SET", "lanes", "presale,general", "soft_cap", "1"]);
+    call(c, "QUEUE.CODES", &["lanes", "ADD", "presale", "1000", &"a".repeat(64)]);
+    for (u, lane) in [("u1", "general"), ("u2", "presale"), ("u3", "general")] {
+        call(c, "QUEUE.ENTER", &["lanes", u, "nick", "LANE", lane]);
+    }
     tickets
 }
 

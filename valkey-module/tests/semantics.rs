@@ -19,6 +19,8 @@ testkit::backend_tests!(
     lanes_admit_in_order_and_ranks_count_everyone_ahead,
     access_codes_admit_exactly_their_uses,
     fifty_racing_for_one_code_put_exactly_one_in_line,
+    random_runs_with_lanes_keep_order_codes_and_watchers_right,
+    a_replica_holds_the_same_lanes_codes_and_claims,
     leases_hold_slots_until_end_or_expiry,
     status_shapes_and_estimated_wait,
     ranks_answers_for_many,
@@ -542,6 +544,172 @@ fn fifty_racing_for_one_code_put_exactly_one_in_line(b: Backend) {
     let won = handles.into_iter().map(|t| t.join().unwrap()).filter(|&ok| ok).count();
     assert_eq!(won, 1);
     assert_eq!(field_int(&c.info("q"), "waiting"), 1);
+}
+
+/// Random runs on a queue with three lanes and two codes, against a plain model
+/// written from "Lanes and access codes": after every step every person's status,
+/// rank and lane (RANKS of everyone), and each lane's code counts, are the model's
+/// (lane order, entry order within a lane, a code's uses never exceeded); and a
+/// watcher that follows the change log by the documented rule alone (head, gone,
+/// left, ahead), from QUEUE.WATCH checkpoints, knows every watched rank.
+fn random_runs_with_lanes_keep_order_codes_and_watchers_right(b: Backend) {
+    use std::collections::{BTreeMap, BTreeSet};
+    let (s, mut c) = server(b);
+    let mut raw = s.conn();
+    const LANES: [&str; 3] = ["a", "b", "c"];
+    let users: Vec<String> = (0..12).map(|i| format!("u{i}")).collect();
+    let codes = [("1".repeat(64), 0usize, 3i64), ("2".repeat(64), 1usize, 2i64)];
+    for run in 0..6u64 {
+        let q = format!("r{run}");
+        c.set_clock(&q, T0);
+        c.call("QUEUE.CONFIG", &[&q, "SET", "lanes", "a,b,c", "soft_cap", "0", "abandon_after", "0"]).unwrap();
+        for (h, lane, uses) in &codes {
+            c.call("QUEUE.CODES", &[&q, "ADD", LANES[*lane], &uses.to_string(), h]).unwrap();
+        }
+        let mut rng = testkit::Rng(0xA11E_0000 + run);
+        // The model: waiting (user -> (lane, entry counter)), ticket holders, code uses.
+        let mut waiting: BTreeMap<String, (usize, u64)> = BTreeMap::new();
+        let mut holders: BTreeSet<String> = BTreeSet::new();
+        let mut used = [0i64; 2];
+        let mut counter = 0u64;
+        // The watcher: user -> (number, rank), and the last log id read.
+        let mut watcher: BTreeMap<String, (i64, i64)> = BTreeMap::new();
+        let mut last_id = "0".to_string();
+        let order = |w: &BTreeMap<String, (usize, u64)>| {
+            let mut v: Vec<(&String, &(usize, u64))> = w.iter().collect();
+            v.sort_by_key(|(_, k)| **k);
+            v.into_iter().map(|(u, _)| u.clone()).collect::<Vec<_>>()
+        };
+        for step in 0..300 {
+            let u = users[rng.below(users.len() as u64) as usize].clone();
+            let at = format!("run {run} step {step}");
+            match rng.below(10) {
+                0..=2 => {
+                    let lane = rng.below(4) as usize;
+                    let mut args = vec![q.clone(), u.clone(), "n".into()];
+                    if lane < 3 {
+                        args.extend(["LANE".into(), LANES[lane].into()]);
+                    }
+                    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+                    c.call("QUEUE.ENTER", &args).unwrap_or_else(|e| panic!("{at}: {e}"));
+                    holders.remove(&u);
+                    counter += 1;
+                    waiting.insert(u.clone(), (lane.min(2), counter));
+                }
+                3 | 4 => {
+                    let k = rng.below(2) as usize;
+                    let (h, lane, uses) = &codes[k];
+                    match c.call("QUEUE.ENTER", &[&q, &u, "n", "CODE", h]) {
+                        Ok(_) => {
+                            assert!(used[k] < *uses, "{at}: a code used past its uses");
+                            used[k] += 1;
+                            holders.remove(&u);
+                            counter += 1;
+                            waiting.insert(u.clone(), (*lane, counter));
+                        }
+                        Err(e) => {
+                            assert_eq!(testkit::error_text(&e), "NOCODE unknown or used-up access code", "{at}");
+                            assert_eq!(used[k], *uses, "{at}: refused with uses left");
+                        }
+                    }
+                }
+                5 => {
+                    c.leave(&q, &u);
+                    waiting.remove(&u);
+                    holders.remove(&u);
+                }
+                6 | 7 => {
+                    let k = rng.below(3) as usize;
+                    c.config_set(&q, &[("soft_cap", 100_000)]);
+                    c.promote(&q, Some(k as i64));
+                    c.config_set(&q, &[("soft_cap", 0)]);
+                    for p in order(&waiting).into_iter().take(k) {
+                        waiting.remove(&p);
+                        holders.insert(p);
+                    }
+                }
+                _ => {
+                    // A checkpoint: the watcher starts over from QUEUE.WATCH.
+                    let mut args = vec![q.as_str(), "pod", "600000"];
+                    args.extend(users.iter().map(String::as_str));
+                    let v = c.call("QUEUE.WATCH", &args).unwrap();
+                    let redis::Value::Array(parts) = v else { panic!("{v:?}") };
+                    let redis::Value::Array(each) = &parts[2] else { panic!("{parts:?}") };
+                    watcher.clear();
+                    for (user, pair) in users.iter().zip(each) {
+                        let redis::Value::Array(pair) = pair else { panic!("{pair:?}") };
+                        let number = as_int(&pair[0]).unwrap();
+                        if number > 0 {
+                            watcher.insert(user.clone(), (number, field_int(&testkit::fields(&pair[1]), "rank")));
+                        }
+                    }
+                    let ids: Vec<(String, BTreeMap<String, String>)> = redis::cmd("XRANGE")
+                        .arg(format!("queue:{{{q}}}:log"))
+                        .arg("-")
+                        .arg("+")
+                        .query(&mut raw)
+                        .unwrap();
+                    last_id = ids.last().map_or("0".into(), |e| e.0.clone());
+                }
+            }
+            // The watcher applies the entries written since, by the documented rule.
+            let entries: Vec<(String, BTreeMap<String, String>)> = redis::cmd("XRANGE")
+                .arg(format!("queue:{{{q}}}:log"))
+                .arg(format!("({last_id}"))
+                .arg("+")
+                .query(&mut raw)
+                .unwrap();
+            for (id, e) in entries {
+                last_id = id;
+                let nums = |f: &str| -> Vec<i64> {
+                    e.get(f).map(|v| v.split(',').map(|x| x.parse().unwrap()).collect()).unwrap_or_default()
+                };
+                let (head, gone) = (e.get("head").map(|h| h.parse::<i64>().unwrap()), nums("gone"));
+                let (left, ahead) = (nums("left"), nums("ahead"));
+                assert!(!e.contains_key("reset"), "{at}: no reset expected");
+                watcher.retain(|_, (s, r)| {
+                    if head.is_some_and(|h| *s <= h) || left.contains(s) {
+                        return false;
+                    }
+                    if head.is_some_and(|h| h < *s) {
+                        *r -= gone[0];
+                    }
+                    *r -= left.iter().filter(|l| *l < s).count() as i64;
+                    *r += ahead.iter().filter(|a| *a < s).count() as i64;
+                    true
+                });
+            }
+            // Everyone as the model has them; the watcher's ranks too.
+            let line = order(&waiting);
+            let mut args = vec![q.as_str()];
+            args.extend(users.iter().map(String::as_str));
+            let redis::Value::Array(all) = c.call("QUEUE.RANKS", &args).unwrap() else { panic!() };
+            for (user, st) in users.iter().zip(&all) {
+                let st = testkit::fields(st);
+                let status = field_str(&st, "status").unwrap();
+                if let Some(i) = line.iter().position(|x| x == user) {
+                    let want_lane = LANES[waiting[user].0];
+                    assert_eq!(
+                        (status.as_str(), field_int(&st, "rank"), field_str(&st, "lane").as_deref()),
+                        ("WAITING", i as i64 + 1, Some(want_lane)),
+                        "{at}: {user}"
+                    );
+                    if let Some((_, r)) = watcher.get(user) {
+                        assert_eq!(*r, i as i64 + 1, "{at}: the watcher's rank of {user}");
+                    }
+                } else if holders.contains(user) {
+                    assert_eq!(status, "PROMOTED", "{at}: {user}");
+                } else {
+                    assert_eq!(status, "UNKNOWN", "{at}: {user}");
+                }
+            }
+            let redis::Value::Array(counts) = c.call("QUEUE.CODES", &[&q, "COUNTS"]).unwrap() else { panic!() };
+            for (k, (_, lane, uses)) in codes.iter().enumerate() {
+                let redis::Value::Array(f) = &counts[*lane] else { panic!() };
+                assert_eq!((as_int(&f[2]), as_int(&f[3])), (Some(used[k]), Some(uses - used[k])), "{at}");
+            }
+        }
+    }
 }
 
 fn leases_hold_slots_until_end_or_expiry(b: Backend) {
@@ -1326,4 +1494,41 @@ fn a_replica_holds_the_same_log_registrations_and_leases(b: Backend) {
     let on_primary = read(&mut c.con);
     assert_eq!(on_primary.0.len(), 3, "LEAVE, re-entry, PROMOTE: {:?}", on_primary.0);
     assert_eq!(read(&mut rc), on_primary);
+}
+
+/// Lanes, codes and claims replicate as their effects: after entries into lanes (one
+/// with a code), a promotion that renumbers, a claim with a holder and its repeat, the
+/// replica's data is the primary's, key by key.
+fn a_replica_holds_the_same_lanes_codes_and_claims(b: Backend) {
+    let primary = ValkeyServer::builder(b).test_clock().start();
+    let replica = ValkeyServer::builder(b).test_clock().start_replica_of(&primary);
+    let mut c = primary.client();
+    c.set_clock("q", T0);
+    let h = "9".repeat(64);
+    c.call("QUEUE.CONFIG", &["q", "SET", "lanes", "presale,general", "soft_cap", "0"]).unwrap();
+    c.call("QUEUE.CODES", &["q", "ADD", "presale", "2", &h]).unwrap();
+    c.enter("q", "g", "g");
+    c.call("QUEUE.ENTER", &["q", "p", "p", "CODE", &h]).unwrap();
+    c.call("QUEUE.ENTER", &["q", "l", "l", "LANE", "presale"]).unwrap();
+    c.config_set("q", &[("soft_cap", 2)]);
+    c.promote("q", None);
+    let t = field_str(&c.status("q", "p"), "ticketId").unwrap();
+    c.call("TICKET.CLAIM", &["q", &t, "HOLDER", "tab"]).unwrap();
+    c.call("TICKET.CLAIM", &["q", &t, "HOLDER", "tab"]).unwrap();
+    let acked: i64 = redis::cmd("WAIT").arg(1).arg(5_000).query(&mut c.con).unwrap();
+    assert_eq!(acked, 1, "the replica has every write");
+    let dump = |con: &mut redis::Connection| {
+        let mut keys: Vec<String> = redis::cmd("KEYS").arg("queue:{q}:*").query(con).unwrap();
+        keys.retain(|k| !k.ends_with(":clock"));
+        keys.sort();
+        let digests: Vec<Option<String>> = keys
+            .iter()
+            .map(|k| redis::cmd("DEBUG").arg("DIGEST-VALUE").arg(k).query::<Vec<String>>(con).ok().map(|v| v.concat()))
+            .collect();
+        (keys, digests)
+    };
+    let on_primary = dump(&mut c.con);
+    assert!(on_primary.0.iter().any(|k| k.ends_with(":codes")) && on_primary.0.iter().any(|k| k.ends_with(":claimed")));
+    assert!(on_primary.1.iter().all(Option::is_some), "every key has a digest: {on_primary:?}");
+    assert_eq!(dump(&mut replica.conn()), on_primary);
 }

@@ -28,6 +28,21 @@
 //!   answers what the first claim answered; the `claimed` hash holds exactly the
 //!   live claims made with a holder.
 //!
+//! A third of the runs are of a queue with two or three lanes (a third of those
+//! with `entry invite`) and a few access codes: ENTER then names no lane, a lane (or
+//! one the queue does not have), a code (or a made-up one), or both, and
+//! QUEUE.CODES ADD, REMOVE and COUNTS come in; the model keeps the line in lane order
+//! and the codes' uses, and after every step, apart from the model:
+//!
+//! - FIFO within a lane: nobody holds a ticket while someone of the same lane who
+//!   entered before them still waits;
+//! - lane order: nobody promoted in a step came from a later lane than someone who
+//!   waited before the step and still waits after it;
+//! - a code's uses are never exceeded: its consumed uses grow by at most one a step,
+//!   and only while some were left;
+//! - each user holds at most one place in line, numbered in its band (holders below
+//!   2^40 in the order promoted, lane `i` from `(i + 1) * 2^40`, at the back).
+//!
 //! In half of the runs every step also asks RANKS for every user, so waiting users'
 //! ranks are checked to be exactly 1..n in entry order after every step.
 //!
@@ -59,7 +74,7 @@ end
 return { line, redis.call("ZRANGE", p .. "sessions", 0, -1, "WITHSCORES"), redis.call("HGETALL", p .. "active"),
   redis.call("HGET", p .. "stats", "joining") or "0", redis.call("HGETALL", p .. "watched"),
   redis.call("ZRANGE", p .. "instances", 0, -1, "WITHSCORES"), redis.call("HGET", p .. "stats", "log") or "0",
-  redis.call("HGETALL", p .. "claimed") }
+  redis.call("HGETALL", p .. "claimed"), redis.call("HGETALL", p .. "codes") }
 "#;
 
 /// The push instances of the runs.
@@ -101,6 +116,7 @@ fn model_agrees_step_by_step(b: Backend) {
     };
     let (mut steps, mut runs, mut failed) = (0u64, 0u64, Vec::new());
     let (mut entries, mut watched, mut repeats) = (0u64, 0u64, 0u64);
+    let (mut lane_runs, mut ahead, mut codes_used) = (0u64, 0u64, 0u64);
     for (i, &seed) in seeds.iter().enumerate() {
         if steps >= total && env_u64("MODEL_SEED").is_none() {
             break;
@@ -114,6 +130,9 @@ fn model_agrees_step_by_step(b: Backend) {
         entries += run.log_entries;
         watched += run.watcher_checks;
         repeats += run.repeats;
+        lane_runs += u64::from(run.model.has_lanes());
+        ahead += run.ahead_entries;
+        codes_used += run.model.codes.values().map(|c| c.used as u64).sum::<u64>();
         if let Err(e) = r {
             failed.push(seed);
             let msg = format!("{b:?}: seed {seed} failed at step {} (replay: MODEL_SEED={seed}):\n{e}", run.step);
@@ -124,15 +143,28 @@ fn model_agrees_step_by_step(b: Backend) {
         }
     }
     eprintln!(
-        "{b:?}: {runs} runs, {steps} steps, {entries} change-log entries, {watched} watched ranks confirmed, {repeats} claims answered again for their holder, {} failed seeds {failed:?}",
+        "{b:?}: {runs} runs, {steps} steps, {entries} change-log entries, {watched} watched ranks confirmed, {repeats} claims answered again for their holder, {lane_runs} runs with lanes, {ahead} entries with `ahead`, {codes_used} code uses still counted at the end, {} failed seeds {failed:?}",
         failed.len()
     );
     assert!(failed.is_empty(), "{} of {runs} runs failed: seeds {failed:?}", failed.len());
 }
 
+/// The access codes of a run with lanes (hashes as QUEUE.CODES takes them).
+fn code_hash(i: u64) -> String {
+    format!("{:064x}", 0xC0DE_0000 + i)
+}
+
+/// Numbers below this are ticket holders' in a queue with lanes; lane `i` numbers
+/// from `(i + 1)` times it.
+const BAND: i64 = 1 << 40;
+
 #[derive(Debug)]
 enum Op {
-    Enter(String, String),
+    /// User, nickname, `LANE`, `CODE`.
+    Enter(String, String, Option<String>, Option<String>),
+    CodesAdd(String, i64, Vec<String>),
+    CodesRemove(Vec<String>),
+    CodesCounts,
     Status(String),
     Ranks(Vec<String>),
     Leave(String),
@@ -175,6 +207,12 @@ struct Run {
     repeats: u64,
     /// A connection subscribed to every queue's changes channel.
     changes: Option<redis::Connection>,
+    /// The codes as stored after the last step (hash -> uses, used).
+    codes_seen: BTreeMap<String, (i64, i64)>,
+    /// Who waited after the last step (for the lane-order check).
+    waited_before: Vec<String>,
+    /// Change-log entries with `ahead` (for the summary).
+    ahead_entries: u64,
 }
 
 impl Run {
@@ -188,7 +226,14 @@ impl Run {
             session_lease: rng.range(100, 3_000),
             abandon_after: if rng.chance(25) { 0 } else { rng.range(300, 5_000) },
             max_waiting: if rng.chance(50) { 0 } else { rng.range(1, 6) },
+            lanes: 0,
+            invite: false,
         };
+        let mut s = s;
+        if rng.chance(33) {
+            s.lanes = rng.range(2, 3) as usize;
+            s.invite = rng.chance(33);
+        }
         let users = (0..rng.range(3, 14)).map(|i| format!("u{i}")).collect();
         let steps = rng.range(300, 3_000) as u64;
         let observe_all = rng.chance(50);
@@ -212,6 +257,9 @@ impl Run {
             watcher_checks: 0,
             repeats: 0,
             changes: None,
+            codes_seen: BTreeMap::new(),
+            waited_before: Vec::new(),
+            ahead_entries: 0,
         }
     }
 
@@ -239,6 +287,14 @@ impl Run {
         let mut args = vec!["SET"];
         args.extend(set.iter().map(String::as_str));
         let _: Value = self.cmd("QUEUE.CONFIG", &args).query(con).map_err(|e| format!("config: {e}"))?;
+        if s.lanes > 1 {
+            let lanes = (0..s.lanes).map(reference::lane_name).collect::<Vec<_>>().join(",");
+            let entry = if s.invite { "invite" } else { "open" };
+            let _: Value = self
+                .cmd("QUEUE.CONFIG", &["SET", "lanes", &lanes, "entry", entry])
+                .query(con)
+                .map_err(|e| format!("config lanes: {e}"))?;
+        }
         let context = format!("settings {s:?}, users {}, observe_all {}", self.users.len(), self.observe_all);
         while self.step < self.steps {
             self.step += 1;
@@ -254,7 +310,18 @@ impl Run {
 
     fn pick(&mut self) -> Op {
         let s = self.model.s;
-        match self.rng.below(110) {
+        let lanes = s.lanes > 1;
+        let r = self.rng.below(118);
+        let r = if r >= 110 && !lanes { 25 } else { r };
+        match r {
+            110..114 => {
+                let lane = reference::lane_name(self.rng.below(s.lanes as u64) as usize);
+                let uses = if self.rng.chance(70) { self.rng.range(1, 3) } else { self.rng.range(1, 1_000_000) };
+                let hs = (0..self.rng.range(1, 3)).map(|_| code_hash(self.rng.below(5))).collect();
+                Op::CodesAdd(lane, uses, hs)
+            }
+            114..116 => Op::CodesRemove((0..self.rng.range(1, 2)).map(|_| code_hash(self.rng.below(5))).collect()),
+            116..118 => Op::CodesCounts,
             100..106 => {
                 let i = INSTANCES[self.rng.below(2) as usize].to_string();
                 let lease = match self.rng.below(5) {
@@ -271,7 +338,22 @@ impl Run {
             }
             0..25 => {
                 let nick = NICKS[self.rng.below(3) as usize].to_string();
-                Op::Enter(self.user(), nick)
+                let (mut lane, mut code) = (None, None);
+                let any_lane = |rng: &mut Rng| {
+                    // Now and then a lane the queue does not have.
+                    let i = rng.below(s.lanes.max(1) as u64 + 1) as usize;
+                    reference::lane_name(if rng.chance(90) { i.min(s.lanes.max(1) - 1) } else { i + 9 })
+                };
+                match self.rng.below(if lanes { 10 } else { 100 }) {
+                    0..3 => lane = Some(any_lane(&mut self.rng)),
+                    3..7 => code = Some(code_hash(self.rng.below(6))),
+                    7 => {
+                        lane = Some(any_lane(&mut self.rng));
+                        code = Some(code_hash(self.rng.below(6)));
+                    }
+                    _ => {}
+                }
+                Op::Enter(self.user(), nick, lane, code)
             }
             25..37 => Op::Status(self.user()),
             37..41 => Op::Ranks((0..self.rng.range(1, 4)).map(|_| self.user()).collect()),
@@ -331,7 +413,28 @@ impl Run {
         let mut pipe = redis::pipe();
         pipe.cmd("SET").arg(clock_key(&self.q)).arg(now).ignore();
         match op {
-            Op::Enter(u, n) => pipe.add_command(self.cmd("QUEUE.ENTER", &[u, n])),
+            Op::Enter(u, n, lane, code) => {
+                let mut args = vec![u.as_str(), n.as_str()];
+                if let Some(l) = lane {
+                    args.extend(["LANE", l.as_str()]);
+                }
+                if let Some(h) = code {
+                    args.extend(["CODE", h.as_str()]);
+                }
+                pipe.add_command(self.cmd("QUEUE.ENTER", &args))
+            }
+            Op::CodesAdd(lane, uses, hs) => {
+                let uses = uses.to_string();
+                let mut args = vec!["ADD", lane.as_str(), uses.as_str()];
+                args.extend(hs.iter().map(String::as_str));
+                pipe.add_command(self.cmd("QUEUE.CODES", &args))
+            }
+            Op::CodesRemove(hs) => {
+                let mut args = vec!["REMOVE"];
+                args.extend(hs.iter().map(String::as_str));
+                pipe.add_command(self.cmd("QUEUE.CODES", &args))
+            }
+            Op::CodesCounts => pipe.add_command(self.cmd("QUEUE.CODES", &["COUNTS"])),
             Op::Status(u) => pipe.add_command(self.cmd("QUEUE.STATUS", &[u])),
             Op::Ranks(us) => {
                 pipe.add_command(self.cmd("QUEUE.RANKS", &us.iter().map(String::as_str).collect::<Vec<_>>()))
@@ -393,9 +496,9 @@ impl Run {
             // A refused entry: the model must refuse it too, and the data stays as the
             // model has it (check_rest compares them).
             Err(e) if matches!(op, Op::Enter(..)) => {
-                let Op::Enter(u, _) = op else { unreachable!() };
-                return match self.model.refuses_entry(u) {
-                    Some(want) if want == e => self.check_rest(replies, now),
+                let Op::Enter(u, _, lane, code) = op else { unreachable!() };
+                return match self.model.refuses_entry(u, lane.as_deref(), code.as_deref()) {
+                    Err(want) if want == e => self.check_rest(replies, now),
                     want => Err(format!("ENTER {u}: error {e:?}, model {want:?}")),
                 };
             }
@@ -465,6 +568,7 @@ impl Run {
         for (_, fields) in &got {
             self.log_entries += 1;
             let e = LogEntry::parse(fields)?;
+            self.ahead_entries += u64::from(!e.ahead.is_empty());
             if e.reset {
                 self.watcher.clear();
                 continue;
@@ -472,9 +576,13 @@ impl Run {
             // What the entry tells of those it says left, as a push instance takes
             // it without asking: a ticket listed under their number, or gone for good.
             for (u, &(seq, _)) in &self.watcher {
-                let listed = e.tickets.iter().find(|t| t.split_once('.').map(|(n, _)| n) == Some(&seq.to_string()));
+                // `<number>.<secret>`, or in a queue with lanes `<number waited under>=<ticket>`.
+                let listed = e.tickets.iter().find_map(|t| match t.split_once('=') {
+                    Some((n, t)) => (n == seq.to_string()).then_some(t),
+                    None => (t.split_once('.').map(|(n, _)| n) == Some(&seq.to_string())).then_some(t.as_str()),
+                });
                 let told = match listed {
-                    Some(t) => Some(Standing::Promoted { ticket: Some(t.clone()), nickname: String::new() }),
+                    Some(t) => Some(Standing::Promoted { ticket: Some(t.to_string()), nickname: String::new() }),
                     None if e.left.contains(&seq) && !e.again.contains(&seq) => Some(Standing::Unknown),
                     None => None,
                 };
@@ -538,14 +646,32 @@ impl Run {
 
     fn check_op(&mut self, op: &Op, reply: &Value, now: i64) -> Result<(), String> {
         match op {
-            Op::Enter(u, n) => {
-                if let Some(e) = self.model.refuses_entry(u) {
-                    return Err(format!("ENTER {u}: entered, but the model refuses it with {e:?}"));
-                }
+            Op::Enter(u, n, lane, code) => {
+                let into = self
+                    .model
+                    .refuses_entry(u, lane.as_deref(), code.as_deref())
+                    .map_err(|e| format!("ENTER {u}: entered, but the model refuses it with {e:?}"))?;
                 self.entries += 1;
                 self.entered.insert(u.clone(), self.entries);
-                let want = self.model.enter(u, n, now);
+                let want = self.model.enter(u, n, into, code.as_deref(), now);
                 check_standing(u, reply, &want, &mut self.model)?;
+            }
+            Op::CodesAdd(lane, uses, hs) => {
+                let l = lane[1..].parse().map_err(|_| format!("lane {lane}"))?;
+                expect_int("CODES ADD", reply, self.model.codes_add(l, *uses, hs))?
+            }
+            Op::CodesRemove(hs) => expect_int("CODES REMOVE", reply, self.model.codes_remove(hs))?,
+            Op::CodesCounts => {
+                let want: Vec<Vec<String>> = self
+                    .model
+                    .codes_counts()
+                    .into_iter()
+                    .map(|(l, c, used, left)| vec![l, c.to_string(), used.to_string(), left.to_string()])
+                    .collect();
+                let got = strings_of(reply);
+                if got != want {
+                    return Err(format!("CODES COUNTS {got:?}, model {want:?}"));
+                }
             }
             Op::Status(u) => {
                 let want = self.model.status(u, now);
@@ -683,7 +809,7 @@ impl Run {
     /// issued are learnt here (`<number>.<secret>`, from the ticket's record).
     fn check_data(&mut self, data: &Value) -> Result<(), String> {
         let parts = strings_of(data);
-        let [line, sessions, active, joining, watched, instances, log_n, claimed] = &parts[..] else {
+        let [line, sessions, active, joining, watched, instances, log_n, claimed, codes] = &parts[..] else {
             return Err(format!("inspect: {data:?}"));
         };
         let joining = joining.first().map(String::as_str).unwrap_or("0");
@@ -695,13 +821,40 @@ impl Run {
             return Err(format!("line holds {stored_who:?}, model {model_who:?}"));
         }
         let mut learnt = Vec::new();
-        let mut numbers = Vec::new();
+        let mut numbers: Vec<(String, i64)> = Vec::new();
         for (p, &(user, seq, _)) in self.model.line.iter().zip(&stored) {
             let seq: i64 = seq.parse().map_err(|_| format!("{user}'s number {seq:?}"))?;
             match p.number {
                 Some(n) if n != seq => return Err(format!("{user} has number {seq}, was {n}")),
                 Some(_) => {}
                 None => numbers.push((user.to_string(), seq)),
+            }
+        }
+        // Each user at most one place in line.
+        let mut who = stored_who.clone();
+        who.sort();
+        who.dedup();
+        if who.len() != stored_who.len() {
+            return Err(format!("a user holds two places: {stored_who:?}"));
+        }
+        if self.model.has_lanes() {
+            for (user, seq) in &numbers {
+                // "Why numbers in bands": holders below 2^40 after the last holder,
+                // lane i from (i + 1) * 2^40, at the back of its lane.
+                let i = self.model.line.iter().position(|p| p.user == *user).unwrap();
+                let p = &self.model.line[i];
+                let band = match p.place {
+                    Place::Ticket { .. } => 0,
+                    Place::Waiting { .. } => p.lane as i64 + 1,
+                };
+                let in_band = |n: i64| n >= band * BAND && n < (band + 1) * BAND;
+                let above = self.model.line.iter().filter_map(|p| p.number).filter(|&n| in_band(n)).max();
+                if !in_band(*seq) || above.is_some_and(|a| *seq <= a) {
+                    return Err(format!("{user} was numbered {seq}, not in band {band} after {above:?}"));
+                }
+            }
+            for (user, seq) in std::mem::take(&mut numbers) {
+                self.model.learn_number(&user, seq);
             }
         }
         for (user, seq) in numbers {
@@ -800,20 +953,78 @@ impl Run {
         if log_n.parse::<i64>().ok() != Some(self.model.log_n) {
             return Err(format!("stats log {log_n}, model {}", self.model.log_n));
         }
-        // FIFO, apart from the model: every ticket holder entered before every waiter.
-        let mut last_holder = 0;
-        let mut first_waiter = u64::MAX;
-        for &(user, _, rec) in &stored {
+        // The codes as the model has them; apart from the model, a code's consumed
+        // uses grow by at most one a step, and only while some were left.
+        let got: BTreeMap<String, String> = codes.chunks(2).map(|c| (c[0].clone(), c[1].clone())).collect();
+        let want: BTreeMap<String, String> = self
+            .model
+            .codes
+            .iter()
+            .map(|(h, c)| (h.clone(), format!("{}|{}|{}", reference::lane_name(c.lane), c.uses, c.used)))
+            .collect();
+        if got != want {
+            return Err(format!("codes {got:?}, model {want:?}"));
+        }
+        let mut seen = BTreeMap::new();
+        for (h, v) in &got {
+            let f: Vec<i64> = v.split('|').skip(1).filter_map(|x| x.parse().ok()).collect();
+            let [uses, used] = f[..] else { return Err(format!("code {h}: {v:?}")) };
+            if let Some(&(was_uses, was_used)) = self.codes_seen.get(h) {
+                if used > was_used && (used != was_used + 1 || was_used >= was_uses) {
+                    return Err(format!("code {h}: uses consumed went {was_used} -> {used} with {was_uses} uses"));
+                }
+            } else if used > 1 {
+                return Err(format!("code {h}: new with {used} uses consumed"));
+            }
+            seen.insert(h.clone(), (uses, used));
+        }
+        self.codes_seen = seen;
+        // FIFO within a lane, apart from the model: every ticket holder entered before
+        // every waiter of its lane (the stored line and the model's hold the same people).
+        let lanes = self.model.s.lanes.max(1);
+        let mut last_holder = vec![0; lanes];
+        let mut first_waiter = vec![u64::MAX; lanes];
+        for (p, &(user, _, rec)) in self.model.line.iter().zip(&stored) {
             let at = self.entered[user];
             if rec.starts_with('P') {
-                last_holder = last_holder.max(at);
+                last_holder[p.lane] = last_holder[p.lane].max(at);
             } else {
-                first_waiter = first_waiter.min(at);
+                first_waiter[p.lane] = first_waiter[p.lane].min(at);
             }
         }
-        if last_holder > first_waiter {
-            return Err(format!("FIFO: a ticket holder entered (#{last_holder}) after a waiter (#{first_waiter})"));
+        for l in 0..lanes {
+            if last_holder[l] > first_waiter[l] {
+                return Err(format!(
+                    "FIFO: a ticket holder of lane {l} entered (#{}) after a waiter (#{})",
+                    last_holder[l], first_waiter[l]
+                ));
+            }
         }
+        // Lane order: nobody promoted in this step came from a later lane than someone
+        // who waited before it and waits still.
+        let holders: Vec<(String, usize)> = self
+            .model
+            .line
+            .iter()
+            .zip(&stored)
+            .filter(|(_, s)| s.2.starts_with('P'))
+            .map(|(p, _)| (p.user.clone(), p.lane))
+            .collect();
+        let waiters: Vec<(String, usize)> = self
+            .model
+            .line
+            .iter()
+            .zip(&stored)
+            .filter(|(_, s)| !s.2.starts_with('P'))
+            .map(|(p, _)| (p.user.clone(), p.lane))
+            .collect();
+        let stayed = waiters.iter().filter(|(u, _)| self.waited_before.contains(u)).map(|&(_, l)| l).min();
+        for (u, l) in &holders {
+            if self.waited_before.contains(u) && stayed.is_some_and(|s| s < *l) {
+                return Err(format!("lane order: {u} of lane {l} promoted while lane {stayed:?} waits"));
+            }
+        }
+        self.waited_before = waiters.into_iter().map(|(u, _)| u).collect();
         Ok(())
     }
 
@@ -933,8 +1144,9 @@ fn check_standing(user: &str, reply: &Value, want: &Standing, model: &mut Model)
     let eta_nil = matches!(m.get("estimatedWaitSeconds"), Some(Value::Nil));
     let ok = s("userId").as_deref() == Some(user)
         && match want {
-            Standing::Waiting { rank: r, nickname: n } => {
-                status.as_deref() == Some("WAITING")
+            Standing::Waiting { rank: r, nickname: n, lane } => {
+                s("lane") == *lane
+                    && status.as_deref() == Some("WAITING")
                     && rank == Some(*r)
                     && ticket.is_none()
                     && nickname.as_ref() == Some(n)
@@ -962,7 +1174,10 @@ fn check_standing(user: &str, reply: &Value, want: &Standing, model: &mut Model)
                     && eta_nil
             }
         };
-    if !ok {
+    // The `lane` field: in queues with lanes only (nil unless waiting).
+    let lane_ok = m.contains_key("lane") == model.has_lanes()
+        && (matches!(want, Standing::Waiting { .. }) || s("lane").is_none());
+    if !ok || !lane_ok {
         return Err(format!("{user}: got {m:?}, model {want:?}"));
     }
     if let (Standing::Promoted { ticket: None, .. }, Some(t)) = (want, ticket) {

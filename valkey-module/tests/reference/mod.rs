@@ -9,6 +9,12 @@
 //! rule by the test: after everyone in line and every number ever promoted), used
 //! only to say which numbers a change-log entry names.
 //!
+//! Lanes and access codes ("Lanes and access codes"): each person waits in a lane,
+//! the line's waiting part is ordered by lane, then by entry; a person promoted in a
+//! queue with lanes gets a new number (learnt like the first), and the log names its
+//! ticket under the number it waited under; codes are a table of lane, uses and uses
+//! consumed. `entry invite` refuses entries that name neither a lane nor a code.
+//!
 //! Left out on purpose: the token bucket (runs use `rate` 0), the estimated wait
 //! (the measured admission rate), the pre-queue and the opening, which the
 //! state-machine test does not exercise.
@@ -25,6 +31,15 @@ pub struct Settings {
     pub abandon_after: i64,
     /// 0: no limit.
     pub max_waiting: i64,
+    /// How many lanes (0 or 1: a queue without lanes). Lane `i` is named `l<i>`.
+    pub lanes: usize,
+    /// `entry invite`: an entry must name a lane or a code.
+    pub invite: bool,
+}
+
+/// The name of lane `i` in the runs.
+pub fn lane_name(i: usize) -> String {
+    format!("l{i}")
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -44,6 +59,19 @@ pub struct Person {
     pub place: Place,
     /// Its number in line, as the server gave it (`None` until learnt).
     pub number: Option<i64>,
+    /// Its lane (0 without lanes).
+    pub lane: usize,
+    /// In a queue with lanes, a ticket holder's number while it waited (its ticket
+    /// comes from a new number).
+    pub waited_as: Option<i64>,
+}
+
+/// An access code: its lane, its uses and the uses consumed.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Code {
+    pub lane: usize,
+    pub uses: i64,
+    pub used: i64,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -61,6 +89,8 @@ pub enum Standing {
     Waiting {
         rank: i64,
         nickname: String,
+        /// The lane's name in a queue with lanes.
+        lane: Option<String>,
     },
     /// Holds a live ticket (`None`: just issued, the server's reply names it).
     Promoted {
@@ -136,6 +166,10 @@ pub struct LogEntry {
     /// Those of `left` still in the queue's books: entered again, or inside.
     pub again: Vec<i64>,
     pub reset: bool,
+    /// Numbers of people who joined a lane while someone waited in a later lane (the
+    /// model names the people: `ahead_users`, whose numbers the server gives).
+    pub ahead: Vec<i64>,
+    pub ahead_users: Vec<String>,
     pub waiting: i64,
 }
 
@@ -160,6 +194,9 @@ impl LogEntry {
         if self.reset {
             f.push(("reset".into(), "1".into()));
         }
+        if !self.ahead.is_empty() {
+            f.push(("ahead".into(), list(&self.ahead)));
+        }
         f.push(("waiting".into(), self.waiting.to_string()));
         f
     }
@@ -177,6 +214,7 @@ impl LogEntry {
                 "left" => e.left = v.split(',').map(int).collect::<Result<_, _>>()?,
                 "again" => e.again = v.split(',').map(int).collect::<Result<_, _>>()?,
                 "reset" => e.reset = v == "1",
+                "ahead" => e.ahead = v.split(',').map(int).collect::<Result<_, _>>()?,
                 "waiting" => e.waiting = int(v)?,
                 other => return Err(format!("unknown field {other:?} in {fields:?}")),
             }
@@ -194,6 +232,7 @@ struct Pending {
     left: Vec<i64>,
     again: Vec<i64>,
     reset: bool,
+    ahead_users: Vec<String>,
 }
 
 /// A watcher's rank arithmetic, exactly as "The change log and watchers" states it:
@@ -208,6 +247,7 @@ pub fn apply_entry(s: i64, r: i64, e: &LogEntry) -> Option<i64> {
         r -= e.gone;
     }
     r -= e.left.iter().filter(|&&x| x < s).count() as i64;
+    r += e.ahead.iter().filter(|&&x| x < s).count() as i64;
     Some(r)
 }
 
@@ -226,6 +266,8 @@ pub struct Model {
     /// The highest number promoted since tickets were last all gone ("Key layout"'s
     /// `p_max`: newcomers are numbered after it), once known.
     pub max_promoted: i64,
+    /// Access codes: hash -> code.
+    pub codes: BTreeMap<String, Code>,
     pending: Pending,
 }
 
@@ -240,6 +282,7 @@ impl Model {
             instances: BTreeMap::new(),
             log_n: 0,
             max_promoted: 0,
+            codes: BTreeMap::new(),
             pending: Pending::default(),
         }
     }
@@ -248,7 +291,7 @@ impl Model {
     /// written when head, left or reset is"), numbered one after the last.
     pub fn take_log(&mut self) -> Option<LogEntry> {
         let p = std::mem::take(&mut self.pending);
-        if p.head.is_none() && p.left.is_empty() && !p.reset {
+        if p.head.is_none() && p.left.is_empty() && !p.reset && p.ahead_users.is_empty() {
             return None;
         }
         self.log_n += 1;
@@ -261,6 +304,8 @@ impl Model {
             left: p.left,
             again: p.again,
             reset: p.reset,
+            ahead: Vec::new(),
+            ahead_users: p.ahead_users,
             waiting: self.waiting(),
         })
     }
@@ -271,12 +316,26 @@ impl Model {
         e.tickets = e
             .promoted_watched
             .iter()
-            .map(|u| match &self.line[self.position(u)?].place {
-                Place::Ticket { ticket, .. } => ticket.clone(),
-                Place::Waiting { .. } => None,
+            .map(|u| {
+                let p = &self.line[self.position(u)?];
+                match (&p.place, p.waited_as) {
+                    (Place::Ticket { ticket: Some(t), .. }, Some(w)) if self.has_lanes() => Some(format!("{w}={t}")),
+                    (Place::Ticket { ticket, .. }, _) if !self.has_lanes() => ticket.clone(),
+                    _ => None,
+                }
             })
             .collect::<Option<_>>()?;
+        e.ahead = e.ahead_users.iter().map(|u| self.line[self.position(u)?].number).collect::<Option<_>>()?;
         Some(())
+    }
+
+    pub fn has_lanes(&self) -> bool {
+        self.s.lanes > 1
+    }
+
+    /// The lane's name a standing map shows for a waiting person (queues with lanes).
+    fn lane_shown(&self, lane: usize) -> Option<String> {
+        self.has_lanes().then(|| lane_name(lane))
     }
 
     fn number_of(p: &Person) -> i64 {
@@ -417,6 +476,11 @@ impl Model {
                     continue;
                 }
                 self.line[i].place = Place::Ticket { ticket: None, expiry: now + self.s.ticket_ttl };
+                if self.has_lanes() {
+                    // Renumbered into the holders' band: the new number is learnt.
+                    self.line[i].waited_as = Some(number);
+                    self.line[i].number = None;
+                }
                 if self.watched.contains_key(&self.line[i].user) {
                     self.pending.promoted_watched.push(self.line[i].user.clone());
                 }
@@ -433,18 +497,96 @@ impl Model {
         self.line[..=i].iter().filter(|p| matches!(p.place, Place::Waiting { .. })).count() as i64
     }
 
-    /// The refusal QUEUE.ENTER gives instead of entering, if any: `max_waiting`
-    /// people already wait and `user` is not among those in the line (waiting or
-    /// holding a ticket), who may always enter again.
-    pub fn refuses_entry(&self, user: &str) -> Option<&'static str> {
+    /// The refusal QUEUE.ENTER gives instead of entering, if any, else the lane it
+    /// enters: `LANE` or `CODE` in a queue without lanes; a lane the queue does not
+    /// have; a code it does not have or whose uses are all consumed (`NOCODE`), or of
+    /// another lane than `LANE` (`WRONGLANE`); neither in an `invite` queue; then
+    /// `max_waiting` people already wait and `user` is not among those in the line
+    /// (waiting or holding a ticket), who may always enter again. The docs leave the
+    /// order of the first four open but for INVITE before LINEFULL; the model takes
+    /// the order the arguments are read in: lane, code, invitation, room.
+    pub fn refuses_entry(&self, user: &str, lane: Option<&str>, code: Option<&str>) -> Result<usize, String> {
+        if (lane.is_some() || code.is_some()) && !self.has_lanes() {
+            return Err("ERR this queue has no lanes".into());
+        }
+        let named = match lane {
+            Some(l) => {
+                Some((0..self.s.lanes).find(|&i| lane_name(i) == l).ok_or_else(|| format!("ERR unknown lane '{l}'"))?)
+            }
+            None => None,
+        };
+        let mut into = named.unwrap_or(self.s.lanes.max(1) - 1);
+        if let Some(h) = code {
+            let c = self.codes.get(h).filter(|c| c.used < c.uses);
+            let c = c.ok_or_else(|| "NOCODE unknown or used-up access code".to_string())?;
+            if named.is_some_and(|l| l != c.lane) {
+                return Err("WRONGLANE the access code is for another lane".into());
+            }
+            into = c.lane;
+        }
+        if self.s.invite && lane.is_none() && code.is_none() {
+            return Err("INVITE this queue admits by invitation only".into());
+        }
         let full = self.s.max_waiting > 0 && self.waiting() >= self.s.max_waiting;
-        (full && self.position(user).is_none()).then_some("LINEFULL the line is full, try again later")
+        if full && self.position(user).is_none() {
+            return Err("LINEFULL the line is full, try again later".into());
+        }
+        Ok(into)
+    }
+
+    /// QUEUE.CODES ADD: how many codes are new; one already there moves to `lane`
+    /// with `uses`, keeping the uses it consumed.
+    pub fn codes_add(&mut self, lane: usize, uses: i64, hs: &[String]) -> i64 {
+        let mut new = 0;
+        for h in hs {
+            match self.codes.get_mut(h) {
+                Some(c) => {
+                    c.lane = lane;
+                    c.uses = uses;
+                }
+                None => {
+                    new += 1;
+                    self.codes.insert(h.clone(), Code { lane, uses, used: 0 });
+                }
+            }
+        }
+        new
+    }
+
+    /// QUEUE.CODES REMOVE: how many of these codes were there.
+    pub fn codes_remove(&mut self, hs: &[String]) -> i64 {
+        hs.iter().filter(|h| self.codes.remove(*h).is_some()).count() as i64
+    }
+
+    /// QUEUE.CODES COUNTS: per lane in order (lane, codes, uses consumed, uses left);
+    /// empty without lanes.
+    pub fn codes_counts(&self) -> Vec<(String, i64, i64, i64)> {
+        if !self.has_lanes() {
+            return Vec::new();
+        }
+        (0..self.s.lanes)
+            .map(|l| {
+                let of: Vec<&Code> = self.codes.values().filter(|c| c.lane == l).collect();
+                // "uses consumed" counts at most a code's uses (one added again with
+                // fewer uses than it consumed has none left).
+                let used = of.iter().map(|c| c.used.min(c.uses)).sum();
+                let left = of.iter().map(|c| (c.uses - c.used).max(0)).sum();
+                (lane_name(l), of.len() as i64, used, left)
+            })
+            .collect()
     }
 
     /// QUEUE.ENTER: to the back of the line (re-entry gives up the old place and any
     /// ticket, which goes to the head of the line at once); in at once when nobody
     /// else waits and there is room.
-    pub fn enter(&mut self, user: &str, nickname: &str, now: i64) -> Standing {
+    ///
+    /// In a queue with lanes, into `lane` (what [`Model::refuses_entry`] gave): at the back
+    /// of that lane, ahead of everyone waiting in later lanes (an `ahead` in the
+    /// change log); a code's use is consumed.
+    pub fn enter(&mut self, user: &str, nickname: &str, lane: usize, code: Option<&str>, now: i64) -> Standing {
+        if let Some(c) = code.and_then(|h| self.codes.get_mut(h)) {
+            c.used += 1;
+        }
         if let Some(i) = self.position(user) {
             let old = self.line.remove(i);
             self.out_of_line(user);
@@ -467,18 +609,34 @@ impl Model {
                     nickname: nickname.into(),
                     place: Place::Ticket { ticket: None, expiry: now + self.s.ticket_ttl },
                     number: None,
+                    lane,
+                    waited_as: None,
                 });
                 self.counters.promoted += 1;
                 return Standing::Promoted { ticket: None, nickname: nickname.into() };
             }
         }
-        self.line.push(Person {
-            user: user.into(),
-            nickname: nickname.into(),
-            place: Place::Waiting { seen: now },
-            number: None,
-        });
-        Standing::Waiting { rank: self.waiting(), nickname: nickname.into() }
+        // At the back of its lane: before the first person waiting in a later lane.
+        let at = self
+            .line
+            .iter()
+            .position(|p| matches!(p.place, Place::Waiting { .. }) && p.lane > lane)
+            .unwrap_or(self.line.len());
+        if at < self.line.len() {
+            self.pending.ahead_users.push(user.into());
+        }
+        self.line.insert(
+            at,
+            Person {
+                user: user.into(),
+                nickname: nickname.into(),
+                place: Place::Waiting { seen: now },
+                number: None,
+                lane,
+                waited_as: None,
+            },
+        );
+        Standing::Waiting { rank: self.rank_of(at), nickname: nickname.into(), lane: self.lane_shown(lane) }
     }
 
     /// QUEUE.STATUS (and each user of QUEUE.RANKS): a waiting person counts as heard
@@ -495,13 +653,14 @@ impl Model {
             let rank = self.rank_of(i);
             let refresh = (self.s.abandon_after / 8).clamp(250, 30_000);
             let abandon_after = self.s.abandon_after;
+            let lane = self.lane_shown(self.line[i].lane);
             let p = &mut self.line[i];
             return match &mut p.place {
                 Place::Waiting { seen } => {
                     if heard && abandon_after > 0 && now - *seen >= refresh {
                         *seen = now;
                     }
-                    Standing::Waiting { rank, nickname: p.nickname.clone() }
+                    Standing::Waiting { rank, nickname: p.nickname.clone(), lane }
                 }
                 Place::Ticket { ticket, expiry } if *expiry > now => {
                     Standing::Promoted { ticket: ticket.clone(), nickname: p.nickname.clone() }

@@ -436,6 +436,17 @@ fn enter_lane<S: Store>(
         c.used += 1;
         s.aux_hset(Aux::Codes, h, &c.encode());
     }
+    let start = band_start(lane);
+    // The common case first, as in `enter`: someone waits and the user is new.
+    if waiting_count(s) > 0 {
+        let seq = s.waiting_max_in(start + 1, start + BAND - 1).unwrap_or(start) + 1;
+        if s.waiting_add_new(user, seq) {
+            mark_layout(s);
+            touch(s, seq, now, nickname);
+            s.count(Event::Entered, 1);
+            return Ok(in_lane(s, user, lanes, lane, seq, now, nickname));
+        }
+    }
     let old = s.waiting_score(user);
     let old_holds = old.is_some_and(|seq| is_promoted(s, seq));
     if let Some(seq) = old {
@@ -468,14 +479,31 @@ fn enter_lane<S: Store>(
             return Ok(Standing::Promoted { ticket, nickname: nickname.to_vec() });
         }
     }
-    let start = band_start(lane);
     let seq = s.waiting_max_in(start + 1, start + BAND - 1).unwrap_or(start) + 1;
     add_waiter(s, user, seq, now, nickname);
-    if lane + 1 < lanes.len() && s.waiting_max_in(band_start(lane + 1), i64::MAX).is_some() {
+    Ok(in_lane(s, user, lanes, lane, seq, now, nickname))
+}
+
+/// The standing of `user`, just put at the back of lane `lane` as number `seq`; an
+/// arrival ahead of people waiting in a later lane goes into the change log. Without
+/// anyone in a later lane the newcomer is the last one waiting: no rank lookup.
+fn in_lane<S: Store>(
+    s: &mut S,
+    user: &S::User,
+    lanes: &Lanes,
+    lane: usize,
+    seq: i64,
+    now: i64,
+    nickname: &[u8],
+) -> Standing {
+    let behind = lane + 1 < lanes.len() && s.waiting_max_in(band_start(lane + 1), i64::MAX).is_some();
+    let rank = if behind {
         s.log_draft().note_ahead(seq);
-    }
-    let rank = s.waiting_rank(user).map_or(0, |(r, _)| r + 1 - joining(s));
-    Ok(Standing::Waiting { seq, rank, seen: now, nickname: nickname.to_vec() })
+        s.waiting_rank(user).map_or(0, |(r, _)| r + 1 - joining(s))
+    } else {
+        waiting_count(s)
+    };
+    Standing::Waiting { seq, rank, seen: now, nickname: nickname.to_vec() }
 }
 
 /// Whether the settings may become `lanes` (QUEUE.CONFIG SET lanes): a change only
