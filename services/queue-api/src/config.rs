@@ -122,6 +122,11 @@ pub struct IdentityFlags {
     #[arg(long = "identity-leeway", env = "IDENTITY_LEEWAY", default_value = "30s",
           value_parser = service_kit::duration(Duration::ZERO..=Duration::from_secs(300)))]
     pub leeway: Duration,
+    /// The claim that names the lanes a person may enter (a string, or a list such as
+    /// the person's groups): the first of the queue's lanes it names is the one they
+    /// enter. Lanes are never taken from a request's body.
+    #[arg(long = "identity-lane-claim", env = "IDENTITY_LANE_CLAIM")]
+    pub lane_claim: Option<String>,
 }
 
 impl IdentityFlags {
@@ -133,9 +138,11 @@ impl IdentityFlags {
                 || self.audience.is_some()
                 || self.cookie.is_some()
                 || !self.queue_audience.is_empty()
+                || self.lane_claim.is_some()
             {
-                return Err("--identity-issuer, --identity-audience, --identity-cookie and \
-                            --identity-queue-audience need --identity-jwks (the keys tokens are checked with)"
+                return Err("--identity-issuer, --identity-audience, --identity-cookie, \
+                            --identity-queue-audience and --identity-lane-claim need --identity-jwks \
+                            (the keys tokens are checked with)"
                     .into());
             }
             return Ok(());
@@ -150,6 +157,9 @@ impl IdentityFlags {
         }
         if self.claim.is_empty() {
             return Err("--identity-claim must name a claim".into());
+        }
+        if self.lane_claim.as_deref() == Some("") {
+            return Err("--identity-lane-claim must name a claim".into());
         }
         Ok(())
     }
@@ -166,7 +176,8 @@ impl IdentityFlags {
             per_queue,
             self.claim.clone(),
             self.leeway,
-        )))
+        )
+        .with_lane_claim(self.lane_claim.clone())))
     }
 }
 

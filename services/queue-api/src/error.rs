@@ -51,6 +51,16 @@ pub enum ApiError {
     IdentityInvalid(crate::identity::Refusal),
     /// 403: the queue admits by invitation only.
     InviteOnly,
+    /// 403: an access code unknown or used up (one answer for both, so that codes
+    /// cannot be probed for which exist).
+    CodeInvalid,
+    /// 400: an access code (or codes added) for a queue without lanes.
+    NoLanes,
+    /// 400: a CSV upload with bad lines (the message names them; the detail lists
+    /// them with their reasons).
+    BadLines(String, serde_json::Value),
+    /// 413: an upload over its bounds (what and how much in the message).
+    TooMany(String),
 }
 
 /// Seconds a newcomer refused by a full line is asked to wait.
@@ -129,6 +139,16 @@ impl ApiError {
             ApiError::InviteOnly => {
                 (StatusCode::FORBIDDEN, "invite_only", "this queue admits by invitation only".into())
             }
+            ApiError::CodeInvalid => {
+                (StatusCode::FORBIDDEN, "code_invalid", "this access code is not valid (unknown or used up)".into())
+            }
+            ApiError::NoLanes => (
+                StatusCode::BAD_REQUEST,
+                "no_lanes",
+                "this queue has no lanes, so it takes no access codes".into(),
+            ),
+            ApiError::BadLines(m, _) => (StatusCode::BAD_REQUEST, "bad_lines", m.clone()),
+            ApiError::TooMany(m) => (StatusCode::PAYLOAD_TOO_LARGE, "too_large", m.clone()),
         }
     }
 }
@@ -145,6 +165,10 @@ impl IntoResponse for ApiError {
         }
         if let ApiError::IdentityInvalid(r) = &self {
             body["reason"] = json!(r.as_str());
+        }
+        if let ApiError::BadLines(_, detail) = &self {
+            body["lines"] = detail["lines"].clone();
+            body["badLines"] = detail["badLines"].clone();
         }
         let mut resp = (status, Json(body)).into_response();
         match self {
@@ -179,6 +203,10 @@ impl From<ClientError> for ApiError {
             return ApiError::InviteOnly;
         }
         match e {
+            ClientError::Refused(queue_core::QueueError::NoCode | queue_core::QueueError::CodeLane) => {
+                ApiError::CodeInvalid
+            }
+            ClientError::InvalidArgument(m) if m.contains("this queue has no lanes") => ApiError::NoLanes,
             ClientError::InvalidArgument(m) => ApiError::BadRequest(m.trim_start_matches("ERR ").to_string()),
             ClientError::Refused(queue_core::QueueError::LineFull) => ApiError::LineFull,
             e if e.is_unavailable() => ApiError::Unavailable,

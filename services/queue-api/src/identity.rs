@@ -285,6 +285,17 @@ pub struct Identity {
     pub subject: String,
     /// The person's userId in every queue: [`user_id`] of the issuer and subject.
     pub user_id: String,
+    /// What the lane claim (`--identity-lane-claim`) names: a string, or each string
+    /// of a list (say, the person's groups); empty without that claim.
+    pub lanes: Vec<String>,
+}
+
+impl Identity {
+    /// The first of `queue_lanes` (the queue's lanes, in order) that the token's lane
+    /// claim names: the lane this person is entitled to enter.
+    pub fn lane_in<'l>(&self, queue_lanes: &'l [String]) -> Option<&'l String> {
+        queue_lanes.iter().find(|l| self.lanes.iter().any(|c| c == *l))
+    }
 }
 
 /// The userId of the person `subject` of `issuer`: `id:` and the base64url SHA-256
@@ -322,6 +333,8 @@ pub struct Verifier {
     per_queue: HashMap<String, String>,
     claim: String,
     leeway: Duration,
+    /// The claim that names the lanes a person may enter (`--identity-lane-claim`).
+    lane_claim: Option<String>,
 }
 
 fn now_s() -> u64 {
@@ -337,7 +350,14 @@ impl Verifier {
         claim: String,
         leeway: Duration,
     ) -> Verifier {
-        Verifier { keys, issuer, audience, per_queue, claim, leeway }
+        Verifier { keys, issuer, audience, per_queue, claim, leeway, lane_claim: None }
+    }
+
+    /// Reads the lanes a person may enter from the claim `claim` (a string, or a list
+    /// whose strings count; anything else names none).
+    pub fn with_lane_claim(mut self, claim: Option<String>) -> Verifier {
+        self.lane_claim = claim;
+        self
     }
 
     /// The audience a token for `queue` must name.
@@ -416,7 +436,12 @@ impl Verifier {
             Some(Value::Number(n)) => n.to_string(),
             _ => return Err(Refusal::NoSubject),
         };
-        Ok(Identity { user_id: user_id(&self.issuer, &subject), subject })
+        let lanes = match self.lane_claim.as_ref().and_then(|c| claims.get(c)) {
+            Some(Value::String(l)) => vec![l.clone()],
+            Some(Value::Array(list)) => list.iter().filter_map(Value::as_str).take(64).map(str::to_string).collect(),
+            _ => Vec::new(),
+        };
+        Ok(Identity { user_id: user_id(&self.issuer, &subject), subject, lanes })
     }
 }
 
@@ -449,8 +474,9 @@ pub enum EntryMode {
     Open,
     /// Only with an identity token: entry, status, stream and leave all need one.
     Identified,
-    /// By invitation: an identity token as for `identified`, and the queue itself
-    /// refuses an entry without an invitation (403 `invite_only`).
+    /// By invitation: an access code, or an identity token whose lane claim names one
+    /// of the queue's lanes; the queue itself refuses an entry without either (403
+    /// `invite_only`). An entry without a code needs the token (401 as `identified`).
     Invite,
 }
 
@@ -472,9 +498,22 @@ impl EntryMode {
         }
     }
 
-    /// Whether every request about a place in this queue needs an identity token.
+    /// Whether an entry into this queue needs an identity token (`code`: whether it
+    /// brings an access code, which an `invite` queue takes without one).
+    pub fn entry_needs_identity(self, code: bool) -> bool {
+        match self {
+            EntryMode::Open => false,
+            EntryMode::Identified => true,
+            EntryMode::Invite => !code,
+        }
+    }
+
+    /// Whether reading, following and leaving a place in this queue needs an identity
+    /// token. An `invite` queue's places may have been entered with an access code and
+    /// no login, so there a userId this service gave (a UUID) is taken, as in an open
+    /// queue.
     pub fn needs_identity(self) -> bool {
-        self != EntryMode::Open
+        self == EntryMode::Identified
     }
 }
 

@@ -11,6 +11,7 @@ pub use service_kit::conn_limit;
 mod admin;
 pub mod batch;
 mod brand;
+pub mod codes;
 pub mod config;
 pub mod cors;
 pub mod declared;
@@ -89,6 +90,10 @@ pub fn app(state: Arc<AppState>) -> Router {
         .route("/api/admin/queues", get(admin::list).post(admin::create))
         .route("/api/admin/queues/{queue}/brand", axum::routing::put(admin::put_brand))
         .route("/api/admin/queues/{queue}/pause", post(admin::pause))
+        .route(
+            "/api/admin/queues/{queue}/codes",
+            get(codes::counts).post(codes::add).layer(DefaultBodyLimit::max(codes::BODY_LIMIT)),
+        )
         .route("/api/admin/queues/{queue}/resume", post(admin::resume))
         .route("/api/queue/entry", post(routes::entry).delete(routes::leave))
         .route("/api/queue/status", get(routes::status))

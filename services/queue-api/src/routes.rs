@@ -122,9 +122,17 @@ pub async fn entry(
             Err(_) => return Err(ApiError::BadRequest("userId must be the id this service gave".into())),
         },
     };
+    // An access code: the code's lane (checked by the queue, one use consumed by
+    // the entry itself). A code that cannot exist is refused as an unknown one.
+    let code = match &body.code {
+        Field::Absent | Field::Null => None,
+        Field::Given(c) if c.trim().is_empty() => None,
+        Field::Given(c) => Some(crate::codes::check_code(c).map_err(|_| ApiError::CodeInvalid)?.to_string()),
+        Field::WrongType => return Err(ApiError::BadRequest("code must be a string".into())),
+    };
     let client = state.valkey.client().await?;
     state.declared.check(&client, &queue).await?;
-    if who.is_none() && state.entry_modes.get(&client, &queue).await?.needs_identity() {
+    if who.is_none() && state.entry_modes.get(&client, &queue).await?.entry_needs_identity(code.is_some()) {
         return Err(ApiError::IdentityRequired);
     }
     if who.is_some() {
@@ -145,7 +153,20 @@ pub async fn entry(
     }
     let addr = ip.to_string();
     crate::pow::admit(&state, &client, &queue, &addr, &body.pow).await?;
-    let standing = client.enter(&queue, &user, nickname).await.map_err(|e| {
+    // The lane: the code's, else the first of the queue's lanes the identity's lane
+    // claim names, else none (the queue's last lane). Never one the body names.
+    let options = match (&code, &who) {
+        (Some(c), _) => queue_client::EntryOptions { lane: None, code_hash: Some(queue_client::code_hash(c)) },
+        (None, Some(id)) if !id.lanes.is_empty() => {
+            let lanes = crate::codes::queue_lanes(&client, &queue).await?;
+            queue_client::EntryOptions { lane: id.lane_in(&lanes).cloned(), code_hash: None }
+        }
+        _ => queue_client::EntryOptions::default(),
+    };
+    let standing = client.enter_with(&queue, &user, nickname, &options).await.map_err(|e| {
+        if matches!(e, queue_client::ClientError::Refused(queue_client::QueueError::NoCode)) {
+            state.metrics.code_refused.increment(1);
+        }
         if matches!(e, queue_client::ClientError::Refused(queue_client::QueueError::LineFull)) {
             state.metrics.line_full.increment(1);
         }
