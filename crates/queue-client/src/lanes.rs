@@ -14,9 +14,9 @@
 use crate::backend::{self, Backend};
 use crate::error::is_missing_command;
 use crate::reply::{array, int, text};
-use crate::{in_command_span, ClientError, Op, QueueClient, Standing};
 #[cfg(doc)]
 use crate::QueueError;
+use crate::{in_command_span, ClientError, Op, QueueClient, Standing};
 use redis::Value;
 use sha2::{Digest, Sha256};
 

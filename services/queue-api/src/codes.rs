@@ -136,8 +136,7 @@ fn csv_rows(text: &str, defaults: &CsvDefaults) -> Result<Vec<Row>, ApiError> {
 /// The refusal of a CSV upload with bad lines: 400 `bad_lines`, the first of them
 /// with their reasons, and how many there are.
 fn bad_lines(bad: &[(usize, String)]) -> ApiError {
-    let lines: Vec<Value> =
-        bad.iter().take(LINES_SHOWN).map(|(n, m)| json!({ "line": n, "message": m })).collect();
+    let lines: Vec<Value> = bad.iter().take(LINES_SHOWN).map(|(n, m)| json!({ "line": n, "message": m })).collect();
     let shown: Vec<String> = bad.iter().take(LINES_SHOWN).map(|(n, _)| n.to_string()).collect();
     ApiError::BadLines(
         format!(
@@ -153,8 +152,8 @@ fn bad_lines(bad: &[(usize, String)]) -> ApiError {
 /// A JSON upload's rows: `{"lane": "presale", "uses": 1, "codes": ["...", ...]}`
 /// (uses 1 when left out).
 fn json_rows(bytes: &[u8]) -> Result<Vec<Row>, ApiError> {
-    let v: Value =
-        serde_json::from_slice(bytes).map_err(|e| ApiError::BadRequest(format!("the body must be a JSON object: {e}")))?;
+    let v: Value = serde_json::from_slice(bytes)
+        .map_err(|e| ApiError::BadRequest(format!("the body must be a JSON object: {e}")))?;
     let at = |field: &str, m: String| ApiError::AtField(StatusCode::UNPROCESSABLE_ENTITY, field.into(), m);
     let Value::Object(o) = v else { return Err(ApiError::BadRequest("the body must be a JSON object".into())) };
     let lane = match o.get("lane") {
@@ -276,12 +275,7 @@ pub async fn add(
         *per_lane.entry(lane).or_default() += hashes.len();
     }
     state.declared.declare(&client, &queue).await?;
-    crate::admin::audit(
-        &state,
-        &queue,
-        "codes",
-        json!({ "given": rows.len(), "new": added, "perLane": per_lane }),
-    );
+    crate::admin::audit(&state, &queue, "codes", json!({ "given": rows.len(), "new": added, "perLane": per_lane }));
     let counts = client.codes_counts(&queue).await?;
     Ok(Json(json!({ "queue": queue, "given": rows.len(), "added": added, "lanes": counts })))
 }

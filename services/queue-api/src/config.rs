@@ -169,15 +169,17 @@ impl IdentityFlags {
         self.check()?;
         let Some(jwks) = &self.jwks else { return Ok(None) };
         let per_queue = self.queue_audience.iter().map(|q| (q.queue.clone(), q.audience.clone())).collect();
-        Ok(Some(identity::Verifier::new(
-            jwks.0.clone(),
-            self.issuer.clone().unwrap_or_default(),
-            self.audience.clone().unwrap_or_default(),
-            per_queue,
-            self.claim.clone(),
-            self.leeway,
-        )
-        .with_lane_claim(self.lane_claim.clone())))
+        Ok(Some(
+            identity::Verifier::new(
+                jwks.0.clone(),
+                self.issuer.clone().unwrap_or_default(),
+                self.audience.clone().unwrap_or_default(),
+                per_queue,
+                self.claim.clone(),
+                self.leeway,
+            )
+            .with_lane_claim(self.lane_claim.clone()),
+        ))
     }
 }
 

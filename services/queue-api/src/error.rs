@@ -142,11 +142,9 @@ impl ApiError {
             ApiError::CodeInvalid => {
                 (StatusCode::FORBIDDEN, "code_invalid", "this access code is not valid (unknown or used up)".into())
             }
-            ApiError::NoLanes => (
-                StatusCode::BAD_REQUEST,
-                "no_lanes",
-                "this queue has no lanes, so it takes no access codes".into(),
-            ),
+            ApiError::NoLanes => {
+                (StatusCode::BAD_REQUEST, "no_lanes", "this queue has no lanes, so it takes no access codes".into())
+            }
             ApiError::BadLines(m, _) => (StatusCode::BAD_REQUEST, "bad_lines", m.clone()),
             ApiError::TooMany(m) => (StatusCode::PAYLOAD_TOO_LARGE, "too_large", m.clone()),
         }

@@ -688,7 +688,10 @@ fn a_newcomer_in_an_earlier_lane_moves_later_lanes_back() {
     w.cycle(false);
     assert!(w.ledger.nobody_to_watch(), "nobody asked again");
     assert_eq!(w.asked_everyone(), 0);
-    assert_eq!([w.shown("a"), w.shown("b"), w.shown("c")], [(Status::Waiting, 2), (Status::Waiting, 3), (Status::Waiting, 4)]);
+    assert_eq!(
+        [w.shown("a"), w.shown("b"), w.shown("c")],
+        [(Status::Waiting, 2), (Status::Waiting, 3), (Status::Waiting, 4)]
+    );
     w.open("p");
     w.settle();
     assert_eq!(w.shown("p"), (Status::Waiting, 1));
@@ -701,7 +704,10 @@ fn a_newcomer_in_an_earlier_lane_moves_later_lanes_back() {
     w.publish(|_| false);
     w.cycle(false);
     w.settle();
-    assert_eq!([w.shown("a"), w.shown("b"), w.shown("c")], [(Status::Waiting, 3), (Status::Waiting, 4), (Status::Waiting, 5)]);
+    assert_eq!(
+        [w.shown("a"), w.shown("b"), w.shown("c")],
+        [(Status::Waiting, 3), (Status::Waiting, 4), (Status::Waiting, 5)]
+    );
     w.check_streams();
 
     // Promoted from presale: the ticket carries a new number, listed as old=ticket.
@@ -716,7 +722,10 @@ fn a_newcomer_in_an_earlier_lane_moves_later_lanes_back() {
         assert_eq!(w.streams[*u].as_ref().unwrap().ticket_id.as_deref(), Some(ticket.as_str()), "{u}'s ticket");
         assert_eq!(w.truth(u).ticket_id.as_deref(), Some(ticket.as_str()));
     }
-    assert_eq!([w.shown("a"), w.shown("b"), w.shown("c")], [(Status::Waiting, 1), (Status::Waiting, 2), (Status::Waiting, 3)]);
+    assert_eq!(
+        [w.shown("a"), w.shown("b"), w.shown("c")],
+        [(Status::Waiting, 1), (Status::Waiting, 2), (Status::Waiting, 3)]
+    );
     assert!(w.ledger.nobody_to_watch(), "the promoted told from the entry, nobody asked");
     w.check_streams();
 }
@@ -795,7 +804,8 @@ fn lanes_streams_show_the_engine_s_truth_whatever_happens() {
             let at = format!("seed {seed}, step {step}");
             let result = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| w.check_streams()));
             if let Err(e) = result {
-                let text = e.downcast_ref::<String>().cloned().or_else(|| e.downcast_ref::<&str>().map(|s| s.to_string()));
+                let text =
+                    e.downcast_ref::<String>().cloned().or_else(|| e.downcast_ref::<&str>().map(|s| s.to_string()));
                 panic!("{at}: {}", text.unwrap_or_default());
             }
         }
