@@ -41,6 +41,11 @@ pub fn document() -> Value {
         json!({ "type": "string", "enum": ["open", "identified", "invite"],
                 "description": "who may enter: anyone (open), only with the app's login (identified), by invitation (invite)" }),
     );
+    settings.insert(
+        "lanes".into(),
+        json!({ "type": ["string", "array", "null"], "items": { "type": "string" },
+                "description": "the queue's lanes in admission order: names (1-32 of A-Z a-z 0-9 _ -), comma-separated or a list, 2 to 8; empty or null: none. Changes only while nobody waits" }),
+    );
     let settings =
         json!({ "type": "object", "properties": settings, "additionalProperties": false, "minProperties": 1 });
     let info = json!({ "description": "{queue, info: the queue's counts, settings and counters, brand, counts: its live counts}", "content": { "application/json": { "schema": { "type": "object" } } } });
@@ -70,14 +75,16 @@ pub fn document() -> Value {
                                     "pow": { "type": ["object", "null"], "description": "a solved proof-of-work challenge, when the queue asks one (see /api/queue/challenge)",
                                              "required": ["challenge", "nonce"],
                                              "properties": { "challenge": { "type": "string", "pattern": format!("^[0-9a-f]{{{}}}$", queue_core::pow::CHALLENGE_LEN) },
-                                                             "nonce": { "type": "string", "pattern": "^[0-9]{1,20}$" } } } } } } } },
+                                                             "nonce": { "type": "string", "pattern": "^[0-9]{1,20}$" } } },
+                                    "code": { "type": ["string", "null"], "maxLength": 128,
+                                              "description": "an access code: the person enters the code's lane (one use consumed); empty means none. A lane is never read from the body" } } } } } },
                 "responses": { "200": { "description": "where the user stands (the place cookie names them)",
                                         "headers": { "Set-Cookie": { "description": "queue_place_<queue>=<userId>; Max-Age=86400; HttpOnly; SameSite=Lax (no Path: the directory of the request's URL), `:` in the queue's name written %3A",
                                                                      "schema": { "type": "string" } } },
                                         "content": { "application/json": { "schema": standing } } },
-                               "400": err("malformed JSON, bad queue name, a userId this service did not give (with an identity token: not the token's), or a proof of work that does not check out"),
+                               "400": err("malformed JSON, bad queue name, a userId this service did not give (with an identity token: not the token's), a proof of work that does not check out, or an access code where the queue has no lanes (error no_lanes)"),
                                "401": err(unauthorized),
-                               "403": err("the queue admits by invitation only (error invite_only)"),
+                               "403": err("the queue admits by invitation only (error invite_only), or the access code is unknown or used up (error code_invalid: one answer for both)"),
                                "404": err(unknown_queue),
                                "409": err("this proof of work was used already"),
                                "422": err("missing, empty or too long nickname"),
@@ -121,7 +128,7 @@ pub fn document() -> Value {
                                         "401": err("bad or missing token"), "403": err("admin disabled"), "404": err(unknown_queue),
                                         "409": err("the queue is in use (error queue_in_use: people wait, hold tickets or are inside), or it is default (error conflict)"),
                                         "503": err("queue store unreachable") } },
-                "put": { "summary": "Change settings at runtime (soft_cap, hard_cap, rate, burst, batch_max, ticket_ttl, session_lease, abandon_after, opens_at, pow_difficulty, max_waiting, entry); creates the queue when it does not exist",
+                "put": { "summary": "Change settings at runtime (soft_cap, hard_cap, rate, burst, batch_max, ticket_ttl, session_lease, abandon_after, opens_at, pow_difficulty, max_waiting, entry, lanes); creates the queue when it does not exist",
                          "parameters": queue_param, "security": [{ "bearer": [] }],
                          "requestBody": { "required": true, "content": { "application/json": { "schema": settings } } },
                          "responses": { "200": info, "400": field_err("malformed JSON, bad queue name, unknown field or value out of range (field names it)"),
@@ -162,6 +169,28 @@ pub fn document() -> Value {
                                         "401": err("bad or missing token"), "403": err("admin disabled"),
                                         "422": field_err("an unknown setting or a bad value (field names it)"),
                                         "503": err("queue store unreachable") } } },
+            "/api/admin/queues/{queue}/codes": {
+                "get": { "summary": "Access codes per lane, in the queue's order: {queue, laneNames, lanes: [{lane, codes, used, left}]}; the codes themselves are never given back (only their hashes are kept)",
+                         "parameters": queue_param, "security": [{ "bearer": [] }],
+                         "responses": { "200": { "description": "per lane counts", "content": { "application/json": { "schema": { "type": "object" } } } },
+                                        "400": err("bad queue name"), "401": err("bad or missing token"), "403": err("admin disabled"),
+                                        "404": err(unknown_queue), "503": err("queue store unreachable") } },
+                "post": { "summary": "Add access codes, all or none: JSON {lane, uses, codes: [...]} or Content-Type text/csv, one code a line (code, code,lane or code,lane,uses; lane and uses for lines without them from ?lane= and ?uses=, uses 1 by default; blank lines and a first line code,lane,uses skipped). At most 10000 codes, 2 MiB; each code 1-128 bytes, no control characters or commas, spaces around it trimmed. Answers {queue, given, added: how many were new, lanes: the counts}",
+                          "parameters": [queue_param[0].clone(),
+                                         { "name": "lane", "in": "query", "required": false, "schema": { "type": "string" }, "description": "CSV only: the lane of lines that name none" },
+                                         { "name": "uses", "in": "query", "required": false, "schema": { "type": "string" }, "description": "CSV only: the uses of lines that give none (1 to 1000000; 1 by default)" }],
+                          "security": [{ "bearer": [] }],
+                          "requestBody": { "required": true, "content": {
+                              "application/json": { "schema": { "type": "object", "required": ["lane", "codes"], "properties": {
+                                  "lane": { "type": "string" }, "uses": { "type": ["integer", "null"], "minimum": 1, "maximum": crate::codes::MAX_USES },
+                                  "codes": { "type": "array", "maxItems": crate::codes::MAX_CODES, "items": { "type": "string", "maxLength": crate::codes::MAX_CODE_LEN } } } } },
+                              "text/csv": { "schema": { "type": "string" } } } },
+                          "responses": { "200": { "description": "{queue, given, added, lanes}", "content": { "application/json": { "schema": { "type": "object" } } } },
+                                         "400": field_err("malformed JSON, a lane the queue does not have (field lane), a queue without lanes (error no_lanes), CSV lines that do not read (error bad_lines: lines [{line, message}], badLines: how many)"),
+                                         "401": err("bad or missing token"), "403": err("admin disabled"), "404": err(unknown_queue),
+                                         "413": err("more than 10000 codes, or a body over 2 MiB (error too_large)"),
+                                         "422": field_err("no codes, a bad code, a code twice, uses out of range (field names it)"),
+                                         "503": err("queue store unreachable") } } },
             "/api/admin/queues/{queue}/pause": {
                 "post": { "summary": "Pause admission: the soft cap becomes 0, the one it had is remembered for resume",
                           "parameters": queue_param, "security": [{ "bearer": [] }],
@@ -190,6 +219,7 @@ pub fn document() -> Value {
                     "estimatedWaitRange": { "type": "object", "description": "while waiting with an estimate: where about four in five waits end",
                         "properties": { "low": { "type": "integer" }, "high": { "type": "integer" } } },
                     "opensAt": { "type": "integer", "description": "only in a pre-queue: when the queue opens (ms since the epoch); the rank is 0 until then" },
+                    "lane": { "type": ["string", "null"], "description": "only in a queue with lanes: the lane a waiting person waits in (people entering an earlier lane come before them, so the rank can grow)" },
                     "queue": { "type": "string" } } },
                 "Challenge": { "type": "object", "properties": {
                     "queue": { "type": "string" },
@@ -197,7 +227,9 @@ pub fn document() -> Value {
                     "challenge": { "type": ["string", "null"] },
                     "expiresAt": { "type": ["integer", "null"], "description": "ms since the epoch" } } },
                 "Error": { "type": "object", "properties": { "error": { "type": "string" }, "message": { "type": "string" },
-                                                             "reason": { "type": "string", "description": "identity_invalid only: why the token was refused" } } }
+                                                             "reason": { "type": "string", "description": "identity_invalid only: why the token was refused" },
+                                                             "lines": { "type": "array", "description": "bad_lines only: the first bad lines, {line, message}" },
+                                                             "badLines": { "type": "integer", "description": "bad_lines only: how many lines are bad" } } }
             }
         }
     })
