@@ -17,6 +17,11 @@
   // place is the account's: the page asks where it stands before offering the form,
   // on any device, and names no userId of its own.
   const identity = data.identity === "cookie";
+  // A link may carry an access code (?code=): prefilled, its box opened.
+  if (params.get("code") && $("code")) {
+    $("code").value = params.get("code");
+    if ($("code-box")) $("code-box").open = true;
+  }
 
   let M = {};
   // A message with its {placeholders} filled in.
@@ -157,6 +162,12 @@
     // Said once per change of place (the live region reads it out).
     const said = t("place_label") + ": " + number(rank) + (total != null ? " (" + $("total").textContent + ")" : "");
     if (said !== lastAnnounced) { lastAnnounced = said; $("announce").textContent = said; }
+    // In a queue with lanes: the lane, and why the place can move back.
+    const laneBox = $("lane");
+    if (laneBox) {
+      laneBox.textContent = standing.lane ? t("lane", { lane: standing.lane }) + " " + t("lane_note") : "";
+      show_(laneBox, !!standing.lane);
+    }
     show_($("leave"), true);
   }
 
@@ -292,6 +303,10 @@
     // second entry (queue-api's place cookie gives back a place still held).
     // With the app's login the account is the person: no userId is named.
     const entry = { nickname: $("nickname").value, queue, userId: identity ? undefined : kept.get(saved) || undefined };
+    // An access code (typed, or from the link's ?code=) enters the code's lane.
+    const codeField = $("code");
+    const code = codeField ? codeField.value.trim() : "";
+    if (code) entry.code = code;
     kept.remove(savedEntry);
     try {
       let r, body;
@@ -312,6 +327,8 @@
       $("state").textContent = "";
       if (!r.ok) {
         $("error").textContent = body.error === "unknown_queue" ? t("no_such_queue", { queue })
+          : body.error === "code_invalid" ? t("code_invalid")
+          : body.error === "no_lanes" ? t("code_not_taken")
           : loginMessage(body) || body.message || t("error_join");
         return;
       }
