@@ -505,6 +505,25 @@ impl QueueClient {
             other => Err(ClientError::protocol(format!("config set: expected OK, got {other:?}"))),
         }
     }
+
+    /// `QUEUE.CONFIG Q GET field`: one setting as text, for the settings that are
+    /// words (`entry`) as well as numbers.
+    pub async fn config_text(&self, queue: &str, field: &str) -> Result<String, ClientError> {
+        let v = self.run(Op::Config, queue, &["GET", field]).await?;
+        reply::text(&v)
+            .or_else(|| reply::int(&v).map(|n| n.to_string()))
+            .ok_or_else(|| ClientError::protocol(format!("config get {field}: expected a value, got {v:?}")))
+    }
+
+    /// `QUEUE.CONFIG Q SET field value` with the value as text (a word setting such
+    /// as `entry`); checked as [`QueueClient::config_set`] is.
+    pub async fn config_set_text(&self, queue: &str, field: &str, value: &str) -> Result<(), ClientError> {
+        match self.run(Op::Config, queue, &["SET", field, value]).await? {
+            Value::Okay => Ok(()),
+            v if reply::text(&v).as_deref() == Some("OK") => Ok(()),
+            other => Err(ClientError::protocol(format!("config set: expected OK, got {other:?}"))),
+        }
+    }
 }
 
 /// A URL the client cannot use is the caller's mistake; anything else at connect

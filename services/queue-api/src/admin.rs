@@ -92,7 +92,7 @@ fn named_settings(body: SettingsBody, none_named: impl FnOnce() -> String) -> Re
 }
 
 /// Writes the audit line and counts the change.
-fn audit(state: &AppState, queue: &str, action: &'static str, changes: Value) {
+pub(crate) fn audit(state: &AppState, queue: &str, action: &'static str, changes: Value) {
     tracing::info!(target: "audit", queue, action, changes = %changes, "back-office change");
     state.metrics.admin_change(action).increment(1);
 }
@@ -269,9 +269,16 @@ pub async fn delete(AdminQueue { state, queue }: AdminQueue) -> Result<Json<Valu
 }
 
 async fn queue_body(client: &QueueClient, queue: &str) -> Result<Value, ApiError> {
-    let (info, brand, paused) = tokio::join!(client.info(queue), client.brand(queue), client.paused_soft_cap(queue));
+    let (info, brand, paused, entry, lanes) = tokio::join!(
+        client.info(queue),
+        client.brand(queue),
+        client.paused_soft_cap(queue),
+        crate::identity::read_mode(client, queue),
+        crate::codes::queue_lanes(client, queue)
+    );
     let info = info?;
-    let mut v = json!({ "queue": queue, "info": info, "brand": Brand::from_stored(&brand?) });
+    let mut v = json!({ "queue": queue, "info": info, "brand": Brand::from_stored(&brand?),
+                        "entry": entry?.as_str(), "lanes": lanes? });
     v["counts"] = counts(queue, &info, paused?);
     Ok(v)
 }
@@ -311,17 +318,71 @@ fn checked_settings(settings: &Map<String, Value>) -> Result<Vec<(String, i64)>,
 /// settings at runtime (all or none), then answers like GET. Setting a soft cap above
 /// 0 while paused ends the pause (the new cap is the one to keep).
 pub async fn put(AdminQueue { state, queue }: AdminQueue, body: SettingsBody) -> Result<Json<Value>, ApiError> {
-    let settings = named_settings(body, || "name at least one setting".into())?;
+    let mut settings = named_settings(body, || "name at least one setting".into())?;
+    // `entry` is a word, the other settings numbers.
+    let entry = match settings.remove("entry") {
+        None => None,
+        Some(v) => Some(v.as_str().and_then(crate::identity::EntryMode::parse).ok_or_else(|| {
+            ApiError::AtField(
+                StatusCode::UNPROCESSABLE_ENTITY,
+                "entry".into(),
+                "entry must be open, identified or invite".into(),
+            )
+        })?),
+    };
+    // `lanes` is text too: names, comma-separated, in admission order (empty: none).
+    let lanes = match settings.remove("lanes") {
+        None => None,
+        Some(Value::Null) => Some(String::new()),
+        Some(Value::String(l)) => Some(l.split(',').map(str::trim).collect::<Vec<_>>().join(",")),
+        Some(Value::Array(list)) if list.iter().all(Value::is_string) => {
+            Some(list.iter().filter_map(Value::as_str).map(str::trim).collect::<Vec<_>>().join(","))
+        }
+        Some(_) => {
+            return Err(ApiError::AtField(
+                StatusCode::UNPROCESSABLE_ENTITY,
+                "lanes".into(),
+                "lanes must be a string of names separated by commas (or a list of names)".into(),
+            ))
+        }
+    };
     let pairs = checked_settings(&settings)?;
     let client = state.valkey.client().await?;
     let before = client.config_get(&queue).await?;
-    client.config_set(&queue, &pairs).await.map_err(|e| at_named_field(e, &pairs))?;
+    let mut lanes_change = None;
+    if let Some(l) = &lanes {
+        let was = crate::codes::queue_lanes(&client, &queue).await?.join(",");
+        client.config_set_text(&queue, "lanes", l).await.map_err(|e| match ApiError::from(e) {
+            ApiError::BadRequest(m) => ApiError::AtField(StatusCode::BAD_REQUEST, "lanes".into(), m),
+            other => other,
+        })?;
+        lanes_change = Some(json!({ "from": was, "to": l }));
+    }
+    if !pairs.is_empty() {
+        client.config_set(&queue, &pairs).await.map_err(|e| at_named_field(e, &pairs))?;
+    }
+    let mut entry_change = None;
+    if let Some(mode) = entry {
+        let was = crate::identity::read_mode(&client, &queue).await?;
+        client.config_set_text(&queue, "entry", mode.as_str()).await.map_err(|e| match ApiError::from(e) {
+            ApiError::BadRequest(m) => ApiError::AtField(StatusCode::BAD_REQUEST, "entry".into(), m),
+            other => other,
+        })?;
+        state.entry_modes.forget(&queue);
+        entry_change = Some(json!({ "from": was.as_str(), "to": mode.as_str() }));
+    }
     state.declared.declare(&client, &queue).await?;
     if pairs.iter().any(|(f, n)| f == "soft_cap" && *n > 0) {
         client.forget_pause(&queue).await?;
     }
-    let changes: Map<String, Value> =
+    let mut changes: Map<String, Value> =
         pairs.iter().map(|(f, n)| (f.clone(), json!({ "from": before.get(f), "to": n }))).collect();
+    if let Some(c) = entry_change {
+        changes.insert("entry".into(), c);
+    }
+    if let Some(c) = lanes_change {
+        changes.insert("lanes".into(), c);
+    }
     audit(&state, &queue, "settings", Value::Object(changes));
     Ok(Json(queue_body(&client, &queue).await?))
 }

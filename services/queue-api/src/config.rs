@@ -1,7 +1,7 @@
 //! queue-api's flags (each with an environment-variable fallback), their defaults
 //! written once, in the clap attributes.
 
-use crate::{cors, pages, templates};
+use crate::{cors, identity, pages, templates};
 use std::time::Duration;
 
 /// queue-api: the waiting room's HTTP front. Every flag has an environment-variable
@@ -61,6 +61,9 @@ pub struct Config {
     /// a new stream from that address is refused with 429 and Retry-After.
     #[arg(long, env = "MAX_STREAMS_PER_ADDR", default_value_t = 64)]
     pub max_streams_per_addr: u32,
+    /// Identity from the app's own login (docs/http-api.md, "Identity").
+    #[command(flatten)]
+    pub identity: IdentityFlags,
     /// Serve /bench/noop, a no-op handler benchmarks compare against.
     #[arg(long, env = "BENCH_ROUTES", default_value_t = false, hide = true)]
     pub bench_routes: bool,
@@ -76,6 +79,7 @@ impl service_kit::Flags for Config {
     }
 
     fn into_config(self) -> Result<Config, String> {
+        self.identity.check()?;
         Ok(self)
     }
 }
@@ -85,6 +89,97 @@ impl Config {
     /// `valkey_url`, any free loopback port.
     pub fn local(valkey_url: &str) -> Config {
         Config { common: service_kit::Common::local(valkey_url), ..service_kit::flags::defaults() }
+    }
+}
+
+/// The identity flags: the app login's keys, issuer, audience, where the token comes
+/// from and which claim names the person.
+#[derive(Debug, Clone, Default, clap::Args)]
+pub struct IdentityFlags {
+    /// A JWKS file (RFC 7517) with the public keys the app's login signs its access
+    /// tokens with (RSA: RS256, EC P-256: ES256, OKP Ed25519: EdDSA); identity is off
+    /// without it.
+    #[arg(long = "identity-jwks", env = "IDENTITY_JWKS", value_parser = identity::JwksFile::parse)]
+    pub jwks: Option<identity::JwksFile>,
+    /// The `iss` every token must carry (required with --identity-jwks).
+    #[arg(long = "identity-issuer", env = "IDENTITY_ISSUER")]
+    pub issuer: Option<String>,
+    /// The `aud` a token must name (required with --identity-jwks).
+    #[arg(long = "identity-audience", env = "IDENTITY_AUDIENCE")]
+    pub audience: Option<String>,
+    /// `QUEUE=AUDIENCE` (repeatable): the audience tokens for QUEUE must name instead
+    /// of --identity-audience.
+    #[arg(long = "identity-queue-audience", env = "IDENTITY_QUEUE_AUDIENCES", value_delimiter = ',',
+          value_parser = identity::QueueAudience::parse)]
+    pub queue_audience: Vec<identity::QueueAudience>,
+    /// The cookie that carries the token from a browser (besides `Authorization: Bearer`).
+    #[arg(long = "identity-cookie", env = "IDENTITY_COOKIE")]
+    pub cookie: Option<String>,
+    /// The claim that names the person.
+    #[arg(long = "identity-claim", env = "IDENTITY_CLAIM", default_value = "sub")]
+    pub claim: String,
+    /// How far `exp` and `nbf` may be off (clocks differ), at most 5m.
+    #[arg(long = "identity-leeway", env = "IDENTITY_LEEWAY", default_value = "30s",
+          value_parser = service_kit::duration(Duration::ZERO..=Duration::from_secs(300)))]
+    pub leeway: Duration,
+    /// The claim that names the lanes a person may enter (a string, or a list such as
+    /// the person's groups): the first of the queue's lanes it names is the one they
+    /// enter. Lanes are never taken from a request's body.
+    #[arg(long = "identity-lane-claim", env = "IDENTITY_LANE_CLAIM")]
+    pub lane_claim: Option<String>,
+}
+
+impl IdentityFlags {
+    /// The other identity flags make sense only with keys, and keys need an issuer
+    /// and an audience.
+    pub fn check(&self) -> Result<(), String> {
+        if self.jwks.is_none() {
+            if self.issuer.is_some()
+                || self.audience.is_some()
+                || self.cookie.is_some()
+                || !self.queue_audience.is_empty()
+                || self.lane_claim.is_some()
+            {
+                return Err("--identity-issuer, --identity-audience, --identity-cookie, \
+                            --identity-queue-audience and --identity-lane-claim need --identity-jwks \
+                            (the keys tokens are checked with)"
+                    .into());
+            }
+            return Ok(());
+        }
+        if self.issuer.as_deref().is_none_or(str::is_empty) || self.audience.as_deref().is_none_or(str::is_empty) {
+            return Err("--identity-jwks needs --identity-issuer and --identity-audience".into());
+        }
+        if let Some(c) = &self.cookie {
+            if c.is_empty() || !c.bytes().all(|b| b.is_ascii_alphanumeric() || b"!#$%&'*+-.^_`|~".contains(&b)) {
+                return Err(format!("--identity-cookie {c:?} is not a cookie name"));
+            }
+        }
+        if self.claim.is_empty() {
+            return Err("--identity-claim must name a claim".into());
+        }
+        if self.lane_claim.as_deref() == Some("") {
+            return Err("--identity-lane-claim must name a claim".into());
+        }
+        Ok(())
+    }
+
+    /// The verifier these flags describe; None when identity is off.
+    pub fn verifier(&self) -> Result<Option<identity::Verifier>, String> {
+        self.check()?;
+        let Some(jwks) = &self.jwks else { return Ok(None) };
+        let per_queue = self.queue_audience.iter().map(|q| (q.queue.clone(), q.audience.clone())).collect();
+        Ok(Some(
+            identity::Verifier::new(
+                jwks.0.clone(),
+                self.issuer.clone().unwrap_or_default(),
+                self.audience.clone().unwrap_or_default(),
+                per_queue,
+                self.claim.clone(),
+                self.leeway,
+            )
+            .with_lane_claim(self.lane_claim.clone()),
+        ))
     }
 }
 
@@ -111,5 +206,48 @@ mod tests {
         for bad in ["99ms", "61s", "1000"] {
             assert!(parse::<Config>(&["--push-tick", bad]).is_err(), "{bad}");
         }
+    }
+    #[test]
+    fn identity_flags() {
+        let c = parse::<Config>(&[]).unwrap();
+        assert!(c.identity.jwks.is_none() && c.identity.verifier().unwrap().is_none(), "off by default");
+        assert_eq!((c.identity.claim.as_str(), c.identity.leeway), ("sub", Duration::from_secs(30)));
+        assert!(parse::<Config>(&["--identity-issuer", "x"]).unwrap().identity.check().is_err(), "no keys");
+        let path = std::env::temp_dir().join(format!("queue-api-jwks-{}.json", std::process::id()));
+        let x = "11qYAYKxCrfVS_7TyWQHOg7hcvPapiMlrwIaaPcHURo";
+        std::fs::write(&path, format!(r#"{{"keys":[{{"kty":"OKP","crv":"Ed25519","kid":"a","x":"{x}"}}]}}"#)).unwrap();
+        let jwks = path.to_str().unwrap();
+        assert!(parse::<Config>(&["--identity-jwks", jwks]).unwrap().identity.check().is_err(), "no issuer");
+        let args = [
+            "--identity-jwks",
+            jwks,
+            "--identity-issuer",
+            "https://login",
+            "--identity-audience",
+            "shop",
+            "--identity-cookie",
+            "sid",
+            "--identity-queue-audience",
+            "vip=vip-app",
+            "--identity-leeway",
+            "5s",
+        ];
+        let c = parse::<Config>(&args).unwrap();
+        let v = c.identity.verifier().unwrap().unwrap();
+        assert_eq!((v.audience("shop"), v.audience("vip")), ("shop", "vip-app"));
+        let mut bad = args.to_vec();
+        bad[7] = "bad cookie";
+        assert!(parse::<Config>(&bad).unwrap().identity.check().is_err());
+        for (flag, value) in [
+            ("--identity-leeway", "6m"),
+            ("--identity-queue-audience", "vip"),
+            ("--identity-queue-audience", "bad name=x"),
+        ] {
+            assert!(parse::<Config>(&[flag, value]).is_err(), "{flag} {value}");
+        }
+        std::fs::write(&path, "{}").unwrap();
+        assert!(parse::<Config>(&["--identity-jwks", jwks]).is_err(), "not a JWKS");
+        std::fs::remove_file(&path).unwrap();
+        assert!(parse::<Config>(&["--identity-jwks", jwks]).is_err(), "no such file");
     }
 }

@@ -44,6 +44,23 @@ pub enum ApiError {
     UnknownQueue(String),
     /// 409: a queue someone waits in, holds a ticket of or is inside cannot be deleted.
     QueueInUse(String),
+    /// 401: this queue (or this userId, one derived from an identity) needs the app's
+    /// identity token.
+    IdentityRequired,
+    /// 401: the identity token was refused (why: the reply's `reason`).
+    IdentityInvalid(crate::identity::Refusal),
+    /// 403: the queue admits by invitation only.
+    InviteOnly,
+    /// 403: an access code unknown or used up (one answer for both, so that codes
+    /// cannot be probed for which exist).
+    CodeInvalid,
+    /// 400: an access code (or codes added) for a queue without lanes.
+    NoLanes,
+    /// 400: a CSV upload with bad lines (the message names them; the detail lists
+    /// them with their reasons).
+    BadLines(String, serde_json::Value),
+    /// 413: an upload over its bounds (what and how much in the message).
+    TooMany(String),
 }
 
 /// Seconds a newcomer refused by a full line is asked to wait.
@@ -113,6 +130,23 @@ impl ApiError {
                 ),
             ),
             ApiError::QueueInUse(m) => (StatusCode::CONFLICT, "queue_in_use", m.clone()),
+            ApiError::IdentityRequired => (
+                StatusCode::UNAUTHORIZED,
+                "identity_required",
+                "this place is read, followed and left only with the app's login (its identity token)".into(),
+            ),
+            ApiError::IdentityInvalid(r) => (StatusCode::UNAUTHORIZED, "identity_invalid", r.message().into()),
+            ApiError::InviteOnly => {
+                (StatusCode::FORBIDDEN, "invite_only", "this queue admits by invitation only".into())
+            }
+            ApiError::CodeInvalid => {
+                (StatusCode::FORBIDDEN, "code_invalid", "this access code is not valid (unknown or used up)".into())
+            }
+            ApiError::NoLanes => {
+                (StatusCode::BAD_REQUEST, "no_lanes", "this queue has no lanes, so it takes no access codes".into())
+            }
+            ApiError::BadLines(m, _) => (StatusCode::BAD_REQUEST, "bad_lines", m.clone()),
+            ApiError::TooMany(m) => (StatusCode::PAYLOAD_TOO_LARGE, "too_large", m.clone()),
         }
     }
 }
@@ -126,6 +160,13 @@ impl IntoResponse for ApiError {
         }
         if let ApiError::AtField(_, field, _) = &self {
             body["field"] = json!(field);
+        }
+        if let ApiError::IdentityInvalid(r) = &self {
+            body["reason"] = json!(r.as_str());
+        }
+        if let ApiError::BadLines(_, detail) = &self {
+            body["lines"] = detail["lines"].clone();
+            body["badLines"] = detail["badLines"].clone();
         }
         let mut resp = (status, Json(body)).into_response();
         match self {
@@ -141,6 +182,13 @@ impl IntoResponse for ApiError {
             ApiError::LineFull => {
                 resp.headers_mut().insert(header::RETRY_AFTER, HeaderValue::from(LINE_FULL_RETRY_AFTER));
             }
+            ApiError::IdentityRequired => {
+                resp.headers_mut().insert(header::WWW_AUTHENTICATE, HeaderValue::from_static("Bearer"));
+            }
+            ApiError::IdentityInvalid(_) => {
+                resp.headers_mut()
+                    .insert(header::WWW_AUTHENTICATE, HeaderValue::from_static("Bearer error=\"invalid_token\""));
+            }
             _ => {}
         }
         resp
@@ -149,7 +197,14 @@ impl IntoResponse for ApiError {
 
 impl From<ClientError> for ApiError {
     fn from(e: ClientError) -> Self {
+        if crate::identity::is_invite_refusal(&e) {
+            return ApiError::InviteOnly;
+        }
         match e {
+            ClientError::Refused(queue_core::QueueError::NoCode | queue_core::QueueError::CodeLane) => {
+                ApiError::CodeInvalid
+            }
+            ClientError::InvalidArgument(m) if m.contains("this queue has no lanes") => ApiError::NoLanes,
             ClientError::InvalidArgument(m) => ApiError::BadRequest(m.trim_start_matches("ERR ").to_string()),
             ClientError::Refused(queue_core::QueueError::LineFull) => ApiError::LineFull,
             e if e.is_unavailable() => ApiError::Unavailable,

@@ -61,6 +61,10 @@ pub struct EntryRequest {
     /// A solved proof-of-work challenge, when the queue asks one.
     #[serde(default)]
     pub pow: Field<crate::pow::Proof>,
+    /// An access code: the person enters the code's lane (one use consumed). A lane
+    /// itself is never read from the body: a field `lane` is ignored.
+    #[serde(default)]
+    pub code: Field<String>,
 }
 
 /// `PUT /api/admin/queues/{queue}`'s body: settings by name, in name order.

@@ -11,6 +11,7 @@ pub use service_kit::conn_limit;
 mod admin;
 pub mod batch;
 mod brand;
+pub mod codes;
 pub mod config;
 pub mod cors;
 pub mod declared;
@@ -18,6 +19,7 @@ pub mod error;
 pub mod extract;
 pub mod hub;
 pub mod i18n;
+pub mod identity;
 pub mod limit;
 pub mod metrics;
 mod openapi;
@@ -58,6 +60,10 @@ pub struct AppState {
     pub shutdown: watch::Receiver<bool>,
     /// Who the client is behind the proxies in front (`--trusted-proxies`).
     pub client_addrs: service_kit::ClientAddrs,
+    /// Checks the app login's tokens (`--identity-jwks`); None when identity is off.
+    pub identity: Option<identity::Verifier>,
+    /// Each queue's `entry` setting, as this instance last read it.
+    pub entry_modes: identity::EntryModes,
 }
 
 impl service_kit::HasClientAddrs for AppState {
@@ -84,6 +90,10 @@ pub fn app(state: Arc<AppState>) -> Router {
         .route("/api/admin/queues", get(admin::list).post(admin::create))
         .route("/api/admin/queues/{queue}/brand", axum::routing::put(admin::put_brand))
         .route("/api/admin/queues/{queue}/pause", post(admin::pause))
+        .route(
+            "/api/admin/queues/{queue}/codes",
+            get(codes::counts).post(codes::add).layer(DefaultBodyLimit::max(codes::BODY_LIMIT)),
+        )
         .route("/api/admin/queues/{queue}/resume", post(admin::resume))
         .route("/api/queue/entry", post(routes::entry).delete(routes::leave))
         .route("/api/queue/status", get(routes::status))
@@ -111,6 +121,7 @@ pub async fn serve(
     config: Config,
     shutdown: impl std::future::Future<Output = ()> + Send + 'static,
 ) -> std::io::Result<()> {
+    let identity = config.identity.verifier().map_err(|e| std::io::Error::new(std::io::ErrorKind::InvalidInput, e))?;
     let metrics = Arc::new(metrics::Metrics::default());
     metrics.registry().spawn_upkeep();
     let valkey = valkey::Valkey::connect(config.common.target());
@@ -144,6 +155,8 @@ pub async fn serve(
         metrics,
         declared: Default::default(),
         shutdown: stop_rx,
+        identity,
+        entry_modes: Default::default(),
     });
     let limits = state.config.http;
     server::serve(listener, app(state), limits, async move {

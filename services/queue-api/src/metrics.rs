@@ -25,6 +25,7 @@ pub struct Metrics {
     pub pow_challenges: Counter,
     pub streams_refused: Counter,
     pub line_full: Counter,
+    pub code_refused: Counter,
 }
 
 impl Default for Metrics {
@@ -62,6 +63,10 @@ impl Default for Metrics {
             line_full: r.counter(
                 "queue_api_line_full_total",
                 "Entries refused because the queue held its max_waiting people (503).",
+            ),
+            code_refused: r.counter(
+                "queue_api_code_refused_total",
+                "Entries refused for an access code unknown or used up (403 code_invalid).",
             ),
             registry: r,
         }
@@ -103,6 +108,15 @@ impl Metrics {
         self.registry.counter_with(
             "queue_api_pow_refused_total",
             "Entries refused for their proof of work, by reason.",
+            &[("reason", reason)],
+        )
+    }
+
+    /// Identity tokens refused, by reason (`expired`, `bad_signature`, ...).
+    pub fn identity_refused(&self, reason: &'static str) -> Counter {
+        self.registry.counter_with(
+            "queue_api_identity_refused_total",
+            "Identity tokens refused, by reason.",
             &[("reason", reason)],
         )
     }

@@ -16,7 +16,13 @@ pub fn document() -> Value {
     let queue_name = json!({ "type": "string", "pattern": "^[A-Za-z0-9._:-]{1,64}$", "default": "default" });
     let user_id = json!({ "type": "string", "pattern": "^[A-Za-z0-9._:@-]{1,64}$" });
     let queue_query = json!({ "name": "queue", "in": "query", "required": false, "schema": queue_name });
-    let who = json!([{ "name": "userId", "in": "query", "required": true, "schema": user_id }, queue_query]);
+    let who = json!([{ "name": "userId", "in": "query", "required": false, "schema": user_id,
+                        "description": "the person's userId; may be left out with an identity token (the token's person is meant), required without one" },
+                      queue_query]);
+    // The app login's token (docs/http-api.md, "Identity"): optional, as Authorization
+    // or the cookie the operator names.
+    let identity = json!([{}, { "identity": [] }]);
+    let unauthorized = "identity needed (error identity_required: the queue's entry is identified or invite, or the userId is one derived from an identity) or the identity token refused (error identity_invalid, with reason: expired, not_yet_valid, wrong_issuer, wrong_audience, bad_signature, unknown_key, alg_refused, malformed, too_large, no_subject)";
     let queue_param = json!([{ "name": "queue", "in": "path", "required": true,
                                "schema": { "type": "string", "pattern": "^[A-Za-z0-9._:-]{1,64}$" } }]);
     // Every setting of the schema with its range; at least one, no others.
@@ -29,6 +35,17 @@ pub fn document() -> Value {
             )
         })
         .collect();
+    let mut settings = settings;
+    settings.insert(
+        "entry".into(),
+        json!({ "type": "string", "enum": ["open", "identified", "invite"],
+                "description": "who may enter: anyone (open), only with the app's login (identified), by invitation (invite)" }),
+    );
+    settings.insert(
+        "lanes".into(),
+        json!({ "type": ["string", "array", "null"], "items": { "type": "string" },
+                "description": "the queue's lanes in admission order: names (1-32 of A-Z a-z 0-9 _ -), comma-separated or a list, 2 to 8; empty or null: none. Changes only while nobody waits" }),
+    );
     let settings =
         json!({ "type": "object", "properties": settings, "additionalProperties": false, "minProperties": 1 });
     let info = json!({ "description": "{queue, info: the queue's counts, settings and counters, brand, counts: its live counts}", "content": { "application/json": { "schema": { "type": "object" } } } });
@@ -46,7 +63,8 @@ pub fn document() -> Value {
         "info": { "title": "valkey-queue waiting room", "version": env!("CARGO_PKG_VERSION") },
         "paths": {
             "/api/queue/entry": { "post": {
-                "summary": "Join the line (a new userId is issued, or the one given again: a re-entry moves that person to the back); promoted at once when nobody waits and there is room. An entry carrying the place cookie (queue_place_<queue>) whose person still waits, holds a ticket or is inside gets that person's standing back unchanged, whatever the body names",
+                "security": identity,
+                "summary": "Join the line (a new userId is issued; with an identity token, the token's person's id, and an entry of someone still waiting, holding a ticket or inside gets that standing back unless the body names their userId: an explicit re-entry, to the back, or the one given again: a re-entry moves that person to the back); promoted at once when nobody waits and there is room. An entry carrying the place cookie (queue_place_<queue>) whose person still waits, holds a ticket or is inside gets that person's standing back unchanged, whatever the body names",
                 "requestBody": { "required": true, "content": { "application/json": { "schema": {
                     "type": "object", "required": ["nickname"],
                     "properties": { "nickname": { "type": "string", "minLength": 1, "maxLength": 32, "pattern": "^[^\\u0000-\\u001f\\u007f]*[^\\s\\u0000-\\u001f\\u007f][^\\u0000-\\u001f\\u007f]*$",
@@ -57,12 +75,16 @@ pub fn document() -> Value {
                                     "pow": { "type": ["object", "null"], "description": "a solved proof-of-work challenge, when the queue asks one (see /api/queue/challenge)",
                                              "required": ["challenge", "nonce"],
                                              "properties": { "challenge": { "type": "string", "pattern": format!("^[0-9a-f]{{{}}}$", queue_core::pow::CHALLENGE_LEN) },
-                                                             "nonce": { "type": "string", "pattern": "^[0-9]{1,20}$" } } } } } } } },
+                                                             "nonce": { "type": "string", "pattern": "^[0-9]{1,20}$" } } },
+                                    "code": { "type": ["string", "null"], "maxLength": 128,
+                                              "description": "an access code: the person enters the code's lane (one use consumed); empty means none. A lane is never read from the body" } } } } } },
                 "responses": { "200": { "description": "where the user stands (the place cookie names them)",
                                         "headers": { "Set-Cookie": { "description": "queue_place_<queue>=<userId>; Max-Age=86400; HttpOnly; SameSite=Lax (no Path: the directory of the request's URL), `:` in the queue's name written %3A",
                                                                      "schema": { "type": "string" } } },
                                         "content": { "application/json": { "schema": standing } } },
-                               "400": err("malformed JSON, bad queue name, a userId this service did not give, or a proof of work that does not check out"),
+                               "400": err("malformed JSON, bad queue name, a userId this service did not give (with an identity token: not the token's), a proof of work that does not check out, or an access code where the queue has no lanes (error no_lanes)"),
+                               "401": err(unauthorized),
+                               "403": err("the queue admits by invitation only (error invite_only), or the access code is unknown or used up (error code_invalid: one answer for both)"),
                                "404": err(unknown_queue),
                                "409": err("this proof of work was used already"),
                                "422": err("missing, empty or too long nickname"),
@@ -71,9 +93,9 @@ pub fn document() -> Value {
                                "429": err("rate limited"), "503": err("queue store unreachable, or the line is full (the queue's max_waiting; error line_full): retry after Retry-After") } },
                 "delete": {
                 "summary": "Leave the line, or give back a ticket not yet used: the place goes to the next person at once",
-                "parameters": who,
+                "parameters": who, "security": identity,
                 "responses": { "200": { "description": "{userId, queue, left: true}" },
-                               "400": err("missing or bad userId"),
+                               "400": err("missing or bad userId"), "401": err(unauthorized),
                                "404": err("neither waiting nor holding a ticket (inside users leave by closing the chat), or no such queue (error unknown_queue)"),
                                "429": err("rate limited"), "503": err("queue store unreachable") } } },
             "/api/queue/challenge": { "get": {
@@ -83,14 +105,14 @@ pub fn document() -> Value {
                                         "content": { "application/json": { "schema": challenge } } },
                                "400": err("bad queue name"), "404": err(unknown_queue), "429": err("rate limited"), "503": err("queue store unreachable") } } },
             "/api/queue/status": { "get": {
-                "summary": "Where a user stands", "parameters": who,
-                "responses": { "200": ok_standing, "400": err("missing or bad userId"), "404": err("unknown user (error not_found), or no such queue (error unknown_queue)"),
+                "summary": "Where a user stands", "parameters": who, "security": identity,
+                "responses": { "200": ok_standing, "400": err("missing or bad userId"), "401": err(unauthorized), "404": err("unknown user (error not_found), or no such queue (error unknown_queue)"),
                                "429": err("rate limited"), "503": err("queue store unreachable") } } },
             "/api/queue/stream": { "get": {
                 "summary": "Server-sent events: `position` on every change (with `totalWaiting`, how many wait in all), then `promoted` (with ticketId), `active` or `unknown`, then the stream ends",
-                "parameters": who,
+                "parameters": who, "security": identity,
                 "responses": { "200": { "description": "text/event-stream; each event's data is a Standing" },
-                               "400": err("missing or bad userId or queue"), "404": err("unknown user (error not_found), or no such queue (error unknown_queue)"), "429": err("rate limited"), "503": err("queue store unreachable") } } },
+                               "400": err("missing or bad userId or queue"), "401": err(unauthorized), "404": err("unknown user (error not_found), or no such queue (error unknown_queue)"), "429": err("rate limited"), "503": err("queue store unreachable") } } },
             "/api/queue/opening": { "get": {
                 "summary": "The proof of a fair opening: before it the commitment (hex SHA-256 of a secret seed); after it the seed, opening time and the placed order as idHashes (hex SHA-1 of each userId). Each idHash's place is its rank in the ascending order of hex SHA-1 of `seed:idHash`",
                 "parameters": [queue_query],
@@ -106,12 +128,12 @@ pub fn document() -> Value {
                                         "401": err("bad or missing token"), "403": err("admin disabled"), "404": err(unknown_queue),
                                         "409": err("the queue is in use (error queue_in_use: people wait, hold tickets or are inside), or it is default (error conflict)"),
                                         "503": err("queue store unreachable") } },
-                "put": { "summary": "Change settings at runtime (soft_cap, hard_cap, rate, burst, batch_max, ticket_ttl, session_lease, abandon_after, opens_at, pow_difficulty, max_waiting); creates the queue when it does not exist",
+                "put": { "summary": "Change settings at runtime (soft_cap, hard_cap, rate, burst, batch_max, ticket_ttl, session_lease, abandon_after, opens_at, pow_difficulty, max_waiting, entry, lanes); creates the queue when it does not exist",
                          "parameters": queue_param, "security": [{ "bearer": [] }],
                          "requestBody": { "required": true, "content": { "application/json": { "schema": settings } } },
                          "responses": { "200": info, "400": field_err("malformed JSON, bad queue name, unknown field or value out of range (field names it)"),
                                         "401": err("bad or missing token"), "403": err("admin disabled"),
-                                        "422": field_err("no setting named, or a value that is not an integer (field names it)"),
+                                        "422": field_err("no setting named, or a value that is not an integer (entry: not open, identified or invite; field names it)"),
                                         "503": err("queue store unreachable") } } },
             "/api/admin/queues": {
                 "get": { "summary": "The queues (declared: default, made or changed in the back office, a gate's routes, queues with settings, every queue an older queue-api served), in name order, paged and searched by name, each with its live counts: waiting, ticketsOut, inside, admittedPerMinute, lastInLineWaitSeconds, softCap, paused, pausedSoftCap, opensAt",
@@ -147,6 +169,28 @@ pub fn document() -> Value {
                                         "401": err("bad or missing token"), "403": err("admin disabled"),
                                         "422": field_err("an unknown setting or a bad value (field names it)"),
                                         "503": err("queue store unreachable") } } },
+            "/api/admin/queues/{queue}/codes": {
+                "get": { "summary": "Access codes per lane, in the queue's order: {queue, laneNames, lanes: [{lane, codes, used, left}]}; the codes themselves are never given back (only their hashes are kept)",
+                         "parameters": queue_param, "security": [{ "bearer": [] }],
+                         "responses": { "200": { "description": "per lane counts", "content": { "application/json": { "schema": { "type": "object" } } } },
+                                        "400": err("bad queue name"), "401": err("bad or missing token"), "403": err("admin disabled"),
+                                        "404": err(unknown_queue), "503": err("queue store unreachable") } },
+                "post": { "summary": "Add access codes, all or none: JSON {lane, uses, codes: [...]} or Content-Type text/csv, one code a line (code, code,lane or code,lane,uses; lane and uses for lines without them from ?lane= and ?uses=, uses 1 by default; blank lines and a first line code,lane,uses skipped). At most 10000 codes, 2 MiB; each code 1-128 bytes, no control characters or commas, spaces around it trimmed. Answers {queue, given, added: how many were new, lanes: the counts}",
+                          "parameters": [queue_param[0].clone(),
+                                         { "name": "lane", "in": "query", "required": false, "schema": { "type": "string" }, "description": "CSV only: the lane of lines that name none" },
+                                         { "name": "uses", "in": "query", "required": false, "schema": { "type": "string" }, "description": "CSV only: the uses of lines that give none (1 to 1000000; 1 by default)" }],
+                          "security": [{ "bearer": [] }],
+                          "requestBody": { "required": true, "content": {
+                              "application/json": { "schema": { "type": "object", "required": ["lane", "codes"], "properties": {
+                                  "lane": { "type": "string" }, "uses": { "type": ["integer", "null"], "minimum": 1, "maximum": crate::codes::MAX_USES },
+                                  "codes": { "type": "array", "maxItems": crate::codes::MAX_CODES, "items": { "type": "string", "maxLength": crate::codes::MAX_CODE_LEN } } } } },
+                              "text/csv": { "schema": { "type": "string" } } } },
+                          "responses": { "200": { "description": "{queue, given, added, lanes}", "content": { "application/json": { "schema": { "type": "object" } } } },
+                                         "400": field_err("malformed JSON, a lane the queue does not have (field lane), a queue without lanes (error no_lanes), CSV lines that do not read (error bad_lines: lines [{line, message}], badLines: how many)"),
+                                         "401": err("bad or missing token"), "403": err("admin disabled"), "404": err(unknown_queue),
+                                         "413": err("more than 10000 codes, or a body over 2 MiB (error too_large)"),
+                                         "422": field_err("no codes, a bad code, a code twice, uses out of range (field names it)"),
+                                         "503": err("queue store unreachable") } } },
             "/api/admin/queues/{queue}/pause": {
                 "post": { "summary": "Pause admission: the soft cap becomes 0, the one it had is remembered for resume",
                           "parameters": queue_param, "security": [{ "bearer": [] }],
@@ -161,7 +205,9 @@ pub fn document() -> Value {
             "/healthz": { "get": { "summary": "Liveness and the store's state", "responses": { "200": { "description": "{status, valkey}" } } } }
         },
         "components": {
-            "securitySchemes": { "bearer": { "type": "http", "scheme": "bearer" } },
+            "securitySchemes": { "bearer": { "type": "http", "scheme": "bearer" },
+                                 "identity": { "type": "http", "scheme": "bearer", "bearerFormat": "JWT",
+                                               "description": "the app login's access token (or the cookie --identity-cookie names)" } },
             "schemas": {
                 "Standing": { "type": "object", "properties": {
                     "status": { "type": "string", "enum": ["WAITING", "PROMOTED", "ACTIVE", "UNKNOWN"] },
@@ -173,13 +219,17 @@ pub fn document() -> Value {
                     "estimatedWaitRange": { "type": "object", "description": "while waiting with an estimate: where about four in five waits end",
                         "properties": { "low": { "type": "integer" }, "high": { "type": "integer" } } },
                     "opensAt": { "type": "integer", "description": "only in a pre-queue: when the queue opens (ms since the epoch); the rank is 0 until then" },
+                    "lane": { "type": ["string", "null"], "description": "only in a queue with lanes: the lane a waiting person waits in (people entering an earlier lane come before them, so the rank can grow)" },
                     "queue": { "type": "string" } } },
                 "Challenge": { "type": "object", "properties": {
                     "queue": { "type": "string" },
                     "difficulty": { "type": "integer", "minimum": 0, "maximum": 32 },
                     "challenge": { "type": ["string", "null"] },
                     "expiresAt": { "type": ["integer", "null"], "description": "ms since the epoch" } } },
-                "Error": { "type": "object", "properties": { "error": { "type": "string" }, "message": { "type": "string" } } }
+                "Error": { "type": "object", "properties": { "error": { "type": "string" }, "message": { "type": "string" },
+                                                             "reason": { "type": "string", "description": "identity_invalid only: why the token was refused" },
+                                                             "lines": { "type": "array", "description": "bad_lines only: the first bad lines, {line, message}" },
+                                                             "badLines": { "type": "integer", "description": "bad_lines only: how many lines are bad" } } }
             }
         }
     })

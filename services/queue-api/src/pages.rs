@@ -118,6 +118,10 @@ pub async fn room(
     vars.insert("messages_url", format!("i18n/{}.json", lang.tag));
     vars.insert("admit_url", admit_url(&state, &queue).to_string());
     vars.insert("ticket_ttl_seconds", ticket_ttl.map(|ms| (ms / 1000).max(1).to_string()).unwrap_or_default());
+    // `cookie` when the browser carries the app login's token in a cookie: the page
+    // then asks where the account stands before offering the form.
+    let identity = state.identity.is_some() && state.config.identity.cookie.is_some();
+    vars.insert("identity", if identity { "cookie" } else { "" }.to_string());
     vars.insert("languages", i18n::languages().iter().map(|l| l.tag).collect::<Vec<_>>().join(" "));
     let html = pages(&state).room.render(&vars, &lang.messages);
     let mut resp = secured(html.into_response(), HTML, NO_STORE);

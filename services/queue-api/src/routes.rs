@@ -99,35 +99,105 @@ pub async fn entry(
         Field::Given(q) => queue_name(Some(q))?,
         Field::WrongType => return Err(ApiError::BadRequest("queue must be a string".into())),
     };
+    // With the app's login, the place is the account's: a token refused is a 401
+    // before anything is read or written.
+    let who = identity_of(&state, &headers, &queue)?;
     // A re-entry names the userId issued before (the page keeps it): that person
     // moves to the back of the line, as QUEUE.ENTER does, instead of entering twice.
     // Only ids this service issues (UUIDs) are taken; the id is the person's secret.
-    let user = match &body.user_id {
-        Field::Absent | Field::Null => uuid::Uuid::new_v4().to_string(),
-        Field::Given(u) => match uuid::Uuid::parse_str(u) {
-            Ok(id) => id.hyphenated().to_string(),
+    // With an identity, the only userId is the one the token gives; naming it is an
+    // explicit re-entry (to the back), leaving it out finds the place held.
+    let (user, again) = match (&who, &body.user_id) {
+        (_, Field::WrongType) => return Err(ApiError::BadRequest("userId must be a string".into())),
+        (Some(id), Field::Absent | Field::Null) => (id.user_id.clone(), false),
+        (Some(id), Field::Given(u)) if *u == id.user_id => (id.user_id.clone(), true),
+        (Some(_), Field::Given(_)) => {
+            return Err(ApiError::BadRequest(
+                "userId must be the one the identity token gives (or left out) when a token is sent".into(),
+            ))
+        }
+        (None, Field::Absent | Field::Null) => (uuid::Uuid::new_v4().to_string(), false),
+        (None, Field::Given(u)) => match uuid::Uuid::parse_str(u) {
+            Ok(id) => (id.hyphenated().to_string(), true),
             Err(_) => return Err(ApiError::BadRequest("userId must be the id this service gave".into())),
         },
-        Field::WrongType => return Err(ApiError::BadRequest("userId must be a string".into())),
+    };
+    // An access code: the code's lane (checked by the queue, one use consumed by
+    // the entry itself). A code that cannot exist is refused as an unknown one.
+    let code = match &body.code {
+        Field::Absent | Field::Null => None,
+        Field::Given(c) if c.trim().is_empty() => None,
+        Field::Given(c) => Some(crate::codes::check_code(c).map_err(|_| ApiError::CodeInvalid)?.to_string()),
+        Field::WrongType => return Err(ApiError::BadRequest("code must be a string".into())),
     };
     let client = state.valkey.client().await?;
     state.declared.check(&client, &queue).await?;
-    // A browser whose place cookie names someone still here gets that place back (Back
-    // after admission, a second tab): one person per browser (place.rs).
-    if let Some(held) = crate::place::held(&state, &client, &queue, &headers).await? {
+    if who.is_none() && state.entry_modes.get(&client, &queue).await?.entry_needs_identity(code.is_some()) {
+        return Err(ApiError::IdentityRequired);
+    }
+    if who.is_some() {
+        // One place per person: an account still waiting, holding a ticket or inside
+        // gets that standing back, from any tab or device.
+        if !again {
+            let standing = state.statuses.status(&client, &queue, user.clone()).await?;
+            if standing.status != Status::Unknown {
+                state.metrics.promoted(&standing);
+                return Ok(Json(StandingBody::new(&standing, &queue)).into_response());
+            }
+        }
+    } else if let Some(held) = crate::place::held(&state, &client, &queue, &headers).await? {
+        // A browser whose place cookie names someone still here gets that place back
+        // (Back after admission, a second tab): one person per browser (place.rs).
         state.metrics.promoted(&held);
         return Ok(placed(&state, &headers, &held, &queue));
     }
     let addr = ip.to_string();
     crate::pow::admit(&state, &client, &queue, &addr, &body.pow).await?;
-    let standing = client.enter(&queue, &user, nickname).await.map_err(|e| {
+    // The lane: the code's, else the first of the queue's lanes the identity's lane
+    // claim names, else none (the queue's last lane). Never one the body names.
+    let options = match (&code, &who) {
+        (Some(c), _) => queue_client::EntryOptions { lane: None, code_hash: Some(queue_client::code_hash(c)) },
+        (None, Some(id)) if !id.lanes.is_empty() => {
+            let lanes = crate::codes::queue_lanes(&client, &queue).await?;
+            queue_client::EntryOptions { lane: id.lane_in(&lanes).cloned(), code_hash: None }
+        }
+        _ => queue_client::EntryOptions::default(),
+    };
+    let standing = client.enter_with(&queue, &user, nickname, &options).await.map_err(|e| {
+        if matches!(e, queue_client::ClientError::Refused(queue_client::QueueError::NoCode)) {
+            state.metrics.code_refused.increment(1);
+        }
         if matches!(e, queue_client::ClientError::Refused(queue_client::QueueError::LineFull)) {
             state.metrics.line_full.increment(1);
         }
         ApiError::from(e)
     })?;
     state.metrics.promoted(&standing);
+    if who.is_some() {
+        // The identity is the place: no place cookie.
+        return Ok(Json(StandingBody::new(&standing, &queue)).into_response());
+    }
     Ok(placed(&state, &headers, &standing, &queue))
+}
+
+/// The identity the request's token gives for `queue` (`Authorization: Bearer`, or
+/// the `--identity-cookie`); None without a token or with identity off; a token
+/// refused is a 401 `identity_invalid` with the reason.
+fn identity_of(
+    state: &AppState,
+    headers: &axum::http::HeaderMap,
+    queue: &str,
+) -> Result<Option<crate::identity::Identity>, ApiError> {
+    let Some(verifier) = &state.identity else { return Ok(None) };
+    let refused = |r: crate::identity::Refusal| {
+        state.metrics.identity_refused(r.as_str()).increment(1);
+        ApiError::IdentityInvalid(r)
+    };
+    let Some(token) = crate::identity::token_of(headers, state.config.identity.cookie.as_deref()).map_err(refused)?
+    else {
+        return Ok(None);
+    };
+    verifier.verify(token, queue).map(Some).map_err(refused)
 }
 
 /// An entry's answer: the standing, and the place cookie naming its person.
@@ -178,10 +248,57 @@ impl WhoQuery {
     }
 }
 
-async fn lookup(state: &AppState, q: &WhoQuery) -> Result<(String, Standing), ApiError> {
-    let (user, queue) = q.parse()?;
+/// Whose place a status read, stream or leave is about, with a client to the store
+/// (the queue checked as declared). Without identity, the userId named, as seed 000
+/// has it (but never in a queue whose entry needs an identity). With identity on: the identity token's person (a userId named too must
+/// be theirs); without a token, the userId named, unless the queue's entry needs an
+/// identity or the userId is one derived from an identity (guessable, so never
+/// enough alone): 401 `identity_required`.
+async fn who(
+    state: &AppState,
+    headers: &axum::http::HeaderMap,
+    q: &WhoQuery,
+) -> Result<(String, String, queue_client::QueueClient), ApiError> {
+    if state.identity.is_none() {
+        let (user, queue) = q.parse()?;
+        let client = state.valkey.client().await?;
+        state.declared.check(&client, &queue).await?;
+        // Identity off here does not open an identified queue to a userId alone.
+        if state.entry_modes.get(&client, &queue).await?.needs_identity() {
+            return Err(ApiError::IdentityRequired);
+        }
+        return Ok((user, queue, client));
+    }
+    let queue = queue_name(q.queue.as_deref())?;
+    let named = q.user_id.as_deref().map(|u| user_id(Some(u))).transpose()?;
+    let identity = identity_of(state, headers, &queue)?;
     let client = state.valkey.client().await?;
     state.declared.check(&client, &queue).await?;
+    let user = match (identity, named) {
+        (Some(id), Some(named)) if named != id.user_id => {
+            return Err(ApiError::BadRequest("userId is not the one the identity token gives".into()))
+        }
+        (Some(id), _) => id.user_id,
+        (None, named) => {
+            if state.entry_modes.get(&client, &queue).await?.needs_identity() {
+                return Err(ApiError::IdentityRequired);
+            }
+            let user = named.ok_or_else(|| ApiError::BadRequest("the userId query parameter is required".into()))?;
+            if crate::identity::is_identity_id(&user) {
+                return Err(ApiError::IdentityRequired);
+            }
+            user
+        }
+    };
+    Ok((user, queue, client))
+}
+
+async fn lookup(
+    state: &AppState,
+    headers: &axum::http::HeaderMap,
+    q: &WhoQuery,
+) -> Result<(String, Standing), ApiError> {
+    let (user, queue, client) = who(state, headers, q).await?;
     let standing = state.statuses.status(&client, &queue, user).await?;
     if standing.status == Status::Unknown {
         return Err(ApiError::NotFound("unknown user: not waiting, promoted or inside".into()));
@@ -190,10 +307,15 @@ async fn lookup(state: &AppState, q: &WhoQuery) -> Result<(String, Standing), Ap
 }
 
 /// `GET /api/queue/status?userId=&queue=` -> `{status, rank, ticketId, ...}`.
-pub async fn status(State(state): St, from: ClientIp, q: WhoQuery) -> Result<Response, ApiError> {
+pub async fn status(
+    State(state): St,
+    from: ClientIp,
+    headers: axum::http::HeaderMap,
+    q: WhoQuery,
+) -> Result<Response, ApiError> {
     rate_limit(&state, &from)?;
     state.metrics.status_requests.increment(1);
-    let (queue, standing) = lookup(&state, &q).await?;
+    let (queue, standing) = lookup(&state, &headers, &q).await?;
     state.metrics.promoted(&standing);
     Ok(Json(StandingBody::new(&standing, &queue)).into_response())
 }
@@ -202,12 +324,15 @@ pub async fn status(State(state): St, from: ClientIp, q: WhoQuery) -> Result<Res
 /// not yet used), so it goes to the next person at once instead of when the place
 /// lapses. 404 when the user is neither waiting nor holding a ticket (already
 /// inside: leaving is closing the chat connection).
-pub async fn leave(State(state): St, from: ClientIp, q: WhoQuery) -> Result<Json<Value>, ApiError> {
+pub async fn leave(
+    State(state): St,
+    from: ClientIp,
+    headers: axum::http::HeaderMap,
+    q: WhoQuery,
+) -> Result<Json<Value>, ApiError> {
     rate_limit(&state, &from)?;
     state.metrics.leave_requests.increment(1);
-    let (user, queue) = q.parse()?;
-    let client = state.valkey.client().await?;
-    state.declared.check(&client, &queue).await?;
+    let (user, queue, client) = who(&state, &headers, &q).await?;
     if !client.leave(&queue, &user).await? {
         return Err(ApiError::NotFound("not waiting and holding no ticket: nothing to leave".into()));
     }
@@ -225,6 +350,7 @@ pub async fn leave(State(state): St, from: ClientIp, q: WhoQuery) -> Result<Json
 pub async fn stream(
     State(state): St,
     from: ClientIp,
+    headers: axum::http::HeaderMap,
     q: WhoQuery,
 ) -> Result<Sse<impl Stream<Item = Result<Event, std::convert::Infallible>>>, ApiError> {
     let ip = rate_limit(&state, &from)?;
@@ -236,7 +362,7 @@ pub async fn stream(
             crate::conn_limit::Refusal::PerAddress => ApiError::TooManyStreamsFromAddress,
         }
     })?;
-    let (queue, first) = lookup(&state, &q).await?;
+    let (queue, first) = lookup(&state, &headers, &q).await?;
     let sub = state.hub.subscribe(&queue, &first.user_id);
     if sub.total_waiting().is_none() {
         // The queue's first stream here: its follower has not read the total yet.

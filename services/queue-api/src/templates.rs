@@ -24,6 +24,7 @@ pub const VARIABLES: &[&str] = &[
     "admit_url",
     "ticket_ttl_seconds",
     "languages",
+    "identity",
 ];
 
 /// The built-in page.

@@ -204,6 +204,7 @@
       : c.paused ? "The soft cap is 0: nobody is admitted." : "Admitting up to a soft cap of " + number(c.softCap) + ".";
     if (fill) { fillSettings(); fillBrand(); fillOpening(); }
     showOpening();
+    showCodes();
   }
 
   function field(container, name, label, kind, value, helpText) {
@@ -244,6 +245,27 @@
       const range = h ? " (" + number(h.minimum) + " to " + number(h.maximum) + ")" : "";
       field(box, name, name.replace(/_/g, " "), "number", shown.info[name], h ? h.description + range : "");
     }
+    entryField(box);
+    field(box, "lanes", "lanes", "text", (shown.lanes || []).join(","), help.lanes ? help.lanes.description : "");
+  }
+
+  // Who may enter: a choice of three words, not a number.
+  const ENTRY = [["open", "open: anyone"], ["identified", "identified: only with the app's login"],
+    ["invite", "invite: by invitation (an access code, or a login whose lane claim names a lane)"]];
+  function entryField(box) {
+    field(box, "entry", "entry", "text", "", help.entry ? help.entry.description : "");
+    const input = $("f-entry");
+    const select = document.createElement("select");
+    for (const a of ["id", "name"]) select.setAttribute(a, input.getAttribute(a));
+    select.setAttribute("aria-describedby", input.getAttribute("aria-describedby"));
+    for (const [value, label] of ENTRY) {
+      const o = document.createElement("option");
+      o.value = value;
+      o.textContent = label;
+      select.append(o);
+    }
+    select.value = shown.entry || "open";
+    input.replaceWith(select);
   }
 
   function fillBrand() {
@@ -285,6 +307,66 @@
     box.append(p, c);
   }
 
+  // Access codes: each lane's counts, and the lanes to add codes to.
+  async function showCodes() {
+    const q = selected;
+    let r;
+    try { r = await api("GET", "api/admin/queues/" + encodeURIComponent(q) + "/codes"); } catch (_) { return; }
+    if (q !== selected || !r.ok) return;
+    const rows = $("codes-rows");
+    rows.textContent = "";
+    for (const l of r.data.lanes || []) {
+      const tr = document.createElement("tr");
+      for (const v of [l.lane, number(l.codes), number(l.used), number(l.left)]) {
+        const td = document.createElement("td");
+        td.textContent = v;
+        tr.append(td);
+      }
+      rows.append(tr);
+    }
+    const select = $("codes-lane");
+    const was = select.value;
+    select.textContent = "";
+    for (const name of r.data.laneNames || []) {
+      const o = document.createElement("option");
+      o.value = o.textContent = name;
+      select.append(o);
+    }
+    if (was) select.value = was;
+    $("codes-form").hidden = !(r.data.laneNames || []).length;
+  }
+
+  async function addCodes(e) {
+    e.preventDefault();
+    const form = $("codes-form");
+    clearErrors(form);
+    const file = $("codes-file").files[0];
+    const text = file ? await file.text() : $("codes-text").value;
+    if (!text.trim()) { $("error-codes").textContent = "Paste codes or choose a CSV file."; return; }
+    const query = "?lane=" + encodeURIComponent($("codes-lane").value) + "&uses=" + encodeURIComponent($("codes-uses").value.trim());
+    let r;
+    try {
+      r = await fetch("api/admin/queues/" + encodeURIComponent(selected) + "/codes" + query, {
+        method: "POST",
+        headers: { Authorization: "Bearer " + token(), "Content-Type": "text/csv" },
+        body: text,
+      });
+    } catch (_) { say("The codes could not be sent."); return; }
+    const data = await r.json().catch(() => ({}));
+    if (!r.ok) {
+      $("error-codes").textContent = data.message || "The codes were refused (" + r.status + ").";
+      if (data.lines) {
+        $("error-codes").textContent += " " + data.lines.map((l) => "line " + l.line + ": " + l.message).join("; ");
+      }
+      $("codes-text").setAttribute("aria-invalid", "true");
+      return;
+    }
+    say(number(data.given) + " codes sent, " + number(data.added) + " new.");
+    $("codes-text").value = "";
+    $("codes-file").value = "";
+    showCodes();
+  }
+
   function clearErrors(form) {
     for (const e of form.querySelectorAll(".error")) e.textContent = "";
     for (const i of form.querySelectorAll("[aria-invalid]")) i.removeAttribute("aria-invalid");
@@ -313,6 +395,10 @@
       const raw = form.elements[name].value.trim();
       if (raw === String(shown.info[name])) continue;
       body[name] = raw !== "" && !Number.isNaN(Number(raw)) ? Number(raw) : raw;
+    }
+    if (form.elements.entry && form.elements.entry.value !== (shown.entry || "open")) body.entry = form.elements.entry.value;
+    if (form.elements.lanes && form.elements.lanes.value.trim() !== (shown.lanes || []).join(",")) {
+      body.lanes = form.elements.lanes.value.trim();
     }
     if (!Object.keys(body).length) { say("Nothing changed."); return; }
     await send(form, "PUT", "", body, "Settings saved: " + Object.keys(body).join(", ") + ".");
@@ -428,6 +514,7 @@
   $("signin-form").addEventListener("submit", (e) => { e.preventDefault(); signIn($("token").value); });
   $("signout").addEventListener("click", () => signOut("Signed out."));
   $("settings-form").addEventListener("submit", saveSettings);
+  $("codes-form").addEventListener("submit", addCodes);
   $("brand-form").addEventListener("submit", saveBrand);
   $("opening-form").addEventListener("submit", scheduleOpening);
   $("cancel-opening").addEventListener("click", () => send($("opening-form"), "PUT", "", { opens_at: 0 }, "No opening scheduled."));

@@ -13,6 +13,15 @@
   const ticketTtl = Number(data.ticketTtl) || null;
   const params = new URLSearchParams(location.search);
   const returnTo = params.get("return");
+  // "cookie": the browser carries the app's login (a cookie queue-api reads), so the
+  // place is the account's: the page asks where it stands before offering the form,
+  // on any device, and names no userId of its own.
+  const identity = data.identity === "cookie";
+  // A link may carry an access code (?code=): prefilled, its box opened.
+  if (params.get("code") && $("code")) {
+    $("code").value = params.get("code");
+    if ($("code-box")) $("code-box").open = true;
+  }
 
   let M = {};
   // A message with its {placeholders} filled in.
@@ -53,7 +62,7 @@
   let paused = false;
   let lastAnnounced = "";
 
-  const who = (userId) => "userId=" + encodeURIComponent(userId) + "&queue=" + encodeURIComponent(queue);
+  const who = (userId) => (userId ? "userId=" + encodeURIComponent(userId) + "&" : "") + "queue=" + encodeURIComponent(queue);
   const show_ = (el, on) => { el.hidden = !on; };
 
   function stopFollowing() {
@@ -153,6 +162,12 @@
     // Said once per change of place (the live region reads it out).
     const said = t("place_label") + ": " + number(rank) + (total != null ? " (" + $("total").textContent + ")" : "");
     if (said !== lastAnnounced) { lastAnnounced = said; $("announce").textContent = said; }
+    // In a queue with lanes: the lane, and why the place can move back.
+    const laneBox = $("lane");
+    if (laneBox) {
+      laneBox.textContent = standing.lane ? t("lane", { lane: standing.lane }) + " " + t("lane_note") : "";
+      show_(laneBox, !!standing.lane);
+    }
     show_($("leave"), true);
   }
 
@@ -254,7 +269,10 @@
       const r = await fetch("api/queue/status?" + who(userId));
       if (mine !== generation) return;
       if (r.status === 404) return lost();
+      // The login lapsed while waiting: said so; the place is kept while it is renewed.
+      if (r.status === 401) $("error").textContent = loginMessage(await r.json()) || "";
       if (r.ok) {
+        $("error").textContent = "";
         const s = await r.json();
         if (s.status === "PROMOTED") return admitted(s);
         if (s.status === "ACTIVE") return inside(s);
@@ -283,7 +301,12 @@
     $("error").textContent = "";
     // Entering again with the id this browser was given is that person again, not a
     // second entry (queue-api's place cookie gives back a place still held).
-    const entry = { nickname: $("nickname").value, queue, userId: kept.get(saved) || undefined };
+    // With the app's login the account is the person: no userId is named.
+    const entry = { nickname: $("nickname").value, queue, userId: identity ? undefined : kept.get(saved) || undefined };
+    // An access code (typed, or from the link's ?code=) enters the code's lane.
+    const codeField = $("code");
+    const code = codeField ? codeField.value.trim() : "";
+    if (code) entry.code = code;
     kept.remove(savedEntry);
     try {
       let r, body;
@@ -303,7 +326,10 @@
       }
       $("state").textContent = "";
       if (!r.ok) {
-        $("error").textContent = body.error === "unknown_queue" ? t("no_such_queue", { queue }) : body.message || t("error_join");
+        $("error").textContent = body.error === "unknown_queue" ? t("no_such_queue", { queue })
+          : body.error === "code_invalid" ? t("code_invalid")
+          : body.error === "no_lanes" ? t("code_not_taken")
+          : loginMessage(body) || body.message || t("error_join");
         return;
       }
       show_($("enter"), false);
@@ -328,6 +354,39 @@
       $("error").textContent = t("error_network");
     }
     $("leave").disabled = false;
+  }
+
+  // The app's login is missing or refused (401): say so in the page's language.
+  function loginMessage(body) {
+    if (body.error === "identity_required") return t("login_required");
+    if (body.error === "identity_invalid") return body.reason === "expired" ? t("login_expired") : t("login_invalid");
+    if (body.error === "invite_only") return t("invite_only");
+    return null;
+  }
+
+  // With the app's login: where does the account stand, whatever this browser kept?
+  // In line or holding a ticket (from this device or another): resumed; unknown: the
+  // form; no login or a refused one: said so, with the form (a login fixes it).
+  async function resumeAccount() {
+    try {
+      const r = await fetch("api/queue/status?" + who(null));
+      if (r.ok) {
+        const s = await r.json();
+        kept.set(saved, s.userId);
+        if (s.status === "PROMOTED") return admitted(s);
+        if (s.status === "ACTIVE") return inside(s);
+        return follow(s.userId);
+      }
+      kept.remove(saved);
+      kept.remove(savedEntry);
+      if (r.status === 401) {
+        const body = await r.json().catch(() => ({}));
+        $("error").textContent = loginMessage(body) || "";
+      }
+    } catch (_) {
+      $("error").textContent = t("error_network");
+    }
+    show_($("enter"), true);
   }
 
   // A place kept by this browser: where does it stand? Waiting: followed; promoted
@@ -355,7 +414,7 @@
   // then the messages, then the place this browser keeps.
   function start() {
     // A kept place is asked about before the form is offered (no second entry).
-    if (kept.get(saved)) show_($("enter"), false);
+    if (identity || kept.get(saved)) show_($("enter"), false);
     // Back to a page kept in memory (the back/forward cache) shows it as it was left:
     // load it again, so that the place is asked about (and the gate can send someone
     // admitted straight back to the app).
@@ -381,7 +440,8 @@
     languages();
     messages.then(async () => {
       const resumed = kept.get(saved);
-      if (resumed) await resume(resumed);
+      if (identity) await resumeAccount();
+      else if (resumed) await resume(resumed);
       document.body.dataset.ready = "true";
     });
   }
