@@ -453,18 +453,35 @@ fn decode_json<T: serde::de::DeserializeOwned>(part: &str) -> Result<T, Refusal>
 /// The token a request carries: `Authorization: Bearer`, else the cookie `cookie`
 /// names. `Err` for one over [`MAX_TOKEN_LEN`] (refused unread).
 pub fn token_of<'h>(headers: &'h HeaderMap, cookie: Option<&str>) -> Result<Option<&'h str>, Refusal> {
-    let bearer = headers
-        .get_all(header::AUTHORIZATION)
-        .iter()
-        .filter_map(|v| v.to_str().ok())
-        .find_map(|v| v.strip_prefix("Bearer ").or_else(|| v.strip_prefix("bearer ")))
-        .map(str::trim);
-    let token = bearer.or_else(|| cookie.and_then(|name| service_kit::http::cookie(headers, name)));
+    let token = bearer_of(headers).or_else(|| cookie.and_then(|name| service_kit::http::cookie(headers, name)));
     match token {
         Some(t) if t.len() > MAX_TOKEN_LEN => Err(Refusal::TooLarge),
         Some("") | None => Ok(None),
         Some(t) => Ok(Some(t)),
     }
+}
+
+/// The token of an `Authorization: Bearer` header, if any. A request with none whose
+/// identity was still taken had it from the cookie, which a browser also sends with
+/// requests another site makes ([`json_content_type`]).
+pub fn bearer_of(headers: &HeaderMap) -> Option<&str> {
+    headers
+        .get_all(header::AUTHORIZATION)
+        .iter()
+        .filter_map(|v| v.to_str().ok())
+        .find_map(|v| v.strip_prefix("Bearer ").or_else(|| v.strip_prefix("bearer ")))
+        .map(str::trim)
+}
+
+/// Whether the request says `Content-Type: application/json` (parameters such as
+/// `charset` allowed). Another site's page can only send a cross-site request
+/// without asking first (a CORS preflight, which this service never grants with
+/// credentials) as `text/plain`, a form or multipart; so a state-changing request
+/// whose identity came from the cookie must say this (CSRF).
+pub fn json_content_type(headers: &HeaderMap) -> bool {
+    let mut types = headers.get_all(header::CONTENT_TYPE).iter();
+    let (Some(v), None) = (types.next(), types.next()) else { return false };
+    v.to_str().ok().and_then(|v| v.split(';').next()).is_some_and(|m| m.trim().eq_ignore_ascii_case("application/json"))
 }
 
 /// A queue's `entry` setting (`QUEUE.CONFIG`): who may enter.
@@ -796,6 +813,31 @@ jBYm34FOBuJaRvM9uzYjxVU=
         assert_ne!(a, user_id("https://other.example", "42"));
         assert_ne!(user_id("a", "bc"), user_id("ab", "c"));
         assert!(is_identity_id(&a) && !is_identity_id("0f8fad5b-d9cb-469f-a165-70867728950e"));
+    }
+
+    #[test]
+    fn only_application_json_is_json() {
+        use axum::http::HeaderValue;
+        let with = |types: &[&'static str]| {
+            let mut h = HeaderMap::new();
+            for t in types {
+                h.append(header::CONTENT_TYPE, HeaderValue::from_static(t));
+            }
+            json_content_type(&h)
+        };
+        assert!(with(&["application/json"]));
+        assert!(with(&["Application/JSON; charset=utf-8"]));
+        for refused in [
+            &[][..],
+            &["text/plain;charset=UTF-8"],
+            &["application/x-www-form-urlencoded"],
+            &["multipart/form-data; boundary=x"],
+            &["application/jsonx"],
+            &["text/plain; application/json"],
+            &["application/json", "text/plain"],
+        ] {
+            assert!(!with(refused), "{refused:?}");
+        }
     }
 
     #[test]

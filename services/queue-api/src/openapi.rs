@@ -87,6 +87,7 @@ pub fn document() -> Value {
                                "403": err("the queue admits by invitation only (error invite_only), or the access code is unknown or used up (error code_invalid: one answer for both)"),
                                "404": err(unknown_queue),
                                "409": err("this proof of work was used already"),
+                               "415": err("the identity token came from the login cookie and the request is not Content-Type: application/json (error json_required): what another site's page could send without a preflight is refused"),
                                "422": err("missing, empty or too long nickname"),
                                "428": { "description": "the queue asks a proof of work: solve the challenge given and send the entry again with `pow`",
                                         "content": { "application/json": { "schema": { "allOf": [error, { "type": "object", "properties": { "challenge": challenge } }] } } } },

@@ -102,6 +102,14 @@ pub async fn entry(
     // With the app's login, the place is the account's: a token refused is a 401
     // before anything is read or written.
     let who = identity_of(&state, &headers, &queue)?;
+    // CSRF: a browser sends the login cookie with requests other sites make too. Those
+    // can only be text/plain, forms or multipart without a preflight (which is never
+    // granted with credentials), so an identity taken from the cookie enters only
+    // with a JSON request (the page sends one); a Bearer header needs no such check.
+    if who.is_some() && crate::identity::bearer_of(&headers).is_none() && !crate::identity::json_content_type(&headers)
+    {
+        return Err(ApiError::JsonRequired);
+    }
     // A re-entry names the userId issued before (the page keeps it): that person
     // moves to the back of the line, as QUEUE.ENTER does, instead of entering twice.
     // Only ids this service issues (UUIDs) are taken; the id is the person's secret.
