@@ -123,7 +123,7 @@ pub fn document() -> Value {
                 "get": { "summary": "QUEUE.INFO, the branding and the live counts", "parameters": queue_param, "security": [{ "bearer": [] }],
                          "responses": { "200": info, "400": err("bad queue name"), "401": err("bad or missing token"),
                                         "403": err("admin disabled"), "404": err(unknown_queue), "503": err("queue store unreachable") } },
-                "delete": { "summary": "Delete a queue nobody waits in (or in its pre-queue), holds a ticket of or is inside: its settings, branding, counters and log, and its name in the registry; other instances stop serving it within 5 s. default cannot be deleted",
+                "delete": { "summary": "Delete a queue nobody waits in (or in its pre-queue), holds a ticket of or is inside: its settings, branding, counters and log, its access codes, and its name in the registry; other instances stop serving it within 5 s. default cannot be deleted",
                          "parameters": queue_param, "security": [{ "bearer": [] }],
                          "responses": { "200": { "description": "{queue, deleted: true}" }, "400": err("bad queue name"),
                                         "401": err("bad or missing token"), "403": err("admin disabled"), "404": err(unknown_queue),
