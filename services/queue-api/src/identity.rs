@@ -381,7 +381,13 @@ impl Verifier {
         let (Some(h), Some(p), Some(s), None) = (parts.next(), parts.next(), parts.next(), parts.next()) else {
             return Err(Refusal::Malformed);
         };
-        let header: Header = decode_json(h)?;
+        // RFC 7515 4.1.11: `crit` names extensions the verifier must understand; this
+        // one understands none, so a header with `crit` (any value) is refused.
+        let header: serde_json::Map<String, Value> = decode_json(h)?;
+        if header.contains_key("crit") {
+            return Err(Refusal::Malformed);
+        }
+        let header: Header = serde_json::from_value(Value::Object(header)).map_err(|_| Refusal::Malformed)?;
         let alg = match header.alg.as_str() {
             "RS256" => Alg::RS256,
             "ES256" => Alg::ES256,
@@ -432,8 +438,8 @@ impl Verifier {
         }
         let subject = match claims.get(&self.claim) {
             Some(Value::String(s)) if !s.is_empty() => s.clone(),
-            // A numeric account id is a subject too.
-            Some(Value::Number(n)) => n.to_string(),
+            // RFC 7519: a subject is a StringOrURI. A number is refused: big ones would
+            // be rounded (two accounts, one place) and 42 and 42.0 would be two people.
             _ => return Err(Refusal::NoSubject),
         };
         let lanes = match self.lane_claim.as_ref().and_then(|c| claims.get(c)) {
@@ -634,6 +640,35 @@ mod tests {
 
     fn claims() -> Value {
         json!({"iss": "https://login.example", "aud": "shop", "sub": "42", "exp": 2000, "nbf": 1000})
+    }
+
+    /// Signs `payload` as sent, byte for byte (a number `json!` would round first).
+    fn sign_text(k: &Signer, header: &Value, payload: &str) -> String {
+        let input = format!("{}.{}", enc(header), B64.encode(payload));
+        format!("{input}.{}", B64.encode(k.pair.sign(input.as_bytes()).as_ref()))
+    }
+
+    #[test]
+    fn the_subject_is_a_string_and_no_header_extension_is_taken() {
+        let k = Signer::new();
+        let v = verifier(json!({"keys": [k.jwk("a")]}));
+        let h = json!({"alg": "EdDSA", "kid": "a"});
+        // RFC 7519: a subject is a StringOrURI. Numbers (two above u64::MAX would
+        // round to one place, 42 and 42.0 differ) are refused, whatever their size.
+        for sub in ["18446744073709551616", "18446744073709551617", "42", "42.0", "-1", "true", "[\"42\"]", "{}"] {
+            let payload = format!(r#"{{"iss":"https://login.example","aud":"shop","exp":2000,"sub":{sub}}}"#);
+            assert_eq!(v.verify_at(&sign_text(&k, &h, &payload), "q", 1500).unwrap_err(), Refusal::NoSubject, "{sub}");
+        }
+        let payload = r#"{"iss":"https://login.example","aud":"shop","exp":2000,"sub":"42"}"#;
+        assert_eq!(v.verify_at(&sign_text(&k, &h, payload), "q", 1500).unwrap().subject, "42");
+        // RFC 7515 4.1.11: a `crit` header names extensions that must be understood;
+        // this verifier understands none, so any `crit` (even empty) is refused.
+        for crit in [json!(["exp"]), json!(["b64"]), json!([]), json!(null), json!("x")] {
+            let h = json!({"alg": "EdDSA", "kid": "a", "crit": crit, "exp": 2000});
+            assert_eq!(v.verify_at(&k.sign(&h, &claims()), "q", 1500).unwrap_err(), Refusal::Malformed, "{crit}");
+        }
+        let h = json!({"alg": "EdDSA", "kid": "a", "typ": "JWT", "x-other": 1});
+        assert!(v.verify_at(&k.sign(&h, &claims()), "q", 1500).is_ok(), "other header members are ignored");
     }
 
     #[test]
