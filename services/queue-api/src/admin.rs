@@ -205,9 +205,12 @@ pub async fn create(State(state): St, headers: HeaderMap, body: SettingsBody) ->
 }
 
 /// The keys a deletion removes: the settings, the back office's, the counters, the
-/// change log, the opening and push instances' records, and leases left expired (the
-/// line's own keys hold nobody by then, and Valkey keeps no empty ones).
-const DELETED_KEYS: [&str; 12] = [
+/// change log, the opening and push instances' records, leases left expired, the
+/// access codes (a queue re-created with the same name and lanes must not take the
+/// old ones) and the claims of sessions now gone (the line's own keys hold nobody by
+/// then, and Valkey keeps no empty ones). The test below holds this list against
+/// every key of the engine.
+const DELETED_KEYS: [&str; 14] = [
     queue_core::keys::CONFIG,
     queue_client::backoffice::BRAND,
     queue_client::backoffice::PAUSED,
@@ -220,6 +223,8 @@ const DELETED_KEYS: [&str; 12] = [
     queue_core::keys::CLOCK,
     queue_core::keys::SESSIONS,
     queue_core::keys::ACTIVE,
+    queue_core::keys::CODES,
+    queue_core::keys::CLAIMED,
 ];
 
 /// Why a queue cannot be deleted now, if it cannot.
@@ -475,4 +480,56 @@ async fn soft_cap_changed(
     audit(state, queue, action, json!({ "soft_cap": { "from": from, "to": to } }));
     state.hub.wake(queue);
     Ok(Json(queue_body(client, queue).await?))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::DELETED_KEYS;
+
+    /// Every `&str` constant of queue-core's key module: deleted with the queue, or
+    /// named here with why not. A key added to the engine fails this test until it is
+    /// one or the other (an access code left behind would work again in a queue
+    /// re-created with the same name).
+    #[test]
+    fn a_deletion_knows_every_key_of_the_engine() {
+        let not_deleted = [
+            // The line's own keys: empty, so absent, once the queue is not in use.
+            "WAITING",
+            "CHUNK_PREFIX",
+            "PRE",
+            // Expires on its own (the challenge's lifetime).
+            "POW_USED_PREFIX",
+            // Rewritten by the chat servers while they serve the queue.
+            "HEALTH",
+            // Not keys of a queue: parts of key names, fields, channels, patterns,
+            // and the keys without a queue's hash tag (the registry is handled apart).
+            "LAYOUT_FIELD",
+            "KEY_OPEN",
+            "KEY_CLOSE",
+            "CLAIMED_USER_MARK",
+            "PROMOTED",
+            "PROMOTED_PATTERN",
+            "CHANGES",
+            "CHANGES_PATTERN",
+            "ANY_KEY_PATTERN",
+            "REGISTRY",
+            "LEADER",
+            "ROOM_OPEN",
+            "ROOM_CLOSE",
+            "ROOM_PATTERN",
+        ];
+        let source = include_str!("../../../crates/queue-core/src/keys.rs");
+        let mut seen = 0;
+        for line in source.lines() {
+            let Some(rest) = line.trim().strip_prefix("pub const ") else { continue };
+            let Some((name, rest)) = rest.split_once(": &str = \"") else { continue };
+            let value = rest.trim_end_matches("\";");
+            seen += 1;
+            assert!(
+                DELETED_KEYS.contains(&value) || not_deleted.contains(&name),
+                "keys::{name} (\"{value}\") is neither deleted with a queue (DELETED_KEYS) nor said not to be"
+            );
+        }
+        assert!(seen >= 20, "the key constants were not found ({seen})");
+    }
 }

@@ -47,6 +47,9 @@ pub enum ApiError {
     /// 401: this queue (or this userId, one derived from an identity) needs the app's
     /// identity token.
     IdentityRequired,
+    /// 415: an entry whose identity came from the login cookie, not sent as
+    /// `Content-Type: application/json` (what another site's page could send: CSRF).
+    JsonRequired,
     /// 401: the identity token was refused (why: the reply's `reason`).
     IdentityInvalid(crate::identity::Refusal),
     /// 403: the queue admits by invitation only.
@@ -136,6 +139,11 @@ impl ApiError {
                 "this place is read, followed and left only with the app's login (its identity token)".into(),
             ),
             ApiError::IdentityInvalid(r) => (StatusCode::UNAUTHORIZED, "identity_invalid", r.message().into()),
+            ApiError::JsonRequired => (
+                StatusCode::UNSUPPORTED_MEDIA_TYPE,
+                "json_required",
+                "with the login cookie, an entry must be sent with Content-Type: application/json".into(),
+            ),
             ApiError::InviteOnly => {
                 (StatusCode::FORBIDDEN, "invite_only", "this queue admits by invitation only".into())
             }

@@ -381,7 +381,13 @@ impl Verifier {
         let (Some(h), Some(p), Some(s), None) = (parts.next(), parts.next(), parts.next(), parts.next()) else {
             return Err(Refusal::Malformed);
         };
-        let header: Header = decode_json(h)?;
+        // RFC 7515 4.1.11: `crit` names extensions the verifier must understand; this
+        // one understands none, so a header with `crit` (any value) is refused.
+        let header: serde_json::Map<String, Value> = decode_json(h)?;
+        if header.contains_key("crit") {
+            return Err(Refusal::Malformed);
+        }
+        let header: Header = serde_json::from_value(Value::Object(header)).map_err(|_| Refusal::Malformed)?;
         let alg = match header.alg.as_str() {
             "RS256" => Alg::RS256,
             "ES256" => Alg::ES256,
@@ -432,8 +438,8 @@ impl Verifier {
         }
         let subject = match claims.get(&self.claim) {
             Some(Value::String(s)) if !s.is_empty() => s.clone(),
-            // A numeric account id is a subject too.
-            Some(Value::Number(n)) => n.to_string(),
+            // RFC 7519: a subject is a StringOrURI. A number is refused: big ones would
+            // be rounded (two accounts, one place) and 42 and 42.0 would be two people.
             _ => return Err(Refusal::NoSubject),
         };
         let lanes = match self.lane_claim.as_ref().and_then(|c| claims.get(c)) {
@@ -453,18 +459,35 @@ fn decode_json<T: serde::de::DeserializeOwned>(part: &str) -> Result<T, Refusal>
 /// The token a request carries: `Authorization: Bearer`, else the cookie `cookie`
 /// names. `Err` for one over [`MAX_TOKEN_LEN`] (refused unread).
 pub fn token_of<'h>(headers: &'h HeaderMap, cookie: Option<&str>) -> Result<Option<&'h str>, Refusal> {
-    let bearer = headers
-        .get_all(header::AUTHORIZATION)
-        .iter()
-        .filter_map(|v| v.to_str().ok())
-        .find_map(|v| v.strip_prefix("Bearer ").or_else(|| v.strip_prefix("bearer ")))
-        .map(str::trim);
-    let token = bearer.or_else(|| cookie.and_then(|name| service_kit::http::cookie(headers, name)));
+    let token = bearer_of(headers).or_else(|| cookie.and_then(|name| service_kit::http::cookie(headers, name)));
     match token {
         Some(t) if t.len() > MAX_TOKEN_LEN => Err(Refusal::TooLarge),
         Some("") | None => Ok(None),
         Some(t) => Ok(Some(t)),
     }
+}
+
+/// The token of an `Authorization: Bearer` header, if any. A request with none whose
+/// identity was still taken had it from the cookie, which a browser also sends with
+/// requests another site makes ([`json_content_type`]).
+pub fn bearer_of(headers: &HeaderMap) -> Option<&str> {
+    headers
+        .get_all(header::AUTHORIZATION)
+        .iter()
+        .filter_map(|v| v.to_str().ok())
+        .find_map(|v| v.strip_prefix("Bearer ").or_else(|| v.strip_prefix("bearer ")))
+        .map(str::trim)
+}
+
+/// Whether the request says `Content-Type: application/json` (parameters such as
+/// `charset` allowed). Another site's page can only send a cross-site request
+/// without asking first (a CORS preflight, which this service never grants with
+/// credentials) as `text/plain`, a form or multipart; so a state-changing request
+/// whose identity came from the cookie must say this (CSRF).
+pub fn json_content_type(headers: &HeaderMap) -> bool {
+    let mut types = headers.get_all(header::CONTENT_TYPE).iter();
+    let (Some(v), None) = (types.next(), types.next()) else { return false };
+    v.to_str().ok().and_then(|v| v.split(';').next()).is_some_and(|m| m.trim().eq_ignore_ascii_case("application/json"))
 }
 
 /// A queue's `entry` setting (`QUEUE.CONFIG`): who may enter.
@@ -617,6 +640,35 @@ mod tests {
 
     fn claims() -> Value {
         json!({"iss": "https://login.example", "aud": "shop", "sub": "42", "exp": 2000, "nbf": 1000})
+    }
+
+    /// Signs `payload` as sent, byte for byte (a number `json!` would round first).
+    fn sign_text(k: &Signer, header: &Value, payload: &str) -> String {
+        let input = format!("{}.{}", enc(header), B64.encode(payload));
+        format!("{input}.{}", B64.encode(k.pair.sign(input.as_bytes()).as_ref()))
+    }
+
+    #[test]
+    fn the_subject_is_a_string_and_no_header_extension_is_taken() {
+        let k = Signer::new();
+        let v = verifier(json!({"keys": [k.jwk("a")]}));
+        let h = json!({"alg": "EdDSA", "kid": "a"});
+        // RFC 7519: a subject is a StringOrURI. Numbers (two above u64::MAX would
+        // round to one place, 42 and 42.0 differ) are refused, whatever their size.
+        for sub in ["18446744073709551616", "18446744073709551617", "42", "42.0", "-1", "true", "[\"42\"]", "{}"] {
+            let payload = format!(r#"{{"iss":"https://login.example","aud":"shop","exp":2000,"sub":{sub}}}"#);
+            assert_eq!(v.verify_at(&sign_text(&k, &h, &payload), "q", 1500).unwrap_err(), Refusal::NoSubject, "{sub}");
+        }
+        let payload = r#"{"iss":"https://login.example","aud":"shop","exp":2000,"sub":"42"}"#;
+        assert_eq!(v.verify_at(&sign_text(&k, &h, payload), "q", 1500).unwrap().subject, "42");
+        // RFC 7515 4.1.11: a `crit` header names extensions that must be understood;
+        // this verifier understands none, so any `crit` (even empty) is refused.
+        for crit in [json!(["exp"]), json!(["b64"]), json!([]), json!(null), json!("x")] {
+            let h = json!({"alg": "EdDSA", "kid": "a", "crit": crit, "exp": 2000});
+            assert_eq!(v.verify_at(&k.sign(&h, &claims()), "q", 1500).unwrap_err(), Refusal::Malformed, "{crit}");
+        }
+        let h = json!({"alg": "EdDSA", "kid": "a", "typ": "JWT", "x-other": 1});
+        assert!(v.verify_at(&k.sign(&h, &claims()), "q", 1500).is_ok(), "other header members are ignored");
     }
 
     #[test]
@@ -796,6 +848,31 @@ jBYm34FOBuJaRvM9uzYjxVU=
         assert_ne!(a, user_id("https://other.example", "42"));
         assert_ne!(user_id("a", "bc"), user_id("ab", "c"));
         assert!(is_identity_id(&a) && !is_identity_id("0f8fad5b-d9cb-469f-a165-70867728950e"));
+    }
+
+    #[test]
+    fn only_application_json_is_json() {
+        use axum::http::HeaderValue;
+        let with = |types: &[&'static str]| {
+            let mut h = HeaderMap::new();
+            for t in types {
+                h.append(header::CONTENT_TYPE, HeaderValue::from_static(t));
+            }
+            json_content_type(&h)
+        };
+        assert!(with(&["application/json"]));
+        assert!(with(&["Application/JSON; charset=utf-8"]));
+        for refused in [
+            &[][..],
+            &["text/plain;charset=UTF-8"],
+            &["application/x-www-form-urlencoded"],
+            &["multipart/form-data; boundary=x"],
+            &["application/jsonx"],
+            &["text/plain; application/json"],
+            &["application/json", "text/plain"],
+        ] {
+            assert!(!with(refused), "{refused:?}");
+        }
     }
 
     #[test]

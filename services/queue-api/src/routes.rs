@@ -102,6 +102,14 @@ pub async fn entry(
     // With the app's login, the place is the account's: a token refused is a 401
     // before anything is read or written.
     let who = identity_of(&state, &headers, &queue)?;
+    // CSRF: a browser sends the login cookie with requests other sites make too. Those
+    // can only be text/plain, forms or multipart without a preflight (which is never
+    // granted with credentials), so an identity taken from the cookie enters only
+    // with a JSON request (the page sends one); a Bearer header needs no such check.
+    if who.is_some() && crate::identity::bearer_of(&headers).is_none() && !crate::identity::json_content_type(&headers)
+    {
+        return Err(ApiError::JsonRequired);
+    }
     // A re-entry names the userId issued before (the page keeps it): that person
     // moves to the back of the line, as QUEUE.ENTER does, instead of entering twice.
     // Only ids this service issues (UUIDs) are taken; the id is the person's secret.
@@ -117,6 +125,7 @@ pub async fn entry(
             ))
         }
         (None, Field::Absent | Field::Null) => (uuid::Uuid::new_v4().to_string(), false),
+        (None, Field::Given(u)) if crate::identity::is_identity_id(u) => return Err(ApiError::IdentityRequired),
         (None, Field::Given(u)) => match uuid::Uuid::parse_str(u) {
             Ok(id) => (id.hyphenated().to_string(), true),
             Err(_) => return Err(ApiError::BadRequest("userId must be the id this service gave".into())),
@@ -241,37 +250,35 @@ pub struct WhoQuery {
     queue: Option<String>,
 }
 
-impl WhoQuery {
-    /// The checked `(userId, queue)` pair.
-    fn parse(&self) -> Result<(String, String), ApiError> {
-        Ok((user_id(self.user_id.as_deref())?, queue_name(self.queue.as_deref())?))
+/// A userId named without an identity token: checked, and never one derived from an
+/// identity (those are computable from the account, so never enough alone: 401
+/// `identity_required`), whether identity is on here or not. Every place read,
+/// followed, left or re-entered by its userId alone goes through here.
+fn named_alone(u: &str) -> Result<String, ApiError> {
+    if crate::identity::is_identity_id(u) {
+        return Err(ApiError::IdentityRequired);
     }
+    user_id(Some(u))
 }
 
 /// Whose place a status read, stream or leave is about, with a client to the store
-/// (the queue checked as declared). Without identity, the userId named, as seed 000
-/// has it (but never in a queue whose entry needs an identity). With identity on: the identity token's person (a userId named too must
-/// be theirs); without a token, the userId named, unless the queue's entry needs an
-/// identity or the userId is one derived from an identity (guessable, so never
-/// enough alone): 401 `identity_required`.
+/// (the queue checked as declared). With an identity token (identity on): the
+/// token's person (a userId named too must be theirs). Without one (or with identity
+/// off here): the userId named, as seed 000 has it, but never in a queue whose entry
+/// needs an identity, and never a userId derived from an identity: 401
+/// `identity_required`.
 async fn who(
     state: &AppState,
     headers: &axum::http::HeaderMap,
     q: &WhoQuery,
 ) -> Result<(String, String, queue_client::QueueClient), ApiError> {
-    if state.identity.is_none() {
-        let (user, queue) = q.parse()?;
-        let client = state.valkey.client().await?;
-        state.declared.check(&client, &queue).await?;
-        // Identity off here does not open an identified queue to a userId alone.
-        if state.entry_modes.get(&client, &queue).await?.needs_identity() {
-            return Err(ApiError::IdentityRequired);
-        }
-        return Ok((user, queue, client));
-    }
     let queue = queue_name(q.queue.as_deref())?;
-    let named = q.user_id.as_deref().map(|u| user_id(Some(u))).transpose()?;
     let identity = identity_of(state, headers, &queue)?;
+    let named = match (&identity, q.user_id.as_deref()) {
+        (_, None) => None,
+        (Some(_), Some(u)) => Some(user_id(Some(u))?),
+        (None, Some(u)) => Some(named_alone(u)?),
+    };
     let client = state.valkey.client().await?;
     state.declared.check(&client, &queue).await?;
     let user = match (identity, named) {
@@ -280,14 +287,11 @@ async fn who(
         }
         (Some(id), _) => id.user_id,
         (None, named) => {
+            // Identity off here does not open an identified queue to a userId alone.
             if state.entry_modes.get(&client, &queue).await?.needs_identity() {
                 return Err(ApiError::IdentityRequired);
             }
-            let user = named.ok_or_else(|| ApiError::BadRequest("the userId query parameter is required".into()))?;
-            if crate::identity::is_identity_id(&user) {
-                return Err(ApiError::IdentityRequired);
-            }
-            user
+            named.ok_or_else(|| ApiError::BadRequest("the userId query parameter is required".into()))?
         }
     };
     Ok((user, queue, client))

@@ -128,6 +128,7 @@ testkit::backend_tests!(
     fifty_racing_for_one_single_use_code_put_one_in_line,
     a_code_where_the_queue_has_no_lanes,
     the_lane_comes_from_the_identity_claim_never_from_the_body,
+    deleting_a_queue_deletes_its_codes,
 );
 
 async fn codes_are_added_counted_and_never_readable_back(b: Backend) {
@@ -282,6 +283,24 @@ async fn a_code_where_the_queue_has_no_lanes(b: Backend) {
         )
         .await;
     assert!(st == 200 && e.get("lane").is_none(), "{e}");
+}
+
+async fn deleting_a_queue_deletes_its_codes(b: Backend) {
+    let s = ValkeyServer::start(b);
+    let api = start(&s).await;
+    assert_eq!(api.settings("shop", json!({"soft_cap": 0, "lanes": "a,b"})).await.0, 200);
+    let (st, body) = api.add_codes("shop", json!({"lane": "a", "uses": 5, "codes": ["X"]})).await;
+    assert_eq!((st, body["added"].as_u64()), (200, Some(1)), "{body}");
+    let (st, body) = api.call(Method::DELETE, "/api/admin/queues/shop", None, Some(ADMIN)).await;
+    assert_eq!(st, 200, "{body}");
+    let mut c = s.conn();
+    let left: Vec<String> = redis::cmd("KEYS").arg("queue:{shop}:*").query(&mut c).unwrap();
+    assert_eq!(left, Vec::<String>::new(), "every key of the queue is gone");
+    // A queue of the same name with the same lanes: the old code is unknown there.
+    assert_eq!(api.settings("shop", json!({"soft_cap": 0, "lanes": "a,b"})).await.0, 200);
+    assert_eq!(api.counts("shop").await, [lane("a", 0, 0, 0), lane("b", 0, 0, 0)]);
+    let (st, e) = api.enter("shop", json!({"code": "X"}), None).await;
+    assert_eq!((st, e["error"].as_str()), (403, Some("code_invalid")), "{e}");
 }
 
 /// The app's login: an Ed25519 key that signs access tokens.

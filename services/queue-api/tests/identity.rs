@@ -144,6 +144,8 @@ testkit::backend_tests!(
     bad_tokens_are_refused_with_their_reason_and_change_nothing,
     identified_and_invite_queues_need_the_login,
     open_queues_work_as_before_without_a_token,
+    an_instance_without_identity_never_takes_an_identity_id_alone,
+    a_cross_site_entry_with_the_login_cookie_is_refused,
 );
 
 async fn one_place_per_account_from_any_device(b: Backend) {
@@ -231,8 +233,8 @@ async fn a_user_id_from_an_identity_is_never_enough_alone(b: Backend) {
         assert_eq!((st, e["error"].as_str()), (401, Some("identity_required")), "{method} {path}");
     }
     // Nor can an anonymous entry claim it.
-    let (st, _) = api.enter("shop", By::Nothing, json!({"userId": id})).await;
-    assert_eq!(st, 400);
+    let (st, e) = api.enter("shop", By::Nothing, json!({"userId": id})).await;
+    assert_eq!((st, e["error"].as_str()), (401, Some("identity_required")), "{e}");
     let (st, still) = api.status("queue=shop", By::Bearer(&login.token("ann"))).await;
     assert_eq!((st, still["rank"].as_u64()), (200, Some(1)));
     api.stop().await;
@@ -412,6 +414,92 @@ async fn open_queues_work_as_before_without_a_token(b: Backend) {
     let page = plain.http.get(plain.url("/?queue=default")).send().await.unwrap().text().await.unwrap();
     assert!(page.contains(r#"data-identity="""#), "{page}");
     plain.stop().await;
+}
+
+async fn an_instance_without_identity_never_takes_an_identity_id_alone(b: Backend) {
+    let s = ValkeyServer::start(b);
+    let login = Login::new("k1");
+    let with = start(&s, vec![login.jwk()]).await;
+    // A second queue-api on the same store, with identity off.
+    let without = Api::start(queue_api::Config::local(&s.url())).await;
+    assert_eq!(with.settings("shop", json!({"soft_cap": 0})).await.0, 200);
+    let (st, ann) = with.enter("shop", By::Bearer(&login.token("ann")), json!({})).await;
+    assert_eq!(st, 200);
+    let id = ann["userId"].as_str().unwrap();
+    let before = keyspace(&s);
+    let q = format!("queue=shop&userId={id}");
+    for (method, path) in [
+        (Method::GET, format!("/api/queue/status?{q}")),
+        (Method::GET, format!("/api/queue/stream?{q}")),
+        (Method::DELETE, format!("/api/queue/entry?{q}")),
+    ] {
+        let (st, e) = without.call(method.clone(), &path, None, By::Nothing).await;
+        assert_eq!((st, e["error"].as_str()), (401, Some("identity_required")), "{method} {path}: {e}");
+        assert!(e.get("ticketId").is_none(), "{e}");
+    }
+    // Nor can an entry there name it.
+    let (st, e) = without.enter("shop", By::Nothing, json!({"userId": id})).await;
+    assert_eq!((st, e["error"].as_str()), (401, Some("identity_required")), "{e}");
+    assert_eq!(keyspace(&s), before, "nothing changed");
+    let (st, still) = with.status("queue=shop", By::Bearer(&login.token("ann"))).await;
+    assert_eq!((st, still["rank"].as_u64()), (200, Some(1)));
+    without.stop().await;
+    with.stop().await;
+}
+
+async fn a_cross_site_entry_with_the_login_cookie_is_refused(b: Backend) {
+    let s = ValkeyServer::start(b);
+    let login = Login::new("k1");
+    let api = start(&s, vec![login.jwk()]).await;
+    assert_eq!(api.settings("shop", json!({"soft_cap": 0})).await.0, 200);
+    let ann = login.token("ann");
+    // The page's own entry with the cookie (JSON, as app.js sends it) is taken.
+    let (st, a) = api.enter("shop", By::Cookie(&ann), json!({})).await;
+    assert_eq!((st, a["rank"].as_u64()), (200, Some(1)), "{a}");
+    let id = a["userId"].as_str().unwrap().to_string();
+    for sub in ["bob", "cid"] {
+        assert_eq!(api.enter("shop", By::Bearer(&login.token(sub)), json!({})).await.0, 200);
+    }
+    let before = keyspace(&s);
+    // Another site's page: a "simple" request (no preflight) that carries the cookie,
+    // naming ann's id (back of the line) or nothing (entered into another queue).
+    for (content_type, body) in [
+        (Some("text/plain;charset=UTF-8"), json!({"nickname": "x", "queue": "shop", "userId": id})),
+        (Some("application/x-www-form-urlencoded"), json!({"nickname": "x", "queue": "shop", "userId": id})),
+        (None, json!({"nickname": "x", "queue": "shop", "userId": id})),
+        (Some("text/plain"), json!({"nickname": "x", "queue": "other"})),
+    ] {
+        let mut req = api
+            .http
+            .post(api.url("/api/queue/entry"))
+            .header("cookie", format!("{COOKIE}={ann}"))
+            .header("origin", "https://evil.example")
+            .header("sec-fetch-site", "cross-site")
+            .body(body.to_string());
+        if let Some(t) = content_type {
+            req = req.header("content-type", t);
+        }
+        let r = req.send().await.unwrap();
+        let st = r.status().as_u16();
+        let e: Value = r.json().await.unwrap_or(Value::Null);
+        assert_eq!((st, e["error"].as_str()), (415, Some("json_required")), "{content_type:?}: {e}");
+    }
+    assert_eq!(keyspace(&s), before, "nothing changed");
+    let (st, still) = api.status("queue=shop", By::Cookie(&ann)).await;
+    assert_eq!((st, still["rank"].as_u64()), (200, Some(1)), "{still}");
+    // A Bearer token is never sent by a browser on its own: no such check.
+    let bob = login.token("bob");
+    let r = api
+        .http
+        .post(api.url("/api/queue/entry"))
+        .bearer_auth(&bob)
+        .header("content-type", "text/plain")
+        .body(json!({"nickname": "b", "queue": "shop"}).to_string())
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status().as_u16(), 200);
+    api.stop().await;
 }
 
 fn uuid_like(s: &str) -> bool {
