@@ -185,7 +185,7 @@ async fn claim_all(args: &ClaimRateArgs, tickets: Vec<String>) -> Report {
     let tickets = Arc::new(tickets);
     let next = Arc::new(AtomicUsize::new(0));
     let results = Arc::new(Mutex::new(Vec::with_capacity(tickets.len())));
-    let http = crate::gate::requests::http_client();
+    let http = crate::gate::http_client();
     let started = Instant::now();
     let workers: Vec<_> = (0..args.conc)
         .map(|w| {
