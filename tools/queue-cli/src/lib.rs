@@ -7,6 +7,7 @@ pub mod api;
 pub mod capacity;
 pub mod chaos;
 pub mod chat;
+pub mod claim_rate;
 pub mod gate;
 pub mod history;
 pub mod join;

@@ -27,6 +27,10 @@ struct Target {
 
 #[derive(Subcommand)]
 enum Command {
+    /// Claims per second through one gate or one chat-server, for bench/claim-rate.sh:
+    /// tickets minted in Valkey, then claimed through the service (exit 1 when a claim
+    /// was refused or got no answer).
+    ClaimRate(queue_cli::claim_rate::ClaimRateArgs),
     /// Push streams at scale and probes for bench/push-scale.sh (load, not a person).
     Watch(queue_cli::push_scale::WatchArgs),
     /// One person: enter, watch the position, then chat with the ticket (lines from stdin;
@@ -292,6 +296,7 @@ async fn main() -> ExitCode {
             }
         }
         Command::Watch(args) => queue_cli::push_scale::run(args).await,
+        Command::ClaimRate(args) => ExitCode::from(queue_cli::claim_rate::main(args).await),
         Command::History(cmd) => ExitCode::from(queue_cli::history::main(cmd).await),
         Command::Verify { api, queue, user_id } => ExitCode::from(verify::run(&api, &queue, user_id.as_deref()).await),
         Command::Swarm {
