@@ -442,6 +442,9 @@ pub async fn put_brand(AdminQueue { state, queue }: AdminQueue, body: SettingsBo
 /// the soft cap it had for resume. Pausing a paused queue changes nothing.
 pub async fn pause(AdminQueue { state, queue }: AdminQueue) -> Result<Json<Value>, ApiError> {
     let client = state.valkey.client().await?;
+    // A queue that does not exist (never declared, or deleted) is not brought back
+    // by pausing it: 404, as resume answers.
+    state.declared.check(&client, &queue).await?;
     let soft_cap = client.config_get(&queue).await?.soft_cap();
     if client.paused_soft_cap(&queue).await?.is_some() && soft_cap == 0 {
         return Ok(Json(queue_body(&client, &queue).await?));

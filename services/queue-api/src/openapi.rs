@@ -196,7 +196,7 @@ pub fn document() -> Value {
                 "post": { "summary": "Pause admission: the soft cap becomes 0, the one it had is remembered for resume",
                           "parameters": queue_param, "security": [{ "bearer": [] }],
                           "responses": { "200": info, "400": err("bad queue name"), "401": err("bad or missing token"), "403": err("admin disabled"),
-                                         "503": err("queue store unreachable") } } },
+                                         "404": err(unknown_queue), "503": err("queue store unreachable") } } },
             "/api/admin/queues/{queue}/resume": {
                 "post": { "summary": "Resume admission: restores the soft cap the pause replaced",
                           "parameters": queue_param, "security": [{ "bearer": [] }],
