@@ -264,6 +264,7 @@ async fn the_waiting_room_in_two_languages_branded_and_accessible(backend: Backe
         "title": "봄 콘서트 예매", "message": "공연 예매 대기열입니다. 순서대로 입장합니다.",
         "accent": "#b91c1c", "background": "#fff7ed",
     });
+    admin(&stack, reqwest::Method::POST, "/api/admin/queues", serde_json::json!({"queue": "spring"})).await;
     admin(&stack, reqwest::Method::PUT, "/api/admin/queues/spring/brand", brand.clone()).await;
     let template_title = "Shop <b> & \"Co\"";
     admin(

@@ -406,7 +406,8 @@ fn at_named_field(e: queue_client::ClientError, pairs: &[(String, i64)]) -> ApiE
 
 /// `PUT /api/admin/queues/{queue}/brand` `{"title": "...", "accent": "#123456", ...}`:
 /// sets the named branding settings; an empty string or null removes one. All or
-/// none: the first bad value is an error naming its field.
+/// none: the first bad value is an error naming its field. 404 `unknown_queue` when
+/// the queue does not exist.
 pub async fn put_brand(AdminQueue { state, queue }: AdminQueue, body: SettingsBody) -> Result<Json<Value>, ApiError> {
     let settings = named_settings(body, || format!("name at least one branding setting ({})", brand::names()))?;
     let (mut set, mut clear) = (Vec::new(), Vec::new());
@@ -423,10 +424,12 @@ pub async fn put_brand(AdminQueue { state, queue }: AdminQueue, body: SettingsBo
         }
     }
     let client = state.valkey.client().await?;
+    // Branding belongs to a queue that exists: a queue never made (or deleted) is not
+    // made by branding it (404, as pause and the codes answer); create it first.
+    state.declared.check(&client, &queue).await?;
     let before = Brand::from_stored(&client.brand(&queue).await?);
     let pairs: Vec<(&str, &str)> = set.iter().map(|(n, v)| (*n, v.as_str())).collect();
     client.set_brand(&queue, &pairs, &clear).await?;
-    state.declared.declare(&client, &queue).await?;
     let mut changes = Map::new();
     for (n, v) in &pairs {
         changes.insert(n.to_string(), json!({ "from": before.get(n), "to": v }));

@@ -168,6 +168,7 @@ pub fn document() -> Value {
                          "requestBody": { "required": true, "content": { "application/json": { "schema": brand } } },
                          "responses": { "200": info, "400": err("malformed JSON (the body must be an object) or bad queue name"),
                                         "401": err("bad or missing token"), "403": err("admin disabled"),
+                                        "404": err(unknown_queue),
                                         "422": field_err("an unknown setting or a bad value (field names it)"),
                                         "503": err("queue store unreachable") } } },
             "/api/admin/queues/{queue}/codes": {

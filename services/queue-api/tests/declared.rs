@@ -213,6 +213,22 @@ async fn delete_refuses_a_queue_in_use_and_removes_an_empty_one(b: Backend) {
     let (code, v) = api.enter("gone").await;
     assert_eq!((code, v["error"].as_str()), (404, Some("unknown_queue")), "{v}");
     assert_eq!(api.admin(Method::DELETE, "/api/admin/queues/gone", None).await.0, 404);
+    // Nothing below the queue's path brings it back (the API fuzzer found branding
+    // and pausing a deleted queue re-declared it): 404, and it stays gone.
+    for (method, path, body) in [
+        (Method::PUT, "/api/admin/queues/gone/brand", Some(json!({"title": "Back"}))),
+        (Method::POST, "/api/admin/queues/gone/pause", None),
+        (Method::POST, "/api/admin/queues/gone/resume", None),
+        (Method::GET, "/api/admin/queues/gone/codes", None),
+        (Method::POST, "/api/admin/queues/gone/codes", Some(json!({"lane": "a", "uses": 1, "codes": ["c-1"]}))),
+    ] {
+        let (code, v) = api.admin(method.clone(), path, body).await;
+        assert_eq!((code, v["error"].as_str()), (404, Some("unknown_queue")), "{method} {path}: {v}");
+    }
+    let (code, v) = api.admin(Method::GET, "/api/admin/queues/gone", None).await;
+    assert_eq!((code, v["error"].as_str()), (404, Some("unknown_queue")), "{v}");
+    let left: Vec<String> = redis::cmd("KEYS").arg("queue:{gone}:*").query(&mut s.conn()).unwrap();
+    assert!(left.is_empty(), "nothing written for the deleted queue: {left:?}");
     let (_, v) = api.admin(Method::GET, "/api/admin/queues", None).await;
     assert!(!v["queues"].as_array().unwrap().iter().any(|q| q["queue"] == "gone"), "{v}");
     // default always exists: it cannot be deleted.
