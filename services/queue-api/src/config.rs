@@ -101,6 +101,17 @@ pub struct IdentityFlags {
     /// without it.
     #[arg(long = "identity-jwks", env = "IDENTITY_JWKS", value_parser = identity::JwksFile::parse)]
     pub jwks: Option<identity::JwksFile>,
+    /// The same keys fetched from a URL instead of a file (https://, or http:// to a
+    /// loopback address): fetched at start (no start without them), then again every
+    /// --identity-jwks-refresh-secs and when a token names an unknown kid (at most
+    /// once per 30s). A failed fetch keeps the last good keys.
+    #[arg(long = "identity-jwks-url", env = "IDENTITY_JWKS_URL", value_parser = crate::jwks::JwksUrl::parse)]
+    pub jwks_url: Option<crate::jwks::JwksUrl>,
+    /// How often the keys of --identity-jwks-url are fetched again, in seconds (a
+    /// shorter `Cache-Control: max-age` of the answer, not below 30s, wins).
+    #[arg(long = "identity-jwks-refresh-secs", env = "IDENTITY_JWKS_REFRESH_SECS", default_value_t = 300,
+          value_parser = clap::value_parser!(u64).range(1..=86_400))]
+    pub jwks_refresh_secs: u64,
     /// The `iss` every token must carry (required with --identity-jwks).
     #[arg(long = "identity-issuer", env = "IDENTITY_ISSUER")]
     pub issuer: Option<String>,
@@ -133,7 +144,12 @@ impl IdentityFlags {
     /// The other identity flags make sense only with keys, and keys need an issuer
     /// and an audience.
     pub fn check(&self) -> Result<(), String> {
-        if self.jwks.is_none() {
+        if self.jwks.is_some() && self.jwks_url.is_some() {
+            return Err("--identity-jwks (a file) and --identity-jwks-url are two sources of the same keys: \
+                        give one"
+                .into());
+        }
+        if self.jwks.is_none() && self.jwks_url.is_none() {
             if self.issuer.is_some()
                 || self.audience.is_some()
                 || self.cookie.is_some()
@@ -142,13 +158,13 @@ impl IdentityFlags {
             {
                 return Err("--identity-issuer, --identity-audience, --identity-cookie, \
                             --identity-queue-audience and --identity-lane-claim need --identity-jwks \
-                            (the keys tokens are checked with)"
+                            or --identity-jwks-url (the keys tokens are checked with)"
                     .into());
             }
             return Ok(());
         }
         if self.issuer.as_deref().is_none_or(str::is_empty) || self.audience.as_deref().is_none_or(str::is_empty) {
-            return Err("--identity-jwks needs --identity-issuer and --identity-audience".into());
+            return Err("--identity-jwks (or --identity-jwks-url) needs --identity-issuer and --identity-audience".into());
         }
         if let Some(c) = &self.cookie {
             if c.is_empty() || !c.bytes().all(|b| b.is_ascii_alphanumeric() || b"!#$%&'*+-.^_`|~".contains(&b)) {
@@ -164,14 +180,29 @@ impl IdentityFlags {
         Ok(())
     }
 
-    /// The verifier these flags describe; None when identity is off.
-    pub fn verifier(&self) -> Result<Option<identity::Verifier>, String> {
+    /// The verifier these flags describe; None when identity is off. With
+    /// --identity-jwks-url the keys are fetched here (an error if that fails) and kept
+    /// fresh in the background while the verifier lives; `counters` count the fetches.
+    pub async fn verifier(
+        &self,
+        counters: Option<crate::jwks::FetchCounters>,
+    ) -> Result<Option<identity::Verifier>, String> {
         self.check()?;
-        let Some(jwks) = &self.jwks else { return Ok(None) };
+        let keys = match (&self.jwks, &self.jwks_url) {
+            (Some(jwks), _) => identity::KeySource::Fixed(jwks.0.clone()),
+            (None, Some(url)) => {
+                let every = Duration::from_secs(if self.jwks_refresh_secs == 0 { 300 } else { self.jwks_refresh_secs });
+                let remote = crate::jwks::Remote::start(url.clone(), every, counters)
+                    .await
+                    .map_err(|e| format!("--identity-jwks-url: {e}"))?;
+                identity::KeySource::Remote(remote)
+            }
+            (None, None) => return Ok(None),
+        };
         let per_queue = self.queue_audience.iter().map(|q| (q.queue.clone(), q.audience.clone())).collect();
         Ok(Some(
-            identity::Verifier::new(
-                jwks.0.clone(),
+            identity::Verifier::with_source(
+                keys,
                 self.issuer.clone().unwrap_or_default(),
                 self.audience.clone().unwrap_or_default(),
                 per_queue,
@@ -207,10 +238,10 @@ mod tests {
             assert!(parse::<Config>(&["--push-tick", bad]).is_err(), "{bad}");
         }
     }
-    #[test]
-    fn identity_flags() {
+    #[tokio::test]
+    async fn identity_flags() {
         let c = parse::<Config>(&[]).unwrap();
-        assert!(c.identity.jwks.is_none() && c.identity.verifier().unwrap().is_none(), "off by default");
+        assert!(c.identity.jwks.is_none() && c.identity.verifier(None).await.unwrap().is_none(), "off by default");
         assert_eq!((c.identity.claim.as_str(), c.identity.leeway), ("sub", Duration::from_secs(30)));
         assert!(parse::<Config>(&["--identity-issuer", "x"]).unwrap().identity.check().is_err(), "no keys");
         let path = std::env::temp_dir().join(format!("queue-api-jwks-{}.json", std::process::id()));
@@ -233,7 +264,7 @@ mod tests {
             "5s",
         ];
         let c = parse::<Config>(&args).unwrap();
-        let v = c.identity.verifier().unwrap().unwrap();
+        let v = c.identity.verifier(None).await.unwrap().unwrap();
         assert_eq!((v.audience("shop"), v.audience("vip")), ("shop", "vip-app"));
         let mut bad = args.to_vec();
         bad[7] = "bad cookie";
@@ -245,6 +276,22 @@ mod tests {
         ] {
             assert!(parse::<Config>(&[flag, value]).is_err(), "{flag} {value}");
         }
+        // The keys from a URL instead: not both, https or loopback http only.
+        let url = ["--identity-jwks-url", "https://login.example/jwks.json"];
+        let c = parse::<Config>(&[&args[..], &url[..]].concat()).unwrap();
+        assert!(c.identity.check().unwrap_err().contains("give one"), "a file and a URL");
+        let c = parse::<Config>(&[&args[2..], &url[..]].concat()).unwrap();
+        c.identity.check().unwrap();
+        assert_eq!(c.identity.jwks_refresh_secs, 300);
+        assert!(parse::<Config>(&url).unwrap().identity.check().is_err(), "no issuer");
+        for bad in ["http://login.example/jwks.json", "file:///etc/jwks.json", "https://"] {
+            assert!(parse::<Config>(&["--identity-jwks-url", bad]).is_err(), "{bad}");
+        }
+        assert!(parse::<Config>(&["--identity-jwks-url", "http://127.0.0.1:8000/jwks.json"]).is_ok());
+        for bad in ["0", "86401", "5m"] {
+            assert!(parse::<Config>(&["--identity-jwks-refresh-secs", bad]).is_err(), "{bad}");
+        }
+        assert_eq!(parse::<Config>(&["--identity-jwks-refresh-secs", "60"]).unwrap().identity.jwks_refresh_secs, 60);
         std::fs::write(&path, "{}").unwrap();
         assert!(parse::<Config>(&["--identity-jwks", jwks]).is_err(), "not a JWKS");
         std::fs::remove_file(&path).unwrap();

@@ -1,6 +1,7 @@
 //! Identity from the app's own login: the JWT access token the app already gives its
 //! users, verified against the public keys the operator names (a JWKS file,
-//! `--identity-jwks`), its issuer and audience checked, its times enforced with a
+//! `--identity-jwks`, or a URL fetched and kept fresh, `--identity-jwks-url`: see
+//! [`crate::jwks`]), its issuer and audience checked, its times enforced with a
 //! small leeway. The person's place in line is then derived from the token's subject
 //! ([`user_id`]), so that every tab and device of one account finds the same place.
 //!
@@ -326,7 +327,7 @@ struct Header {
 /// subject claim and the leeway.
 #[derive(Debug)]
 pub struct Verifier {
-    keys: Arc<Keys>,
+    keys: KeySource,
     issuer: String,
     audience: String,
     /// Audiences of single queues, instead of `audience` (`--identity-queue-audience`).
@@ -337,6 +338,24 @@ pub struct Verifier {
     lane_claim: Option<String>,
 }
 
+/// Where a verifier's keys come from.
+#[derive(Debug)]
+pub enum KeySource {
+    /// Read once (`--identity-jwks`).
+    Fixed(Arc<Keys>),
+    /// Fetched and kept fresh (`--identity-jwks-url`).
+    Remote(Arc<crate::jwks::Remote>),
+}
+
+impl KeySource {
+    fn current(&self) -> (Arc<Keys>, u64) {
+        match self {
+            KeySource::Fixed(k) => (k.clone(), 0),
+            KeySource::Remote(r) => (r.keys(), r.generation()),
+        }
+    }
+}
+
 fn now_s() -> u64 {
     SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| d.as_secs())
 }
@@ -344,6 +363,18 @@ fn now_s() -> u64 {
 impl Verifier {
     pub fn new(
         keys: Arc<Keys>,
+        issuer: String,
+        audience: String,
+        per_queue: HashMap<String, String>,
+        claim: String,
+        leeway: Duration,
+    ) -> Verifier {
+        Verifier::with_source(KeySource::Fixed(keys), issuer, audience, per_queue, claim, leeway)
+    }
+
+    /// [`Verifier::new`] with keys from `keys` (a file's, or a URL's kept fresh).
+    pub fn with_source(
+        keys: KeySource,
         issuer: String,
         audience: String,
         per_queue: HashMap<String, String>,
@@ -365,15 +396,37 @@ impl Verifier {
         self.per_queue.get(queue).map_or(&self.audience, String::as_str)
     }
 
-    /// Checks `token` for `queue` at the current time.
+    /// Checks `token` for `queue` at the current time with the keys at hand.
     pub fn verify(&self, token: &str, queue: &str) -> Result<Identity, Refusal> {
         self.verify_at(token, queue, now_s())
+    }
+
+    /// [`Verifier::verify`], and with keys from a URL: a token whose `kid` the set
+    /// does not have makes the set be fetched again (at most once per
+    /// [`crate::jwks::ON_DEMAND_EVERY`]; the login may have rotated its keys), then
+    /// it is checked again.
+    pub async fn verify_fresh(&self, token: &str, queue: &str) -> Result<Identity, Refusal> {
+        let (keys, generation) = self.keys.current();
+        match self.verify_with(&keys, token, queue, now_s()) {
+            Err(Refusal::UnknownKey) => {
+                let KeySource::Remote(remote) = &self.keys else { return Err(Refusal::UnknownKey) };
+                if !remote.refresh_for_unknown_kid(generation).await {
+                    return Err(Refusal::UnknownKey);
+                }
+                self.verify_with(&remote.keys(), token, queue, now_s())
+            }
+            r => r,
+        }
     }
 
     /// Checks `token` for `queue` at `now` (seconds since the epoch): size, shape,
     /// algorithm (before any key is used), key, signature, then issuer, audience,
     /// times and subject.
     pub fn verify_at(&self, token: &str, queue: &str, now: u64) -> Result<Identity, Refusal> {
+        self.verify_with(&self.keys.current().0, token, queue, now)
+    }
+
+    fn verify_with(&self, keys: &Keys, token: &str, queue: &str, now: u64) -> Result<Identity, Refusal> {
         if token.len() > MAX_TOKEN_LEN {
             return Err(Refusal::TooLarge);
         }
@@ -394,7 +447,7 @@ impl Verifier {
             "EdDSA" => Alg::EdDSA,
             _ => return Err(Refusal::AlgRefused),
         };
-        let key = self.keys.find(header.kid.as_deref()).ok_or(Refusal::UnknownKey)?;
+        let key = keys.find(header.kid.as_deref()).ok_or(Refusal::UnknownKey)?;
         if key.alg != alg {
             return Err(Refusal::AlgRefused);
         }

@@ -20,6 +20,7 @@ pub mod extract;
 pub mod hub;
 pub mod i18n;
 pub mod identity;
+pub mod jwks;
 pub mod limit;
 pub mod metrics;
 mod openapi;
@@ -60,7 +61,8 @@ pub struct AppState {
     pub shutdown: watch::Receiver<bool>,
     /// Who the client is behind the proxies in front (`--trusted-proxies`).
     pub client_addrs: service_kit::ClientAddrs,
-    /// Checks the app login's tokens (`--identity-jwks`); None when identity is off.
+    /// Checks the app login's tokens (`--identity-jwks` or `--identity-jwks-url`); None
+    /// when identity is off.
     pub identity: Option<identity::Verifier>,
     /// Each queue's `entry` setting, as this instance last read it.
     pub entry_modes: identity::EntryModes,
@@ -121,8 +123,12 @@ pub async fn serve(
     config: Config,
     shutdown: impl std::future::Future<Output = ()> + Send + 'static,
 ) -> std::io::Result<()> {
-    let identity = config.identity.verifier().map_err(|e| std::io::Error::new(std::io::ErrorKind::InvalidInput, e))?;
     let metrics = Arc::new(metrics::Metrics::default());
+    let identity = config
+        .identity
+        .verifier(Some(metrics.jwks_fetches()))
+        .await
+        .map_err(|e| std::io::Error::new(std::io::ErrorKind::InvalidInput, e))?;
     metrics.registry().spawn_upkeep();
     let valkey = valkey::Valkey::connect(config.common.target());
     let hub = hub::Hub::new(valkey.clone(), config.push_tick, metrics.clone());

@@ -112,6 +112,19 @@ impl Metrics {
         )
     }
 
+    /// Fetches of the identity keys from `--identity-jwks-url`, by result (`ok`,
+    /// `failed`: the last good keys stayed).
+    pub fn jwks_fetches(&self) -> crate::jwks::FetchCounters {
+        let counter = |result| {
+            self.registry.counter_with(
+                "queue_api_identity_jwks_fetches_total",
+                "Fetches of the identity keys from --identity-jwks-url, by result (failed: the last good keys stay).",
+                &[("result", result)],
+            )
+        };
+        crate::jwks::FetchCounters { ok: counter("ok"), failed: counter("failed") }
+    }
+
     /// Identity tokens refused, by reason (`expired`, `bad_signature`, ...).
     pub fn identity_refused(&self, reason: &'static str) -> Counter {
         self.registry.counter_with(

@@ -101,7 +101,7 @@ pub async fn entry(
     };
     // With the app's login, the place is the account's: a token refused is a 401
     // before anything is read or written.
-    let who = identity_of(&state, &headers, &queue)?;
+    let who = identity_of(&state, &headers, &queue).await?;
     // CSRF: a browser sends the login cookie with requests other sites make too. Those
     // can only be text/plain, forms or multipart without a preflight (which is never
     // granted with credentials), so an identity taken from the cookie enters only
@@ -192,7 +192,7 @@ pub async fn entry(
 /// The identity the request's token gives for `queue` (`Authorization: Bearer`, or
 /// the `--identity-cookie`); None without a token or with identity off; a token
 /// refused is a 401 `identity_invalid` with the reason.
-fn identity_of(
+async fn identity_of(
     state: &AppState,
     headers: &axum::http::HeaderMap,
     queue: &str,
@@ -206,7 +206,7 @@ fn identity_of(
     else {
         return Ok(None);
     };
-    verifier.verify(token, queue).map(Some).map_err(refused)
+    verifier.verify_fresh(token, queue).await.map(Some).map_err(refused)
 }
 
 /// An entry's answer: the standing, and the place cookie naming its person.
@@ -273,7 +273,7 @@ async fn who(
     q: &WhoQuery,
 ) -> Result<(String, String, queue_client::QueueClient), ApiError> {
     let queue = queue_name(q.queue.as_deref())?;
-    let identity = identity_of(state, headers, &queue)?;
+    let identity = identity_of(state, headers, &queue).await?;
     let named = match (&identity, q.user_id.as_deref()) {
         (_, None) => None,
         (Some(_), Some(u)) => Some(user_id(Some(u))?),
