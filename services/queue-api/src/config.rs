@@ -164,7 +164,9 @@ impl IdentityFlags {
             return Ok(());
         }
         if self.issuer.as_deref().is_none_or(str::is_empty) || self.audience.as_deref().is_none_or(str::is_empty) {
-            return Err("--identity-jwks (or --identity-jwks-url) needs --identity-issuer and --identity-audience".into());
+            return Err(
+                "--identity-jwks (or --identity-jwks-url) needs --identity-issuer and --identity-audience".into()
+            );
         }
         if let Some(c) = &self.cookie {
             if c.is_empty() || !c.bytes().all(|b| b.is_ascii_alphanumeric() || b"!#$%&'*+-.^_`|~".contains(&b)) {

@@ -110,7 +110,9 @@ impl JwksUrl {
                     80
                 }
             }
-            Some(p) => p.parse::<u16>().ok().filter(|&p| p != 0).ok_or_else(|| bad("the port is not a number 1-65535"))?,
+            Some(p) => {
+                p.parse::<u16>().ok().filter(|&p| p != 0).ok_or_else(|| bad("the port is not a number 1-65535"))?
+            }
         };
         if !tls && !is_loopback_host(host) {
             return Err(bad("plain http:// only to a loopback address (localhost, 127.0.0.1, [::1]); use https://"));
@@ -161,7 +163,10 @@ async fn fetch(url: &JwksUrl, tls: Option<&Arc<rustls::ClientConfig>>) -> Result
     }
 }
 
-async fn fetch_inner(url: &JwksUrl, tls: Option<&Arc<rustls::ClientConfig>>) -> Result<(Keys, Option<Duration>), String> {
+async fn fetch_inner(
+    url: &JwksUrl,
+    tls: Option<&Arc<rustls::ClientConfig>>,
+) -> Result<(Keys, Option<Duration>), String> {
     let addrs: Vec<std::net::SocketAddr> = tokio::net::lookup_host((url.host.as_str(), url.port))
         .await
         .map_err(|e| format!("cannot resolve {}: {e}", url.host))?
@@ -383,7 +388,10 @@ mod tests {
     #[test]
     fn urls() {
         let u = JwksUrl::parse("https://login.example/.well-known/jwks.json").unwrap();
-        assert_eq!((u.tls, u.host.as_str(), u.port, u.path.as_str()), (true, "login.example", 443, "/.well-known/jwks.json"));
+        assert_eq!(
+            (u.tls, u.host.as_str(), u.port, u.path.as_str()),
+            (true, "login.example", 443, "/.well-known/jwks.json")
+        );
         assert_eq!(u.authority(), "login.example");
         let u = JwksUrl::parse("https://login.example:8443").unwrap();
         assert_eq!((u.port, u.path.as_str(), u.authority().as_str()), (8443, "/", "login.example:8443"));

@@ -154,7 +154,14 @@ fn config(s: Option<&ValkeyServer>, url: &str, refresh_secs: u64) -> queue_api::
 /// queue-api with the keys of `issuer`, the `shop` queue declared.
 async fn start(s: &ValkeyServer, issuer: &Issuer, refresh_secs: u64) -> Api {
     let api = Api::start_admin(config(Some(s), &issuer.url, refresh_secs), ADMIN).await;
-    let r = api.http.put(api.url("/api/admin/queues/shop")).bearer_auth(ADMIN).json(&json!({"soft_cap": 0})).send().await.unwrap();
+    let r = api
+        .http
+        .put(api.url("/api/admin/queues/shop"))
+        .bearer_auth(ADMIN)
+        .json(&json!({"soft_cap": 0}))
+        .send()
+        .await
+        .unwrap();
     assert_eq!(r.status(), 200);
     api
 }
