@@ -131,8 +131,9 @@ enum Command {
     #[command(subcommand)]
     History(queue_cli::history::HistoryCommand),
     /// Virtual users arriving at a rate, each on the same journey; prints a report and exits
-    /// 1 if the audit found FIFO inversions, over-capacity or double claims, 2 if users did
-    /// not finish (errors, drops, timeout).
+    /// 1 if the audit found FIFO inversions, over-capacity or double claims (with lanes,
+    /// codes and identities also lane inversions, codes used beyond their uses or refused
+    /// wrongly, accounts with two places), 2 if users did not finish (errors, drops, timeout).
     Swarm {
         #[command(flatten)]
         target: Target,

@@ -56,7 +56,11 @@ async fn admin_call(
     let status = resp.status();
     let text = resp.text().await.unwrap_or_default();
     if !status.is_success() {
-        return Err(format!("{method} /api/admin/queues/{}{path}: HTTP {status} {}", cfg.queue, crate::api::error_text(&text)));
+        return Err(format!(
+            "{method} /api/admin/queues/{}{path}: HTTP {status} {}",
+            cfg.queue,
+            crate::api::error_text(&text)
+        ));
     }
     serde_json::from_str(&text).map_err(|e| format!("{method} {path}: unreadable answer: {e}"))
 }

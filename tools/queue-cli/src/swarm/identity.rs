@@ -40,7 +40,10 @@ fn der_of(file: &[u8]) -> Result<Vec<u8>, String> {
         return Ok(file.to_vec());
     }
     if !text.contains("-----BEGIN PRIVATE KEY-----") {
-        return Err("a PEM key must be PKCS#8 (-----BEGIN PRIVATE KEY-----; convert with `openssl pkcs8 -topk8 -nocrypt`)".into());
+        return Err(
+            "a PEM key must be PKCS#8 (-----BEGIN PRIVATE KEY-----; convert with `openssl pkcs8 -topk8 -nocrypt`)"
+                .into(),
+        );
     }
     let body: String = text
         .lines()
@@ -53,7 +56,8 @@ fn der_of(file: &[u8]) -> Result<Vec<u8>, String> {
 
 fn pem_of(der: &[u8]) -> String {
     let b64 = STANDARD.encode(der);
-    let lines: Vec<&str> = b64.as_bytes().chunks(64).map(|c| std::str::from_utf8(c).expect("base64 is ASCII")).collect();
+    let lines: Vec<&str> =
+        b64.as_bytes().chunks(64).map(|c| std::str::from_utf8(c).expect("base64 is ASCII")).collect();
     format!("-----BEGIN PRIVATE KEY-----\n{}\n-----END PRIVATE KEY-----\n", lines.join("\n"))
 }
 
@@ -72,8 +76,7 @@ impl Login {
             }
             Err(e) => return Err(format!("reading the key {}: {e}", path.display())),
         };
-        Login::from_pkcs8(&der, issuer, audience)
-            .map_err(|e| format!("the key {}: {e}", path.display()))
+        Login::from_pkcs8(&der, issuer, audience).map_err(|e| format!("the key {}: {e}", path.display()))
     }
 
     /// A key from PKCS#8 DER: P-256 (ES256), Ed25519 (EdDSA) or RSA of 2048 bits or more (RS256).
@@ -188,9 +191,9 @@ mod tests {
                     .verify(input.as_bytes(), &sig)
                     .is_ok()
             }
-            "EdDSA" => signature::UnparsedPublicKey::new(&signature::ED25519, d("x"))
-                .verify(input.as_bytes(), &sig)
-                .is_ok(),
+            "EdDSA" => {
+                signature::UnparsedPublicKey::new(&signature::ED25519, d("x")).verify(input.as_bytes(), &sig).is_ok()
+            }
             _ => unreachable!(),
         }
     }

@@ -350,7 +350,10 @@ async fn audit_fifo(shared: Arc<Shared>, who: usize, audit: Audit) {
         l.report.fifo_audits += 1;
         if let Some(rank) = waiting {
             l.report.fifo_inversions += 1;
-            l.error(who, format_args!("promoted while {}, who entered earlier, still waits at rank {rank}", audit.user));
+            l.error(
+                who,
+                format_args!("promoted while {}, who entered earlier, still waits at rank {rank}", audit.user),
+            );
         }
     });
 }

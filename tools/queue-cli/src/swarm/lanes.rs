@@ -157,7 +157,10 @@ impl Ledger {
                 found.push(format!("code {code} let in {} people, it has {} uses", t.accepted, t.uses));
             } else if t.unanswered == 0 && t.accepted < tried.min(t.uses) {
                 wrongly_refused += tried.min(t.uses) - t.accepted;
-                found.push(format!("code {code} refused {} entries with uses left ({} of {} used)", t.refused, t.accepted, t.uses));
+                found.push(format!(
+                    "code {code} refused {} entries with uses left ({} of {} used)",
+                    t.refused, t.accepted, t.uses
+                ));
             }
         }
         let accepted: u64 = self.codes.values().map(|t| t.accepted).sum();
@@ -233,7 +236,7 @@ mod tests {
         person(&mut l, "g2", Some(1), ms(10), ms(15));
         person(&mut l, "p1", Some(0), ms(20), ms(25)); // presale, entered after g2
         person(&mut l, "p2", Some(0), ms(200), ms(205)); // entered after g2's last sure WAITING
-        // g2 was surely still waiting at 100 ms (a poll asked after then said so).
+                                                         // g2 was surely still waiting at 100 ms (a poll asked after then said so).
         l.people[1].surely_waiting_at = Some(ms(100));
         let audits = l.promoted(1, ms(300));
         // Within the lane: g1 entered before g2's entry left. Across lanes: p1, not p2.
@@ -294,7 +297,12 @@ mod tests {
         l.code_answer(4, "X-never", CodeAnswer::Accepted);
         l.judge_codes(Some(7));
         let r = l.report.lanes.clone().unwrap();
-        assert_eq!((r.code_overuses, r.code_wrongly_refused, r.code_bad_refusals), (2, 1, 1), "{:?}", l.report.first_errors);
+        assert_eq!(
+            (r.code_overuses, r.code_wrongly_refused, r.code_bad_refusals),
+            (2, 1, 1),
+            "{:?}",
+            l.report.first_errors
+        );
         assert_eq!(r.codes_miscounted, 1, "the server counts 7 uses, the swarm saw 5 let in and 1 unanswered");
         assert!(!l.report.clean());
         let text = l.report.to_string();
