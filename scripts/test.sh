@@ -21,5 +21,6 @@ REDUCED=1 bash bench/gate-bench.sh
 # Push streams at scale in their reduced form (about a minute): fails when a change
 # never reached the stream it concerned.
 QUICK=1 CHECK=1 bash bench/push-scale.sh
+REDUCED=1 bash bench/swarm-lanes.sh  # lanes, access codes and accounts audited (about 20 s)
 # queue-api's HTTP API fuzzed from its OpenAPI document, on both backends.
 bash scripts/fuzz-api.sh

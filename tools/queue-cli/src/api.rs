@@ -64,6 +64,8 @@ pub struct Api {
     base: String,
     queue: String,
     forwarded_for: Option<String>,
+    /// The app's login token, sent on every request ([`Api::with_token`]).
+    token: Option<(String, Option<String>)>,
 }
 
 /// Challenges solved for one entry before giving up (each 428 brings a fresh one).
@@ -77,7 +79,14 @@ impl Api {
     /// request (a queue-api trusting this client as a proxy, `--trusted-proxies` or
     /// `--trust-proxy`, then limits each address alone).
     pub fn new(http: reqwest::Client, base: &str, queue: &str, forwarded_for: Option<String>) -> Api {
-        Api { http, base: base.trim_end_matches('/').to_string(), queue: queue.to_string(), forwarded_for }
+        Api { http, base: base.trim_end_matches('/').to_string(), queue: queue.to_string(), forwarded_for, token: None }
+    }
+
+    /// Sends the app's login token with every request: as `Authorization: Bearer`, or in
+    /// the cookie `cookie` names (as a browser does, queue-api's `--identity-cookie`).
+    pub fn with_token(mut self, token: String, cookie: Option<String>) -> Api {
+        self.token = Some((token, cookie));
+        self
     }
 
     /// The HTTP client a swarm shares: pooled connections, no proxy from the environment.
@@ -99,7 +108,11 @@ impl Api {
         if let Some(ip) = &self.forwarded_for {
             r = r.header("x-forwarded-for", ip);
         }
-        r
+        match &self.token {
+            Some((token, Some(cookie))) => r.header("cookie", format!("{cookie}={token}")),
+            Some((token, None)) => r.bearer_auth(token),
+            None => r,
+        }
     }
 
     /// A request about one user of this queue (`?userId=&queue=`).
@@ -116,9 +129,22 @@ impl Api {
     /// [`Api::enter`] naming the userId (a UUID): an entry sent again after its answer
     /// was lost moves that same person to the back instead of entering a second one.
     pub async fn enter_as(&self, nickname: &str, user_id: Option<&str>) -> Result<Standing, ApiError> {
+        self.enter_with(nickname, user_id, None).await
+    }
+
+    /// [`Api::enter_as`] with an access code (`"code"`): the person enters the code's lane.
+    pub async fn enter_with(
+        &self,
+        nickname: &str,
+        user_id: Option<&str>,
+        code: Option<&str>,
+    ) -> Result<Standing, ApiError> {
         let mut body = serde_json::json!({ "nickname": nickname, "queue": self.queue });
         if let Some(id) = user_id {
             body["userId"] = serde_json::json!(id);
+        }
+        if let Some(code) = code {
+            body["code"] = serde_json::json!(code);
         }
         for _ in 0..MAX_PROOFS {
             let r = self.request(reqwest::Method::POST, "/api/queue/entry").json(&body).timeout(REQUEST_TIMEOUT);

@@ -131,8 +131,9 @@ enum Command {
     #[command(subcommand)]
     History(queue_cli::history::HistoryCommand),
     /// Virtual users arriving at a rate, each on the same journey; prints a report and exits
-    /// 1 if the audit found FIFO inversions, over-capacity or double claims, 2 if users did
-    /// not finish (errors, drops, timeout).
+    /// 1 if the audit found FIFO inversions, over-capacity or double claims (with lanes,
+    /// codes and identities also lane inversions, codes used beyond their uses or refused
+    /// wrongly, accounts with two places), 2 if users did not finish (errors, drops, timeout).
     Swarm {
         #[command(flatten)]
         target: Target,
@@ -200,7 +201,118 @@ enum Command {
         quiet: bool,
         #[command(flatten)]
         gate: Box<gate::GateArgs>,
+        #[command(flatten)]
+        access: Box<AccessArgs>,
     },
+}
+
+/// Lanes, access codes and identities for `queue-cli swarm`.
+#[derive(clap::Args, Debug)]
+struct AccessArgs {
+    /// Give the queue these lanes, in admission order, before the run (comma-separated,
+    /// e.g. presale,general; needs --admin-token). FIFO is then audited within each lane,
+    /// and the lanes' order across them.
+    #[arg(long, value_delimiter = ',')]
+    lanes: Vec<String>,
+    /// Upload this many access codes for the first lane before the run (needs --lanes).
+    #[arg(long, default_value_t = 0)]
+    codes: usize,
+    /// Uses of each code (1 to 1,000,000).
+    #[arg(long, default_value_t = 1)]
+    code_uses: u64,
+    /// Share of users who enter with a code (each code handed out exactly its uses; users
+    /// past that get one beyond its uses).
+    #[arg(long, default_value_t = 0.0)]
+    presale: f64,
+    /// Share of users who enter with a code handed out once more than its uses.
+    #[arg(long, default_value_t = 0.0)]
+    code_reuse: f64,
+    /// Share of users who enter with a code never uploaded (needs --lanes).
+    #[arg(long, default_value_t = 0.0)]
+    code_unknown: f64,
+    /// The app's login: a PKCS#8 private key (PEM or DER; P-256, Ed25519 or RSA), made
+    /// (P-256, ES256) and written here when the file does not exist. Every user is then
+    /// an account entering with a token it signs.
+    #[arg(long)]
+    identity_key: Option<std::path::PathBuf>,
+    /// Write the key's public JWKS here (queue-api's --identity-jwks).
+    #[arg(long)]
+    identity_jwks_out: Option<std::path::PathBuf>,
+    /// The tokens' issuer (queue-api's --identity-issuer).
+    #[arg(long, default_value = "https://login.swarm.invalid")]
+    identity_issuer: String,
+    /// The tokens' audience (queue-api's --identity-audience).
+    #[arg(long, default_value = "waiting-room")]
+    identity_audience: String,
+    /// Second tabs send the token in this cookie, as the page does (queue-api's
+    /// --identity-cookie); without it, in the Authorization header.
+    #[arg(long)]
+    identity_cookie: Option<String>,
+    /// Share of logged-in users who open a second tab, which must find the same place.
+    #[arg(long, default_value_t = 0.2)]
+    second_tab: f64,
+    /// Only make (or read) the key and write the JWKS, then exit.
+    #[arg(long, requires = "identity_key")]
+    keys_only: bool,
+}
+
+impl AccessArgs {
+    /// Checks the options and reads (or makes) the key: a clear message when they do not fit.
+    fn into_access(self, admin_token: bool) -> Result<swarm::Access, String> {
+        for (name, share) in [
+            ("--presale", self.presale),
+            ("--code-reuse", self.code_reuse),
+            ("--code-unknown", self.code_unknown),
+            ("--second-tab", self.second_tab),
+        ] {
+            if !(0.0..=1.0).contains(&share) {
+                return Err(format!("{name} must be a share from 0 to 1"));
+            }
+        }
+        if self.presale + self.code_reuse + self.code_unknown > 1.0 {
+            return Err("--presale, --code-reuse and --code-unknown must add up to 1 at most".into());
+        }
+        if self.lanes.iter().any(|l| l.trim().is_empty()) {
+            return Err("--lanes must name each lane (e.g. presale,general)".into());
+        }
+        if !self.lanes.is_empty() && !admin_token {
+            return Err("--lanes needs --admin-token (the lanes and codes are set up through the back office)".into());
+        }
+        if self.codes > 0 && self.lanes.is_empty() {
+            return Err("--codes needs --lanes (codes are for a lane)".into());
+        }
+        if (self.presale > 0.0 || self.code_reuse > 0.0) && self.codes == 0 {
+            return Err("--presale and --code-reuse need --codes".into());
+        }
+        if self.code_unknown > 0.0 && self.lanes.is_empty() {
+            return Err("--code-unknown needs --lanes".into());
+        }
+        if !(1..=1_000_000).contains(&self.code_uses) {
+            return Err("--code-uses must be from 1 to 1000000".into());
+        }
+        let login = match &self.identity_key {
+            Some(path) => {
+                let login = swarm::Login::load_or_create(path, &self.identity_issuer, &self.identity_audience)?;
+                if let Some(out) = &self.identity_jwks_out {
+                    login.write_jwks(out)?;
+                }
+                Some(std::sync::Arc::new(login))
+            }
+            None if self.identity_jwks_out.is_some() => return Err("--identity-jwks-out needs --identity-key".into()),
+            None => None,
+        };
+        Ok(swarm::Access {
+            lanes: self.lanes.iter().map(|l| l.trim().to_string()).collect(),
+            codes: self.codes,
+            code_uses: self.code_uses,
+            presale: self.presale,
+            code_reuse: self.code_reuse,
+            code_unknown: self.code_unknown,
+            login,
+            identity_cookie: self.identity_cookie,
+            second_tab: self.second_tab,
+        })
+    }
 }
 
 fn secs(s: f64) -> Duration {
@@ -321,7 +433,22 @@ async fn main() -> ExitCode {
             json,
             quiet,
             gate,
+            access,
         } => {
+            let keys_only = access.keys_only;
+            let access = match (*access).into_access(admin_token.is_some()) {
+                Ok(a) => a,
+                Err(e) => {
+                    eprintln!("error: {e}");
+                    return ExitCode::from(64);
+                }
+            };
+            if keys_only {
+                if let Some(login) = &access.login {
+                    eprintln!("key ready: {login:?}");
+                }
+                return ExitCode::SUCCESS;
+            }
             if rate <= 0.0 || !rate.is_finite() {
                 eprintln!("error: --rate must be a positive number");
                 return ExitCode::from(64);
@@ -356,6 +483,7 @@ async fn main() -> ExitCode {
                 forwarded_for: !no_forwarded_for,
                 seed,
                 outages: None,
+                access,
             };
             let bar = ProgressBar::with_draw_target(Some(users as u64), ProgressDrawTarget::stderr());
             if quiet {

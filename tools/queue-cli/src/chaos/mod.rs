@@ -149,6 +149,7 @@ pub async fn run(cfg: ChaosConfig) -> Result<ChaosReport, String> {
         forwarded_for: true,
         seed: cfg.seed,
         outages: Some(log.clone()),
+        access: Default::default(),
     };
     let mon = Arc::new(Mutex::new(Monitor::default()));
     let monitors = [

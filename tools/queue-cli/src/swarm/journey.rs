@@ -3,7 +3,8 @@
 //! FIFO audit asked on each promotion.
 
 use super::chat_session::chat_session;
-use super::ledger::Phase;
+use super::lanes::CodeAnswer;
+use super::ledger::{Audit, Phase};
 use super::{Plan, Shared};
 use crate::api::{Api, ApiError, Polled, Via};
 use crate::outage::{self, Outage, OutageLog};
@@ -43,7 +44,10 @@ impl From<&str> for Stop {
 }
 
 async fn walk(shared: &Arc<Shared>, who: usize, plan: &Plan, forwarded_for: Option<String>) -> Result<(), String> {
-    let api = shared.api(forwarded_for);
+    let mut api = shared.api(forwarded_for);
+    if let Some(token) = &plan.token {
+        api = api.with_token(token.clone(), None);
+    }
     let nickname = format!("{}{who}", shared.cfg.nickname_prefix);
     let Some(log) = shared.cfg.outages.clone() else {
         return journey_once(shared, who, plan, &api, &nickname, None).await.map_err(|stop| match stop {
@@ -97,15 +101,17 @@ async fn journey_once(
     }
     let entry_sent = Instant::now();
     let user_id = chaos.map(|(_, id)| id.to_string());
+    let mut code = plan.code.clone();
     let entered = loop {
         let r = api
             .patiently(shared.deadline, || {
                 let api = api.clone();
                 let nickname = nickname.to_string();
                 let user_id = user_id.clone();
+                let code = code.clone();
                 let shared = shared.clone();
                 async move {
-                    let r = api.enter_as(&nickname, user_id.as_deref()).await;
+                    let r = api.enter_with(&nickname, user_id.as_deref(), code.as_deref()).await;
                     if matches!(r, Err(ApiError::RateLimited(_))) {
                         shared.with(|l| l.report.rate_limited += 1);
                     }
@@ -118,17 +124,38 @@ async fn journey_once(
                 log.note(who, Outage::EntryRetried);
                 back_off().await;
             }
-            (r, _) => break r.map_err(|e| format!("entry: {e}"))?,
+            (r, _) => {
+                if let Some(c) = &code {
+                    let answer = match &r {
+                        Ok(_) => CodeAnswer::Accepted,
+                        Err(ApiError::Refused(status @ 400..=499, text)) if *status != 429 => {
+                            CodeAnswer::Refused(*status, text.clone())
+                        }
+                        Err(_) => CodeAnswer::Unanswered,
+                    };
+                    let refused = matches!(&answer, CodeAnswer::Refused(..));
+                    shared.with(|l| l.code_answer(who, c, answer));
+                    if refused {
+                        // Turned away at the presale door: joins the general line instead.
+                        code = None;
+                        continue;
+                    }
+                }
+                break r.map_err(|e| format!("entry: {e}"))?;
+            }
         }
     };
     let now = Instant::now();
     shared.with(|l| {
+        let lane = l.entered_lane(who, entered.lane.as_deref(), code.is_some());
         let p = &mut l.people[who];
         p.entry_sent = entry_sent;
         p.entry_recv = Some(now);
         p.user_id = entered.user_id.clone();
         p.phase = Phase::Waiting;
+        p.lane = lane;
         p.last_waiting = (entered.status == Status::Waiting).then_some(now);
+        p.surely_waiting_at = (entered.status == Status::Waiting).then_some(entry_sent);
         if entered.status == Status::Waiting {
             p.eta_at_entry = Some((now, entered.estimated_wait_seconds));
             if entered.rank <= 10 {
@@ -137,6 +164,9 @@ async fn journey_once(
         }
         l.report.entered += 1;
     });
+    if let (true, Some(token)) = (plan.second_tab, &plan.token) {
+        second_tab(shared, who, api, token, nickname, code.as_deref(), &entered).await;
+    }
 
     let log = chaos.map(|(log, _)| log);
     let standing = match entered.status {
@@ -159,9 +189,8 @@ async fn journey_once(
         return Err(format!("expected a ticket, got {}", standing.status.as_str()).into());
     }
     let promoted_at = Instant::now();
-    let audit = shared.with(|l| l.promoted(who, promoted_at));
-    if let Some((ahead, generation, user, ff)) = audit {
-        tokio::spawn(audit_fifo(shared.clone(), who, ahead, generation, user, ff));
+    for audit in shared.with(|l| l.promoted(who, promoted_at)) {
+        tokio::spawn(audit_fifo(shared.clone(), who, audit));
     }
     let ticket = standing.ticket_id.ok_or("promoted without a ticket")?;
     if let Some(gate) = &shared.gate {
@@ -184,16 +213,28 @@ pub(super) async fn wait(
 ) -> Result<Option<Standing>, String> {
     let mut last_rank = entered.rank;
     let mut last_waiting = None;
-    let on_update = |s: &Standing, _via: Via| {
+    // Someone entering an earlier lane goes ahead of a later lane's people: their
+    // rank may rise. Nobody goes ahead of the first lane's.
+    let (first_lane, entry_recv) = shared.with(|l| {
+        let p = &l.people[who];
+        (p.lane.is_none_or(|lane| lane == 0), p.entry_recv.unwrap_or_else(Instant::now))
+    });
+    let (mut previous, mut surely_waiting_at) = (entry_recv, None);
+    let on_update = |s: &Standing, via: Via| {
         let at = Instant::now();
         last_waiting = Some(at);
+        // Every update was asked for after the entry's answer; a poll, also after the
+        // update before it: the server still had this person WAITING then.
+        let asked_after = if via == Via::Poll { previous } else { entry_recv };
+        surely_waiting_at = Some(asked_after.max(surely_waiting_at.unwrap_or(entry_recv)));
+        previous = at;
         if s.status == Status::Waiting && s.rank <= 10 {
             shared.with(|l| {
                 let p = &mut l.people[who];
                 p.eta_at_rank10.get_or_insert((at, s.estimated_wait_seconds));
             });
         }
-        if s.rank > last_rank {
+        if first_lane && s.rank > last_rank {
             let (was, now) = (last_rank, s.rank);
             shared.with(|l| {
                 l.report.rank_rises += 1;
@@ -241,7 +282,11 @@ pub(super) async fn wait(
         }
     };
     if let Some(at) = last_waiting {
-        shared.with(|l| l.people[who].last_waiting = Some(at));
+        shared.with(|l| {
+            let p = &mut l.people[who];
+            p.last_waiting = Some(at);
+            p.surely_waiting_at = p.surely_waiting_at.max(surely_waiting_at);
+        });
     }
     result.map(Some).map_err(|e| format!("following the line: {e}"))
 }
@@ -283,31 +328,51 @@ async fn follow_through_outages(
     Err(last_error.unwrap_or_else(|| ApiError::Transport("gave up waiting: deadline passed".into())))
 }
 
-/// Asks `user` (who surely entered before `who`) where it stands, after `who` was seen
-/// promoted: still WAITING means the line was jumped. Void when `user` (person `ahead`)
-/// started its journey over meanwhile (chaos runs).
-async fn audit_fifo(
-    shared: Arc<Shared>,
-    who: usize,
-    ahead: usize,
-    generation: u32,
-    user: String,
-    forwarded_for: Option<String>,
-) {
-    let api = shared.api(forwarded_for);
-    if let Ok(s) = api.status(&user).await {
-        shared.with(|l| {
-            if l.people[ahead].generation != generation {
-                return;
-            }
-            l.report.fifo_audits += 1;
-            if s.status == Status::Waiting {
-                l.report.fifo_inversions += 1;
-                l.error(
-                    who,
-                    format_args!("promoted while {user}, who entered earlier, still waits at rank {}", s.rank),
-                );
-            }
-        });
+/// Asks the person `audit` names (who surely entered before `who`, or before its
+/// promotion from a later lane) where it stands, after `who` was seen promoted: still
+/// WAITING means the line was jumped. Void when that person started its journey over
+/// meanwhile (chaos runs).
+async fn audit_fifo(shared: Arc<Shared>, who: usize, audit: Audit) {
+    let mut api = shared.api(audit.forwarded_for.clone());
+    if let Some(token) = &audit.token {
+        api = api.with_token(token.clone(), None);
     }
+    let Ok(s) = api.status(&audit.user).await else { return };
+    shared.with(|l| {
+        if l.people[audit.ahead].generation != audit.generation {
+            return;
+        }
+        let waiting = (s.status == Status::Waiting).then_some(s.rank);
+        if audit.earlier_lane {
+            l.lane_audited(who, &audit.user, waiting);
+            return;
+        }
+        l.report.fifo_audits += 1;
+        if let Some(rank) = waiting {
+            l.report.fifo_inversions += 1;
+            l.error(
+                who,
+                format_args!("promoted while {}, who entered earlier, still waits at rank {rank}", audit.user),
+            );
+        }
+    });
+}
+
+/// The same account opens a second tab (or device): its entry, with the same token and
+/// code, must find the first tab's place ([`super::lanes`]).
+async fn second_tab(
+    shared: &Arc<Shared>,
+    who: usize,
+    api: &Api,
+    token: &str,
+    nickname: &str,
+    code: Option<&str>,
+    first: &Standing,
+) {
+    let tab = api.clone().with_token(token.to_string(), shared.cfg.access.identity_cookie.clone());
+    let r = tab.patiently(shared.deadline, || tab.enter_with(nickname, None, code)).await;
+    shared.with(|l| match r {
+        Ok(second) => l.second_tab(who, first, &second),
+        Err(e) => l.error(who, format_args!("second tab: {e}")),
+    });
 }

@@ -35,6 +35,15 @@ pub(super) struct Person {
     /// The last WAITING answer of this journey (its entry request when none): the
     /// promotion came after it.
     pub(super) last_waiting: Option<Instant>,
+    /// In a queue with lanes: the lane this person waits in (its index in the queue's
+    /// order), as the entry's answer named it.
+    pub(super) lane: Option<usize>,
+    /// The app's login token this person is known by (with identities on).
+    pub(super) token: Option<String>,
+    /// A moment the server surely still had this person WAITING: the entry request, or
+    /// the moment a later WAITING answer was surely asked for (a poll sent after the
+    /// previous update). Unlike `last_waiting` a strict bound: a promotion came after it.
+    pub(super) surely_waiting_at: Option<Instant>,
 }
 
 #[derive(Default)]
@@ -59,7 +68,23 @@ pub(super) struct Ledger {
     /// The server's counts from the back office, and how many are judged so far.
     pub(super) samples: Vec<Sample>,
     pub(super) samples_judged: usize,
+    /// The queue's lanes in admission order (none: a queue without lanes).
+    pub(super) lanes: Vec<String>,
+    /// Every access code tried, with its uses and what the entries with it got.
+    pub(super) codes: std::collections::BTreeMap<String, super::lanes::CodeTally>,
     pub(super) report: Report,
+}
+
+/// Whom to ask, after a promotion, whether they still wait (see the module docs).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(super) struct Audit {
+    pub(super) ahead: usize,
+    pub(super) generation: u32,
+    pub(super) user: String,
+    pub(super) forwarded_for: Option<String>,
+    pub(super) token: Option<String>,
+    /// `ahead` waits in an earlier lane than the person promoted (else in the same one).
+    pub(super) earlier_lane: bool,
 }
 
 /// |predicted - actual| / actual, waits under a second counting as one second.
@@ -73,6 +98,14 @@ impl Ledger {
         self.report.errors += 1;
         if self.report.first_errors.len() < 10 {
             self.report.first_errors.push(format!("user {who}: {what}"));
+        }
+    }
+
+    /// An error about the run as a whole rather than one user.
+    pub(super) fn run_error(&mut self, what: impl std::fmt::Display) {
+        self.report.errors += 1;
+        if self.report.first_errors.len() < 10 {
+            self.report.first_errors.push(what.to_string());
         }
     }
 
@@ -137,8 +170,11 @@ impl Ledger {
     }
 
     /// `who` was seen promoted: count it, and pick whom to audit (see the module docs):
-    /// (index, generation, userId, forwarded-for).
-    pub(super) fn promoted(&mut self, who: usize, now: Instant) -> Option<(usize, u32, String, Option<String>)> {
+    /// the earliest steadfast waiter of the same lane who surely entered before `who`'s
+    /// entry request left (FIFO within the lane), and, in a queue with lanes, the
+    /// earliest steadfast waiter of an earlier lane who surely entered before the
+    /// promotion (no lane inversion).
+    pub(super) fn promoted(&mut self, who: usize, now: Instant) -> Vec<Audit> {
         self.report.promoted += 1;
         self.holding += 1;
         self.report.max_holding = self.report.max_holding.max(self.holding);
@@ -149,7 +185,8 @@ impl Ledger {
         self.judge_capacity(false);
         let me = &self.people[who];
         let entered = me.entry_recv.unwrap_or(now);
-        let sent = me.entry_sent;
+        let (sent, lane) = (me.entry_sent, me.lane);
+        let promoted_after = me.surely_waiting_at.unwrap_or(sent);
         for (given, errors) in
             [(me.eta_at_entry, &mut self.eta_entry_errors), (me.eta_at_rank10, &mut self.eta_rank10_errors)]
         {
@@ -165,12 +202,39 @@ impl Ledger {
         }
         self.people[who].phase = Phase::Holding;
         self.anyone_waiting();
+        let audit = |(i, p): (usize, &Person), earlier_lane| Audit {
+            ahead: i,
+            generation: p.generation,
+            user: p.user_id.clone(),
+            forwarded_for: p.forwarded_for.clone(),
+            token: p.token.clone(),
+            earlier_lane,
+        };
+        let waits = |p: &Person| p.phase == Phase::Waiting && p.steadfast;
         let from = self.first_waiting.min(who);
-        let (i, ahead) = self.people[from..who]
+        let mut audits: Vec<Audit> = self.people[from..who]
             .iter()
             .enumerate()
-            .find(|(_, p)| p.phase == Phase::Waiting && p.steadfast && p.entry_recv.is_some_and(|r| r < sent))?;
-        Some((from + i, ahead.generation, ahead.user_id.clone(), ahead.forwarded_for.clone()))
+            .find(|(_, p)| waits(p) && p.lane == lane && p.entry_recv.is_some_and(|r| r < sent))
+            .map(|(i, p)| audit((from + i, p), false))
+            .into_iter()
+            .collect();
+        // Someone who entered an earlier lane after `who` did still goes first: look
+        // past `who` too, at anyone surely in line before the promotion.
+        if let Some(mine) = lane.filter(|&l| l > 0) {
+            let earlier = self.people[self.first_waiting..]
+                .iter()
+                .enumerate()
+                .filter(|&(i, p)| {
+                    self.first_waiting + i != who
+                        && waits(p)
+                        && p.lane.is_some_and(|l| l < mine)
+                        && p.entry_recv.is_some_and(|r| r < promoted_after)
+                })
+                .min_by_key(|(_, p)| p.entry_recv);
+            audits.extend(earlier.map(|(i, p)| audit((self.first_waiting + i, p), true)));
+        }
+        audits
     }
 
     /// A ticket or session held by `who` is given back (or was refused).
@@ -192,7 +256,11 @@ impl Ledger {
             in_chat: count(Phase::InChat),
             admitted: r.admitted,
             abandoned: r.abandoned,
-            violations: r.fifo_inversions + r.over_capacity + r.server_over_capacity + r.double_claims,
+            violations: r.fifo_inversions
+                + r.over_capacity
+                + r.server_over_capacity
+                + r.double_claims
+                + r.lanes.as_ref().map_or(0, super::report::LaneReport::violations),
         }
     }
 }
@@ -214,6 +282,9 @@ mod tests {
             eta_at_rank10: None,
             generation: 0,
             last_waiting: None,
+            lane: None,
+            token: None,
+            surely_waiting_at: None,
         });
     }
 
@@ -244,9 +315,10 @@ mod tests {
         person(&mut l, "c", ms(20), ms(25), true);
         person(&mut l, "d", ms(40), ms(45), true);
         // d promoted: b is the earliest steadfast waiter who entered before d's request.
-        assert_eq!(l.promoted(3, ms(50)).map(|t| (t.0, t.2)), Some((1, "b".to_string())));
+        let asked: Vec<_> = l.promoted(3, ms(50)).into_iter().map(|a| (a.ahead, a.user)).collect();
+        assert_eq!(asked, vec![(1, "b".to_string())]);
         // c promoted: b's entry answer came after c's request left, so no one is surely ahead.
-        assert_eq!(l.promoted(2, ms(60)), None);
+        assert_eq!(l.promoted(2, ms(60)), vec![]);
         assert_eq!(l.report.promoted, 2);
     }
 
@@ -303,6 +375,9 @@ mod capacity_tests {
                 eta_at_rank10: None,
                 generation: 0,
                 last_waiting: Some(at(seen - 0.1)),
+                lane: None,
+                token: None,
+                surely_waiting_at: None,
             });
             l.promoted(who, at(seen));
         }

@@ -19,6 +19,16 @@
 //! - **Double claims.** Some users open two handshakes with one ticket at once, and
 //!   everyone tries the used ticket again after leaving: every extra admission counts.
 //!
+//! - **Lanes, access codes, accounts** ([`lanes`]): with `--lanes` the queue is given
+//!   ordered lanes, with `--codes` access codes for its first lane, and a share of the
+//!   users enter with a code (some with one already used up, some with one never
+//!   uploaded). The FIFO audit then holds within each lane, and a promotion from a later
+//!   lane asks the earliest steadfast waiter who surely entered an earlier lane before
+//!   that promotion (its entry answer came before a WAITING answer of the promoted
+//!   person that was surely asked for after it); every code's entries are counted against
+//!   its uses. With `--identity-key` every user is an account with the app's login
+//!   token ([`identity`]), and some open a second tab, which must find the same place.
+//!
 //! It also grades the estimated wait: for every user who waited and was promoted,
 //! |predicted - actual| / actual of the estimate given at entry and of the first one
 //! given at rank 10 or better (waits under a second count as one second, the
@@ -26,15 +36,20 @@
 //!
 //! The files: this one (the settings, the crowd and the run), [`journey`] (one user's
 //! journey), [`chat_session`] (its time in the chat), [`ledger`] (the ledger and its
-//! audits), [`back_office`] (the readings of the cap in force), [`report`] (the report).
+//! audits), [`lanes`] (the audits of lanes, codes and accounts), [`identity`] (the
+//! app's login played by the swarm), [`back_office`] (the readings of the cap in force,
+//! the lanes and codes set up), [`report`] (the report).
 
 mod back_office;
 mod chat_session;
+pub mod identity;
 mod journey;
+mod lanes;
 mod ledger;
 mod report;
 
-pub use report::Report;
+pub use identity::Login;
+pub use report::{LaneReport, Report};
 
 use crate::api::Api;
 use crate::capacity::CapHistory;
@@ -75,6 +90,30 @@ pub struct SwarmConfig {
     /// Chaos runs: users retry through outages and note them here (see [`crate::outage`]);
     /// `None`: any failure is an error, as in a plain swarm.
     pub outages: Option<Arc<OutageLog>>,
+    /// Lanes, access codes and identities (none by default).
+    pub access: Access,
+}
+
+/// Lanes, access codes and identities for a run; see `queue-cli swarm --help`.
+#[derive(Debug, Clone, Default)]
+pub struct Access {
+    /// The lanes the queue is given before the run (needs the admin token); none: the
+    /// queue is left as it is, and audited as a queue without lanes.
+    pub lanes: Vec<String>,
+    /// Access codes uploaded for the first lane, and the uses of each.
+    pub codes: usize,
+    pub code_uses: u64,
+    /// Shares of the users entering with a good code, with a code beyond its uses, and
+    /// with a code never uploaded.
+    pub presale: f64,
+    pub code_reuse: f64,
+    pub code_unknown: f64,
+    /// The app's login: every user an account with a token signed by it.
+    pub login: Option<Arc<Login>>,
+    /// Second tabs send the token in this cookie (as the page does) rather than the header.
+    pub identity_cookie: Option<String>,
+    /// Share of logged-in users who open a second tab.
+    pub second_tab: f64,
 }
 
 /// A live view for the progress bar.
@@ -99,6 +138,11 @@ struct Plan {
     stay: Duration,
     race: bool,
     replay: bool,
+    /// The access code this user enters with.
+    code: Option<String>,
+    /// The login token of this user's account.
+    token: Option<String>,
+    second_tab: bool,
 }
 
 struct Shared {
@@ -172,8 +216,36 @@ pub async fn run_through(
     let progress = Arc::new(progress);
     let started_at = Instant::now();
     let cpu_at_start = own_cpu_seconds();
-    let ledger =
-        Ledger { epoch: Some(started_at), given_cap: cfg.soft_cap.map(CapHistory::fixed), ..Ledger::default() };
+    let mut ledger = Ledger {
+        epoch: Some(started_at),
+        given_cap: cfg.soft_cap.map(CapHistory::fixed),
+        lanes: cfg.access.lanes.clone(),
+        ..Ledger::default()
+    };
+    // This run's codes and accounts: fresh names each run, so that codes used up and
+    // places held by an earlier run on the same queue play no part.
+    let tag: u32 = rand::rng().random();
+    let codes: Vec<String> = (0..cfg.access.codes).map(|i| format!("P{tag:08x}-{i}")).collect();
+    if !cfg.access.lanes.is_empty() || cfg.access.login.is_some() {
+        let r = ledger.report.lanes.get_or_insert_default();
+        r.lanes = cfg.access.lanes.clone();
+    }
+    let setup = match &cfg.admin_token {
+        Some(token) if !cfg.access.lanes.is_empty() => setup_lanes(&cfg, token, &codes).await,
+        _ => Ok(None),
+    };
+    let codes_used_before = match setup {
+        Ok(used) => used,
+        Err(e) => {
+            ledger.run_error(format!("setting up lanes and codes: {e}"));
+            let mut report = std::mem::take(&mut ledger.report);
+            (report.users, report.unfinished) = (cfg.users, cfg.users as u64);
+            return report;
+        }
+    };
+    if !codes.is_empty() {
+        ledger.codes_uploaded(&codes, cfg.access.code_uses);
+    }
     let shared = Arc::new(Shared {
         deadline: started_at + cfg.timeout,
         http: Api::http_client(),
@@ -196,8 +268,12 @@ pub async fn run_through(
             stay: cfg.stay.mul_f64(rng.random_range(0.5..1.5)),
             race: rng.random_bool(cfg.race.clamp(0.0, 1.0)),
             replay: rng.random_bool(cfg.replay.clamp(0.0, 1.0)),
+            code: None,
+            token: None,
+            second_tab: false,
         })
         .collect();
+    let plans = hand_out_access(&cfg, plans, &codes, tag);
 
     let sampler = cfg.admin_token.clone().map(|token| tokio::spawn(follow_server(shared.clone(), token)));
     let started = Arc::new(std::sync::atomic::AtomicUsize::new(0));
@@ -231,7 +307,13 @@ pub async fn run_through(
                     eta_at_rank10: None,
                     generation: 0,
                     last_waiting: None,
+                    lane: None,
+                    token: plan.token.clone(),
+                    surely_waiting_at: None,
                 });
+                if plan.token.is_some() {
+                    l.report.lanes.get_or_insert_default().identified_users += 1;
+                }
                 if plan.polling {
                     l.report.polling_users += 1;
                 } else {
@@ -253,6 +335,19 @@ pub async fn run_through(
     let n = started.load(std::sync::atomic::Ordering::Relaxed);
     progress(shared.with(|l| l.progress(n)));
 
+    if let (Some(token), Some(before)) = (&cfg.admin_token, codes_used_before) {
+        let used = back_office::codes_used(&shared.http, &cfg, token).await;
+        let mut l = shared.ledger.lock().unwrap();
+        match used {
+            Ok(after) => l.judge_codes(Some(after.saturating_sub(before))),
+            Err(e) => {
+                l.run_error(format!("reading the codes' counts: {e}"));
+                l.judge_codes(None);
+            }
+        }
+    } else if !shared.ledger.lock().unwrap().codes.is_empty() {
+        shared.ledger.lock().unwrap().judge_codes(None);
+    }
     let mut l = shared.ledger.lock().unwrap();
     l.judge_capacity(true);
     let mut report = std::mem::take(&mut l.report);
@@ -278,4 +373,46 @@ pub async fn run_through(
         report.gate.get_or_insert_default();
     }
     report
+}
+
+/// Gives the queue its lanes and uploads `codes` for the first lane; the uses the server
+/// counts as consumed before the run (None without codes).
+async fn setup_lanes(cfg: &SwarmConfig, token: &str, codes: &[String]) -> Result<Option<u64>, String> {
+    let http = Api::http_client();
+    back_office::set_lanes(&http, cfg, token).await?;
+    if codes.is_empty() {
+        return Ok(None);
+    }
+    back_office::upload_codes(&http, cfg, token, &cfg.access.lanes[0], cfg.access.code_uses, codes).await?;
+    back_office::codes_used(&http, cfg, token).await.map(Some)
+}
+
+/// Hands out codes, accounts and second tabs, with dice of their own (the crowd's other
+/// dice stay what the seed made them). Good codes go round the list so each is handed
+/// out exactly its uses; past that, and for the users chosen to reuse one, a code goes
+/// out once more than its uses.
+fn hand_out_access(cfg: &SwarmConfig, mut plans: Vec<Plan>, codes: &[String], tag: u32) -> Vec<Plan> {
+    let a = &cfg.access;
+    let mut rng = rand::rngs::StdRng::seed_from_u64(cfg.seed ^ 0x1a9e_5c0d);
+    let slots = codes.len() as u64 * a.code_uses;
+    let (mut handed, mut reused, mut unknown) = (0u64, 0usize, 0usize);
+    let lifetime = cfg.timeout.as_secs() + 600;
+    for (i, plan) in plans.iter_mut().enumerate() {
+        let r: f64 = rng.random_range(0.0..1.0);
+        if !codes.is_empty() && r < a.presale && handed < slots {
+            plan.code = Some(codes[(handed % codes.len() as u64) as usize].clone());
+            handed += 1;
+        } else if !codes.is_empty() && r < a.presale + a.code_reuse {
+            plan.code = Some(codes[reused % codes.len()].clone());
+            reused += 1;
+        } else if !a.lanes.is_empty() && r < a.presale + a.code_reuse + a.code_unknown {
+            plan.code = Some(format!("X{tag:08x}-{unknown}"));
+            unknown += 1;
+        }
+        if let Some(login) = &a.login {
+            plan.token = Some(login.token(&format!("acct-{tag:08x}-{i}"), lifetime, None));
+            plan.second_tab = rng.random_bool(a.second_tab.clamp(0.0, 1.0));
+        }
+    }
+    plans
 }

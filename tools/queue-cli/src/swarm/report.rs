@@ -6,7 +6,8 @@ use crate::gate::GateReport;
 use crate::stats::Percentiles;
 use serde::Serialize;
 
-/// The end-of-run report. `fifo_inversions`, `over_capacity` and `double_claims` must be 0.
+/// The end-of-run report. `fifo_inversions` (within each lane), `over_capacity` and
+/// `double_claims` must be 0, and the `lanes` audits clean.
 #[derive(Debug, Clone, Default, Serialize)]
 pub struct Report {
     pub users: usize,
@@ -55,10 +56,118 @@ pub struct Report {
     pub own_cpu_seconds: f64,
     /// This process's peak resident memory (VmHWM), in KiB.
     pub own_peak_rss_kib: u64,
+    /// Lanes, access codes and identities (`--lanes`, `--codes`, `--identity-key`):
+    /// what their audits found.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub lanes: Option<LaneReport>,
     /// Walking through a gate (`--gate`): what the users saw there.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub gate: Option<GateReport>,
     pub first_errors: Vec<String>,
+}
+
+/// The audits of lanes, access codes and accounts ([`super::lanes`]). `lane_inversions`,
+/// `wrong_lanes`, `code_overuses`, `code_wrongly_refused`, `code_bad_refusals`,
+/// `codes_miscounted` and `two_places` must be 0.
+#[derive(Debug, Clone, Default, Serialize)]
+pub struct LaneReport {
+    /// The queue's lanes in admission order (empty: none).
+    pub lanes: Vec<String>,
+    /// Promotions from a later lane checked against a waiter of an earlier one.
+    pub lane_audits: u64,
+    /// Promoted from a later lane while someone surely in an earlier one still waited.
+    pub lane_inversions: u64,
+    /// Entries answered with another lane than the code (or its absence) gives.
+    pub wrong_lanes: u64,
+    /// Codes uploaded for the run, and the uses of each.
+    pub codes: u64,
+    pub code_uses: u64,
+    /// Entries with a code: all, let in, refused with 403 `code_invalid`.
+    pub code_entries: u64,
+    pub code_accepted: u64,
+    pub code_refused: u64,
+    /// Refusals the codes' uses called for (tries beyond the uses, unknown codes).
+    pub code_refusals_expected: u64,
+    /// People let in beyond a code's uses (or with a code never uploaded).
+    pub code_overuses: u64,
+    /// Entries refused while their code still had uses left.
+    pub code_wrongly_refused: u64,
+    /// Code entries refused otherwise than with 403 `code_invalid`.
+    pub code_bad_refusals: u64,
+    /// The uses the server counted as consumed during the run (with an admin token).
+    pub server_codes_used: Option<u64>,
+    /// 1 when that count does not match the entries the swarm saw let in.
+    pub codes_miscounted: u64,
+    /// Users who entered with the app's login token, and those who opened a second tab.
+    pub identified_users: u64,
+    pub second_tabs: u64,
+    /// Second tabs that got another place than the first (or none, or one moved back).
+    pub two_places: u64,
+}
+
+impl LaneReport {
+    pub fn violations(&self) -> u64 {
+        self.lane_inversions
+            + self.wrong_lanes
+            + self.code_overuses
+            + self.code_wrongly_refused
+            + self.code_bad_refusals
+            + self.codes_miscounted
+            + self.two_places
+    }
+}
+
+impl std::fmt::Display for LaneReport {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let mark = |n: u64| if n == 0 { "ok" } else { "FAIL" };
+        if !self.lanes.is_empty() {
+            writeln!(
+                f,
+                "  lane inversions       {} [{}] (lanes {}, {} audits; {} wrong lanes [{}])",
+                self.lane_inversions,
+                mark(self.lane_inversions),
+                self.lanes.join(","),
+                self.lane_audits,
+                self.wrong_lanes,
+                mark(self.wrong_lanes)
+            )?;
+        }
+        if self.code_entries > 0 || self.codes > 0 {
+            writeln!(
+                f,
+                "  codes used over uses  {} [{}] ({} codes x {} uses; {} entries: {} let in, {} refused, {} refusals due)",
+                self.code_overuses,
+                mark(self.code_overuses),
+                self.codes,
+                self.code_uses,
+                self.code_entries,
+                self.code_accepted,
+                self.code_refused,
+                self.code_refusals_expected
+            )?;
+            let server = self.server_codes_used.map_or("not read".into(), |u| format!("{u} uses consumed"));
+            writeln!(
+                f,
+                "  codes refused wrongly {} [{}] ({} refused with uses left, {} not as 403 code_invalid; server: {server}{})",
+                self.code_wrongly_refused + self.code_bad_refusals,
+                mark(self.code_wrongly_refused + self.code_bad_refusals + self.codes_miscounted),
+                self.code_wrongly_refused,
+                self.code_bad_refusals,
+                if self.codes_miscounted > 0 { ", MISCOUNTED" } else { "" }
+            )?;
+        }
+        if self.identified_users > 0 {
+            writeln!(
+                f,
+                "  accounts, two places  {} [{}] ({} users logged in, {} second tabs)",
+                self.two_places,
+                mark(self.two_places),
+                self.identified_users,
+                self.second_tabs
+            )?;
+        }
+        Ok(())
+    }
 }
 
 /// CPU seconds (user + system) this process has used so far (Linux /proc; 0 elsewhere).
@@ -89,6 +198,7 @@ impl Report {
             && self.over_capacity == 0
             && self.server_over_capacity == 0
             && self.double_claims == 0
+            && self.lanes.as_ref().is_none_or(|l| l.violations() == 0)
             && self.gate.as_ref().is_none_or(GateReport::clean)
     }
 
@@ -174,6 +284,9 @@ impl std::fmt::Display for Report {
         writeln!(f, "  ETA error at rank 10  {}", self.eta_error_at_rank10)?;
         if self.eta_missing > 0 {
             writeln!(f, "  ETA missing           {} (no estimate while waiting)", self.eta_missing)?;
+        }
+        if let Some(l) = &self.lanes {
+            write!(f, "{l}")?;
         }
         if let Some(g) = &self.gate {
             write!(f, "{g}")?;
