@@ -455,7 +455,9 @@ mod tests {
             assert_eq!(o.lanes, vec![("presale".to_string(), 2), ("general".to_string(), 1)]);
             assert_eq!((o.opens_at, o.entrants, o.opened_at, o.seed.as_deref()), (5, 3, Some(6), Some("s")));
         }
-        for v in both_protocols(opening_fields(None)).into_iter().chain(both_protocols(opening_fields(Some(Value::Nil)))) {
+        for v in
+            both_protocols(opening_fields(None)).into_iter().chain(both_protocols(opening_fields(Some(Value::Nil))))
+        {
             assert!(Opening::from_value(v).unwrap().lanes.is_empty());
         }
         for bad in [
@@ -519,9 +521,7 @@ fn opening_lanes(v: &Value) -> Result<Vec<(String, u64)>, ClientError> {
     }
     let field = match v {
         Value::Map(pairs) => pairs.iter().find(|(k, _)| text(k).as_deref() == Some("lanes")).map(|(_, v)| v),
-        Value::Array(flat) => {
-            flat.chunks_exact(2).find(|kv| text(&kv[0]).as_deref() == Some("lanes")).map(|kv| &kv[1])
-        }
+        Value::Array(flat) => flat.chunks_exact(2).find(|kv| text(&kv[0]).as_deref() == Some("lanes")).map(|kv| &kv[1]),
         _ => None,
     };
     let Some(field) = field else { return Ok(Vec::new()) };

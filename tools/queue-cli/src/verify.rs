@@ -154,9 +154,10 @@ pub fn check(proof: &Proof, user: Option<&str>) -> Result<Outcome, String> {
     let placed = user.map(|u| {
         let h = id_hash(u);
         let i = proof.order.iter().position(|x| *x == h)?;
-        let lane = runs.iter().find(|(_, start, len)| (*start..start + len).contains(&i)).and_then(|(name, start, len)| {
-            name.map(|n| (n.to_string(), i - start + 1, *len))
-        });
+        let lane = runs
+            .iter()
+            .find(|(_, start, len)| (*start..start + len).contains(&i))
+            .and_then(|(name, start, len)| name.map(|n| (n.to_string(), i - start + 1, *len)));
         Some(Placed { rank: i + 1, lane })
     });
     Ok(Outcome::Verified { entrants: proof.order.len(), lanes: proof.lanes.len(), user: placed })
@@ -404,6 +405,9 @@ mod tests {
         assert!(e.starts_with("lane general, rank 2 of its 5 (rank 6 overall): the proof lists "), "{e}");
         let mut p = two_lanes();
         p.order[6] = p.order[2].clone();
-        assert_eq!(check(&p, None).unwrap_err(), format!("the idHash {} is listed twice, at ranks 3 and 7", p.order[2]));
+        assert_eq!(
+            check(&p, None).unwrap_err(),
+            format!("the idHash {} is listed twice, at ranks 3 and 7", p.order[2])
+        );
     }
 }
