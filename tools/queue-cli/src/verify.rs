@@ -71,10 +71,12 @@ fn sort_key(seed: &str, h: &str) -> String {
     hex(&Sha1::digest(format!("{seed}:{h}").as_bytes()))
 }
 
-/// The runs of the order: (lane name, first index, length); one unnamed run
-/// without lanes. Errors when the lanes do not add up to `entrants` or name a lane
-/// twice.
-fn runs(proof: &Proof) -> Result<Vec<(Option<&str>, usize, usize)>, String> {
+/// One run of the order: (lane name, none without lanes; first index; length).
+type Run<'a> = (Option<&'a str>, usize, usize);
+
+/// The runs of the order, one unnamed run without lanes. Errors when the lanes do
+/// not add up to `entrants` or name a lane twice.
+fn runs(proof: &Proof) -> Result<Vec<Run<'_>>, String> {
     if proof.lanes.is_empty() {
         return Ok(vec![(None, 0, proof.order.len())]);
     }
