@@ -3,7 +3,7 @@
 //! commands' snake_case field names.
 
 use crate::error::ClientError;
-use crate::reply::{array, flag, from_fields, Fields, FromField};
+use crate::reply::{array, flag, from_fields, int, is_nil, text, Fields, FromField};
 use queue_core::config::{Config, FIELDS};
 use redis::Value;
 use serde::{Deserialize, Serialize};
@@ -423,6 +423,53 @@ mod tests {
         ]);
         assert!(matches!(Standing::from_value(v), Err(ClientError::Protocol(_))));
     }
+
+    fn opening_fields(lanes: Option<Value>) -> Vec<(Value, Value)> {
+        let mut f = vec![
+            (bulk("opensAt"), Value::Int(5)),
+            (bulk("commitment"), bulk("c")),
+            (bulk("state"), bulk("open")),
+            (bulk("seed"), bulk("s")),
+            (bulk("openedAt"), Value::Int(6)),
+            (bulk("entrants"), Value::Int(3)),
+        ];
+        if let Some(l) = lanes {
+            f.push((bulk("lanes"), l));
+        }
+        f
+    }
+
+    fn both_protocols(fields: Vec<(Value, Value)>) -> [Value; 2] {
+        let flat = fields.iter().flat_map(|(k, v)| [k.clone(), v.clone()]).collect();
+        [Value::Map(fields), Value::Array(flat)]
+    }
+
+    #[test]
+    fn opening_lanes_read_in_order_and_absent_is_empty() {
+        let lanes = Value::Array(vec![
+            Value::Array(vec![bulk("presale"), Value::Int(2)]),
+            Value::Array(vec![bulk("general"), bulk("1")]),
+        ]);
+        for v in both_protocols(opening_fields(Some(lanes))) {
+            let o = Opening::from_value(v).unwrap();
+            assert_eq!(o.lanes, vec![("presale".to_string(), 2), ("general".to_string(), 1)]);
+            assert_eq!((o.opens_at, o.entrants, o.opened_at, o.seed.as_deref()), (5, 3, Some(6), Some("s")));
+        }
+        for v in
+            both_protocols(opening_fields(None)).into_iter().chain(both_protocols(opening_fields(Some(Value::Nil))))
+        {
+            assert!(Opening::from_value(v).unwrap().lanes.is_empty());
+        }
+        for bad in [
+            bulk("presale"),
+            Value::Array(vec![Value::Array(vec![bulk("presale")])]),
+            Value::Array(vec![Value::Array(vec![bulk("presale"), Value::Int(-1)])]),
+        ] {
+            for v in both_protocols(opening_fields(Some(bad.clone()))) {
+                assert!(matches!(Opening::from_value(v), Err(ClientError::Protocol(_))), "{bad:?}");
+            }
+        }
+    }
 }
 
 /// `QUEUE.OPENING`: a queue's fair opening (docs/commands.md, "A verifiably fair opening").
@@ -441,8 +488,57 @@ pub struct Opening {
     pub opened_at: Option<i64>,
     /// In the pre-queue while scheduled; placed at the opening once open.
     pub entrants: u64,
+    /// In a queue with lanes: `(lane, entrants)` per lane in lane order, the lengths
+    /// of the proof's consecutive runs (docs/commands.md, "With lanes"); empty
+    /// without lanes (the reply has no `lanes` field then).
+    #[serde(default)]
+    pub lanes: Vec<(String, u64)>,
 }
 
-from_fields! { Opening("opening") {
-    opens_at: "opensAt", state, commitment, seed, opened_at: "openedAt", entrants,
-} }
+impl Opening {
+    pub(crate) fn from_value(v: Value) -> Result<Opening, ClientError> {
+        let lanes = opening_lanes(&v)?;
+        let f = Fields::new(v, "opening")?;
+        Ok(Opening {
+            opens_at: f.i64("opensAt")?,
+            state: f.string("state")?,
+            commitment: f.opt_string("commitment")?,
+            seed: f.opt_string("seed")?,
+            opened_at: FromField::from_field(&f, "openedAt")?,
+            entrants: f.u64("entrants")?,
+            lanes,
+        })
+    }
+}
+
+/// The `lanes` field of a QUEUE.OPENING reply (a RESP3 map or a RESP2 flat
+/// field/value array): an array of `[name, entrants]` pairs; absent, nil or empty
+/// when the queue has no lanes.
+fn opening_lanes(v: &Value) -> Result<Vec<(String, u64)>, ClientError> {
+    let mut v = v;
+    while let Value::Attribute { data, .. } = v {
+        v = data;
+    }
+    let field = match v {
+        Value::Map(pairs) => pairs.iter().find(|(k, _)| text(k).as_deref() == Some("lanes")).map(|(_, v)| v),
+        Value::Array(flat) => flat.chunks_exact(2).find(|kv| text(&kv[0]).as_deref() == Some("lanes")).map(|kv| &kv[1]),
+        _ => None,
+    };
+    let Some(field) = field else { return Ok(Vec::new()) };
+    if is_nil(field) {
+        return Ok(Vec::new());
+    }
+    let bad = || ClientError::protocol(format!("opening: field lanes is not [name, entrants] pairs: {field:?}"));
+    let Value::Array(items) = field else { return Err(bad()) };
+    items
+        .iter()
+        .map(|item| match item {
+            Value::Array(pair) if pair.len() == 2 => {
+                let name = text(&pair[0]).ok_or_else(bad)?;
+                let n = int(&pair[1]).and_then(|n| u64::try_from(n).ok()).ok_or_else(bad)?;
+                Ok((name, n))
+            }
+            _ => Err(bad()),
+        })
+        .collect()
+}

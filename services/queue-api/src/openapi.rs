@@ -115,9 +115,24 @@ pub fn document() -> Value {
                 "responses": { "200": { "description": "text/event-stream; each event's data is a Standing" },
                                "400": err("missing or bad userId or queue"), "401": err(unauthorized), "404": err("unknown user (error not_found), or no such queue (error unknown_queue)"), "429": err("rate limited"), "503": err("queue store unreachable") } } },
             "/api/queue/opening": { "get": {
-                "summary": "The proof of a fair opening: before it the commitment (hex SHA-256 of a secret seed); after it the seed, opening time and the placed order as idHashes (hex SHA-1 of each userId). Each idHash's place is its rank in the ascending order of hex SHA-1 of `seed:idHash`",
+                "summary": "The proof of a fair opening: before it the commitment (hex SHA-256 of a secret seed); after it the seed, opening time and the placed order as idHashes (hex SHA-1 of each userId). Each idHash's place is its rank in the ascending order of hex SHA-1 of `seed:idHash`; in a queue with lanes the order is one run per lane, lanes in order, each run ascending alone, its length in `lanes`",
                 "parameters": [queue_query],
-                "responses": { "200": { "description": "{queue, opensAt, commitment, state (none, scheduled, open), entrants, and once open seed, openedAt, order}" },
+                "responses": { "200": { "description": "{queue, opensAt, commitment, state (none, scheduled, open), entrants, lanes, and once open seed, openedAt, order}",
+                                        "content": { "application/json": { "schema": {
+                                            "type": "object",
+                                            "required": ["queue", "opensAt", "commitment", "state", "entrants", "lanes"],
+                                            "properties": {
+                                                "queue": { "type": "string" },
+                                                "opensAt": { "type": "integer", "description": "the opens_at setting, ms since the epoch (0: none)" },
+                                                "commitment": { "type": ["string", "null"], "description": "hex SHA-256 of the seed" },
+                                                "state": { "type": "string", "enum": ["none", "scheduled", "open"] },
+                                                "entrants": { "type": "integer", "minimum": 0, "description": "in the pre-queue while scheduled; placed once open" },
+                                                "lanes": { "type": "array", "description": "in a queue with lanes, one item per lane in lane order: its entrants, the length of its run of `order` (runs follow each other in this order); empty without lanes",
+                                                           "items": { "type": "object", "required": ["lane", "entrants"],
+                                                                      "properties": { "lane": { "type": "string" }, "entrants": { "type": "integer", "minimum": 0 } } } },
+                                                "seed": { "type": ["string", "null"], "description": "once open: 64 hex characters" },
+                                                "openedAt": { "type": ["integer", "null"], "description": "once open: ms since the epoch" },
+                                                "order": { "type": "array", "items": { "type": "string" }, "description": "once open: every idHash in placed order" } } } } } },
                                "400": err("bad queue name"), "404": err(unknown_queue), "503": err("queue store unreachable") } } },
             "/api/admin/queues/{queue}": {
                 "get": { "summary": "QUEUE.INFO, the branding and the live counts", "parameters": queue_param, "security": [{ "bearer": [] }],

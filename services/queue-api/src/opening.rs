@@ -1,6 +1,8 @@
 //! `GET /api/queue/opening?queue=`: the proof of a queue's fair opening (docs/commands.md, "A
 //! verifiably fair opening"): before it the commitment, after it the seed and the
-//! placed order as idHashes, from which `queue-cli verify` recomputes every rank.
+//! placed order as idHashes, from which `queue-cli verify` recomputes every rank. In a
+//! queue with lanes `lanes` says how many entrants each lane has, lanes in order: the
+//! lengths of the order's consecutive runs, one per lane (an empty list without lanes).
 
 use crate::error::ApiError;
 use crate::AppState;
@@ -34,6 +36,7 @@ pub async fn opening(
         "commitment": o.commitment,
         "state": o.state,
         "entrants": o.entrants,
+        "lanes": o.lanes.iter().map(|(lane, n)| json!({ "lane": lane, "entrants": n })).collect::<Vec<_>>(),
     });
     if o.state == "open" {
         let mut order: Vec<String> = Vec::with_capacity(o.entrants as usize);
