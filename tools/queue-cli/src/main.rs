@@ -52,14 +52,16 @@ enum Command {
         max_wait_secs: f64,
     },
     /// Checks a queue's fair opening from its published proof: SHA-256(seed) equals
-    /// the commitment, and every rank is the one the seed gives (exit 0; 1 on any
-    /// mismatch; 2 before the opening or when queue-api cannot be reached).
+    /// the commitment, and every rank is the one the seed gives; with lanes, lane by
+    /// lane (the counts add up, nobody twice, each lane's run in the seed's order) (exit
+    /// 0; 1 on any mismatch; 2 before the opening or when queue-api cannot be reached).
     Verify {
         #[arg(long, env = "API_URL", default_value = "http://127.0.0.1:8080")]
         api: String,
         #[arg(long, default_value = "default")]
         queue: String,
-        /// Also print where this userId was placed (fails if it is not in the opening).
+        /// Also print where this userId was placed, and in which lane (fails if it is
+        /// not in the opening).
         #[arg(long)]
         user_id: Option<String>,
     },
