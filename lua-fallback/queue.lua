@@ -15,7 +15,7 @@ replace the entropy placeholder below with random bytes, which ticket secrets ar
 derived from.
 ]]
 
-local VERSION = "11"
+local VERSION = "12"
 local ENTROPY = "__QUEUE_ENTROPY__"
 -- Tests load the library with this set to true: a queue's commands then read the
 -- time from the string key queue:{Q}:clock when it exists (as the module's
@@ -46,7 +46,7 @@ local K_CLAIMED, CLAIMED_USER_MARK = "claimed", "#"
 local OPENING_PENDING, MAX_PROOF_PAGE = "opening", 100000
 
 -- Stats hash fields (queue-core's engine::stat) and the opening hash's fields.
-local S = { JOINING = "joining", P_MAX = "p_max", TOKENS = "tokens", TOKENS_AT = "tokens_at", RATE_AT = "rate_at", RATE_COUNT = "rate_count", RATE_PER_MIN = "rate_per_min", SWEEP = "sweep", PROMOTED = "promoted", CLAIMED = "claimed", TICKETS_EXPIRED = "expired", DROPPED = "dropped", LEFT = "left", ENDED = "ended", LEASES_EXPIRED = "lapsed", SLOT_WAIT_MS = "slot_wait_ms", LOG = "log" }
+local S = { JOINING = "joining", P_MAX = "p_max", TOKENS = "tokens", TOKENS_AT = "tokens_at", RATE_AT = "rate_at", RATE_COUNT = "rate_count", RATE_PER_MIN = "rate_per_min", SWEEP = "sweep", PROMOTED = "promoted", CLAIMED = "claimed", TICKETS_EXPIRED = "expired", DROPPED = "dropped", LEFT = "left", ENDED = "ended", LEASES_EXPIRED = "lapsed", SLOT_WAIT_MS = "slot_wait_ms", LOG = "log", ADMITTED = "admitted:" }
 local O = { SEED = "seed", COMMITMENT = "commitment", OPENED_AT = "opened_at", ENTRANTS = "entrants", LANE_ENTRANTS = "lane_entrants" }
 -- The standing's status strings and QUEUE.OPENING's states.
 local STATUS = { WAITING = "WAITING", PROMOTED = "PROMOTED", ACTIVE = "ACTIVE", UNKNOWN = "UNKNOWN" }
@@ -879,7 +879,10 @@ function Q:admit_head(n, abandon_after, now)
   end)
   -- With lanes, a promoted user is renumbered into the holders' band, below every
   -- lane, after the last holder.
-  local lanes = self:lanes() ~= nil
+  local lane_set = self:lanes()
+  local lanes = lane_set ~= nil
+  -- Promotions per lane (0-based index -> count), written once per lane after the batch.
+  local from_lane = {}
   for _, h in ipairs(head) do
     if promoted == n then
       break
@@ -893,6 +896,10 @@ function Q:admit_head(n, abandon_after, now)
         redis.call("HDEL", self:chunk_key(seq), fmt(seq))
       end
       self:log_ticket(user, self:promote_user(to, rec.nickname, now), lanes and seq or nil)
+      local i = lane_of(lane_set, seq)
+      if i then
+        from_lane[i] = (from_lane[i] or 0) + 1
+      end
       promoted = promoted + 1
       p_max = to
     else
@@ -902,6 +909,11 @@ function Q:admit_head(n, abandon_after, now)
     self:log_head(seq)
   end
   self:note_promoted(promoted, p_max)
+  if lane_set then
+    for i, name in ipairs(lane_set.names) do
+      self:add_stat(S.ADMITTED .. name, from_lane[i - 1] or 0)
+    end
+  end
   return promoted, dropped, p_max
 end
 
@@ -1510,6 +1522,22 @@ local function queue_enter(keys, args)
   return standing_reply(user, st, q:eta(st))
 end
 
+-- QUEUE.INFO's lane_counts (engine::lane_counts): per lane, in order, {name, waiting
+-- (a ZCOUNT of the lane's band of numbers), admitted}; empty without lanes.
+function Q:lane_counts()
+  local out = {}
+  local l = self:lanes()
+  if not l then
+    return out
+  end
+  for i, name in ipairs(l.names) do
+    local start = i * BAND
+    local waiting = redis.call("ZCOUNT", self.waiting, fmt(start + 1), fmt(start + BAND - 1))
+    out[i] = { name, waiting, self:stat(S.ADMITTED .. name) }
+  end
+  return out
+end
+
 -- ENTER into lane `lane` of a queue with lanes (engine::enter_lane): the code's use
 -- consumed, then as ENTER, numbered at the back of the lane; an arrival ahead of people
 -- waiting in a later lane goes into the change log (`ahead`).
@@ -1545,6 +1573,7 @@ function Q:enter_lane(user, nickname, lane, code, now)
         self:save_bucket({ milli = bucket.milli - 1000, at = bucket.at })
       end
       self:add_stat(S.PROMOTED, 1)
+      self:add_stat(S.ADMITTED .. self:lanes().names[lane + 1], 1)
       self:note_slot_wait(freed_at, 1, now)
       return standing_reply(user, { status = STATUS.PROMOTED, ticket = ticket, nickname = nickname }, nil)
     end
@@ -1947,6 +1976,7 @@ local function queue_info(keys, args)
   for _, c in ipairs(COUNTERS) do
     m[c] = q:stat(c)
   end
+  m.lane_counts = q:lane_counts()
   return { map = m }
 end
 

@@ -193,7 +193,23 @@ pub fn info(srv: &Server, args: &[Str]) -> Result<(), QueueError> {
     fields.push((queue_core::config::ENTRY, Val::Bulk(info.entry.as_str().as_bytes())));
     let lanes = q.lanes().text();
     fields.push((queue_core::lanes::LANES, Val::Bulk(&lanes)));
-    srv.reply_fields(&replies::INFO, &fields);
+    // `lane_counts`: an array of [lane, waiting, admitted], in its place in the order.
+    srv.reply_map(replies::INFO.len());
+    for name in replies::INFO {
+        srv.reply_bulk(name.as_bytes());
+        if name == replies::LANE_COUNTS {
+            srv.reply_array(info.lane_counts.len());
+            for l in &info.lane_counts {
+                srv.reply_array(3);
+                srv.reply_bulk(&l.lane);
+                srv.reply_int(l.waiting);
+                srv.reply_int(l.admitted);
+            }
+        } else {
+            let (_, v) = fields.iter().find(|(f, _)| *f == name).expect("every ordered field is given");
+            srv.reply_val(v);
+        }
+    }
     Ok(())
 }
 

@@ -308,6 +308,16 @@ impl Store for Queue<'_> {
         self.fx.hset(self.name_of(Part::Stats), f, v);
     }
 
+    fn stat_named(&self, field: &[u8]) -> Option<i64> {
+        self.stats().hget(self.srv.str(field)).and_then(Str::parse_i64)
+    }
+
+    fn set_stat_named(&mut self, field: &[u8], v: i64) {
+        let (f, v) = (self.srv.str(field), self.srv.int_str(v));
+        self.stats().hset(f, v);
+        self.fx.hset(self.name_of(Part::Stats), f, v);
+    }
+
     fn new_secret(&mut self) -> [u8; SECRET_LEN] {
         crate::ids::next_secret()
     }
@@ -356,6 +366,14 @@ impl Store for Queue<'_> {
     }
     fn waiting_max_in(&self, min: i64, max: i64) -> Option<i64> {
         self.waiting().zmax_in(score(min), score(max)).map(|s| s as i64)
+    }
+    fn waiting_count_in(&self, min: i64, max: i64) -> i64 {
+        // ZCOUNT: O(log n) in the server's skiplist, where the key API would walk.
+        let (lo, hi) = (self.srv.int_str(min), self.srv.int_str(max));
+        match self.srv.call(c"ZCOUNT", &[self.name_of(Part::Waiting), lo, hi]) {
+            Reply::Int(n) => n,
+            _ => 0,
+        }
     }
     fn waiting_scan<F: FnMut(Str, i64) -> bool>(&self, min: i64, max: i64, mut f: F) {
         self.waiting().zscan(score(min), score(max), |u, s| f(u, s as i64));

@@ -554,6 +554,11 @@ impl Engines {
                         i.fields().into_iter().map(|(f, v)| (f, Value::Int(v))).collect();
                     fields.push(("entry", bulk(i.entry.as_str().as_bytes())));
                     fields.push(("lanes", bulk(&lanes.text())));
+                    let per_lane = i
+                        .lane_counts
+                        .iter()
+                        .map(|l| Value::Array(vec![bulk(&l.lane), Value::Int(l.waiting), Value::Int(l.admitted)]));
+                    fields.push((replies::LANE_COUNTS, Value::Array(per_lane.collect())));
                     map(&replies::INFO, fields)
                 }
                 Err(e) => error(e),

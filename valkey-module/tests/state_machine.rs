@@ -20,7 +20,9 @@
 //!   knows every watched user's rank: the model's (and RANKS's) for each one still
 //!   waiting, and learns of each one's leaving by the entry that says so;
 //! - QUEUE.INFO's counts and counters equal the model's, none below zero, and
-//!   active + joining <= soft_cap;
+//!   active + joining <= soft_cap; its `lane_counts` (per lane: waiting now,
+//!   promoted from it) equal the model's, the lanes' waiting add up to `waiting`
+//!   and their admissions to `promoted`;
 //! - FIFO, checked apart from the model: nobody holds a ticket while someone who
 //!   entered before them (and did not leave or re-enter since) still waits;
 //! - no ticket ever opens a second session: a ticket claimed again successfully is a
@@ -1059,6 +1061,34 @@ impl Run {
         }
         if int("active") + int("joining") > self.model.s.soft_cap {
             return Err(format!("over capacity: active {} + joining {} > soft_cap", int("active"), int("joining")));
+        }
+        // Per lane: [lane, waiting, admitted] in the queue's order, as the model has
+        // them; the lanes' admissions add up to `promoted` (every run's lanes are set
+        // before its first entry, so every promotion came from a lane).
+        let lanes: Vec<(String, i64, i64)> = match m.get("lane_counts") {
+            Some(Value::Array(a)) => a
+                .iter()
+                .map(|l| match l {
+                    Value::Array(t) if t.len() == 3 => Some((as_string(&t[0])?, as_int(&t[1])?, as_int(&t[2])?)),
+                    _ => None,
+                })
+                .collect::<Option<_>>()
+                .ok_or_else(|| format!("INFO lane_counts is not [lane, waiting, admitted]s: {a:?}"))?,
+            other => return Err(format!("INFO lane_counts: {other:?}")),
+        };
+        let want = self.model.lane_counts();
+        if lanes != want {
+            return Err(format!("INFO lane_counts = {lanes:?}, model {want:?}"));
+        }
+        if self.model.has_lanes() {
+            let sum: i64 = lanes.iter().map(|l| l.2).sum();
+            if sum != int("promoted") {
+                return Err(format!("INFO lane_counts admitted sum {sum} != promoted {}", int("promoted")));
+            }
+            let waiting: i64 = lanes.iter().map(|l| l.1).sum();
+            if waiting != int("waiting") {
+                return Err(format!("INFO lane_counts waiting sum {waiting} != waiting {}", int("waiting")));
+            }
         }
         Ok(())
     }

@@ -57,7 +57,7 @@ pub use lanes::{code_hash, EntryOptions, LaneCodes};
 pub use lazy::LazyClient;
 pub use library::LIBRARY_VERSION;
 pub use target::{redact, Target, TlsFiles};
-pub use types::{Claim, LinePage, Opening, PromoteReport, QueueConfig, QueueInfo, Standing, Status};
+pub use types::{Claim, LaneCounts, LinePage, Opening, PromoteReport, QueueConfig, QueueInfo, Standing, Status};
 
 use conn::Conn;
 use error::{is_missing_command, NOT_INSTALLED};

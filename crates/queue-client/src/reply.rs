@@ -113,6 +113,11 @@ impl Fields {
         self.what
     }
 
+    /// A field's value as sent, if the reply has it.
+    pub(crate) fn value(&self, name: &str) -> Option<&Value> {
+        self.map.get(name)
+    }
+
     fn get(&self, name: &str) -> Result<&Value, ClientError> {
         self.map.get(name).ok_or_else(|| ClientError::protocol(format!("{}: no field {name}", self.what)))
     }

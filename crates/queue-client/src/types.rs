@@ -236,8 +236,43 @@ impl<'de> Deserialize<'de> for QueueConfig {
     }
 }
 
+/// One lane's counts in `QUEUE.INFO` (`lane_counts`): who waits in it now and who was
+/// admitted from it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct LaneCounts {
+    /// The lane's name.
+    pub lane: String,
+    /// People waiting in line in this lane now (the pre-queue not included).
+    pub waiting: u64,
+    /// People promoted from this lane (let in at once on entry too) since the queue was made.
+    pub admitted: u64,
+}
+
+impl LaneCounts {
+    /// `lane_counts`: an array of `[lane, waiting, admitted]`; absent (an engine older
+    /// than the field) reads as none.
+    fn list_from(f: &Fields) -> Result<Vec<LaneCounts>, ClientError> {
+        let Some(v) = f.value("lane_counts") else {
+            return Ok(Vec::new());
+        };
+        let bad =
+            || ClientError::protocol(format!("info: lane_counts is not a list of [lane, waiting, admitted]: {v:?}"));
+        array(v.clone(), "info lane_counts")?
+            .into_iter()
+            .map(|l| {
+                let l = array(l, "info lane_counts").map_err(|_| bad())?;
+                let count = |i: usize| l.get(i).and_then(int).and_then(|n| u64::try_from(n).ok()).ok_or_else(bad);
+                match l.len() {
+                    3 => Ok(LaneCounts { lane: text(&l[0]).ok_or_else(bad)?, waiting: count(1)?, admitted: count(2)? }),
+                    _ => Err(bad()),
+                }
+            })
+            .collect()
+    }
+}
+
 /// Everything `QUEUE.INFO` reports about one queue.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct QueueInfo {
     /// Users waiting in line.
     pub waiting: u64,
@@ -272,6 +307,10 @@ pub struct QueueInfo {
     /// them, summed (0 from a server older than the counter).
     #[serde(default)]
     pub slot_wait_ms: u64,
+    /// Per lane of a queue with lanes, in admission order; empty without lanes (and
+    /// from a server older than the field).
+    #[serde(default)]
+    pub lane_counts: Vec<LaneCounts>,
 }
 
 from_fields! { QueueInfo("info") {
@@ -281,6 +320,7 @@ from_fields! { QueueInfo("info") {
     tokens = u64::try_from(f.i64("tokens")?).ok(),
     config = QueueConfig::from_fields(&f)?,
     slot_wait_ms = f.u64("slot_wait_ms").unwrap_or(0),
+    lane_counts = LaneCounts::list_from(&f)?,
 } }
 
 /// An array of 0/1 replies, one per user asked about.
@@ -326,13 +366,65 @@ mod tests {
             ended: 11,
             lapsed: 12,
             slot_wait_ms: 13,
+            lane_counts: vec![LaneCounts { lane: "presale".into(), waiting: 2, admitted: 5 }],
         };
-        let json = serde_json::to_value(info).unwrap();
+        let json = serde_json::to_value(&info).unwrap();
         assert_eq!(
             (json["soft_cap"].as_u64(), json["waiting"].as_u64(), json["lapsed"].as_u64()),
             (Some(7), Some(1), Some(12))
         );
+        assert_eq!(json["lane_counts"], serde_json::json!([{"lane": "presale", "waiting": 2, "admitted": 5}]));
         assert_eq!(serde_json::from_value::<QueueInfo>(json).unwrap(), info);
+    }
+
+    /// `lane_counts` reads as [lane, waiting, admitted] per lane; absent as none; any
+    /// other shape is a protocol error.
+    #[test]
+    fn info_reads_lane_counts() {
+        let info = |lanes: Option<Value>| {
+            let mut pairs: Vec<(Value, Value)> = [
+                "waiting",
+                "joining",
+                "active",
+                "available_slots",
+                "tokens",
+                "admission_rate_per_min",
+                "promoted",
+                "claimed",
+                "expired",
+                "dropped",
+                "left",
+                "ended",
+                "lapsed",
+                "slot_wait_ms",
+            ]
+            .into_iter()
+            .chain(FIELDS.iter().map(|f| f.name))
+            .map(|n| (bulk(n), Value::Int(0)))
+            .collect();
+            pairs.extend(lanes.map(|l| (bulk("lane_counts"), l)));
+            QueueInfo::from_value(Value::Map(pairs))
+        };
+        assert_eq!(info(None).unwrap().lane_counts, vec![]);
+        assert_eq!(info(Some(Value::Array(vec![]))).unwrap().lane_counts, vec![]);
+        let two = Value::Array(vec![
+            Value::Array(vec![bulk("presale"), Value::Int(3), Value::Int(1)]),
+            Value::Array(vec![bulk("general"), Value::Int(0), Value::Int(4)]),
+        ]);
+        assert_eq!(
+            info(Some(two)).unwrap().lane_counts,
+            vec![
+                LaneCounts { lane: "presale".into(), waiting: 3, admitted: 1 },
+                LaneCounts { lane: "general".into(), waiting: 0, admitted: 4 },
+            ]
+        );
+        for bad in [
+            Value::Int(1),
+            Value::Array(vec![Value::Array(vec![bulk("presale"), Value::Int(3)])]),
+            Value::Array(vec![Value::Array(vec![bulk("presale"), Value::Int(-1), Value::Int(0)])]),
+        ] {
+            assert!(matches!(info(Some(bad)), Err(ClientError::Protocol(_))));
+        }
     }
 
     fn bulk(s: &str) -> Value {

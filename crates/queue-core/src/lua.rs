@@ -131,6 +131,7 @@ pub fn constants_block() -> String {
             ("LEASES_EXPIRED", stat::LEASES_EXPIRED),
             ("SLOT_WAIT_MS", stat::SLOT_WAIT_MS),
             ("LOG", stat::LOG),
+            ("ADMITTED", stat::ADMITTED_PREFIX),
         ];
         line(format!("local S = {}", lua_table(&stats)));
     }

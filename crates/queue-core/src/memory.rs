@@ -28,7 +28,7 @@ pub struct MemoryStore {
     records: BTreeMap<i64, Vec<u8>>,
     sessions: HashMap<Vec<u8>, i64>,
     active: HashMap<Vec<u8>, Vec<u8>>,
-    stats: BTreeMap<&'static str, i64>,
+    stats: BTreeMap<String, i64>,
     settings: [Option<i64>; FIELDS.len()],
     secrets: Secrets,
     pre: BTreeMap<Vec<u8>, Vec<u8>>,
@@ -222,7 +222,13 @@ impl Store for MemoryStore {
         self.stats.get(field).copied()
     }
     fn set_stat(&mut self, field: &'static str, v: i64) {
-        self.stats.insert(field, v);
+        self.stats.insert(field.to_string(), v);
+    }
+    fn stat_named(&self, field: &[u8]) -> Option<i64> {
+        self.stats.get(String::from_utf8_lossy(field).as_ref()).copied()
+    }
+    fn set_stat_named(&mut self, field: &[u8], v: i64) {
+        self.stats.insert(String::from_utf8_lossy(field).into_owned(), v);
     }
     fn new_secret(&mut self) -> [u8; SECRET_LEN] {
         self.secrets.next_secret()
@@ -247,6 +253,12 @@ impl Store for MemoryStore {
     }
     fn waiting_max_in(&self, min: i64, max: i64) -> Option<i64> {
         self.waiting.range((min, Vec::new())..).take_while(|m| m.0 <= max).last().map(|m| m.0)
+    }
+    fn waiting_count_in(&self, min: i64, max: i64) -> i64 {
+        if min > max {
+            return 0;
+        }
+        self.waiting.range((min, Vec::new())..).take_while(|m| m.0 <= max).count() as i64
     }
     fn waiting_scan<F: FnMut(Vec<u8>, i64) -> bool>(&self, min: i64, max: i64, mut f: F) {
         if min > max {

@@ -450,3 +450,43 @@ fn an_invite_queue_refuses_plain_entries() {
     s.set_entry(b"identified").unwrap();
     assert!(engine::enter(&mut s, &b"u".to_vec(), b"u").is_ok());
 }
+
+/// QUEUE.INFO's `lane_counts`: per lane, who waits there now and who was promoted
+/// from it (PROMOTE, a slot freed inside a command, in at once on entry); the lanes'
+/// admissions add up to `promoted`; empty without lanes.
+#[test]
+fn lane_counts_follow_entries_and_promotions() {
+    use engine::{Invitation, LaneCount};
+    let mut s = MemoryStore::new(T0, 7);
+    let counts = |s: &MemoryStore| -> Vec<(String, i64, i64)> {
+        let info = engine::info(s).unwrap();
+        info.lane_counts.iter().map(|l| (String::from_utf8(l.lane.clone()).unwrap(), l.waiting, l.admitted)).collect()
+    };
+    assert_eq!(engine::info(&s).unwrap().lane_counts, Vec::<LaneCount>::new(), "no lanes: empty");
+    s.set_lanes(b"presale,general").unwrap();
+    // In at once on entry (nobody waits, room): admitted from general.
+    s.configure(&[("soft_cap", 1)]).unwrap();
+    let st = engine::enter(&mut s, &b"a".to_vec(), b"a").unwrap();
+    assert!(st.ticket().is_some());
+    assert_eq!(counts(&s), [("presale".into(), 0, 0), ("general".into(), 0, 1)]);
+    // Now full: three into general, two into presale.
+    for u in ["g1", "g2", "g3"] {
+        engine::enter(&mut s, &u.as_bytes().to_vec(), b"n").unwrap();
+    }
+    let presale = Invitation { lane: Some(b"presale"), code: None };
+    for u in ["p1", "p2"] {
+        engine::enter_with(&mut s, &u.as_bytes().to_vec(), b"n", presale).unwrap();
+    }
+    assert_eq!(counts(&s), [("presale".into(), 2, 0), ("general".into(), 3, 1)]);
+    // a leaves its ticket: the slot goes to presale's first at once.
+    assert!(engine::leave(&mut s, &b"a".to_vec()).unwrap());
+    assert_eq!(counts(&s), [("presale".into(), 1, 1), ("general".into(), 3, 1)]);
+    // Room for three more: presale's last, then two of general.
+    s.configure(&[("soft_cap", 4)]).unwrap();
+    assert_eq!(engine::promote(&mut s, None).unwrap().promoted, 3);
+    assert_eq!(counts(&s), [("presale".into(), 0, 2), ("general".into(), 1, 3)]);
+    let info = engine::info(&s).unwrap();
+    assert_eq!(info.lane_counts.iter().map(|l| l.admitted).sum::<i64>(), info.counters[0], "sum is promoted");
+    assert_eq!(info.lane_counts.iter().map(|l| l.waiting).sum::<i64>(), info.waiting);
+    assert_eq!(s.stat("admitted:presale"), Some(2));
+}

@@ -307,12 +307,35 @@
     box.append(p, c);
   }
 
+  // Per lane: who waits, who was admitted (QUEUE.INFO's lane_counts) and the codes'
+  // uses left (null: not known yet). Hidden for a queue without lanes.
+  function showLanes(codes) {
+    const lanes = (shown && shown.info && shown.info.lane_counts) || [];
+    const left = new Map((codes || []).map((l) => [l.lane, l.left]));
+    $("lanes-table").hidden = !lanes.length;
+    $("lanes-none").hidden = lanes.length > 0;
+    const rows = $("lane-rows");
+    rows.textContent = "";
+    for (const l of lanes) {
+      const tr = document.createElement("tr");
+      const codesLeft = left.has(l.lane) ? number(left.get(l.lane)) : "—";
+      for (const v of [l.lane, number(l.waiting), number(l.admitted), codesLeft]) {
+        const td = document.createElement("td");
+        td.textContent = v;
+        tr.append(td);
+      }
+      rows.append(tr);
+    }
+  }
+
   // Access codes: each lane's counts, and the lanes to add codes to.
   async function showCodes() {
     const q = selected;
+    showLanes(null);
     let r;
     try { r = await api("GET", "api/admin/queues/" + encodeURIComponent(q) + "/codes"); } catch (_) { return; }
     if (q !== selected || !r.ok) return;
+    showLanes(r.data.lanes);
     const rows = $("codes-rows");
     rows.textContent = "";
     for (const l of r.data.lanes || []) {

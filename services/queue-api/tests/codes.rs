@@ -129,7 +129,56 @@ testkit::backend_tests!(
     a_code_where_the_queue_has_no_lanes,
     the_lane_comes_from_the_identity_claim_never_from_the_body,
     deleting_a_queue_deletes_its_codes,
+    the_back_office_shows_each_lanes_waiting_and_admitted,
 );
+
+/// `info.lane_counts` of the back office's queue view: each lane's (lane, waiting,
+/// admitted), in the queue's order.
+async fn lane_counts(api: &Api, queue: &str) -> Vec<(String, u64, u64)> {
+    let (st, q) = api.call(Method::GET, &format!("/api/admin/queues/{queue}"), None, Some(ADMIN)).await;
+    assert_eq!(st, 200, "{q}");
+    q["info"]["lane_counts"]
+        .as_array()
+        .unwrap_or_else(|| panic!("no info.lane_counts: {q}"))
+        .iter()
+        .map(|l| {
+            (l["lane"].as_str().unwrap().to_string(), l["waiting"].as_u64().unwrap(), l["admitted"].as_u64().unwrap())
+        })
+        .collect()
+}
+
+async fn the_back_office_shows_each_lanes_waiting_and_admitted(b: Backend) {
+    let s = ValkeyServer::start(b);
+    let api = start(&s).await;
+    // Without lanes: an empty list.
+    assert_eq!(api.settings("shop", json!({"soft_cap": 0})).await.0, 200);
+    assert_eq!(lane_counts(&api, "shop").await, []);
+    assert_eq!(api.settings("shop", json!({"lanes": "presale,general"})).await.0, 200);
+    assert_eq!(api.add_codes("shop", json!({"lane": "presale", "uses": 5, "codes": ["PRESALE-1"]})).await.0, 200);
+    let count = |lane: &str, waiting: u64, admitted: u64| (lane.to_string(), waiting, admitted);
+    assert_eq!(lane_counts(&api, "shop").await, [count("presale", 0, 0), count("general", 0, 0)]);
+    // Three into general, then two into presale with the code (ahead of general).
+    for _ in 0..3 {
+        let (st, e) = api.enter("shop", json!({}), None).await;
+        assert_eq!((st, e["lane"].as_str()), (200, Some("general")), "{e}");
+    }
+    for _ in 0..2 {
+        let (st, e) = api.enter("shop", json!({"code": "PRESALE-1"}), None).await;
+        assert_eq!((st, e["lane"].as_str()), (200, Some("presale")), "{e}");
+    }
+    assert_eq!(lane_counts(&api, "shop").await, [count("presale", 2, 0), count("general", 3, 0)]);
+    // Room for three: presale's two, then general's first.
+    let qc = queue_client::QueueClient::connect(&s.url()).await.unwrap();
+    qc.config_set("shop", &[("soft_cap", 3)]).await.unwrap();
+    assert_eq!(qc.promote("shop", None).await.unwrap().promoted, 3);
+    assert_eq!(lane_counts(&api, "shop").await, [count("presale", 0, 2), count("general", 2, 1)]);
+    // A lane the setting no longer has is no longer shown (lanes change once nobody waits).
+    qc.config_set("shop", &[("soft_cap", 10)]).await.unwrap();
+    assert_eq!(qc.promote("shop", None).await.unwrap().promoted, 2);
+    assert_eq!(lane_counts(&api, "shop").await, [count("presale", 0, 2), count("general", 0, 3)]);
+    assert_eq!(api.settings("shop", json!({"lanes": "vip,general"})).await.0, 200);
+    assert_eq!(lane_counts(&api, "shop").await, [count("vip", 0, 0), count("general", 0, 3)]);
+}
 
 async fn codes_are_added_counted_and_never_readable_back(b: Backend) {
     let s = ValkeyServer::start(b);

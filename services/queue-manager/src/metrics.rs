@@ -116,6 +116,7 @@ mod tests {
             ended: 0,
             lapsed: 0,
             slot_wait_ms: 1500,
+            lane_counts: Vec::new(),
         }
     }
 

@@ -132,6 +132,9 @@ pub struct PromoteOutcome {
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Counters {
     pub promoted: i64,
+    /// In a queue with lanes, the people promoted from each lane (by lane), let in
+    /// at once on entry too: QUEUE.INFO's `lane_counts` (docs/commands.md, QUEUE.INFO).
+    pub admitted: BTreeMap<usize, i64>,
     pub claimed: i64,
     pub expired: i64,
     pub dropped: i64,
@@ -485,6 +488,9 @@ impl Model {
                     self.pending.promoted_watched.push(self.line[i].user.clone());
                 }
                 self.max_promoted = self.max_promoted.max(number);
+                if self.has_lanes() {
+                    *self.counters.admitted.entry(self.line[i].lane).or_default() += 1;
+                }
                 who.push(self.line[i].user.clone());
                 promoted += 1;
             }
@@ -613,6 +619,9 @@ impl Model {
                     waited_as: None,
                 });
                 self.counters.promoted += 1;
+                if self.has_lanes() {
+                    *self.counters.admitted.entry(lane).or_default() += 1;
+                }
                 return Standing::Promoted { ticket: None, nickname: nickname.into() };
             }
         }
@@ -892,6 +901,21 @@ impl Model {
             }
         }
         out
+    }
+
+    /// QUEUE.INFO's `lane_counts`: per lane in order, (name, waiting in it now,
+    /// promoted from it); empty without lanes.
+    pub fn lane_counts(&self) -> Vec<(String, i64, i64)> {
+        if !self.has_lanes() {
+            return Vec::new();
+        }
+        (0..self.s.lanes)
+            .map(|l| {
+                let waiting =
+                    self.line.iter().filter(|p| p.lane == l && matches!(p.place, Place::Waiting { .. })).count();
+                (lane_name(l), waiting as i64, self.counters.admitted.get(&l).copied().unwrap_or(0))
+            })
+            .collect()
     }
 
     /// QUEUE.INFO's counts as of `now`: (waiting, joining, active, available_slots).

@@ -37,7 +37,7 @@ pub mod opening;
 mod standing;
 mod store;
 
-pub use crate::replies::{Claimed, Info, Line, Promotion, Standing};
+pub use crate::replies::{Claimed, Info, LaneCount, Line, Promotion, Standing};
 pub use changelog::{close_log, unwatch, watch, Watched};
 pub use layout::ensure_layout;
 pub use members::{config, is_promoted, joining, next_seq, p_max, record, waiting_count, Rec};
@@ -46,7 +46,7 @@ pub use store::{stat, Aux, Event, LogDraft, Part, Store, ALL_PARTS};
 
 use crate::admission::{self, Bucket, RateWindow, SWEEP_BUDGET};
 use crate::error::QueueError;
-use crate::lanes::{band_start, Code, Lanes, BAND};
+use crate::lanes::{band_start, Code, Lanes, BAND, MAX_LANES};
 use crate::record;
 use crate::ticket;
 use layout::mark_layout;
@@ -143,7 +143,10 @@ fn admit_head<S: Store>(s: &mut S, n: i64, abandon_after: i64, now: i64) -> (i64
     });
     // With lanes, a promoted user is renumbered into the holders' band, below every
     // lane, after the last holder: holders stay the first members in issue order.
-    let lanes = s.lanes().multi();
+    let lane_set = s.lanes();
+    let lanes = lane_set.multi();
+    // Promotions per lane, written once per lane after the batch.
+    let mut from_lane = [0i64; MAX_LANES];
     for (user, seq) in head {
         if promoted == n {
             break;
@@ -157,6 +160,9 @@ fn admit_head<S: Store>(s: &mut S, n: i64, abandon_after: i64, now: i64) -> (i64
                 }
                 let ticket = promote_user(s, to, &nickname, now);
                 changelog::note_ticket(s, &user, &ticket, lanes.then_some(seq));
+                if let Some(i) = lane_set.lane_of(seq) {
+                    from_lane[i] += 1;
+                }
                 promoted += 1;
                 top = to;
             }
@@ -168,7 +174,26 @@ fn admit_head<S: Store>(s: &mut S, n: i64, abandon_after: i64, now: i64) -> (i64
         s.log_draft().note_head(seq);
     }
     note_promoted(s, promoted, top);
+    for (i, n) in from_lane.iter().enumerate().take(lane_set.len()) {
+        add_admitted(s, lane_set.name(i), *n);
+    }
     (promoted, dropped, top)
+}
+
+/// The stats field counting the people promoted from lane `name`: `admitted:<name>`.
+pub fn admitted_field(name: &[u8]) -> Vec<u8> {
+    let mut f = stat::ADMITTED_PREFIX.as_bytes().to_vec();
+    f.extend_from_slice(name);
+    f
+}
+
+/// Adds `n` to lane `name`'s admissions counter (writing nothing when it is 0).
+fn add_admitted<S: Store>(s: &mut S, name: &[u8], n: i64) {
+    if n != 0 {
+        let f = admitted_field(name);
+        let v = s.stat_named(&f).unwrap_or(0) + n;
+        s.set_stat_named(&f, v);
+    }
 }
 
 /// A slot was just freed inside a command (a session ended, a ticket holder left or
@@ -482,6 +507,7 @@ fn enter_lane<S: Store>(
                 save_bucket(s, b.take(1));
             }
             add_stat(s, stat::PROMOTED, 1);
+            add_admitted(s, lanes.name(lane), 1);
             note_slot_wait(s, &reaped.freed_at, 1, now);
             s.count(Event::Promoted, 1);
             return Ok(Standing::Promoted { ticket, nickname: nickname.to_vec() });
@@ -926,7 +952,28 @@ pub fn info<S: Store>(s: &S) -> Result<Info, QueueError> {
         entry: s.entry_mode(),
         // Each counter is the stats field of the same name.
         counters: crate::replies::COUNTERS.map(|c| stat(s, c)),
+        lane_counts: lane_counts(s),
     })
+}
+
+/// QUEUE.INFO's `lane_counts`: per lane of a queue with lanes, in order, how many wait
+/// in it now (a count of the lane's band of numbers; the pre-queue not included) and
+/// how many were promoted from it; empty without lanes.
+pub fn lane_counts<S: Store>(s: &S) -> Vec<LaneCount> {
+    let lanes = s.lanes();
+    if !lanes.multi() {
+        return Vec::new();
+    }
+    (0..lanes.len())
+        .map(|i| {
+            let start = band_start(i);
+            LaneCount {
+                lane: lanes.name(i).to_vec(),
+                waiting: s.waiting_count_in(start + 1, start + BAND - 1),
+                admitted: s.stat_named(&admitted_field(lanes.name(i))).unwrap_or(0),
+            }
+        })
+        .collect()
 }
 
 #[cfg(test)]

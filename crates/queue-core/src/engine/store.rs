@@ -69,6 +69,10 @@ pub mod stat {
     pub const OPENING: &str = "opening";
     /// The change log's last entry number (0 before any).
     pub const LOG: &str = "log";
+    /// Prefix of a lane's admissions counter, `admitted:<lane>` (a queue with lanes):
+    /// the people promoted from that lane (let in at once on entry too), counted in
+    /// the command that promotes them.
+    pub const ADMITTED_PREFIX: &str = "admitted:";
 }
 
 /// What the engine needs of the place a queue is kept. Reads never fail (a key of
@@ -95,6 +99,9 @@ pub trait Store {
     /// A stats field, None when absent.
     fn stat_opt(&self, field: &'static str) -> Option<i64>;
     fn set_stat(&mut self, field: &'static str, v: i64);
+    /// A stats field whose name is made at run time (a lane's counter), None when absent.
+    fn stat_named(&self, field: &[u8]) -> Option<i64>;
+    fn set_stat_named(&mut self, field: &[u8], v: i64);
     /// A fresh ticket secret.
     fn new_secret(&mut self) -> [u8; SECRET_LEN];
     /// Counts a happening server-wide (the module's `INFO queue`); by default nothing.
@@ -118,6 +125,8 @@ pub trait Store {
     fn waiting_max(&self) -> Option<i64>;
     /// The highest number in `min..=max`, if any.
     fn waiting_max_in(&self, min: i64, max: i64) -> Option<i64>;
+    /// How many members are numbered `min..=max`: a count, never a walk (ZCOUNT).
+    fn waiting_count_in(&self, min: i64, max: i64) -> i64;
     /// Visits members numbered `min..=max`, lowest first, while `f` returns true.
     fn waiting_scan<F: FnMut(Self::User, i64) -> bool>(&self, min: i64, max: i64, f: F);
     fn waiting_add(&mut self, user: &Self::User, seq: i64);

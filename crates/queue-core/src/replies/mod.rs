@@ -37,8 +37,12 @@ pub const CONFIG: [&str; 13] = [
     "opens_at",
 ];
 
-pub const INFO: [&str; 27] = [
+/// QUEUE.INFO's field holding the per-lane counts (an array, not a number).
+pub const LANE_COUNTS: &str = "lane_counts";
+
+pub const INFO: [&str; 28] = [
     "batch_max",
+    "lane_counts",
     "ticket_ttl",
     "active",
     "entry",
@@ -111,7 +115,8 @@ mod tests {
         }
         assert!(config.contains(crate::config::ENTRY) && info.contains(crate::config::ENTRY));
         assert_eq!(CONFIG.len(), FIELDS.len() + 2);
-        assert_eq!(INFO.len(), FIELDS.len() + COUNTERS.len() + 8);
+        assert_eq!(INFO.len(), FIELDS.len() + COUNTERS.len() + 9);
+        assert!(info.contains(LANE_COUNTS));
         distinct(&STANDING_LANE);
     }
 }

@@ -119,6 +119,19 @@ pub struct Info {
     pub entry: crate::config::EntryMode,
     /// In the order of `replies::COUNTERS`.
     pub counters: [i64; 8],
+    /// Per lane of a queue with lanes, in the queue's order; empty without lanes.
+    pub lane_counts: Vec<LaneCount>,
+}
+
+/// One lane's line of QUEUE.INFO's `lane_counts`: `[lane, waiting, admitted]`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LaneCount {
+    pub lane: Vec<u8>,
+    /// People waiting in the lane now (the pre-queue not included).
+    pub waiting: i64,
+    /// People promoted from the lane (let in at once on entry too), the stats field
+    /// `admitted:<lane>`.
+    pub admitted: i64,
 }
 
 impl Info {
