@@ -18,6 +18,7 @@
 //! the two paths answer alike.
 
 use crate::answer::{self, Convention};
+use crate::i18n::Msg;
 use crate::decide::{Decision, Incoming};
 use crate::sessions::{Session, State, Verified};
 use crate::{now_ms, EndReason, Gate};
@@ -108,7 +109,13 @@ pub fn request_filter(gate: &Gate, origin: &Origin, path: &str, target: &str, he
         Incoming { host: &origin.host, path, headers, client: origin.client, https: origin.https, renew: true };
     match gate.decide(&incoming, now_ms()) {
         Decision::BadPath => {
-            Step::Answer(answer::error(StatusCode::BAD_REQUEST, "bad_path", "This path cannot be read.", headers))
+            Step::Answer(answer::error(
+                StatusCode::BAD_REQUEST,
+                "bad_path",
+                "This path cannot be read.",
+                Msg::BadPath,
+                headers,
+            ))
         }
         Decision::Refuse { queue, outcome } => {
             Step::Answer(gate.to_waiting_room(&queue, outcome, target, headers, Convention::Redirect))
@@ -217,30 +224,34 @@ impl Ctx {
 
 /// The gate's own 400 / 502 / 504 page.
 fn failure_page(why: Failure, accept: &HeaderMap) -> Response {
-    let (status, code, message) = match why {
-        Failure::Unforwardable => (StatusCode::BAD_REQUEST, "bad_path", "This path cannot be forwarded."),
+    let (status, code, message, msg) = match why {
+        Failure::Unforwardable => (StatusCode::BAD_REQUEST, "bad_path", "This path cannot be forwarded.", Msg::BadPath),
         Failure::Unreachable => (
             StatusCode::BAD_GATEWAY,
             "upstream_unreachable",
             "The site behind the waiting room could not be reached. Please try again in a moment.",
+            Msg::Unreachable,
         ),
         Failure::BadAnswer => (
             StatusCode::BAD_GATEWAY,
             "upstream_answer",
             "The site behind the waiting room answered in an unexpected way.",
+            Msg::BadAnswer,
         ),
         Failure::UnaskedUpgrade => (
             StatusCode::BAD_GATEWAY,
             "upstream_upgrade",
             "The site behind the waiting room answered in an unexpected way.",
+            Msg::BadAnswer,
         ),
         Failure::Timeout => (
             StatusCode::GATEWAY_TIMEOUT,
             "upstream_timeout",
             "The site behind the waiting room took too long to answer. Please try again in a moment.",
+            Msg::Timeout,
         ),
     };
-    answer::error(status, code, message, accept)
+    answer::error(status, code, message, msg, accept)
 }
 
 /// Whether the request asks for a WebSocket, the one upgrade the gate carries through.
