@@ -161,8 +161,12 @@ pub fn page(lang: &Language, title: &str, body_html: &str) -> Response {
 /// waiting room, or the same request again).
 pub fn error_with_link(status: StatusCode, msg: Msg, href: &str, link: Msg, headers: &HeaderMap) -> Response {
     let lang = i18n::choose(headers);
-    let body =
-        format!("{} <a href=\"{}\">{}</a>", html_escape(lang.text(msg)), html_escape(href), html_escape(lang.text(link)));
+    let body = format!(
+        "{} <a href=\"{}\">{}</a>",
+        html_escape(lang.text(msg)),
+        html_escape(href),
+        html_escape(lang.text(link))
+    );
     let mut resp = (status, page(lang, error_title(lang, status), &body)).into_response();
     no_store(&mut resp);
     resp

@@ -17,9 +17,9 @@
 //! health check.
 
 use crate::answer::{self, Convention};
-use crate::i18n::Msg;
 use crate::config::AuthConvention;
 use crate::decide::{Decision, Incoming};
+use crate::i18n::Msg;
 use crate::proxy::{QUEUE_NAME, QUEUE_USER};
 use crate::{now_ms, Gate};
 use axum::extract::{ConnectInfo, Request, State};

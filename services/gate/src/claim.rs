@@ -260,10 +260,20 @@ pub async fn claim(
     let claim = match claimed {
         Ok(c) => c,
         Err(ClientError::Refused(QueueError::NoTicket)) => {
-            return refusal(StatusCode::UNAUTHORIZED, "invalid_ticket", "This ticket is unknown or was already used.", Msg::InvalidTicket)
+            return refusal(
+                StatusCode::UNAUTHORIZED,
+                "invalid_ticket",
+                "This ticket is unknown or was already used.",
+                Msg::InvalidTicket,
+            )
         }
         Err(ClientError::Refused(QueueError::TicketExpired)) => {
-            return refusal(StatusCode::UNAUTHORIZED, "expired_ticket", "This ticket has expired; please queue again.", Msg::ExpiredTicket)
+            return refusal(
+                StatusCode::UNAUTHORIZED,
+                "expired_ticket",
+                "This ticket has expired; please queue again.",
+                Msg::ExpiredTicket,
+            )
         }
         Err(ClientError::Refused(QueueError::AlreadyInside)) => {
             return refusal(
