@@ -1,8 +1,9 @@
 //! What the gate answers instead of the app: the way to the waiting room (a redirect
 //! in each proxy's convention, or JSON for clients that do not take HTML), and its
-//! own error pages.
+//! own error pages, in the visitor's language ([`crate::i18n`]).
 
 use crate::decide::Outcome;
+use crate::i18n::{self, Language, Msg};
 use crate::Gate;
 use axum::http::{header, HeaderMap, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
@@ -41,14 +42,16 @@ impl Gate {
     }
 
     /// A redirect to `url` in `convention` (nginx: 401 with Location, which its
-    /// `error_page 401` turns into the redirect).
-    pub fn redirect(&self, url: &str, convention: Convention) -> Response {
+    /// `error_page 401` turns into the redirect), its page in the language of `headers`.
+    pub fn redirect(&self, url: &str, convention: Convention, headers: &HeaderMap) -> Response {
         let status = match convention {
             Convention::Redirect => StatusCode::FOUND,
             Convention::Nginx => StatusCode::UNAUTHORIZED,
         };
         let location = HeaderValue::from_str(url).unwrap_or_else(|_| HeaderValue::from_static("/"));
-        let page = page("Moved", &format!("<a href=\"{}\">Continue</a>.", html_escape(url)));
+        let lang = i18n::choose(headers);
+        let link = format!("<a href=\"{}\">{}</a>", html_escape(url), html_escape(lang.text(Msg::Continue)));
+        let page = page(lang, lang.text(Msg::Moved), &link);
         let mut resp = (status, page).into_response();
         resp.headers_mut().insert(header::LOCATION, location);
         resp
@@ -97,10 +100,14 @@ impl Gate {
             Convention::Redirect => StatusCode::FOUND,
             Convention::Nginx => StatusCode::UNAUTHORIZED,
         };
-        let page = page(
-            "To the waiting room",
-            &format!("This page has a waiting room. <a href=\"{}\">Go to the waiting room</a>.", html_escape(&url)),
+        let lang = i18n::choose(headers);
+        let body = format!(
+            "{} <a href=\"{}\">{}</a>",
+            html_escape(lang.text(Msg::ToWaitingRoom)),
+            html_escape(&url),
+            html_escape(lang.text(Msg::GoToWaitingRoom))
         );
+        let page = page(lang, lang.text(Msg::ToWaitingRoomTitle), &body);
         let mut resp = (status, page).into_response();
         resp.headers_mut().insert(header::LOCATION, location);
         no_store(&mut resp);
@@ -119,10 +126,12 @@ pub fn no_store(resp: &mut Response) {
     resp.headers_mut().insert(header::CACHE_CONTROL, HeaderValue::from_static("no-store"));
 }
 
-/// The gate's own error answer: an HTML page for browsers, JSON otherwise.
-pub fn error(status: StatusCode, code: &str, message: &str, headers: &HeaderMap) -> Response {
+/// The gate's own error answer: an HTML page for browsers, `msg` in their language;
+/// JSON otherwise, `{"error": code, "message": message}` (English, for programs).
+pub fn error(status: StatusCode, code: &str, message: &str, msg: Msg, headers: &HeaderMap) -> Response {
     let mut resp = if wants_html(headers) {
-        (status, page(status.canonical_reason().unwrap_or("Error"), &html_escape(message))).into_response()
+        let lang = i18n::choose(headers);
+        (status, page(lang, error_title(lang, status), &html_escape(lang.text(msg)))).into_response()
     } else {
         (status, axum::Json(serde_json::json!({ "error": code, "message": message }))).into_response()
     };
@@ -130,20 +139,35 @@ pub fn error(status: StatusCode, code: &str, message: &str, headers: &HeaderMap)
     resp
 }
 
-/// A small HTML page.
-pub fn page(title: &str, body_html: &str) -> axum::response::Html<String> {
-    axum::response::Html(format!(
-        "<!doctype html><html><head><meta charset=\"utf-8\"><meta name=\"viewport\" content=\"width=device-width\">\
-         <title>{t}</title><style>body{{font-family:system-ui,sans-serif;max-width:36rem;margin:4rem auto;padding:0 1rem;line-height:1.5}}</style>\
-         </head><body><h1>{t}</h1><p>{body_html}</p></body></html>",
-        t = html_escape(title)
-    ))
+/// An error page's title: "one moment" for a 503 (it passes), else "something went wrong".
+fn error_title(lang: &Language, status: StatusCode) -> &'static str {
+    lang.text(if status == StatusCode::SERVICE_UNAVAILABLE { Msg::WaitTitle } else { Msg::ErrorTitle })
 }
 
-/// An HTML error page with a link (back to the waiting room).
-pub fn error_with_link(status: StatusCode, message: &str, href: &str, link_text: &str) -> Response {
-    let body = format!("{} <a href=\"{}\">{}</a>.", html_escape(message), html_escape(href), html_escape(link_text));
-    let mut resp = (status, page(status.canonical_reason().unwrap_or("Error"), &body)).into_response();
+/// A small HTML page in `lang` (its `lang` attribute and `Content-Language`).
+pub fn page(lang: &Language, title: &str, body_html: &str) -> Response {
+    let html = axum::response::Html(format!(
+        "<!doctype html><html lang=\"{tag}\"><head><meta charset=\"utf-8\"><meta name=\"viewport\" content=\"width=device-width\">\
+         <title>{t}</title><style>body{{font-family:system-ui,sans-serif;max-width:36rem;margin:4rem auto;padding:0 1rem;line-height:1.5}}\
+         :lang(ko) h1,:lang(ja) h1{{word-break:keep-all;overflow-wrap:anywhere}}</style>\
+         </head><body><h1>{t}</h1><p>{body_html}</p></body></html>",
+        tag = lang.tag,
+        t = html_escape(title)
+    ));
+    ([(header::CONTENT_LANGUAGE, HeaderValue::from_static(lang.tag))], html).into_response()
+}
+
+/// An HTML error page in the language of `headers`, with a link (back to the
+/// waiting room, or the same request again).
+pub fn error_with_link(status: StatusCode, msg: Msg, href: &str, link: Msg, headers: &HeaderMap) -> Response {
+    let lang = i18n::choose(headers);
+    let body = format!(
+        "{} <a href=\"{}\">{}</a>",
+        html_escape(lang.text(msg)),
+        html_escape(href),
+        html_escape(lang.text(link))
+    );
+    let mut resp = (status, page(lang, error_title(lang, status), &body)).into_response();
     no_store(&mut resp);
     resp
 }

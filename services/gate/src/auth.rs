@@ -19,6 +19,7 @@
 use crate::answer::{self, Convention};
 use crate::config::AuthConvention;
 use crate::decide::{Decision, Incoming};
+use crate::i18n::Msg;
 use crate::proxy::{QUEUE_NAME, QUEUE_USER};
 use crate::{now_ms, Gate};
 use axum::extract::{ConnectInfo, Request, State};
@@ -45,6 +46,7 @@ pub async fn auth(State(gate): State<Arc<Gate>>, ConnectInfo(peer): ConnectInfo<
                 StatusCode::FORBIDDEN,
                 "ambiguous_original",
                 "The request names its original URI in more than one way (X-Original-URI, X-Forwarded-Uri, /gate/auth/<path>); the proxy must drop the others, or start the gate with --auth-convention.",
+                Msg::Misconfigured,
                 headers,
             );
             resp.headers_mut().insert(DECISION_HEADER, HeaderValue::from_static("bad_path"));
@@ -68,6 +70,7 @@ pub async fn auth(State(gate): State<Arc<Gate>>, ConnectInfo(peer): ConnectInfo<
             StatusCode::BAD_REQUEST,
             "no_original_uri",
             "Forward auth needs the original request: X-Original-URI (nginx), X-Forwarded-Uri (Traefik, Caddy) or the path after /gate/auth (Envoy), as --auth-convention says.",
+            Msg::Misconfigured,
             headers,
         );
     };
@@ -90,7 +93,7 @@ pub async fn auth(State(gate): State<Arc<Gate>>, ConnectInfo(peer): ConnectInfo<
     let mut resp = match decision {
         Decision::Admit { verified, .. } if by_redirect && gate.renewal_due(&verified, now) => {
             let to = gate.renew_url(&verified.claims.aud, &original);
-            let mut resp = gate.redirect(&to, convention);
+            let mut resp = gate.redirect(&to, convention, headers);
             resp.headers_mut().insert(DECISION_HEADER, HeaderValue::from_static("renew"));
             answer::no_store(&mut resp);
             return resp;
@@ -114,7 +117,7 @@ pub async fn auth(State(gate): State<Arc<Gate>>, ConnectInfo(peer): ConnectInfo<
         // nginx turns any answer but 2xx, 401 and 403 into a 500.
         Decision::BadPath => {
             let status = if convention == Convention::Nginx { StatusCode::FORBIDDEN } else { StatusCode::BAD_REQUEST };
-            answer::error(status, "bad_path", "This path cannot be read.", headers)
+            answer::error(status, "bad_path", "This path cannot be read.", Msg::BadPath, headers)
         }
     };
     resp.headers_mut().insert(DECISION_HEADER, HeaderValue::from_static(outcome.as_str()));
@@ -146,5 +149,11 @@ pub async fn healthz(State(gate): State<Arc<Gate>>) -> Response {
 
 /// Any other path under `/gate/`.
 pub async fn not_found(req: Request) -> Response {
-    answer::error(StatusCode::NOT_FOUND, "not_found", "No such page of the waiting room's gate.", req.headers())
+    answer::error(
+        StatusCode::NOT_FOUND,
+        "not_found",
+        "No such page of the waiting room's gate.",
+        Msg::NotFound,
+        req.headers(),
+    )
 }

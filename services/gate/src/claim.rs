@@ -9,6 +9,7 @@
 //! ticket in their browser: see [`initiator`] for what each endpoint accepts.
 
 use crate::answer::{self, wants_html};
+use crate::i18n::{self, Msg};
 use crate::lease::end_one;
 use crate::proxy::Origin;
 use crate::returns::return_or_root;
@@ -66,12 +67,13 @@ fn holder_cookie(cookie_name: &str, holder: &str, secure: bool) -> HeaderValue {
 fn not_durable(headers: &HeaderMap, retry: &str) -> Response {
     let message = "Your admission is being saved; this page tries again in a moment.";
     let mut resp = if wants_html(headers) {
-        let mut r = answer::error_with_link(StatusCode::SERVICE_UNAVAILABLE, message, retry, "Try again now");
+        let mut r =
+            answer::error_with_link(StatusCode::SERVICE_UNAVAILABLE, Msg::NotDurable, retry, Msg::TryAgainNow, headers);
         r.headers_mut()
             .insert(header::REFRESH, HeaderValue::from_str(&format!("{NOT_DURABLE_RETRY_AFTER_S}")).expect("digits"));
         r
     } else {
-        answer::error(StatusCode::SERVICE_UNAVAILABLE, "not_durable", message, headers)
+        answer::error(StatusCode::SERVICE_UNAVAILABLE, "not_durable", message, Msg::NotDurable, headers)
     };
     resp.headers_mut().insert(header::RETRY_AFTER, HeaderValue::from(NOT_DURABLE_RETRY_AFTER_S));
     answer::no_store(&mut resp);
@@ -100,11 +102,13 @@ fn wants_json(headers: &HeaderMap) -> bool {
     accept.contains("application/json") && !accept.contains("text/html")
 }
 
-fn unavailable(headers: &HeaderMap, what: &str) -> Response {
+/// 503: Valkey away during a claim; the ticket is kept.
+fn unavailable(headers: &HeaderMap) -> Response {
     let mut resp = answer::error(
         StatusCode::SERVICE_UNAVAILABLE,
         "unavailable",
-        &format!("{what} The waiting room's store is unreachable; please try again in a moment."),
+        "Your ticket is kept. The waiting room's store is unreachable; please try again in a moment.",
+        Msg::StoreAway,
         headers,
     );
     resp.headers_mut().insert(header::RETRY_AFTER, HeaderValue::from(RETRY_AFTER_S));
@@ -166,11 +170,23 @@ pub async fn claim(
     query: Result<Query<ClaimQuery>, axum::extract::rejection::QueryRejection>,
 ) -> Response {
     let Ok(Query(q)) = query else {
-        return answer::error(StatusCode::BAD_REQUEST, "bad_query", "The query string cannot be read.", &headers);
+        return answer::error(
+            StatusCode::BAD_REQUEST,
+            "bad_query",
+            "The query string cannot be read.",
+            Msg::BadLink,
+            &headers,
+        );
     };
     let (Some(queue), Some(ticket)) = (q.queue.as_deref(), q.ticket_id.as_deref()) else {
         gate.metrics.claim("bad_request");
-        return answer::error(StatusCode::BAD_REQUEST, "bad_request", "queue and ticketId are required.", &headers);
+        return answer::error(
+            StatusCode::BAD_REQUEST,
+            "bad_request",
+            "queue and ticketId are required.",
+            Msg::BadLink,
+            &headers,
+        );
     };
     if queue_core::keys::check_queue(queue.as_bytes()).is_err()
         || queue_core::keys::check_ticket(ticket.as_bytes()).is_err()
@@ -180,6 +196,7 @@ pub async fn claim(
             StatusCode::BAD_REQUEST,
             "bad_request",
             "queue or ticketId is not a valid name.",
+            Msg::BadLink,
             &headers,
         );
     }
@@ -193,9 +210,9 @@ pub async fn claim(
         let here = format!("claim?{}", uri.query().unwrap_or(""));
         let message = "This ticket was sent here from another site; it is kept.";
         let mut resp = if wants_html(&headers) {
-            answer::error_with_link(StatusCode::FORBIDDEN, message, &here, "Claim it here")
+            answer::error_with_link(StatusCode::FORBIDDEN, Msg::CrossSiteClaim, &here, Msg::ClaimHere, &headers)
         } else {
-            answer::error(StatusCode::FORBIDDEN, "cross_site", message, &headers)
+            answer::error(StatusCode::FORBIDDEN, "cross_site", message, Msg::CrossSiteClaim, &headers)
         };
         answer::no_store(&mut resp);
         return resp;
@@ -203,7 +220,7 @@ pub async fn claim(
     let Some(client) = gate.store.client().await else {
         gate.metrics.claim("unavailable");
         gate.health.down(now_ms(), &"not connected yet");
-        return unavailable(&headers, "Your ticket is kept.");
+        return unavailable(&headers);
     };
     // Durable claims: claimed by this browser's holder (kept in a cookie), so that the
     // retry of a claim not confirmed in time gets the same admission, and nobody else
@@ -221,14 +238,14 @@ pub async fn claim(
         resp
     };
     let now = now_ms();
-    let refusal = |status: StatusCode, code: &'static str, message: &str| {
+    let refusal = |status: StatusCode, code: &'static str, message: &str, msg: Msg| {
         gate.metrics.claim(code);
-        let mut resp = answer::error(status, code, message, &headers);
         if wants_html(&headers) {
             let room = gate.waiting_room_url(queue, &back);
-            resp = answer::error_with_link(status, message, &room, "Back to the waiting room");
+            answer::error_with_link(status, msg, &room, Msg::BackToRoom, &headers)
+        } else {
+            answer::error(status, code, message, msg, &headers)
         }
-        resp
     };
     // A used ticket (a second tab, a page kept by Back) from a browser already admitted
     // to the queue: back to the app on that admission rather than an error page.
@@ -243,16 +260,27 @@ pub async fn claim(
     let claim = match claimed {
         Ok(c) => c,
         Err(ClientError::Refused(QueueError::NoTicket)) => {
-            return refusal(StatusCode::UNAUTHORIZED, "invalid_ticket", "This ticket is unknown or was already used.")
+            return refusal(
+                StatusCode::UNAUTHORIZED,
+                "invalid_ticket",
+                "This ticket is unknown or was already used.",
+                Msg::InvalidTicket,
+            )
         }
         Err(ClientError::Refused(QueueError::TicketExpired)) => {
-            return refusal(StatusCode::UNAUTHORIZED, "expired_ticket", "This ticket has expired; please queue again.")
+            return refusal(
+                StatusCode::UNAUTHORIZED,
+                "expired_ticket",
+                "This ticket has expired; please queue again.",
+                Msg::ExpiredTicket,
+            )
         }
         Err(ClientError::Refused(QueueError::AlreadyInside)) => {
             return refusal(
                 StatusCode::CONFLICT,
                 "already_inside",
                 "You are already inside (in another tab or device).",
+                Msg::AlreadyInside,
             )
         }
         Err(ClientError::Refused(QueueError::HardCap)) => {
@@ -260,6 +288,7 @@ pub async fn claim(
                 StatusCode::SERVICE_UNAVAILABLE,
                 "full",
                 "It is full right now; your ticket is kept, try again shortly.",
+                Msg::Full,
             );
             resp.headers_mut().insert(header::RETRY_AFTER, HeaderValue::from(RETRY_AFTER_S));
             return resp;
@@ -274,11 +303,11 @@ pub async fn claim(
             gate.metrics.claim("unavailable");
             gate.health.down(now, &e);
             tracing::warn!(queue, error = %e, "claim refused: Valkey unreachable");
-            return keep_holder(unavailable(&headers, "Your ticket is kept."));
+            return keep_holder(unavailable(&headers));
         }
         Err(e) => {
             tracing::warn!(queue, error = %e, "claim failed");
-            return refusal(StatusCode::BAD_REQUEST, "bad_request", &e.to_string());
+            return refusal(StatusCode::BAD_REQUEST, "bad_request", &e.to_string(), Msg::TicketRefused);
         }
     };
     gate.health.up();
@@ -330,7 +359,13 @@ pub async fn leave(
     query: Result<Query<LeaveQuery>, axum::extract::rejection::QueryRejection>,
 ) -> Response {
     let Ok(Query(q)) = query else {
-        return answer::error(StatusCode::BAD_REQUEST, "bad_query", "The query string cannot be read.", &headers);
+        return answer::error(
+            StatusCode::BAD_REQUEST,
+            "bad_query",
+            "The query string cannot be read.",
+            Msg::BadLink,
+            &headers,
+        );
     };
     let origin = Origin::of(&headers, &uri, peer, &gate.config.client_addrs);
     let from = initiator(&headers, &origin.host);
@@ -338,16 +373,19 @@ pub async fn leave(
     if from != Initiator::SameOrigin && (navigation || from != Initiator::Unknown) {
         let mut resp = if navigation {
             let action = service_kit::html::escape(&format!("leave?{}", uri.query().unwrap_or("")));
+            let lang = i18n::choose(&headers);
             let body = format!(
-                "Do you want to leave? Your place inside goes to the next person in line.</p>\
-                 <form method=\"post\" action=\"{action}\"><button type=\"submit\">Leave</button></form><p>"
+                "{}</p><form method=\"post\" action=\"{action}\"><button type=\"submit\">{}</button></form><p>",
+                answer::html_escape(lang.text(Msg::LeaveQuestion)),
+                answer::html_escape(lang.text(Msg::LeaveButton)),
             );
-            answer::page("Leave", &body).into_response()
+            answer::page(lang, lang.text(Msg::LeaveTitle), &body)
         } else {
             answer::error(
                 StatusCode::FORBIDDEN,
                 "cross_site",
                 "A session ends only from this site's own pages.",
+                Msg::CrossSiteLeave,
                 &headers,
             )
         };
@@ -408,7 +446,13 @@ pub async fn renew(
     query: Result<Query<RenewQuery>, axum::extract::rejection::QueryRejection>,
 ) -> Response {
     let Ok(Query(q)) = query else {
-        return answer::error(StatusCode::BAD_REQUEST, "bad_query", "The query string cannot be read.", &headers);
+        return answer::error(
+            StatusCode::BAD_REQUEST,
+            "bad_query",
+            "The query string cannot be read.",
+            Msg::BadLink,
+            &headers,
+        );
     };
     let back = return_or_root(q.back.as_deref());
     let mut resp = answer::see_other(&back);

@@ -15,6 +15,7 @@ pub mod config;
 pub mod cookie;
 pub mod decide;
 pub mod health;
+pub mod i18n;
 pub mod lease;
 pub mod metrics;
 pub mod proxy;

@@ -36,10 +36,43 @@ pub fn languages() -> &'static [Language] {
     &LANGUAGES
 }
 
-/// The language with this tag (`ko`, `ko-KR` and `KO` alike), if there is one.
+/// The language with this tag (`ko`, `ko-KR` and `KO` alike), if there is one: the
+/// file of that exact tag, else the one of its primary subtag. Chinese is told apart
+/// by script, else by region: `zh-Hant`, `zh-TW`, `zh-HK` and `zh-MO` are Traditional
+/// (`zh-Hant.json`); `zh-Hans`, `zh-CN`, `zh-SG` and bare `zh` are Simplified
+/// (`zh-Hans.json`).
 pub fn find(tag: &str) -> Option<&'static Language> {
-    let primary = tag.split(['-', '_']).next()?.trim().to_ascii_lowercase();
-    languages().iter().find(|l| l.tag == primary)
+    let tag = tag.trim().replace('_', "-");
+    let exact = |t: &str| languages().iter().find(|l| l.tag.eq_ignore_ascii_case(t));
+    if let Some(l) = exact(&tag) {
+        return Some(l);
+    }
+    let lower = tag.to_ascii_lowercase();
+    let mut subtags = lower.split('-');
+    let primary = subtags.next()?;
+    if primary == "zh" {
+        return exact(chinese_script(subtags));
+    }
+    exact(primary)
+}
+
+/// `zh-Hans` or `zh-Hant` for the subtags after `zh` (lower case): the script when
+/// one is named, else the region's usual script, else Simplified.
+fn chinese_script<'a>(subtags: impl Iterator<Item = &'a str>) -> &'static str {
+    let mut region_traditional = false;
+    for s in subtags {
+        match s {
+            "hant" => return "zh-Hant",
+            "hans" => return "zh-Hans",
+            "tw" | "hk" | "mo" => region_traditional = true,
+            _ => {}
+        }
+    }
+    if region_traditional {
+        "zh-Hant"
+    } else {
+        "zh-Hans"
+    }
 }
 
 /// The fallback language.
@@ -102,12 +135,50 @@ mod tests {
         let tag = |q: Option<&str>, h: Option<&str>| choose(q, h).tag;
         assert_eq!(tag(None, None), "en");
         assert_eq!(tag(None, Some("ko-KR,ko;q=0.9,en-US;q=0.8,en;q=0.7")), "ko");
-        assert_eq!(tag(None, Some("fr-FR, en;q=0.5, ko;q=0.8")), "ko", "by weight, not order");
-        assert_eq!(tag(None, Some("fr, de")), "en", "nothing matches");
+        assert_eq!(tag(None, Some("sv-SE, en;q=0.5, ko;q=0.8")), "ko", "by weight, not order");
+        assert_eq!(tag(None, Some("sv, nl")), "en", "nothing matches");
         assert_eq!(tag(None, Some("ko;q=0, en")), "en", "q=0 means not wanted");
         assert_eq!(tag(Some("en"), Some("ko")), "en", "the query wins");
         assert_eq!(tag(Some("KO"), None), "ko");
         assert_eq!(tag(Some("xx"), Some("ko")), "ko", "an unknown ?lang= is ignored");
         assert_eq!(tag(None, Some(";;,,q=")), "en");
+    }
+
+    #[test]
+    fn every_language_of_the_sale_is_there() {
+        for t in ["en", "ko", "ja", "zh-Hans", "zh-Hant", "es", "fr", "de", "pt", "vi", "th", "id"] {
+            assert_eq!(find(t).map(|l| l.tag), Some(t));
+        }
+    }
+
+    #[test]
+    fn chinese_by_script_then_region() {
+        let tag = |h: &str| choose(None, Some(h)).tag;
+        for simplified in ["zh", "zh-CN", "zh-SG", "zh-Hans", "zh-hans-cn", "ZH_cn", "zh-Hans-HK", "zh-MY"] {
+            assert_eq!(tag(simplified), "zh-Hans", "{simplified}");
+        }
+        for traditional in ["zh-TW", "zh-HK", "zh-MO", "zh-Hant", "zh-hant-cn", "zh_TW", "ZH-HK"] {
+            assert_eq!(tag(traditional), "zh-Hant", "{traditional}");
+        }
+        assert_eq!(choose(Some("zh-TW"), Some("en")).tag, "zh-Hant", "?lang= too");
+        assert_eq!(choose(Some("zh-hant"), None).tag, "zh-Hant");
+        assert_eq!(tag("en;q=0.5, zh-TW;q=0.9, zh-CN;q=0.8"), "zh-Hant", "by weight");
+        assert_eq!(tag("zh-CN;q=0, en"), "en", "q=0 means not wanted");
+        assert_eq!(tag("zhx, ja-JP"), "ja", "zhx is not Chinese");
+    }
+
+    #[test]
+    fn other_languages_by_primary_subtag() {
+        let tag = |h: &str| choose(None, Some(h)).tag;
+        assert_eq!(tag("ja-JP"), "ja");
+        assert_eq!(tag("es-419"), "es");
+        assert_eq!(tag("fr-CA, en;q=0.8"), "fr");
+        assert_eq!(tag("de-AT"), "de");
+        assert_eq!(tag("pt-BR"), "pt");
+        assert_eq!(tag("vi-VN"), "vi");
+        assert_eq!(tag("th-TH"), "th");
+        assert_eq!(tag("id-ID"), "id");
+        assert_eq!(tag("in, ko;q=0.1"), "ko", "no file for the old tag in");
+        assert_eq!(tag("sv, nl"), "en");
     }
 }

@@ -297,8 +297,49 @@
   // How long the last proof took, in ms (shown to tests; null when none was asked).
   window.lastProofMs = null;
 
+  // The error codes the API answers (docs/http-api.md), each told in the page's
+  // language; anything else is the caller's generic message, never the server's
+  // English `message`.
+  const errorKeys = {
+    unknown_queue: "no_such_queue",
+    code_invalid: "code_invalid",
+    no_lanes: "code_not_taken",
+    invalid: "error_nickname",
+    bad_request: "error_request",
+    too_large: "error_request",
+    json_required: "error_request",
+    rate_limited: "error_rate_limited",
+    too_many_streams: "error_rate_limited",
+    unavailable: "error_unavailable",
+    line_full: "error_line_full",
+    proof_required: "error_proof",
+    proof_used: "error_proof",
+  };
+  function errorMessage(body, fallback) {
+    const login = loginMessage(body || {});
+    if (login) return login;
+    const key = errorKeys[body && body.error];
+    return key ? t(key, { queue }) : t(fallback);
+  }
+
+  // The server takes a nickname of 1 to 32 bytes of UTF-8 (after trimming): the box
+  // counts the same, so that a name the server would refuse (12 Korean syllables are
+  // 36 bytes) is refused here, in the page's language. (maxlength counts UTF-16
+  // units, never more than the bytes, so it only stops what is too long anyway.)
+  const NICKNAME_MAX_BYTES = 32;
+  const nicknameBytes = (s) => new TextEncoder().encode(s.trim()).length;
+  function checkNickname() {
+    const box = $("nickname");
+    const tooLong = nicknameBytes(box.value) > NICKNAME_MAX_BYTES;
+    box.setCustomValidity(tooLong ? t("error_nickname") : "");
+    if (tooLong) $("error").textContent = t("error_nickname");
+    else if ($("error").textContent === t("error_nickname")) $("error").textContent = "";
+    return !tooLong;
+  }
+
   async function enter() {
     $("error").textContent = "";
+    if (!checkNickname()) { $("nickname").reportValidity(); return; }
     // Entering again with the id this browser was given is that person again, not a
     // second entry (queue-api's place cookie gives back a place still held).
     // With the app's login the account is the person: no userId is named.
@@ -326,10 +367,7 @@
       }
       $("state").textContent = "";
       if (!r.ok) {
-        $("error").textContent = body.error === "unknown_queue" ? t("no_such_queue", { queue })
-          : body.error === "code_invalid" ? t("code_invalid")
-          : body.error === "no_lanes" ? t("code_not_taken")
-          : loginMessage(body) || body.message || t("error_join");
+        $("error").textContent = errorMessage(body, "error_join");
         return;
       }
       show_($("enter"), false);
@@ -349,7 +387,7 @@
     try {
       const r = await fetch("api/queue/entry?" + who(userId), { method: "DELETE" });
       if (r.ok || r.status === 404) outOfLine(t("left"));
-      else $("error").textContent = t("error_leave");
+      else $("error").textContent = errorMessage(await r.json().catch(() => ({})), "error_leave");
     } catch (_) {
       $("error").textContent = t("error_network");
     }
@@ -422,6 +460,7 @@
     const messages = fetch(data.messages).then((r) => r.json()).then((m) => { M = m; })
       .catch(() => { /* the keys then; the page's own text is rendered already */ });
     $("enter").addEventListener("submit", (e) => { e.preventDefault(); messages.then(enter); });
+    $("nickname").addEventListener("input", () => messages.then(checkNickname));
     $("leave").addEventListener("click", leave);
     // Back in front: catch up at once rather than at the next (held back) timer.
     document.addEventListener("visibilitychange", () => {

@@ -6,6 +6,7 @@
 
 use super::phases::{self, is_upgrade, Ctx, Failure, Origin, Step};
 use crate::answer;
+use crate::i18n::Msg;
 use crate::sessions::Session;
 use crate::{now_ms, Gate};
 use axum::body::Body;
@@ -62,6 +63,7 @@ pub async fn room(
             StatusCode::NOT_FOUND,
             "no_waiting_room",
             "This gate serves no waiting room (start it with --queue-api).",
+            Msg::Misconfigured,
             req.headers(),
         );
     };
@@ -73,7 +75,13 @@ pub async fn room(
         return (StatusCode::MOVED_PERMANENTLY, [(header::LOCATION, to)]).into_response();
     }
     if !room_path(rest) {
-        return answer::error(StatusCode::NOT_FOUND, "not_found", "No such page of the waiting room.", req.headers());
+        return answer::error(
+            StatusCode::NOT_FOUND,
+            "not_found",
+            "No such page of the waiting room.",
+            Msg::NotFound,
+            req.headers(),
+        );
     }
     // Someone still admitted to the queue goes back to the app, not into line again.
     if let Some(back) = crate::readmit::back_to_app(&gate, rest, &req) {

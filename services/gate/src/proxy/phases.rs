@@ -19,6 +19,7 @@
 
 use crate::answer::{self, Convention};
 use crate::decide::{Decision, Incoming};
+use crate::i18n::Msg;
 use crate::sessions::{Session, State, Verified};
 use crate::{now_ms, EndReason, Gate};
 use axum::http::{header, HeaderMap, HeaderName, HeaderValue, StatusCode, Uri};
@@ -90,9 +91,10 @@ pub enum Step {
 /// What the phases after the decision know of one forwarded request (Pingora's
 /// per-request context).
 pub struct Ctx {
-    /// The request's Accept (the form of an error page) and, for an admitted person,
-    /// its Cookie headers (the queue's token that an ended session clears): kept
-    /// before the request's headers go to the app.
+    /// The request's Accept and Accept-Language (the form and language of an error
+    /// page) and its Cookie headers (the `lang` cookie; for an admitted person, the
+    /// queue's token that an ended session clears): kept before the request's headers
+    /// go to the app.
     kept: HeaderMap,
     /// Whether the client came over HTTPS (the cookie is then Secure).
     https: bool,
@@ -107,9 +109,13 @@ pub fn request_filter(gate: &Gate, origin: &Origin, path: &str, target: &str, he
     let incoming =
         Incoming { host: &origin.host, path, headers, client: origin.client, https: origin.https, renew: true };
     match gate.decide(&incoming, now_ms()) {
-        Decision::BadPath => {
-            Step::Answer(answer::error(StatusCode::BAD_REQUEST, "bad_path", "This path cannot be read.", headers))
-        }
+        Decision::BadPath => Step::Answer(answer::error(
+            StatusCode::BAD_REQUEST,
+            "bad_path",
+            "This path cannot be read.",
+            Msg::BadPath,
+            headers,
+        )),
         Decision::Refuse { queue, outcome } => {
             Step::Answer(gate.to_waiting_room(&queue, outcome, target, headers, Convention::Redirect))
         }
@@ -137,13 +143,13 @@ pub enum Failure {
 impl Ctx {
     fn new(headers: &HeaderMap, https: bool, admitted: Option<(Arc<Verified>, Option<HeaderValue>)>) -> Ctx {
         let mut kept = HeaderMap::new();
-        if let Some(a) = headers.get(header::ACCEPT) {
-            kept.insert(header::ACCEPT, a.clone());
-        }
-        if admitted.is_some() {
-            for c in headers.get_all(header::COOKIE) {
-                kept.append(header::COOKIE, c.clone());
+        for name in [header::ACCEPT, header::ACCEPT_LANGUAGE] {
+            if let Some(v) = headers.get(&name) {
+                kept.insert(name, v.clone());
             }
+        }
+        for c in headers.get_all(header::COOKIE) {
+            kept.append(header::COOKIE, c.clone());
         }
         Ctx { kept, https, admitted }
     }
@@ -217,30 +223,34 @@ impl Ctx {
 
 /// The gate's own 400 / 502 / 504 page.
 fn failure_page(why: Failure, accept: &HeaderMap) -> Response {
-    let (status, code, message) = match why {
-        Failure::Unforwardable => (StatusCode::BAD_REQUEST, "bad_path", "This path cannot be forwarded."),
+    let (status, code, message, msg) = match why {
+        Failure::Unforwardable => (StatusCode::BAD_REQUEST, "bad_path", "This path cannot be forwarded.", Msg::BadPath),
         Failure::Unreachable => (
             StatusCode::BAD_GATEWAY,
             "upstream_unreachable",
             "The site behind the waiting room could not be reached. Please try again in a moment.",
+            Msg::Unreachable,
         ),
         Failure::BadAnswer => (
             StatusCode::BAD_GATEWAY,
             "upstream_answer",
             "The site behind the waiting room answered in an unexpected way.",
+            Msg::BadAnswer,
         ),
         Failure::UnaskedUpgrade => (
             StatusCode::BAD_GATEWAY,
             "upstream_upgrade",
             "The site behind the waiting room answered in an unexpected way.",
+            Msg::BadAnswer,
         ),
         Failure::Timeout => (
             StatusCode::GATEWAY_TIMEOUT,
             "upstream_timeout",
             "The site behind the waiting room took too long to answer. Please try again in a moment.",
+            Msg::Timeout,
         ),
     };
-    answer::error(status, code, message, accept)
+    answer::error(status, code, message, msg, accept)
 }
 
 /// Whether the request asks for a WebSocket, the one upgrade the gate carries through.
