@@ -70,10 +70,21 @@
     if (stream) { stream.close(); stream = null; }
   }
 
+  // The other languages behind one disclosure (the current one's name as its
+  // summary): one tab stop before the form and one line at 320 px, however many
+  // languages there are.
   function languages() {
     const nav = $("languages");
     const tags = (data.languages || "").split(" ").filter(Boolean);
     if (tags.length < 2) return;
+    const nameOf = (tag) => {
+      try { return new Intl.DisplayNames([tag], { type: "language" }).of(tag); } catch (_) { return tag; }
+    };
+    const box = document.createElement("details");
+    const summary = document.createElement("summary");
+    summary.textContent = nameOf(lang);
+    summary.lang = lang;
+    const list = document.createElement("ul");
     for (const tag of tags) {
       const a = document.createElement("a");
       const p = new URLSearchParams(location.search);
@@ -81,12 +92,14 @@
       a.href = "?" + p.toString();
       a.lang = tag;
       a.hreflang = tag;
-      let name = tag;
-      try { name = new Intl.DisplayNames([tag], { type: "language" }).of(tag); } catch (_) { /* the tag then */ }
-      a.textContent = name;
+      a.textContent = nameOf(tag);
       if (tag === lang) a.setAttribute("aria-current", "true");
-      nav.append(a);
+      const li = document.createElement("li");
+      li.append(a);
+      list.append(li);
     }
+    box.append(summary, list);
+    nav.append(box);
   }
 
   function waitText(s, range) {
