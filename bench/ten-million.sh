@@ -38,7 +38,14 @@
 #   LUA_LIB      Lua library     (default <repo>/lua-fallback/queue.lua)
 #   QUEUE_API    queue-api binary (default <repo>/target/release/queue-api; missing:
 #                the queue-api rows are skipped)
+#   REPLICA_LOCK a file: the replica rounds hold it (flock), so that two runs side by
+#                side (BACKEND=module and BACKEND=lua at once) keep three servers at most
 #   KEEP_TMP=1   keep the temp dir (server logs, RDB and AOF files)
+#   PROFILE=1    instead of the figures: where QUEUE.PROMOTE MAX 1000's and QUEUE.STATUS's
+#                time goes at SMALL and at N (`perf record -g` of the server while one
+#                connection repeats PROMOTE, and while valkey-benchmark runs STATUS, for
+#                PROFILE_SECS each, default 8); prints the hottest functions, self time
+#                and with callees (needs perf: apt-get install linux-perf)
 #
 # Memory: about 1.7 GiB per server at 10 million people with the module; at most two
 # servers run at once (the master and its new replica). Every child (servers,
@@ -65,6 +72,9 @@ QUEUE_API=${QUEUE_API:-$REPO_ROOT/target/release/queue-api}
 PAGE=10000
 PROMOTE_MAX=1000
 LOAD_TIMEOUT=1800   # seconds a restart or a replica may take to load
+PROFILE=${PROFILE:-0}
+REPLICA_LOCK=${REPLICA_LOCK:-}
+PROFILE_SECS=${PROFILE_SECS:-8}
 
 ID_PREFIX=$(python3 -c "import sys; sys.path.insert(0, '$SCRIPT_DIR/lib'); import tenm; print(tenm.ID_PREFIX)")
 NEW_PREFIX="10000000-0000-4000-8000-"   # newcomers in the ENTER rounds: nobody filled has it
@@ -107,6 +117,9 @@ done
   echo "module not found: $MODULE (cargo build --release, or MODULE=...)" >&2; exit 2; }
 [[ " ${BACKENDS[*]} " == *" lua "* ]] && [ ! -f "$LUA_LIB" ] && {
   echo "Lua library not found: $LUA_LIB (LUA_LIB=...)" >&2; exit 2; }
+if [ "$PROFILE" = 1 ]; then
+  command -v perf >/dev/null || { echo "PROFILE=1 needs perf (apt-get install linux-perf)" >&2; exit 2; }
+fi
 if [ ! -x "$QUEUE_API" ]; then
   log "queue-api not found at $QUEUE_API (cargo build --release -p queue-api): its rows are skipped"
   QUEUE_API=""
@@ -384,6 +397,11 @@ persistence() {  # persistence Q: BGSAVE, AOF rewrite, restarts and replicas at 
   done
   # new replicas: a second server with an empty dir, REPLICAOF the master
   cli "$PORT" CONFIG SET repl-diskless-sync-delay 0 >/dev/null
+  if [ -n "$REPLICA_LOCK" ]; then   # two runs side by side: one replica at a time
+    exec 9>>"$REPLICA_LOCK"
+    log "waiting for the lock $REPLICA_LOCK"
+    flock 9
+  fi
   for i in $(seq 1 "$ROUNDS"); do
     rm -rf "$TMP/replica"
     local port0=$PORT rpid rport
@@ -408,6 +426,43 @@ persistence() {  # persistence Q: BGSAVE, AOF rewrite, restarts and replicas at 
     stop_server "$rport" "$rpid"
   done
   rm -rf "$TMP/replica"
+  [ -z "$REPLICA_LOCK" ] || exec 9>&-
+}
+
+profile() {  # profile PORT PID Q SIZE LABEL: perf of PROMOTE MAX 1000, then of STATUS
+  local p=$1 pid=$2 q=$3 size=$4 label=$5 what data out
+  for what in promote status zrank; do
+    data="$TMP/perf-$B-$label-$what.data"
+    cli "$p" CONFIG RESETSTAT >/dev/null
+    if [ "$what" = promote ]; then
+      # at most half the line, so that every call promotes 1000
+      perf record -F 20000 -g -p "$pid" -o "$data" -- \
+        python3 "$HELPER" repeat "$B" "$p" "$PROFILE_SECS" $(( size / PROMOTE_MAX / 2 )) PROMOTE "$q" MAX "$PROMOTE_MAX" \
+        >/dev/null 2>"$TMP/perf.err" \
+        || fail "perf record: $(tail -n 2 "$TMP/perf.err")"
+    else
+      # STATUS of random waiting people; zrank: the bare ZRANK of the same people in
+      # the line's zset, what STATUS's nested rank lookup costs at the least
+      local args; args=$(qargs STATUS "$q" "${ID_PREFIX}__rand_int__")
+      [ "$what" = zrank ] && args="ZRANK queue:{$q}:waiting ${ID_PREFIX}__rand_int__"
+      # shellcheck disable=SC2086
+      perf record -F 2999 -g -p "$pid" -o "$data" -- \
+        timeout "$PROFILE_SECS" valkey-benchmark -p "$p" -c 50 -P 16 -n 100000000 -r "$size" -q \
+        $args >/dev/null 2>"$TMP/perf.err"
+    fi
+    local st; st=$(stat_name "${what^^}"); [ "$what" = zrank ] && st=zrank
+    echo
+    echo "== backend $B, $what, a line of $size ($label): server time per call $(usec_per_call "$p" "$st") us; calls: $(stats_line "$p")"
+    # user-space symbols only (idle time sits in the kernel's epoll_wait); percentages
+    # are of all samples: compare with processCommand's, the commands' whole
+    echo "-- self time, user space (top 25; % of all samples)"
+    perf report -i "$data" --no-children --stdio --sort symbol -g none 2>/dev/null | grep -E '^ +[0-9].*\[\.\]' \
+      | grep -vE '\] 0x|\] 0+ ' | head -n 25 | sed -E 's/ +- +- *$//'
+    echo "-- with callees, user space (top 45)"
+    perf report -i "$data" --children --stdio --sort symbol -g none 2>/dev/null | grep -E '^ +[0-9].*\[\.\]' \
+      | grep -vE '\] 0x|\] 0+ ' | head -n 45 | sed -E 's/ +- +- *$//'
+    rm -f "$data"
+  done
 }
 
 # ------------------------------------------------------------------ per backend
@@ -456,8 +511,12 @@ run_backend() {
   config_queue "$PORT" small soft_cap 0 abandon_after 0 batch_max 100000
   fill "$PORT" small "$SMALL" S
   config_queue "$PORT" small soft_cap 10000000
-  for _ in $(seq 1 "$ROUNDS"); do api_round "$PORT" small "$SMALL" S; done
-  measure "$PORT" small "$SMALL" S
+  if [ "$PROFILE" = 1 ]; then
+    profile "$PORT" "$SPID_MAIN" small "$SMALL" S
+  else
+    for _ in $(seq 1 "$ROUNDS"); do api_round "$PORT" small "$SMALL" S; done
+    measure "$PORT" small "$SMALL" S
+  fi
   stop_server "$PORT" "$SPID_MAIN"; rm -rf "$TMP/$B-small"
   # N, on another fresh server
   start_server "$B-big" "$TMP/$B-big" || return 1
@@ -466,6 +525,11 @@ run_backend() {
   config_queue "$PORT" big soft_cap 0 abandon_after 0 batch_max 100000
   fill "$PORT" big "$N" N
   config_queue "$PORT" big soft_cap 10000000
+  if [ "$PROFILE" = 1 ]; then
+    profile "$PORT" "$SPID_MAIN" big "$N" N
+    stop_server "$PORT" "$SPID_MAIN"; rm -rf "$TMP/$B-big"
+    return 0
+  fi
   for _ in $(seq 1 "$ROUNDS"); do api_round "$PORT" big "$N" N; done
   measure "$PORT" big "$N" N
   persistence big

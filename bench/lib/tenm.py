@@ -7,6 +7,10 @@
   tenm.py line BACKEND PORT QUEUE PAGE      walks the whole line with QUEUE.LINE pages of
                                             PAGE; prints users=, pages=, wall_ms=
   tenm.py stats PORT                        INFO commandstats as `name calls usec` lines
+  tenm.py repeat BACKEND PORT SECONDS MAXCALLS NAME QUEUE [ARGS...]
+                                            the queue command NAME over and over on one
+                                            connection for SECONDS (MAXCALLS at most);
+                                            prints calls=
 
 A person's userId is 36 characters shaped like a UUID, the last 12 being the number
 zero-padded: the same as valkey-benchmark's __rand_int__ in ID_PREFIX__rand_int__, so
@@ -112,6 +116,15 @@ def cmd_stats(port):
         print(name, kv["calls"], kv["usec"])
 
 
+def cmd_repeat(backend, port, seconds, maxcalls, name, queue, *args):
+    c = Conn(port)
+    calls, end = 0, time.time() + float(seconds)
+    while time.time() < end and calls < int(maxcalls):
+        c.call(*command(backend, name, queue, *args))
+        calls += 1
+    print("calls=%d" % calls)
+
+
 def main(argv):
     if len(argv) < 2:
         print(__doc__, file=sys.stderr)
@@ -125,6 +138,8 @@ def main(argv):
         cmd_line(*args)
     elif what == "stats":
         cmd_stats(*args)
+    elif what == "repeat":
+        cmd_repeat(*args)
     else:
         print(__doc__, file=sys.stderr)
         return 2
