@@ -508,7 +508,10 @@ run_backend() {
   start_server "$B-small" "$TMP/$B-small" || return 1
   PORT=$SPORT; SPID_MAIN=$SPID
   load_lua "$PORT" || return 1
-  config_queue "$PORT" small soft_cap 0 abandon_after 0 batch_max 100000
+  # soft_cap 0 while filling (else ENTER admits at once), then room for the PROMOTEs;
+  # ticket_ttl an hour: no ticket expires between rounds, so a PROMOTE times
+  # promotion alone, not the removal of the tickets an earlier round issued
+  config_queue "$PORT" small soft_cap 0 abandon_after 0 batch_max 100000 ticket_ttl 3600000
   fill "$PORT" small "$SMALL" S
   config_queue "$PORT" small soft_cap 10000000
   if [ "$PROFILE" = 1 ]; then
@@ -522,7 +525,7 @@ run_backend() {
   start_server "$B-big" "$TMP/$B-big" || return 1
   PORT=$SPORT; SPID_MAIN=$SPID
   load_lua "$PORT" || return 1
-  config_queue "$PORT" big soft_cap 0 abandon_after 0 batch_max 100000
+  config_queue "$PORT" big soft_cap 0 abandon_after 0 batch_max 100000 ticket_ttl 3600000
   fill "$PORT" big "$N" N
   config_queue "$PORT" big soft_cap 10000000
   if [ "$PROFILE" = 1 ]; then
