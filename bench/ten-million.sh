@@ -127,7 +127,7 @@ if [ ! -x "$QUEUE_API" ]; then
   QUEUE_API=""
 fi
 
-# ------------------------------------------------------------------ helpers
+# ------------------------------------------------------------------ functions
 NEXT_PORT=$BASE_PORT
 free_port() {  # the next free loopback port from BASE_PORT up
   local p

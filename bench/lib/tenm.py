@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Helper for bench/ten-million.sh (no third-party packages: raw RESP over a socket).
+"""Support code for bench/ten-million.sh (no third-party packages: raw RESP over a socket).
 
   tenm.py gen BACKEND QUEUE START COUNT     the ENTER commands of people START..START+COUNT-1
                                             as RESP on stdout, for `valkey-cli --pipe`
