@@ -147,8 +147,7 @@ impl Follower {
     async fn register(&mut self, client: &QueueClient, renew: bool) -> Result<(), ClientError> {
         let lease = self.hub.lease().as_millis() as u64;
         // While people poll, every half staleness bound too (it confirms the ledger).
-        let confirm =
-            self.polled_lately() && self.last_watch.is_none_or(|t| t.elapsed() >= self.confirm_every());
+        let confirm = self.polled_lately() && self.last_watch.is_none_or(|t| t.elapsed() >= self.confirm_every());
         if self.ledger.nobody_to_watch() && (renew || confirm) {
             self.hub.metrics.watch_calls.increment(1);
             let sent = Instant::now();

@@ -300,7 +300,8 @@ impl Hub {
         let w = self.queues.lock().unwrap().get(queue)?.clone();
         let mut shared = w.shared.lock().unwrap();
         let now = Instant::now();
-        let fresh_since = |t: Option<Instant>| t.is_some_and(|t| now.saturating_duration_since(t) <= self.max_staleness);
+        let fresh_since =
+            |t: Option<Instant>| t.is_some_and(|t| now.saturating_duration_since(t) <= self.max_staleness);
         let confirmed = fresh_since(shared.confirmed);
         let person = shared.users.get_mut(user)?;
         person.polled = Some(now);
