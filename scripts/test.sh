@@ -22,5 +22,6 @@ REDUCED=1 bash bench/gate-bench.sh
 # never reached the stream it concerned.
 QUICK=1 CHECK=1 bash bench/push-scale.sh
 REDUCED=1 bash bench/swarm-lanes.sh  # lanes, access codes and accounts audited (about 20 s)
+REDUCED=1 bash bench/poll-follow.sh  # status polls from the push follower: fails when an answer never agreed with Valkey
 # queue-api's HTTP API fuzzed from its OpenAPI document, on both backends.
 bash scripts/fuzz-api.sh
