@@ -278,14 +278,12 @@ impl Follower {
     }
 
     fn hand_out(&mut self, effects: Vec<Effect>, shared: &mut super::Shared) {
-        let now = std::time::Instant::now();
         let users = &mut shared.users;
         for effect in effects {
             match effect {
                 Effect::Standing(user, st) => {
                     if let Some(p) = users.get_mut(&user) {
                         p.current = st.status == Status::Waiting && self.ledger.tracks(&user);
-                        p.settled = (st.status != Status::Waiting).then_some(now);
                         send(&self.hub, &p.tx, st);
                     }
                 }
@@ -299,10 +297,7 @@ impl Follower {
                     p.current = false;
                     let st = ledger::gone_standing(&user, p.tx.borrow().as_ref(), ticket);
                     match st {
-                        Some(st) => {
-                            p.settled = Some(now);
-                            send(&self.hub, &p.tx, st)
-                        }
+                        Some(st) => send(&self.hub, &p.tx, st),
                         None => self.ledger.ask_again(user),
                     }
                 }

@@ -49,16 +49,15 @@ struct Person {
     /// Their last status poll here, if any.
     polled: Option<Instant>,
     /// The ledger keeps `tx` current (they wait in line or in the pre-queue as of a
-    /// checkpoint of the log applied): a poll may be answered from it.
+    /// checkpoint of the log applied): a poll may be answered from it. Not so for a
+    /// person out of line (promoted, inside, unknown): the log does not tell all that
+    /// may happen to them next (entering again at the back, say).
     current: bool,
-    /// When a standing the ledger does not keep current (promoted, inside, unknown)
-    /// was handed to them: a poll may be answered from it for the staleness bound.
-    settled: Option<Instant>,
 }
 
 impl Person {
     fn new() -> Person {
-        Person { tx: watch::channel(None).0, streams: 0, polled: None, current: false, settled: None }
+        Person { tx: watch::channel(None).0, streams: 0, polled: None, current: false }
     }
 
     /// Whether they still count as polling (polled within `grace`).
@@ -305,11 +304,7 @@ impl Hub {
         let confirmed = fresh_since(shared.confirmed);
         let person = shared.users.get_mut(user)?;
         person.polled = Some(now);
-        let answer = if confirmed && (person.current || fresh_since(person.settled)) {
-            person.tx.borrow().clone()
-        } else {
-            None
-        };
+        let answer = if confirmed && person.current { person.tx.borrow().clone() } else { None };
         shared.last_poll = Some(now);
         answer
     }
