@@ -102,7 +102,9 @@ fresh = [users]
 
 def round_once(mode, n_inst):
     bases = apis[mode][:n_inst]
-    for u in people[:: max(1, users // 200)] + people: get(f"{bases[hash(u) % n_inst]}/api/queue/status?userId={u}")
+    # Everyone's first poll at every instance (polls go round robin across them).
+    for u in people:
+        for base in bases: get(f"{base}/api/queue/status?userId={u}")
     time.sleep(1.5)  # registered with the followers
     admin.call("CONFIG", "RESETSTAT")
     stop = time.time() + secs; polls = [0]; lags = []; errors = []; lock = threading.Lock()
