@@ -24,5 +24,6 @@ QUICK=1 CHECK=1 bash bench/push-scale.sh
 REDUCED=1 bash bench/swarm-lanes.sh  # lanes, access codes and accounts audited (about 20 s)
 # Ten million in one queue shrunk to 20,000, both backends (under a minute): fails when a fill loses people or a restart or new replica comes back without them.
 QUICK=1 N=20000 SMALL=2000 ROUNDS=1 STATUS_REQS=20000 ENTER_REQS=2000 bash bench/ten-million.sh
+REDUCED=1 bash bench/poll-follow.sh  # status polls from the push follower: fails when an answer never agreed with Valkey
 # queue-api's HTTP API fuzzed from its OpenAPI document, on both backends.
 bash scripts/fuzz-api.sh

@@ -7,12 +7,14 @@
 //! channel by channel ([`Channels::add`]), on the shard's primary. Sharded pub/sub has
 //! no patterns, so whoever listens names the channels it wants.
 //!
-//! The cluster connection re-sends the subscriptions after a reconnection or a
-//! topology change; to notice a primary that died or lost its slots while nothing
-//! else is sent, every subscribed channel is subscribed again every
-//! [`RESUBSCRIBE_EVERY`] (a no-op on a live subscription; on a moved slot it makes the
-//! client follow the topology). Messages published while a subscription is down are
-//! lost, as with any pub/sub: listeners also refresh on a timer.
+//! Each channel is subscribed once. The cluster connection re-sends the subscriptions
+//! after it reconnected or refreshed the topology, which happens when a command
+//! fails; a primary that died (its connection closed: a `disconnection` push) or lost
+//! a channel's slot (the server's `sunsubscribe` push) while nothing else is sent is
+//! noticed from those pushes, and then every channel is subscribed again (on a moved
+//! slot that makes the client follow the topology), every [`RESUBSCRIBE_EVERY`] until
+//! all succeed. Messages published while a subscription is down are lost, as with any
+//! pub/sub: listeners also refresh on a timer.
 
 use crate::announce::Announcement;
 use crate::conn::cluster_builder;
@@ -24,7 +26,8 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 use tokio::sync::mpsc;
 
-/// How often a sharded feed subscribes its channels again.
+/// How often a sharded feed tries again to subscribe its channels, after a
+/// disconnection or a slot moved, until every one succeeded.
 pub const RESUBSCRIBE_EVERY: Duration = Duration::from_secs(1);
 
 /// A subscription to the queues' channels.
@@ -34,7 +37,12 @@ pub struct Feed {
 
 enum Inner {
     Pattern(redis::aio::PubSub),
-    Sharded { pushes: mpsc::UnboundedReceiver<PushInfo>, keeper: tokio::task::JoinHandle<()> },
+    Sharded {
+        pushes: mpsc::UnboundedReceiver<PushInfo>,
+        keeper: tokio::task::JoinHandle<()>,
+        /// Told of a disconnection or a slot moved ([`keep_subscribed`]).
+        lost: Arc<tokio::sync::Notify>,
+    },
 }
 
 impl Drop for Feed {
@@ -126,8 +134,9 @@ impl Feed {
         let conn = tokio::time::timeout(limit, client.get_async_connection()).await.map_err(|_| timed_out())??;
         let sharded =
             Arc::new(Sharded { conn, channels: Mutex::new(BTreeSet::new()), deadline: options.response_timeout });
-        let keeper = tokio::spawn(keep_subscribed(Arc::downgrade(&sharded)));
-        Ok((Feed { inner: Inner::Sharded { pushes, keeper } }, Channels { sharded: Some(sharded) }))
+        let lost = Arc::new(tokio::sync::Notify::new());
+        let keeper = tokio::spawn(keep_subscribed(Arc::downgrade(&sharded), lost.clone()));
+        Ok((Feed { inner: Inner::Sharded { pushes, keeper, lost } }, Channels { sharded: Some(sharded) }))
     }
 
     /// The next message; `None` once the connection dropped for good (a pattern
@@ -142,8 +151,12 @@ impl Feed {
                     payload: msg.get_payload_bytes().to_vec(),
                 })
             }
-            Inner::Sharded { pushes, .. } => loop {
+            Inner::Sharded { pushes, lost, .. } => loop {
                 let push = pushes.recv().await?;
+                if matches!(push.kind, PushKind::Disconnection | PushKind::SUnsubscribe) {
+                    lost.notify_one();
+                    continue;
+                }
                 if !matches!(push.kind, PushKind::SMessage | PushKind::Message) {
                     continue;
                 }
@@ -160,16 +173,29 @@ impl Feed {
     }
 }
 
-/// Subscribes every channel again, every [`RESUBSCRIBE_EVERY`], while the feed lives.
-async fn keep_subscribed(feed: std::sync::Weak<Sharded>) {
+/// Subscribes every channel again after a disconnection or a slot moved (told by
+/// [`Feed::next`]), every [`RESUBSCRIBE_EVERY`] until all succeeded, while the feed
+/// lives; nothing while the subscriptions stand.
+async fn keep_subscribed(feed: std::sync::Weak<Sharded>, lost: Arc<tokio::sync::Notify>) {
     loop {
-        tokio::time::sleep(RESUBSCRIBE_EVERY).await;
-        let Some(s) = feed.upgrade() else { return };
-        let channels: Vec<String> = s.channels.lock().unwrap().iter().cloned().collect();
-        for channel in channels {
-            if let Err(e) = ssubscribe(&s.conn, &channel, s.deadline).await {
-                tracing::debug!(channel, error = %e, "resubscribing failed; trying again");
+        lost.notified().await;
+        loop {
+            // Past the burst of pushes one failure brings.
+            tokio::time::sleep(Duration::from_millis(100)).await;
+            let Some(s) = feed.upgrade() else { return };
+            let channels: Vec<String> = s.channels.lock().unwrap().iter().cloned().collect();
+            let mut failed = false;
+            for channel in channels {
+                if let Err(e) = ssubscribe(&s.conn, &channel, s.deadline).await {
+                    tracing::debug!(channel, error = %e, "resubscribing failed; trying again");
+                    failed = true;
+                }
             }
+            if !failed {
+                break;
+            }
+            drop(s);
+            tokio::time::sleep(RESUBSCRIBE_EVERY).await;
         }
     }
 }

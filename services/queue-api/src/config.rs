@@ -49,6 +49,21 @@ pub struct Config {
     #[arg(long, env = "PUSH_TICK", default_value = "1s",
           value_parser = service_kit::duration(Duration::from_millis(100)..=Duration::from_secs(60)))]
     pub push_tick: Duration,
+    /// Answer status polls from what this instance's push follower knows (no Valkey
+    /// call per poll; docs/http-api.md, "Status"); false: every poll is read from Valkey.
+    #[arg(long, env = "STATUS_FROM_FOLLOWER", default_value_t = true, action = clap::ArgAction::Set)]
+    pub status_from_follower: bool,
+    /// How long a person who stopped polling stays registered with the follower
+    /// before it unregisters them (1s to 10m; the page polls every 3 s).
+    #[arg(long, env = "POLL_GRACE", default_value = "15s",
+          value_parser = service_kit::duration(Duration::from_secs(1)..=Duration::from_secs(600)))]
+    pub poll_grace: Duration,
+    /// How far behind Valkey a status answer from the follower may be at most: past
+    /// it (the follower behind, reconnecting, Valkey away) polls are read from Valkey
+    /// (100ms to 10s).
+    #[arg(long, env = "STATUS_MAX_STALENESS", default_value = "1s",
+          value_parser = service_kit::duration(Duration::from_millis(100)..=Duration::from_secs(10)))]
+    pub status_max_staleness: Duration,
     /// Secret proof-of-work challenges are signed with; every instance behind one
     /// load balancer needs the same (default: random bytes at start).
     #[arg(long, env = "POW_SECRET", hide_env_values = true)]
@@ -231,6 +246,20 @@ mod tests {
         let c = parse::<Config>(&["--max-streams", "5", "--max-streams-per-addr", "0"]).unwrap();
         assert_eq!((c.max_streams, c.max_streams_per_addr), (5, 0));
         assert_eq!(parse::<Config>(&["--push-tick", "250ms"]).unwrap().push_tick, Duration::from_millis(250));
+        let c = parse::<Config>(&[]).unwrap();
+        assert_eq!(
+            (c.status_from_follower, c.poll_grace, c.status_max_staleness),
+            (true, Duration::from_secs(15), Duration::from_secs(1))
+        );
+        let off = ["--status-from-follower", "false", "--poll-grace", "30s", "--status-max-staleness", "250ms"];
+        let c = parse::<Config>(&off).unwrap();
+        assert_eq!(
+            (c.status_from_follower, c.poll_grace, c.status_max_staleness),
+            (false, Duration::from_secs(30), Duration::from_millis(250))
+        );
+        assert!(parse::<Config>(&["--status-max-staleness", "50ms"]).is_err());
+        assert!(parse::<Config>(&["--poll-grace", "0s"]).is_err());
+        assert!(parse::<Config>(&["--status-from-follower", "maybe"]).is_err());
         assert_eq!(
             parse::<Config>(&["--push-tick-ms", "250"]).unwrap().push_tick,
             Duration::from_millis(250),

@@ -131,7 +131,13 @@ pub async fn serve(
         .map_err(|e| std::io::Error::new(std::io::ErrorKind::InvalidInput, e))?;
     metrics.registry().spawn_upkeep();
     let valkey = valkey::Valkey::connect(config.common.target());
-    let hub = hub::Hub::new(valkey.clone(), config.push_tick, metrics.clone());
+    let hub = hub::Hub::with_polls(
+        valkey.clone(),
+        config.push_tick,
+        config.poll_grace,
+        config.status_max_staleness,
+        metrics.clone(),
+    );
     let (stop_tx, stop_rx) = watch::channel(false);
     // Promotion announcements wake the matching queue's push streams at once.
     let mut events = queue_client::events::subscribe_target(config.common.target());

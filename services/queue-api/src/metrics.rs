@@ -14,6 +14,8 @@ pub struct Metrics {
     registry: Registry,
     pub entry_requests: Counter,
     pub status_requests: Counter,
+    pub status_from_follower: Counter,
+    pub status_from_valkey: Counter,
     pub leave_requests: Counter,
     promoted_users: Counter,
     counted_tickets: Mutex<HashSet<String>>,
@@ -34,6 +36,14 @@ impl Default for Metrics {
         Metrics {
             entry_requests: r.counter("queue_entry_requests_total", "Queue entry requests."),
             status_requests: r.counter("queue_status_requests_total", "Queue status requests."),
+            status_from_follower: r.counter(
+                "queue_api_status_from_follower_total",
+                "Status polls answered from the push follower (no Valkey call).",
+            ),
+            status_from_valkey: r.counter(
+                "queue_api_status_from_valkey_total",
+                "Status polls read from Valkey (batched QUEUE.RANKS): a first poll, the follower not current, or --status-from-follower false.",
+            ),
             leave_requests: r
                 .counter("queue_leave_requests_total", "Requests to leave the line (DELETE /api/queue/entry)."),
             promoted_users: r.counter(

@@ -319,7 +319,28 @@ pub async fn status(
 ) -> Result<Response, ApiError> {
     rate_limit(&state, &from)?;
     state.metrics.status_requests.increment(1);
-    let (queue, standing) = lookup(&state, &headers, &q).await?;
+    let (user, queue, client) = who(&state, &headers, &q).await?;
+    // From the push follower when it knows the person and is current (hub/mod.rs,
+    // `Hub::poll`); else the batched read, after which a waiting person is
+    // registered with the follower for their next polls.
+    let known = if state.config.status_from_follower { state.hub.poll(&queue, &user) } else { None };
+    let standing = match known {
+        Some(standing) => {
+            state.metrics.status_from_follower.increment(1);
+            standing
+        }
+        None => {
+            state.metrics.status_from_valkey.increment(1);
+            let standing = state.statuses.status(&client, &queue, user.clone()).await?;
+            if state.config.status_from_follower && standing.status == Status::Waiting {
+                state.hub.watch_poller(&queue, &user);
+            }
+            standing
+        }
+    };
+    if standing.status == Status::Unknown {
+        return Err(ApiError::NotFound("unknown user: not waiting, promoted or inside".into()));
+    }
     state.metrics.promoted(&standing);
     Ok(Json(StandingBody::new(&standing, &queue)).into_response())
 }

@@ -7,9 +7,8 @@
 //! came, and unregisters the people whose last stream closed (`QUEUE.UNWATCH`).
 
 use super::ledger::{self, Behind, Effect, Ledger, Published, Why};
-use super::{Channel, Hub, QueueWatch};
+use super::{Hub, QueueWatch};
 use queue_client::{ClientError, QueueClient, Standing, Status};
-use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Duration;
 use tokio::sync::watch;
@@ -28,11 +27,27 @@ pub(super) struct Follower {
     watch: Arc<QueueWatch>,
     ledger: Ledger,
     last_tick: Option<Instant>,
+    /// The last `QUEUE.WATCH` sent (each reply may confirm the ledger current).
+    last_watch: Option<Instant>,
+    /// A `QUEUE.WATCH` reply's log number not applied yet, and when it was sent: once
+    /// applied, the ledger is current as of then.
+    to_confirm: Option<(u64, std::time::Instant)>,
+    /// The last sweep of pollers gone quiet.
+    last_sweep: Instant,
 }
 
 impl Follower {
     pub(super) fn new(hub: Arc<Hub>, queue: String, watch: Arc<QueueWatch>) -> Follower {
-        Follower { hub, queue, watch, ledger: Ledger::new(), last_tick: None }
+        Follower {
+            hub,
+            queue,
+            watch,
+            ledger: Ledger::new(),
+            last_tick: None,
+            last_watch: None,
+            to_confirm: None,
+            last_sweep: Instant::now(),
+        }
     }
 
     pub(super) async fn run(mut self) {
@@ -50,6 +65,12 @@ impl Follower {
             }
             let next_tick = self.last_tick.map_or_else(Instant::now, |t| t + self.hub.tick);
             let next_tick = self.ledger.read_due().map_or(next_tick, |due| next_tick.min(Instant::from_std(due)));
+            // While people poll: a QUEUE.WATCH at least every half staleness bound,
+            // so that polls find the ledger confirmed current.
+            let next_tick = match self.last_watch.filter(|_| self.polled_lately()) {
+                Some(t) => next_tick.min(t + self.confirm_every()),
+                None => next_tick,
+            };
             // After a failure (Valkey away), not again at once.
             let next_tick = if failed { next_tick.max(Instant::now() + RETRY) } else { next_tick };
             tokio::select! {
@@ -65,6 +86,19 @@ impl Follower {
         let (hub, watch) = (self.hub.clone(), self.watch.clone());
         let mut queues = hub.queues.lock().unwrap();
         let mut shared = watch.shared.lock().unwrap();
+        // Pollers gone quiet for the grace period (with no stream) leave, once a tick.
+        if self.last_sweep.elapsed() >= hub.tick.min(hub.poll_grace) {
+            self.last_sweep = Instant::now();
+            let (now, grace) = (std::time::Instant::now(), hub.poll_grace);
+            let shared = &mut *shared;
+            shared.users.retain(|u, p| {
+                let keep = p.streams > 0 || p.polling(now, grace);
+                if !keep {
+                    shared.closed.push(u.clone());
+                }
+                keep
+            });
+        }
         for u in std::mem::take(&mut shared.closed) {
             if !shared.users.contains_key(&u) {
                 self.ledger.closed(u);
@@ -112,22 +146,36 @@ impl Follower {
     /// QUEUE.WATCH for the people to (re)check, and the lease once a tick.
     async fn register(&mut self, client: &QueueClient, renew: bool) -> Result<(), ClientError> {
         let lease = self.hub.lease().as_millis() as u64;
-        if self.ledger.nobody_to_watch() && renew {
+        // While people poll, every half staleness bound too (it confirms the ledger).
+        let confirm = self.polled_lately() && self.last_watch.is_none_or(|t| t.elapsed() >= self.confirm_every());
+        if self.ledger.nobody_to_watch() && (renew || confirm) {
             self.hub.metrics.watch_calls.increment(1);
+            let sent = Instant::now();
+            self.last_watch = Some(sent);
             let cp = client.watch::<&str>(&self.queue, &self.hub.instance, lease, &[]).await?;
-            self.ledger.position(cp.log, cp.waiting, Instant::now().into_std());
+            if self.ledger.position(cp.log, cp.waiting, Instant::now().into_std()) {
+                self.to_confirm = Some((cp.log, sent.into_std()));
+            }
             self.deliver();
         }
         while let Some(batch) = self.ledger.next_to_watch(WATCH_BATCH) {
             self.hub.metrics.watch_calls.increment(1);
+            let sent = Instant::now();
+            self.last_watch = Some(sent);
             match client.watch(&self.queue, &self.hub.instance, lease, &batch).await {
                 Ok(cp) => {
                     let watch = self.watch.clone();
-                    let shared = watch.shared.lock().unwrap();
+                    let mut shared = watch.shared.lock().unwrap();
                     let now = Instant::now().into_std();
+                    let log = cp.log;
+                    let moved_back = log < self.ledger.applied();
                     self.ledger.checkpoint(batch, cp, now, |u| shared.users.contains_key(u));
+                    if !moved_back {
+                        self.to_confirm = Some((log, sent.into_std()));
+                    }
                     let effects = self.ledger.take_effects();
-                    self.hand_out(effects, &shared.users);
+                    self.hand_out(effects, &mut shared);
+                    self.settle(&mut shared);
                 }
                 Err(e) => {
                     self.ledger.watch_failed(batch);
@@ -187,40 +235,77 @@ impl Follower {
         }
     }
 
-    /// Hands the ledger's effects to the streams.
-    fn deliver(&mut self) {
-        let effects = self.ledger.take_effects();
-        if effects.is_empty() {
-            return;
-        }
-        let watch = self.watch.clone();
-        let shared = watch.shared.lock().unwrap();
-        self.hand_out(effects, &shared.users);
+    /// Whether anyone polled this queue here within the grace period.
+    fn polled_lately(&self) -> bool {
+        let last = self.watch.shared.lock().unwrap().last_poll;
+        last.is_some_and(|t| t.elapsed() < self.hub.poll_grace)
     }
 
-    fn hand_out(&mut self, effects: Vec<Effect>, users: &HashMap<String, Channel>) {
+    /// How often the ledger is confirmed current while people poll.
+    fn confirm_every(&self) -> Duration {
+        (self.hub.max_staleness / 2).max(Duration::from_millis(10))
+    }
+
+    /// Hands the ledger's effects to the streams and pollers.
+    fn deliver(&mut self) {
+        let effects = self.ledger.take_effects();
+        let watch = self.watch.clone();
+        let mut shared = watch.shared.lock().unwrap();
+        if !effects.is_empty() {
+            self.hand_out(effects, &mut shared);
+        }
+        self.settle(&mut shared);
+    }
+
+    /// After effects were handed out: the people the ledger is to ask are not kept
+    /// current until asked, and a `QUEUE.WATCH` reply whose log number is applied now
+    /// confirms the ledger current as of when it was sent.
+    fn settle(&mut self, shared: &mut super::Shared) {
+        for u in self.ledger.asking() {
+            if let Some(p) = shared.users.get_mut(u) {
+                p.current = false;
+            }
+        }
+        if self.ledger.cursor().is_none() {
+            shared.confirmed = None;
+            self.to_confirm = None;
+        } else if let Some((log, sent)) = self.to_confirm {
+            if log <= self.ledger.applied() {
+                shared.confirmed = Some(shared.confirmed.map_or(sent, |c| c.max(sent)));
+                self.to_confirm = None;
+            }
+        }
+    }
+
+    fn hand_out(&mut self, effects: Vec<Effect>, shared: &mut super::Shared) {
+        let users = &mut shared.users;
         for effect in effects {
             match effect {
                 Effect::Standing(user, st) => {
-                    if let Some((tx, _)) = users.get(&user) {
-                        send(&self.hub, tx, st);
+                    if let Some(p) = users.get_mut(&user) {
+                        p.current = st.status == Status::Waiting && self.ledger.tracks(&user);
+                        send(&self.hub, &p.tx, st);
                     }
                 }
                 Effect::Rank { user, rank, eta } => {
-                    if let Some((tx, _)) = users.get(&user) {
-                        tx.send_if_modified(|shown| ledger::set_rank(shown, rank, eta));
+                    if let Some(p) = users.get(&user) {
+                        p.tx.send_if_modified(|shown| ledger::set_rank(shown, rank, eta));
                     }
                 }
                 Effect::Gone { user, ticket } => {
-                    let Some((tx, _)) = users.get(&user) else { continue };
-                    let st = ledger::gone_standing(&user, tx.borrow().as_ref(), ticket);
+                    let Some(p) = users.get_mut(&user) else { continue };
+                    p.current = false;
+                    let st = ledger::gone_standing(&user, p.tx.borrow().as_ref(), ticket);
                     match st {
-                        Some(st) => send(&self.hub, tx, st),
+                        Some(st) => send(&self.hub, &p.tx, st),
                         None => self.ledger.ask_again(user),
                     }
                 }
                 Effect::Waiting(n) => self.watch.note_waiting(n),
                 Effect::AskedEveryone(why) => {
+                    for p in users.values_mut() {
+                        p.current = false;
+                    }
                     self.hub.metrics.log_resets.increment(1);
                     match why {
                         Why::Gap { expected, got } => {

@@ -308,6 +308,16 @@ impl Ledger {
         }
     }
 
+    /// Whether the ledger keeps `user`'s rank current (in line or in the pre-queue).
+    pub fn tracks(&self, user: &str) -> bool {
+        self.line.contains_key(user) || self.pre.contains(user)
+    }
+
+    /// The people to register or ask next (their standing shown may be out of date).
+    pub fn asking(&self) -> &[String] {
+        &self.to_watch
+    }
+
     /// Whether nobody is to be registered or asked (the lease is then renewed alone).
     pub fn nobody_to_watch(&self) -> bool {
         self.to_watch.is_empty()

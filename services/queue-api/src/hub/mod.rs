@@ -12,6 +12,14 @@
 //! after the last entry applied) only for what the channel missed. `QUEUE.UNWATCH`
 //! when a person's last stream closes starts their usual abandon_after.
 //!
+//! Status polls are answered from the same ledger ([`Hub::poll`]): a person who
+//! polls is registered like a streamed one (their first answer is the batched read,
+//! src/batch.rs) and kept registered while they poll, then unregistered after the
+//! grace period (`--poll-grace`) with nobody polling or streaming. An answer comes
+//! from here only while the follower is confirmed current within `--status-max-staleness`
+//! (a `QUEUE.WATCH` reply whose log number was applied); otherwise the batched read
+//! answers.
+//!
 //! The files: this one is the registry of the queues, people and streams of this
 //! instance ([`Hub`]); ledger.rs the pure bookkeeping; follower.rs the loop that
 //! calls Valkey; stream.rs one stream's state between events; wire.rs its events.
@@ -27,17 +35,46 @@ use queue_client::{LogEntry, Standing};
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 use tokio::sync::{watch, Notify};
 
 pub use stream::Subscription;
 
-/// What the streams of a user read, and how many streams it has here.
-type Channel = (watch::Sender<Option<Standing>>, usize);
+/// One person streamed to or polling here.
+struct Person {
+    /// Their standing as this instance knows it (what their streams read).
+    tx: watch::Sender<Option<Standing>>,
+    /// Their open streams here.
+    streams: usize,
+    /// Their last status poll here, if any.
+    polled: Option<Instant>,
+    /// The ledger keeps `tx` current (they wait in line or in the pre-queue as of a
+    /// checkpoint of the log applied): a poll may be answered from it. Not so for a
+    /// person out of line (promoted, inside, unknown): the log does not tell all that
+    /// may happen to them next (entering again at the back, say).
+    current: bool,
+}
+
+impl Person {
+    fn new() -> Person {
+        Person { tx: watch::channel(None).0, streams: 0, polled: None, current: false }
+    }
+
+    /// Whether they still count as polling (polled within `grace`).
+    fn polling(&self, now: Instant, grace: Duration) -> bool {
+        self.polled.is_some_and(|t| now.saturating_duration_since(t) < grace)
+    }
+}
 
 #[derive(Default)]
 struct Shared {
-    users: HashMap<String, Channel>,
+    users: HashMap<String, Person>,
+    /// Every change Valkey made to the queue before this instant is applied here (a
+    /// `QUEUE.WATCH` sent then replied a log number the ledger has applied); None
+    /// while not placed in the log or after it moved back.
+    confirmed: Option<Instant>,
+    /// The last status poll of this queue answered or registered here.
+    last_poll: Option<Instant>,
     /// Users to register (a new stream) or ask again (their standing may have changed
     /// in a way the log does not tell: they left the pre-queue here).
     fresh: Vec<String>,
@@ -127,6 +164,10 @@ pub struct Hub {
     queues: Mutex<HashMap<String, Arc<QueueWatch>>>,
     valkey: Valkey,
     tick: Duration,
+    /// How long a person who stopped polling stays registered (`--poll-grace`).
+    poll_grace: Duration,
+    /// How far behind Valkey a poll's answer from here may be (`--status-max-staleness`).
+    max_staleness: Duration,
     /// This process's name in the queues' `instances` (its lease vouches for the
     /// people it streams to).
     instance: String,
@@ -146,13 +187,60 @@ fn instance_name() -> String {
     format!("api-{}{}{}-{random}", host, if host.is_empty() { "" } else { "-" }, std::process::id())
 }
 
+/// How a poll or stream came to the hub.
+enum Came {
+    Stream,
+    Poll,
+}
+
 impl Hub {
     pub fn new(valkey: Valkey, tick: Duration, metrics: Arc<Metrics>) -> Arc<Hub> {
-        Arc::new(Hub { queues: Mutex::new(HashMap::new()), valkey, tick, instance: instance_name(), metrics })
+        Hub::with_polls(valkey, tick, Duration::from_secs(15), Duration::from_secs(1), metrics)
+    }
+
+    /// A hub whose pollers stay registered `poll_grace` after their last poll, and
+    /// whose poll answers are at most `max_staleness` behind Valkey.
+    pub fn with_polls(
+        valkey: Valkey,
+        tick: Duration,
+        poll_grace: Duration,
+        max_staleness: Duration,
+        metrics: Arc<Metrics>,
+    ) -> Arc<Hub> {
+        Arc::new(Hub {
+            queues: Mutex::new(HashMap::new()),
+            valkey,
+            tick,
+            poll_grace,
+            max_staleness,
+            instance: instance_name(),
+            metrics,
+        })
     }
 
     /// Registers a stream for `user` on `queue`; its standing is checked at once.
     pub fn subscribe(self: &Arc<Hub>, queue: &str, user: &str) -> Subscription {
+        let (watch, updates) = self.register(queue, user, Came::Stream);
+        self.metrics.sse_streams.increment(1.0);
+        let summary = watch.summary.subscribe();
+        let updates = updates.expect("a stream's receiver");
+        Subscription::new(self.clone(), queue, user, watch, updates, summary)
+    }
+
+    /// Registers a poller: `user` polled `queue` and the batched read found them
+    /// waiting. They are registered with the follower (a `QUEUE.WATCH` in its next
+    /// cycle) unless the ledger keeps them current already, and stay registered while
+    /// they poll (`--poll-grace`).
+    pub fn watch_poller(self: &Arc<Hub>, queue: &str, user: &str) {
+        self.register(queue, user, Came::Poll);
+    }
+
+    fn register(
+        self: &Arc<Hub>,
+        queue: &str,
+        user: &str,
+        came: Came,
+    ) -> (Arc<QueueWatch>, Option<watch::Receiver<Option<Standing>>>) {
         // Under the registry lock, so that a follower retiring its queue either sees
         // this user or is replaced by a new one.
         let (watch, new_queue, updates) = {
@@ -168,12 +256,30 @@ impl Hub {
             let updates = {
                 let mut shared = w.shared.lock().unwrap();
                 let shared = &mut *shared;
-                let entry = shared.users.entry(user.to_string()).or_insert_with(|| {
-                    shared.fresh.push(user.to_string());
-                    (watch::channel(None).0, 0)
+                let mut fresh = false;
+                let person = shared.users.entry(user.to_string()).or_insert_with(|| {
+                    fresh = true;
+                    Person::new()
                 });
-                entry.1 += 1;
-                entry.0.subscribe()
+                let updates = match came {
+                    Came::Stream => {
+                        person.streams += 1;
+                        Some(person.tx.subscribe())
+                    }
+                    Came::Poll => {
+                        let now = Instant::now();
+                        person.polled = Some(now);
+                        shared.last_poll = Some(now);
+                        // Known but not kept current (say promoted before and in
+                        // line again): asked again.
+                        fresh |= !person.current;
+                        None
+                    }
+                };
+                if fresh {
+                    shared.fresh.push(user.to_string());
+                }
+                updates
             };
             (w, new_queue, updates)
         };
@@ -182,18 +288,36 @@ impl Hub {
             tokio::spawn(follower.run());
         }
         watch.wake.notify_one();
-        self.metrics.sse_streams.increment(1.0);
-        let summary = watch.summary.subscribe();
-        Subscription::new(self.clone(), queue, user, watch, updates, summary)
+        (watch, updates)
+    }
+
+    /// `user`'s standing on `queue` for a status poll, from what the follower knows,
+    /// or None when it cannot answer within the staleness bound (not registered yet,
+    /// not kept current, the follower not confirmed current lately): then the
+    /// batched read answers. A poll answered here keeps the person registered.
+    pub fn poll(&self, queue: &str, user: &str) -> Option<Standing> {
+        let w = self.queues.lock().unwrap().get(queue)?.clone();
+        let mut shared = w.shared.lock().unwrap();
+        let now = Instant::now();
+        let fresh_since =
+            |t: Option<Instant>| t.is_some_and(|t| now.saturating_duration_since(t) <= self.max_staleness);
+        let confirmed = fresh_since(shared.confirmed);
+        let person = shared.users.get_mut(user)?;
+        person.polled = Some(now);
+        let answer = if confirmed && person.current { person.tx.borrow().clone() } else { None };
+        shared.last_poll = Some(now);
+        answer
     }
 
     fn unsubscribe(&self, queue: &str, user: &str) {
         let queues = self.queues.lock().unwrap();
         if let Some(w) = queues.get(queue) {
             let mut shared = w.shared.lock().unwrap();
-            if let Some(entry) = shared.users.get_mut(user) {
-                entry.1 -= 1;
-                if entry.1 == 0 {
+            let grace = self.poll_grace;
+            if let Some(person) = shared.users.get_mut(user) {
+                person.streams -= 1;
+                // A person still polling stays until the follower's sweep.
+                if person.streams == 0 && !person.polling(Instant::now(), grace) {
                     shared.users.remove(user);
                     shared.closed.push(user.to_string());
                     w.wake.notify_one();

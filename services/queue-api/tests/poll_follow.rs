@@ -1,0 +1,290 @@
+//! Status polls answered from the push follower (docs/http-api.md, "Status"), over
+//! real sockets against a real valkey-server, with the module and with the Lua
+//! library. Every answer is compared with what an instance that reads every poll
+//! from Valkey (`--status-from-follower false`) answers at the same time: after each
+//! change of the line (someone ahead leaving, promotions, newcomers), an unknown
+//! person, a person just promoted, a change whose message was lost (the follower reads
+//! the log), a restart of queue-api, and a poller who stops polling (unregistered
+//! after the grace period, then dropped as usual).
+
+use queue_client::QueueClient;
+use serde_json::Value;
+use std::time::{Duration, Instant};
+use testkit::{Backend, ValkeyServer};
+
+mod common;
+use common::Api;
+
+const Q: &str = "default";
+
+testkit::backend_tests!(
+    async polls_follow_the_line,
+    a_lost_change_is_read_within_the_bound,
+    a_restart_answers_at_once,
+    a_log_moved_back_is_not_answered_from,
+    a_poller_who_stops_is_unregistered,
+);
+
+async fn counter(api: &Api, name: &str) -> f64 {
+    let text = reqwest::get(api.url("/metrics")).await.unwrap().text().await.unwrap();
+    text.lines()
+        .find_map(|l| l.strip_prefix(name).and_then(|rest| rest.strip_prefix(' ')))
+        .map_or(0.0, |v| v.trim().parse().unwrap())
+}
+
+async fn follower_answers(api: &Api) -> f64 {
+    counter(api, "queue_api_status_from_follower_total").await
+}
+
+async fn valkey_answers(api: &Api) -> f64 {
+    counter(api, "queue_api_status_from_valkey_total").await
+}
+
+/// An instance answering polls from its follower (`bound`: --status-max-staleness).
+async fn follows(s: &ValkeyServer, tick: Duration, bound: Duration) -> Api {
+    let mut config = queue_api::Config::local(&s.url());
+    config.push_tick = tick;
+    config.status_max_staleness = bound;
+    config.rate_limit = 0.0;
+    Api::start(config).await
+}
+
+/// An instance reading every poll from Valkey (today's path).
+async fn reads(s: &ValkeyServer) -> Api {
+    let mut config = queue_api::Config::local(&s.url());
+    config.status_from_follower = false;
+    config.rate_limit = 0.0;
+    Api::start(config).await
+}
+
+/// A poll's HTTP status and body.
+async fn poll(api: &Api, user: &str) -> (u16, Value) {
+    let resp = reqwest::get(api.url(&format!("/api/queue/status?userId={user}"))).await.unwrap();
+    (resp.status().as_u16(), resp.json().await.unwrap())
+}
+
+/// Polls everyone on `on` until every answer equals `off`'s (read from Valkey just
+/// before), within `limit`.
+async fn polls_agree(on: &Api, off: &Api, users: &[String], limit: Duration, step: &str) {
+    let deadline = Instant::now() + limit;
+    loop {
+        let mut differ = Vec::new();
+        for u in users {
+            let want = poll(off, u).await;
+            let got = poll(on, u).await;
+            if got != want {
+                differ.push((u.clone(), got, want));
+            }
+        }
+        if differ.is_empty() {
+            return;
+        }
+        assert!(Instant::now() < deadline, "{step}: answers differ (user, follower, valkey): {differ:?}");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+async fn closed_queue(b: Backend, abandon_ms: i64) -> (ValkeyServer, QueueClient) {
+    let s = ValkeyServer::start(b);
+    let qc = QueueClient::connect(&s.url()).await.unwrap();
+    qc.config_set(Q, &[("soft_cap", 0), ("abandon_after", abandon_ms)]).await.unwrap();
+    (s, qc)
+}
+
+/// Twenty people poll; after the first poll each is answered from the follower and
+/// every answer agrees with Valkey's after each change; an unknown person gets the
+/// same 404; a promoted person gets their ticket and never a waiting answer after it.
+async fn polls_follow_the_line(b: Backend) {
+    let (s, qc) = closed_queue(b, 600_000).await;
+    let on = follows(&s, Duration::from_millis(200), Duration::from_secs(1)).await;
+    let off = reads(&s).await;
+    let users: Vec<String> = (0..20).map(|i| format!("p{i:02}")).collect();
+    for u in &users {
+        qc.enter(Q, u, u).await.unwrap();
+    }
+    polls_agree(&on, &off, &users, Duration::from_secs(10), "first polls").await;
+    // Registered: the next polls come from the follower.
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let before = follower_answers(&on).await;
+        polls_agree(&on, &off, &users, Duration::from_secs(10), "registered").await;
+        if follower_answers(&on).await - before >= users.len() as f64 {
+            break;
+        }
+        assert!(Instant::now() < deadline, "polls are not answered from the follower");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let from_valkey = valkey_answers(&on).await;
+    qc.leave(Q, "p03").await.unwrap();
+    let rest: Vec<String> = users.iter().filter(|u| *u != "p03").cloned().collect();
+    polls_agree(&on, &off, &rest, Duration::from_secs(5), "someone ahead left").await;
+    for i in 0..3 {
+        qc.enter(Q, &format!("new{i}"), "n").await.unwrap();
+    }
+    polls_agree(&on, &off, &rest, Duration::from_secs(5), "newcomers").await;
+    assert_eq!(valkey_answers(&on).await, from_valkey, "waiting people's polls need no Valkey read");
+    // Who left is read from Valkey (the log does not tell what they do next).
+    assert_eq!(poll(&on, "p03").await, poll(&off, "p03").await);
+    // An unknown person: the same 404 as today.
+    assert_eq!(poll(&on, "nobody").await, poll(&off, "nobody").await);
+    assert_eq!(poll(&on, "nobody").await.0, 404);
+    // Two promoted: their tickets, then never waiting again.
+    qc.config_set(Q, &[("soft_cap", 2)]).await.unwrap();
+    assert_eq!(qc.promote(Q, None).await.unwrap().promoted, 2);
+    qc.config_set(Q, &[("soft_cap", 0)]).await.unwrap();
+    for u in ["p00", "p01"] {
+        let deadline = Instant::now() + Duration::from_secs(2);
+        let promoted = loop {
+            let (code, body) = poll(&on, u).await;
+            assert_eq!(code, 200, "{u}: {body}");
+            if body["status"] == "PROMOTED" {
+                break body;
+            }
+            assert!(Instant::now() < deadline, "{u} not promoted: {body}");
+        };
+        let ticket = qc.status(Q, u).await.unwrap().ticket_id;
+        assert_eq!(promoted["ticketId"].as_str(), ticket.as_deref(), "{u}: the ticket STATUS tells");
+        for _ in 0..20 {
+            let (_, body) = poll(&on, u).await;
+            assert_eq!(body["status"], "PROMOTED", "{u}: waiting again after the promotion: {body}");
+        }
+    }
+    let waiting: Vec<String> = users.iter().filter(|u| !["p00", "p01", "p03"].contains(&u.as_str())).cloned().collect();
+    polls_agree(&on, &off, &waiting, Duration::from_secs(5), "two promoted").await;
+    assert_eq!(counter(&off, "queue_api_status_from_follower_total").await, 0.0, "turned off");
+    on.stop().await;
+    off.stop().await;
+}
+
+/// With no tick in the test's time (a minute), a change whose message is lost (the
+/// subscriptions killed before it) is still in the answers within the staleness
+/// bound: the follower's confirmation sees the log ahead and reads it.
+async fn a_lost_change_is_read_within_the_bound(b: Backend) {
+    let (s, qc) = closed_queue(b, 600_000).await;
+    let on = follows(&s, Duration::from_secs(60), Duration::from_millis(400)).await;
+    let off = reads(&s).await;
+    let users: Vec<String> = (0..10).map(|i| format!("p{i:02}")).collect();
+    for u in &users {
+        qc.enter(Q, u, u).await.unwrap();
+    }
+    polls_agree(&on, &off, &users, Duration::from_secs(10), "first polls").await;
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    polls_agree(&on, &off, &users, Duration::from_secs(10), "registered").await;
+    let mut admin = s.conn();
+    let _: i64 = redis::cmd("CLIENT").arg("KILL").arg("TYPE").arg("pubsub").query(&mut admin).unwrap();
+    qc.leave(Q, "p01").await.unwrap();
+    let reads_before = counter(&on, "queue_api_log_reads_total").await;
+    let users: Vec<String> = users.into_iter().filter(|u| u != "p01").collect();
+    // The bound (400 ms), the wait for messages in flight and the read, with room
+    // for a busy machine.
+    polls_agree(&on, &off, &users, Duration::from_secs(3), "a lost change").await;
+    let deadline = Instant::now() + Duration::from_secs(3);
+    while counter(&on, "queue_api_log_reads_total").await <= reads_before {
+        assert!(Instant::now() < deadline, "the log was not read for the lost change");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    on.stop().await;
+    off.stop().await;
+}
+
+/// A failover to a copy that lost the newest writes, as a restore (the queue's keys
+/// put back as they were before two people left): with no new change and no tick in
+/// the test's time, the follower's next confirmation finds the log moved back, and
+/// the answers agree with Valkey again within the bound (read from Valkey until the
+/// follower asked everyone again).
+async fn a_log_moved_back_is_not_answered_from(b: Backend) {
+    let (s, qc) = closed_queue(b, 600_000).await;
+    let on = follows(&s, Duration::from_secs(60), Duration::from_millis(400)).await;
+    let off = reads(&s).await;
+    let users: Vec<String> = (0..10).map(|i| format!("p{i:02}")).collect();
+    for u in &users {
+        qc.enter(Q, u, u).await.unwrap();
+    }
+    polls_agree(&on, &off, &users, Duration::from_secs(10), "first polls").await;
+    let mut admin = s.conn();
+    let keys: Vec<String> = redis::cmd("KEYS").arg("queue:{default}:*").query(&mut admin).unwrap();
+    let snapshot: Vec<(String, Vec<u8>)> =
+        keys.iter().map(|k| (k.clone(), redis::cmd("DUMP").arg(k).query(&mut admin).unwrap())).collect();
+    for u in ["p00", "p01"] {
+        qc.leave(Q, u).await.unwrap();
+    }
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    polls_agree(&on, &off, &users, Duration::from_secs(5), "two left").await;
+    let from_follower = follower_answers(&on).await;
+    let now: Vec<String> = redis::cmd("KEYS").arg("queue:{default}:*").query(&mut admin).unwrap();
+    for k in now.iter().filter(|k| !keys.contains(k)) {
+        let _: i64 = redis::cmd("DEL").arg(k).query(&mut admin).unwrap();
+    }
+    for (k, v) in &snapshot {
+        let _: () = redis::cmd("RESTORE").arg(k).arg(0).arg(v).arg("REPLACE").query(&mut admin).unwrap();
+    }
+    assert_eq!(qc.status(Q, "p00").await.unwrap().status, queue_client::Status::Waiting, "restored");
+    polls_agree(&on, &off, &users, Duration::from_secs(3), "the log moved back").await;
+    assert!(follower_answers(&on).await > from_follower, "answered from the follower before");
+    on.stop().await;
+    off.stop().await;
+}
+
+/// A restarted instance knows nobody: its first answers are read from Valkey, the
+/// next ones come from its follower, all right.
+async fn a_restart_answers_at_once(b: Backend) {
+    let (s, qc) = closed_queue(b, 600_000).await;
+    let off = reads(&s).await;
+    let users: Vec<String> = (0..5).map(|i| format!("p{i:02}")).collect();
+    for u in &users {
+        qc.enter(Q, u, u).await.unwrap();
+    }
+    let on = follows(&s, Duration::from_millis(200), Duration::from_secs(1)).await;
+    polls_agree(&on, &off, &users, Duration::from_secs(10), "before").await;
+    on.stop().await;
+    qc.leave(Q, "p00").await.unwrap();
+    let on = follows(&s, Duration::from_millis(200), Duration::from_secs(1)).await;
+    let users = &users[1..];
+    for u in users {
+        assert_eq!(poll(&on, u).await, poll(&off, u).await, "{u}: the restarted instance's first answer");
+    }
+    assert_eq!(follower_answers(&on).await, 0.0, "first answers are read from Valkey");
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    polls_agree(&on, &off, users, Duration::from_secs(10), "after the restart").await;
+    assert!(follower_answers(&on).await > 0.0, "then from the follower");
+    on.stop().await;
+    off.stop().await;
+}
+
+/// A poller is kept in line by the instance's lease (no Valkey call per poll) while
+/// polling, past abandon_after; once they stop, they are unregistered after the
+/// grace period and dropped abandon_after later.
+async fn a_poller_who_stops_is_unregistered(b: Backend) {
+    let (s, qc) = closed_queue(b, 2000).await;
+    let mut config = queue_api::Config::local(&s.url());
+    config.push_tick = Duration::from_millis(200);
+    config.poll_grace = Duration::from_secs(1);
+    config.rate_limit = 0.0;
+    let on = Api::start(config).await;
+    for u in ["silent", "poller"] {
+        qc.enter(Q, u, u).await.unwrap();
+    }
+    let line = |qc: QueueClient| async move {
+        qc.promote(Q, Some(0)).await.unwrap();
+        qc.line(Q, 0, 100).await.unwrap().users
+    };
+    let until = Instant::now() + Duration::from_millis(4000);
+    while Instant::now() < until {
+        let (code, body) = poll(&on, "poller").await;
+        assert_eq!(code, 200, "{body}");
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        line(qc.clone()).await;
+    }
+    assert!(follower_answers(&on).await > 5.0, "answered from the follower");
+    assert_eq!(line(qc.clone()).await, vec!["poller".to_string()], "the poller stays, the silent one is dropped");
+    // Stopped polling: grace (1 s), then abandon_after (2 s), with room.
+    let deadline = Instant::now() + Duration::from_secs(12);
+    loop {
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        if line(qc.clone()).await.is_empty() {
+            break;
+        }
+        assert!(Instant::now() < deadline, "a poller who stopped was never dropped");
+    }
+    on.stop().await;
+}
