@@ -209,7 +209,6 @@
     show_($("next"), false);
     $("rank").textContent = headline;
     $("total").textContent = "";
-    show_($("lane"), false);
     $("progress").value = 100;
     $("progress-text").textContent = "";
     $("eta").textContent = "";
