@@ -8,7 +8,8 @@
 // Content-Security-Policy blocks nothing; nothing is asked of another origin.
 //   node formless.mjs <queue-api URL> <shots dir>
 // Prints KO_WAITING <rank>, KO_TAB <rank>, KO_RELOADED <rank>, EN_WAITING <rank>,
-// COPIED <rank> <same|other>, AXE <violations> <violations>; after "admit" on stdin
+// COPIED <rank> <same|other>, AXE <violations> <violations> (from then on it is
+// ready for the turn); after "admit" on stdin
 // ADMITTED <ms from the turn shown to the navigation> <url>; then CLOSED. Exits 1 on
 // any failure (120 s at most).
 import { readFileSync, mkdirSync } from "node:fs";
@@ -109,15 +110,17 @@ await run(browser, async () => {
   console.log(`COPIED ${copyRank} ${copyId === koId ? "same" : "other"}`);
   await copyCtx.close();
 
-  console.log(`AXE ${await axe(ko, "Korean formless page")} ${await axe(en, "English formless page")}`);
+  const violations = `${await axe(ko, "Korean formless page")} ${await axe(en, "English formless page")}`;
   await ko.screenshot({ path: `${shots}/formless-ko-desktop.png`, fullPage: true });
   await en.screenshot({ path: `${shots}/formless-en-desktop.png`, fullPage: true });
   await noProblems(ko, problems, "Korean page");
   await noProblems(en, problems, "English page");
 
-  // The turn: on to the admit URL at once, the turn said first.
+  // The turn (any moment after AXE is told): on to the admit URL at once, the turn
+  // said first.
   const navigation = ko.waitForRequest((r) => r.isNavigationRequest() && new URL(r.url()).pathname === "/landing",
-    { timeout: STEP });
+    { timeout: STEP * 2 });
+  console.log("AXE " + violations);
   await expectLine("admit");
   const request = await navigation;
   const navigatedAt = Date.now();

@@ -408,7 +408,7 @@
   async function enterOnce() {
     const once = async () => {
       const userId = kept.get(saved);
-      if (userId) return resume(userId);
+      if (userId && (await resume(userId))) return;
       show_($("enter"), false);
       $("state").textContent = t("joining");
       show_($("wait"), true);
@@ -468,26 +468,27 @@
   // A place kept by this browser: where does it stand? Waiting: followed; promoted
   // (a ticket not used yet): on to the admit URL; inside: said so. Only a person the
   // queue no longer knows gets the form back.
-  let resumedOnce = false;
+  // Answers false only when the queue no longer knows the person and the page asks
+  // no nickname: the caller then enters anew.
   async function resume(userId) {
     try {
       const r = await fetch("api/queue/status?" + who(userId));
       if (r.status === 404) {
+        // Gone (or an id this browser's place cookie does not hold): forgotten.
         kept.remove(saved);
         kept.remove(savedEntry);
-        // Gone (or an id this browser's cookie does not hold): a formless page enters
-        // anew, once; a form is offered otherwise.
-        if (formless && !resumedOnce) { resumedOnce = true; return enterOnce(); }
+        if (formless) return false;
         show_($("enter"), true);
-        return;
+        return true;
       }
       if (r.ok) {
         const s = await r.json();
-        if (s.status === "PROMOTED") return admitted(s);
-        if (s.status === "ACTIVE") return inside(s);
+        if (s.status === "PROMOTED") { admitted(s); return true; }
+        if (s.status === "ACTIVE") { inside(s); return true; }
       }
     } catch (_) { /* follow() keeps asking */ }
     follow(userId);
+    return true;
   }
 
   // Handlers first (a form submitted before they are there would reload the page),
