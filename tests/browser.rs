@@ -220,7 +220,8 @@ async fn the_waiting_room_in_two_languages_branded_and_accessible(backend: Backe
     let chat = stack.chat.url();
     let room = ExtraApi::start(&stack, &["--admit-url", "default=/landing?from=room", "--chat-url", &chat]).await;
     // A queue with an admit URL asks no nickname by default: this one asks (the form).
-    admin(&stack, reqwest::Method::PUT, "/api/admin/queues/default/brand", serde_json::json!({"nickname": "ask"})).await;
+    admin(&stack, reqwest::Method::PUT, "/api/admin/queues/default/brand", serde_json::json!({"nickname": "ask"}))
+        .await;
     let template = dir.join("template").display().to_string();
     let templated = ExtraApi::start(&stack, &["--templates", &template]).await;
     let script = dir.join("pages.mjs").display().to_string();

@@ -711,8 +711,13 @@ mod tests {
     #[test]
     fn the_nickname_mode_set_wins_else_the_admit_url_decides() {
         let (ask, none) = (NicknameMode::Ask, NicknameMode::None);
-        let cases =
-            [(None, false, ask), (None, true, none), (Some("ask"), true, ask), (Some("none"), false, none), (Some("junk"), false, ask)];
+        let cases = [
+            (None, false, ask),
+            (None, true, none),
+            (Some("ask"), true, ask),
+            (Some("none"), false, none),
+            (Some("junk"), false, ask),
+        ];
         for (set, admit, want) in cases {
             assert_eq!(NicknameMode::effective(set, admit), want, "{set:?} {admit}");
         }

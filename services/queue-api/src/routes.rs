@@ -154,7 +154,9 @@ pub async fn entry(
     };
     let client = state.valkey.client().await?;
     state.declared.check(&client, &queue).await?;
-    if formless && crate::identity::NicknameMode::of(&state, &client, &queue).await? == crate::identity::NicknameMode::Ask {
+    if formless
+        && crate::identity::NicknameMode::of(&state, &client, &queue).await? == crate::identity::NicknameMode::Ask
+    {
         return Err(ApiError::Invalid("nickname is required".into()));
     }
     let nickname = nickname.unwrap_or(crate::identity::NEUTRAL_NICKNAME);

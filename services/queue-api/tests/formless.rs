@@ -102,23 +102,28 @@ async fn a_queue_that_asks_no_nickname_takes_a_formless_entry_once_per_browser(b
     assert_eq!(page_nickname(&api, "default").await, "none");
 
     let first = enter(&api, json!({}), None).await;
-    assert_eq!((first.code, first.body["status"].as_str(), first.body["rank"].as_i64()), (200, Some("WAITING"), Some(1)));
+    assert_eq!(
+        (first.code, first.body["status"].as_str(), first.body["rank"].as_i64()),
+        (200, Some("WAITING"), Some(1))
+    );
     assert_eq!(first.body["nickname"], "guest", "{}", first.body);
     let user = first.body["userId"].as_str().unwrap().to_string();
     let cookie = format!("queue_place_default={user}");
-    assert_eq!(
-        first.set_cookie.as_deref(),
-        Some(format!("{cookie}; Max-Age=86400; HttpOnly; SameSite=Lax").as_str())
-    );
+    assert_eq!(first.set_cookie.as_deref(), Some(format!("{cookie}; Max-Age=86400; HttpOnly; SameSite=Lax").as_str()));
     // Other bad input is still refused: an empty or a non-string nickname.
-    for body in [json!({ "nickname": "" }), json!({ "nickname": "   " }), json!({ "nickname": null }), json!({ "nickname": 7 })] {
+    for body in
+        [json!({ "nickname": "" }), json!({ "nickname": "   " }), json!({ "nickname": null }), json!({ "nickname": 7 })]
+    {
         let r = enter(&api, body.clone(), Some(&cookie)).await;
         assert_eq!(r.code, 422, "{body} -> {}", r.body);
     }
     // A reload, a second tab: the same place, nothing written.
     for body in [json!({}), json!({ "userId": user }), json!({ "nickname": "ann" })] {
         let again = enter(&api, body.clone(), Some(&cookie)).await;
-        assert_eq!((again.code, again.body["userId"].as_str(), again.body["rank"].as_i64()), (200, Some(user.as_str()), Some(1)));
+        assert_eq!(
+            (again.code, again.body["userId"].as_str(), again.body["rank"].as_i64()),
+            (200, Some(user.as_str()), Some(1))
+        );
         assert_eq!(counts(&qc, "default").await, (1, 0, 0, 0), "{body}: one place per browser");
     }
     // A named nickname still works as before, for anyone.
@@ -152,12 +157,21 @@ async fn a_place_entered_without_a_form_is_bound_to_its_browser(b: Backend) {
     let status = format!("/api/queue/status?userId={user}&queue=default");
     let mine = send(&api, get.clone(), &status, None, Some(&cookie)).await;
     assert_eq!((mine.code, mine.body["rank"].as_i64()), (200, Some(1)), "{}", mine.body);
-    for cookie in [None, Some("queue_place_default=0f8fad5b-d9cb-469f-a165-70867728950e"), Some("queue_place_other=x")] {
+    for cookie in [None, Some("queue_place_default=0f8fad5b-d9cb-469f-a165-70867728950e"), Some("queue_place_other=x")]
+    {
         let copied = send(&api, get.clone(), &status, None, cookie).await;
-        assert_eq!((copied.code, copied.body["error"].as_str()), (404, Some("not_found")), "{cookie:?}: {}", copied.body);
-        let stream = send(&api, get.clone(), &format!("/api/queue/stream?userId={user}&queue=default"), None, cookie).await;
+        assert_eq!(
+            (copied.code, copied.body["error"].as_str()),
+            (404, Some("not_found")),
+            "{cookie:?}: {}",
+            copied.body
+        );
+        let stream =
+            send(&api, get.clone(), &format!("/api/queue/stream?userId={user}&queue=default"), None, cookie).await;
         assert_eq!(stream.code, 404, "{cookie:?}: the stream of a copied id");
-        let leave = send(&api, reqwest::Method::DELETE, &format!("/api/queue/entry?userId={user}&queue=default"), None, cookie).await;
+        let leave =
+            send(&api, reqwest::Method::DELETE, &format!("/api/queue/entry?userId={user}&queue=default"), None, cookie)
+                .await;
         assert_eq!(leave.code, 404, "{cookie:?}: a copied id leaves nobody");
     }
     // An entry naming the copied id: a new person behind, the first one unmoved.
@@ -168,7 +182,8 @@ async fn a_place_entered_without_a_form_is_bound_to_its_browser(b: Backend) {
     let mine = send(&api, get.clone(), &status, None, Some(&cookie)).await;
     assert_eq!(mine.body["rank"], 1, "the copied id moved nobody");
     let stream = tokio::time::timeout(std::time::Duration::from_secs(10), async {
-        let mut r = api.http.get(api.url(&format!("/api/queue/stream?userId={user}&queue=default"))).header("cookie", &cookie);
+        let mut r =
+            api.http.get(api.url(&format!("/api/queue/stream?userId={user}&queue=default"))).header("cookie", &cookie);
         r = r.header("accept", "text/event-stream");
         r.send().await.unwrap().status().as_u16()
     })
@@ -181,7 +196,14 @@ async fn a_place_entered_without_a_form_is_bound_to_its_browser(b: Backend) {
     let read = send(&api, get.clone(), &format!("/api/queue/status?userId={plain_id}&queue=default"), None, None).await;
     assert_eq!((read.code, read.body["rank"].as_i64()), (200, Some(3)));
     // Leaving with the cookie works.
-    let left = send(&api, reqwest::Method::DELETE, &format!("/api/queue/entry?userId={user}&queue=default"), None, Some(&cookie)).await;
+    let left = send(
+        &api,
+        reqwest::Method::DELETE,
+        &format!("/api/queue/entry?userId={user}&queue=default"),
+        None,
+        Some(&cookie),
+    )
+    .await;
     assert_eq!(left.code, 200, "{}", left.body);
     assert_eq!(counts(&qc, "default").await.0, 2);
     api.stop().await;
