@@ -9,6 +9,8 @@
 //! its proof, then the place the draw gave. The waiting room in Korean and English,
 //! branded and replaced by a template, axe-core clean; the back office during a swarm.
 //! Behind the gate, Back after admission lands in the app again as the same person.
+//! A formless room (a queue that asks no nickname) enters as it loads, keeps one place
+//! per browser, and goes on to the app the moment the place's turn comes.
 //! Screenshots of both pages at desktop and phone widths are saved under
 //! target/screenshots/<backend>/. Both backends. `scripts/install-deps.sh` installs
 //! Chromium, Node.js and the test's npm packages.
@@ -30,6 +32,7 @@ e2e_tests!(
     the_waiting_room_in_two_languages_branded_and_accessible,
     the_back_office_in_a_real_browser,
     back_after_admission_returns_to_the_app,
+    the_formless_room_enters_by_itself_and_goes_on_at_once,
 );
 
 async fn a_person_waits_is_admitted_and_chats_in_a_real_browser(backend: Backend) {
@@ -216,6 +219,9 @@ async fn the_waiting_room_in_two_languages_branded_and_accessible(backend: Backe
     }
     let chat = stack.chat.url();
     let room = ExtraApi::start(&stack, &["--admit-url", "default=/landing?from=room", "--chat-url", &chat]).await;
+    // A queue with an admit URL asks no nickname by default: this one asks (the form).
+    admin(&stack, reqwest::Method::PUT, "/api/admin/queues/default/brand", serde_json::json!({"nickname": "ask"}))
+        .await;
     let template = dir.join("template").display().to_string();
     let templated = ExtraApi::start(&stack, &["--templates", &template]).await;
     let script = dir.join("pages.mjs").display().to_string();
@@ -362,7 +368,8 @@ async fn the_back_office_in_a_real_browser(backend: Backend) {
 }
 
 /// One person per admitted visitor (tests/browser/back.mjs), behind the gate in proxy
-/// mode: a person sent from the app to the waiting room joins, is admitted and lands in
+/// mode: a person sent from the app to the waiting room joins as the page loads (no
+/// form: the gate's queue asks no nickname), is admitted and lands in
 /// the app; Back takes them to the app again as the same person (X-Queue-User), not to
 /// the room with an empty form; a bookmark of the room in a second tab too; an entry
 /// the browser sends to the room's API anyway gets its own place back (the place
@@ -385,7 +392,7 @@ async fn back_after_admission_returns_to_the_app(backend: Backend) {
     let gate = harness::gate(&scratch, &valkey, &room.url, &app, harness::Front::Proxy, &options).await;
 
     let script = dir.join("back.mjs").display().to_string();
-    let (mut node, mut out) = start_piped("node", &[script, gate.url(), "alice".into()]);
+    let (mut node, mut out) = start_piped("node", &[script, gate.url()]);
     let admitted = out.expect("the app, once admitted", |l| l.starts_with("ADMITTED ")).await;
     let user = admitted["ADMITTED ".len()..].to_string();
     let counts = |s: &Stack| {
@@ -400,6 +407,47 @@ async fn back_after_admission_returns_to_the_app(backend: Backend) {
     let entry = out.expect("an entry from the same browser", |l| l.starts_with("ENTRY ")).await;
     assert_eq!(entry, format!("ENTRY ACTIVE {user}"), "the browser's own place, not a second one");
     assert_eq!(counts(&stack), (0, 0, 1, 1), "no second place taken");
+    type_line(&mut node, "close").await;
+    out.expect("the browser to close", |l| l == "CLOSED").await;
+    exits_cleanly(&mut node, &out).await;
+}
+
+/// The formless room (tests/browser/formless.mjs): a queue whose people go on to an app
+/// (`--admit-url`) asks no nickname, so the page enters as it loads, in Korean and in
+/// English; a second tab and a reload show the same place and enter nobody again;
+/// another browser given the first one's userId gets a place of its own, not that
+/// one; promoted, the page goes on to the admit URL at once (under a second from the
+/// turn shown, where it waited 1.5 s before); axe-core clean.
+async fn the_formless_room_enters_by_itself_and_goes_on_at_once(backend: Backend) {
+    let dir = browser_dir();
+    let opts = StackOptions { soft_cap: 1, ticket_ttl_ms: 300_000, abandon_after_ms: 600_000, ..Default::default() };
+    let stack = Stack::start(backend, opts).await;
+    let api = Api::new(Api::http_client(), &stack.api.url(), &stack.queue, None);
+    let holder = api.enter("holder").await.unwrap();
+    assert_eq!(holder.status, Status::Promoted);
+    let room = ExtraApi::start(&stack, &["--admit-url", "default=/landing?from=room"]).await;
+    let script = dir.join("formless.mjs").display().to_string();
+    let (mut node, mut out) = start_piped("node", &[script, room.url.clone(), screenshots(backend)]);
+    out.expect("the Korean person in line without a form", |l| l == "KO_WAITING 1").await;
+    out.expect("the same place in a second tab", |l| l == "KO_TAB 1").await;
+    out.expect("the same place after a reload", |l| l == "KO_RELOADED 1").await;
+    out.expect("the English person behind", |l| l == "EN_WAITING 2").await;
+    let copied = out.expect("a copied id in another browser", |l| l.starts_with("COPIED ")).await;
+    assert_eq!(copied, "COPIED 3 other", "a copied userId alone does not carry the place");
+    out.expect("axe-core on both pages", |l| l.starts_with("AXE ")).await;
+    let info = stack.info();
+    assert_eq!((info["waiting"], info["joining"]), (3, 1), "one place per browser: {info:?}");
+
+    stack.call("QUEUE.LEAVE", &[&stack.queue, &holder.user_id]);
+    type_line(&mut node, "admit").await;
+    let admitted = out.expect("on to the admit URL", |l| l.starts_with("ADMITTED ")).await;
+    let mut words = admitted["ADMITTED ".len()..].split(' ');
+    let ms: u64 = words.next().unwrap().parse().unwrap();
+    let url = reqwest::Url::parse(words.next().unwrap()).unwrap();
+    eprintln!("from the turn shown to the admit URL asked: {ms} ms");
+    assert!(ms < 1000, "the page went on {ms} ms after the turn was shown");
+    let query: std::collections::HashMap<String, String> = url.query_pairs().into_owned().collect();
+    assert_eq!((url.path(), query["return"].as_str()), ("/landing", "/shop/item?id=7"), "{url}");
     type_line(&mut node, "close").await;
     out.expect("the browser to close", |l| l == "CLOSED").await;
     exits_cleanly(&mut node, &out).await;

@@ -1,16 +1,17 @@
 // One person per admitted visitor, in a real browser behind the gate: a person asks
-// the app for a gated page, is sent to the waiting room, joins, is admitted (the gate
+// the app for a gated page, is sent to the waiting room, joins as the page loads
+// (no form: the gate's queue asks no nickname), is admitted (the gate
 // claims the ticket and sends them back to the app), then presses Back: they land in
 // the app again as the same person, not in the room with an empty form. A bookmark of
 // the room opened in a second tab does the same, and an entry the browser sends to
 // the room's API anyway gets its own place back.
-//   node back.mjs <gate URL> <nickname>
+//   node back.mjs <gate URL>
 // Prints ADMITTED <user>, BACK <user> (or BACK_ROOM <what the room shows> when Back
 // lands in the room), TAB <user>, ENTRY <status> <userId>; then waits for a line on
 // stdin and prints CLOSED. Exits 1 on any failure (90 s at most).
 import { STEP, check, deadline, launch, nextLine, run } from "./harness.mjs";
 
-const [gate, nickname] = process.argv.slice(2);
+const [gate] = process.argv.slice(2);
 deadline(90);
 
 // The user the app says it serves (the example app answers JSON naming X-Queue-User).
@@ -29,10 +30,8 @@ await run(browser, async () => {
   const page = await ctx.newPage();
   page.on("pageerror", (e) => console.error("page error:", e.message));
   await page.goto(gate + "/checkout?item=7", { timeout: STEP });
-  check(new URL(page.url()).pathname === "/gate/room/", "not sent to the waiting room: " + page.url());
-  await page.fill("#nickname", nickname);
-  await page.press("#nickname", "Enter");
-  // There is room: promoted at once, on to /gate/claim, back to the app.
+  // The gate's queue asks no nickname: the room enters as it loads (no form). There
+  // is room: promoted at once, on to /gate/claim, back to the app.
   await atApp(page);
   const user = await appUser(page);
   console.log("ADMITTED " + user);

@@ -1,7 +1,9 @@
 //! A queue's branding of the waiting-room page, set in the back office and kept in
 //! Valkey (hash `queue:{Q}:brand`, so every instance serves it and nothing is
 //! rebuilt): title, message, logo URL and two colours. Checked when written and again
-//! when read, so a value written by hand can never reach a page unchecked.
+//! when read, so a value written by hand can never reach a page unchecked. Beside the
+//! look, one setting of how the page behaves: `nickname` (`ask` or `none`, whether
+//! the page asks a nickname before entering; [`crate::identity::NicknameMode`]).
 
 use std::collections::{BTreeMap, HashMap};
 
@@ -12,6 +14,7 @@ pub const FIELDS: &[(&str, usize, &str)] = &[
     ("logo_url", 500, "a logo image on this site: a path such as /static/logo.png (no other sites: the page loads nothing from elsewhere)"),
     ("accent", 7, "the colour of buttons and the progress bar, #rgb or #rrggbb"),
     ("background", 7, "the page's background colour, #rgb or #rrggbb"),
+    ("nickname", 4, "whether the page asks a nickname: ask, or none (the page enters at once as it loads; the default for a queue with an --admit-url, ask for the others)"),
 ];
 
 /// A queue's branding: only settings that pass [`check`].
@@ -75,6 +78,7 @@ pub fn check(name: &str, value: &str) -> Result<String, String> {
         return Err(format!("{name} must not contain control characters"));
     }
     match name {
+        "nickname" if v != "ask" && v != "none" => Err("nickname must be ask or none".into()),
         "accent" | "background" if !colour(v) => Err(format!("{name} must be a colour such as #1d4ed8 or #fff")),
         "logo_url" if !same_site_path(v) => Err(
             "logo_url must be a path on this site such as /static/logo.png (the page loads nothing from other sites)"
@@ -107,6 +111,8 @@ mod tests {
         for ok in ["/static/logo.png", "assets/logo.svg", "/a/b?x=1:2"] {
             assert!(check("logo_url", ok).is_ok(), "{ok}");
         }
+        assert_eq!(check("nickname", " none "), Ok("none".into()));
+        assert!(check("nickname", "off").is_err());
         for bad in ["https://cdn.example/logo.png", "//cdn.example/x.png", "javascript:alert(1)", "/a b.png", "\\\\x"] {
             assert!(check("logo_url", bad).is_err(), "{bad}");
         }

@@ -593,6 +593,60 @@ impl EntryMode {
     }
 }
 
+/// A queue's `nickname` setting (kept with its page settings, [`crate::brand`]):
+/// whether an entry must name a nickname. Seed 000's chat shows one, so `Ask` is the
+/// default; a queue whose people go on to an app (an `--admit-url`, such as the
+/// gate's `/gate/claim`) defaults to `None`, and an operator may set either.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum NicknameMode {
+    /// An entry names a nickname (seed 000's contract): the page shows its form.
+    Ask,
+    /// An entry may leave the nickname out (queue-api enters the person as
+    /// [`NEUTRAL_NICKNAME`]): the page enters at once as it loads, with no form.
+    None,
+}
+
+/// The nickname an entry that names none is entered with (the engine keeps one for
+/// every person; nobody shows it for a queue that asks none).
+pub const NEUTRAL_NICKNAME: &str = "guest";
+
+impl NicknameMode {
+    pub fn parse(s: &str) -> Option<NicknameMode> {
+        match s {
+            "ask" => Some(NicknameMode::Ask),
+            "none" => Some(NicknameMode::None),
+            _ => None,
+        }
+    }
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            NicknameMode::Ask => "ask",
+            NicknameMode::None => "none",
+        }
+    }
+
+    /// The mode in effect: the one set (`set`, as the brand hash holds it, already
+    /// checked), else `None` for a queue with an admit URL of its own, else `Ask`.
+    pub fn effective(set: Option<&str>, own_admit_url: bool) -> NicknameMode {
+        match set.and_then(NicknameMode::parse) {
+            Some(m) => m,
+            None if own_admit_url => NicknameMode::None,
+            None => NicknameMode::Ask,
+        }
+    }
+
+    /// `queue`'s mode, read from the store (one read of its page settings).
+    pub async fn of(
+        state: &crate::AppState,
+        client: &queue_client::QueueClient,
+        queue: &str,
+    ) -> Result<NicknameMode, queue_client::ClientError> {
+        let brand = crate::brand::Brand::from_stored(&client.brand(queue).await?);
+        Ok(NicknameMode::effective(brand.get("nickname"), crate::pages::has_admit_url(state, queue)))
+    }
+}
+
 /// A queue's entry mode is read from its settings at most this often per instance.
 const MODE_TTL: Duration = Duration::from_secs(2);
 
@@ -653,6 +707,21 @@ pub fn is_invite_refusal(e: &queue_client::ClientError) -> bool {
 mod tests {
     use super::*;
     use ring::rand::SystemRandom;
+
+    #[test]
+    fn the_nickname_mode_set_wins_else_the_admit_url_decides() {
+        let (ask, none) = (NicknameMode::Ask, NicknameMode::None);
+        let cases = [
+            (None, false, ask),
+            (None, true, none),
+            (Some("ask"), true, ask),
+            (Some("none"), false, none),
+            (Some("junk"), false, ask),
+        ];
+        for (set, admit, want) in cases {
+            assert_eq!(NicknameMode::effective(set, admit), want, "{set:?} {admit}");
+        }
+    }
     use ring::signature::{EcdsaKeyPair, Ed25519KeyPair, KeyPair};
     use serde_json::json;
 

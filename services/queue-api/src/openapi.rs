@@ -54,7 +54,11 @@ pub fn document() -> Value {
     let brand: serde_json::Map<String, Value> = crate::brand::FIELDS
         .iter()
         .map(|(name, max, help)| {
-            (name.to_string(), json!({ "type": ["string", "null"], "maxLength": max, "description": help }))
+            let mut field = json!({ "type": ["string", "null"], "maxLength": max, "description": help });
+            if *name == "nickname" {
+                field["enum"] = json!(["ask", "none", "", null]);
+            }
+            (name.to_string(), field)
         })
         .collect();
     let brand = json!({ "type": "object", "properties": brand, "additionalProperties": false, "minProperties": 1 });
@@ -66,9 +70,9 @@ pub fn document() -> Value {
                 "security": identity,
                 "summary": "Join the line (a new userId is issued; with an identity token, the token's person's id, and an entry of someone still waiting, holding a ticket or inside gets that standing back unless the body names their userId: an explicit re-entry, to the back, or the one given again: a re-entry moves that person to the back); promoted at once when nobody waits and there is room. An entry carrying the place cookie (queue_place_<queue>) whose person still waits, holds a ticket or is inside gets that person's standing back unchanged, whatever the body names",
                 "requestBody": { "required": true, "content": { "application/json": { "schema": {
-                    "type": "object", "required": ["nickname"],
+                    "type": "object",
                     "properties": { "nickname": { "type": "string", "minLength": 1, "maxLength": 32, "pattern": "^[^\\u0000-\\u001f\\u007f]*[^\\s\\u0000-\\u001f\\u007f][^\\u0000-\\u001f\\u007f]*$",
-                                                  "description": "1-32 bytes of UTF-8 text without control characters (trimmed; 422 past 32 bytes)" },
+                                                  "description": "1-32 bytes of UTF-8 text without control characters (trimmed; 422 past 32 bytes). Required unless the queue's nickname setting is none: left out there, the person is entered as guest with a userId bound to the place cookie (status, stream and leave naming it need that cookie)" },
                                     "queue": { "type": ["string", "null"], "pattern": "^[A-Za-z0-9._:-]{1,64}$", "default": "default" },
                                     "userId": { "type": ["string", "null"], "format": "uuid",
                                                 "pattern": "^[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}$" },
@@ -88,7 +92,7 @@ pub fn document() -> Value {
                                "404": err(unknown_queue),
                                "409": err("this proof of work was used already"),
                                "415": err("the identity token came from the login cookie and the request is not Content-Type: application/json (error json_required): what another site's page could send without a preflight is refused"),
-                               "422": err("missing, empty or too long nickname"),
+                               "422": err("missing (in a queue that asks one), empty or too long nickname"),
                                "428": { "description": "the queue asks a proof of work: solve the challenge given and send the entry again with `pow`",
                                         "content": { "application/json": { "schema": { "allOf": [error, { "type": "object", "properties": { "challenge": challenge } }] } } } },
                                "429": err("rate limited"), "503": err("queue store unreachable, or the line is full (the queue's max_waiting; error line_full): retry after Retry-After") } },

@@ -48,6 +48,16 @@ pub fn admit_url<'a>(state: &'a AppState, queue: &str) -> &'a str {
     state.config.admit_url.iter().find(|a| a.queue == queue).map_or(state.config.chat_url.as_str(), |a| &a.url)
 }
 
+/// Whether `queue` has an `--admit-url` of its own (its people go on to an app, such
+/// as the gate's `/gate/claim`, not to the chat).
+pub fn has_admit_url(state: &AppState, queue: &str) -> bool {
+    state.config.admit_url.iter().any(|a| a.queue == queue)
+}
+
+/// From this many people waiting, the page's default text says there is a crowd;
+/// below it (the first visitor to an empty room) it only says what happens next.
+pub const CROWD: u64 = 20;
+
 fn pages(state: &AppState) -> &Pages {
     state.config.templates.as_ref().unwrap_or(&BUILT_IN_PAGES)
 }
@@ -95,22 +105,31 @@ pub async fn room(
     let queue = page_queue(q.queue.as_deref())?;
     let accept = headers.get(header::ACCEPT_LANGUAGE).and_then(|v| v.to_str().ok());
     let lang = i18n::choose(q.lang.as_deref(), accept);
-    let (brand, ticket_ttl) = match state.valkey.client().await {
+    let (brand, ticket_ttl, waiting) = match state.valkey.client().await {
         Ok(c) => {
             if let Ok(false) = state.declared.is_declared(&c, &queue).await {
                 return Ok(no_such_queue(&queue, lang));
             }
             let (brand, info) = tokio::join!(c.brand(&queue), c.info(&queue));
-            (brand.map(|b| Brand::from_stored(&b)).unwrap_or_default(), info.ok().map(|i| i.config.ticket_ttl()))
+            let info = info.ok();
+            (
+                brand.map(|b| Brand::from_stored(&b)).unwrap_or_default(),
+                info.as_ref().map(|i| i.config.ticket_ttl()),
+                info.map(|i| i.waiting),
+            )
         }
-        Err(_) => (Brand::default(), None),
+        Err(_) => (Brand::default(), None, None),
     };
     let msg = |k: &str| lang.messages.get(k).cloned().unwrap_or_default();
     let mut vars: BTreeMap<&str, String> = BTreeMap::new();
     vars.insert("lang", lang.tag.to_string());
     vars.insert("queue", queue.clone());
     vars.insert("title", brand.get("title").map_or_else(|| msg("title"), str::to_string));
-    vars.insert("message", brand.get("message").map_or_else(|| msg("intro"), str::to_string));
+    // No crowd claimed before there is one (unknown: the store unreachable, say so).
+    let intro = if waiting.is_none_or(|w| w >= CROWD) { "intro" } else { "intro_quiet" };
+    vars.insert("message", brand.get("message").map_or_else(|| msg(intro), str::to_string));
+    let nickname = crate::identity::NicknameMode::effective(brand.get("nickname"), has_admit_url(&state, &queue));
+    vars.insert("nickname", nickname.as_str().to_string());
     vars.insert("logo_url", brand.get("logo_url").unwrap_or("").to_string());
     vars.insert("accent", brand.get("accent").unwrap_or("").to_string());
     vars.insert("background", brand.get("background").unwrap_or("").to_string());

@@ -78,7 +78,8 @@ impl<'a> StandingBody<'a> {
     }
 }
 
-/// `POST /api/queue/entry {nickname, queue?}` -> `{status, rank, userId, ...}`.
+/// `POST /api/queue/entry {nickname, queue?}` -> `{status, rank, userId, ...}`; the
+/// nickname may be left out in a queue that asks none (`nickname` setting).
 pub async fn entry(
     State(state): St,
     from: ClientIp,
@@ -88,12 +89,17 @@ pub async fn entry(
     let ip = rate_limit(&state, &from)?;
     state.metrics.entry_requests.increment(1);
     let JsonBody(body) = body?;
+    // Left out: taken only in a queue that asks no nickname (checked once the queue
+    // is known to exist); the entry is then formless and its place bound (place.rs).
     let nickname = match &body.nickname {
-        Field::Given(n) => n.trim(),
-        Field::Absent => return Err(ApiError::Invalid("nickname is required".into())),
+        Field::Given(n) => Some(n.trim()),
+        Field::Absent => None,
         Field::Null | Field::WrongType => return Err(ApiError::Invalid("nickname must be a string".into())),
     };
-    queue_core::keys::check_nickname(nickname.as_bytes()).map_err(|e| ApiError::Invalid(strip(e)))?;
+    if let Some(n) = nickname {
+        queue_core::keys::check_nickname(n.as_bytes()).map_err(|e| ApiError::Invalid(strip(e)))?;
+    }
+    let formless = nickname.is_none();
     let queue = match &body.queue {
         Field::Absent | Field::Null => queue_name(None)?,
         Field::Given(q) => queue_name(Some(q))?,
@@ -124,8 +130,15 @@ pub async fn entry(
                 "userId must be the one the identity token gives (or left out) when a token is sent".into(),
             ))
         }
-        (None, Field::Absent | Field::Null) => (uuid::Uuid::new_v4().to_string(), false),
+        (None, Field::Absent | Field::Null) => (new_user(formless), false),
         (None, Field::Given(u)) if crate::identity::is_identity_id(u) => return Err(ApiError::IdentityRequired),
+        // A bound id named without its place cookie (a copied id), or a formless entry
+        // naming an id not bound: a new person, bound; nobody else moves.
+        (None, Field::Given(u))
+            if !crate::place::may_name(&headers, &queue, u) || (formless && !crate::place::is_bound(u)) =>
+        {
+            (new_user(formless), false)
+        }
         (None, Field::Given(u)) => match uuid::Uuid::parse_str(u) {
             Ok(id) => (id.hyphenated().to_string(), true),
             Err(_) => return Err(ApiError::BadRequest("userId must be the id this service gave".into())),
@@ -141,6 +154,12 @@ pub async fn entry(
     };
     let client = state.valkey.client().await?;
     state.declared.check(&client, &queue).await?;
+    if formless
+        && crate::identity::NicknameMode::of(&state, &client, &queue).await? == crate::identity::NicknameMode::Ask
+    {
+        return Err(ApiError::Invalid("nickname is required".into()));
+    }
+    let nickname = nickname.unwrap_or(crate::identity::NEUTRAL_NICKNAME);
     if who.is_none() && state.entry_modes.get(&client, &queue).await?.entry_needs_identity(code.is_some()) {
         return Err(ApiError::IdentityRequired);
     }
@@ -187,6 +206,15 @@ pub async fn entry(
         return Ok(Json(StandingBody::new(&standing, &queue)).into_response());
     }
     Ok(placed(&state, &headers, &standing, &queue))
+}
+
+/// A new person's userId: bound to the place cookie for a formless entry (place.rs).
+fn new_user(formless: bool) -> String {
+    if formless {
+        crate::place::bound_id()
+    } else {
+        uuid::Uuid::new_v4().to_string()
+    }
 }
 
 /// The identity the request's token gives for `queue` (`Authorization: Bearer`, or
@@ -277,7 +305,7 @@ async fn who(
     let named = match (&identity, q.user_id.as_deref()) {
         (_, None) => None,
         (Some(_), Some(u)) => Some(user_id(Some(u))?),
-        (None, Some(u)) => Some(named_alone(u)?),
+        (None, Some(u)) => Some(crate::place::named(headers, &queue, named_alone(u)?)?),
     };
     let client = state.valkey.client().await?;
     state.declared.check(&client, &queue).await?;

@@ -25,6 +25,7 @@ pub const VARIABLES: &[&str] = &[
     "ticket_ttl_seconds",
     "languages",
     "identity",
+    "nickname",
 ];
 
 /// The built-in page.

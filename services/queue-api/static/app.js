@@ -17,6 +17,10 @@
   // place is the account's: the page asks where it stands before offering the form,
   // on any device, and names no userId of its own.
   const identity = data.identity === "cookie";
+  // "none": the queue asks no nickname (the gate's queues, or as its operator set):
+  // the page enters by itself as it loads, with no form; the form (a button, the
+  // access code) comes back only to join again after leaving or losing the place.
+  const formless = data.nickname === "none";
   // A link may carry an access code (?code=): prefilled, its box opened.
   if (params.get("code") && $("code")) {
     $("code").value = params.get("code");
@@ -219,9 +223,10 @@
     $("state").textContent = t("sending", { destination, ttl: ticketTtl ? duration(ticketTtl) : "—" });
     $("continue").href = url.toString();
     show_($("turn"), true);
-    // A moment to read where they are going; at once in a background tab.
-    if (document.visibilityState === "hidden") location.assign(url.toString());
-    else setTimeout(() => location.assign(url.toString()), 1500);
+    // Announced (the live region reads "sending"), and on at once: the ticket's time
+    // runs from now, and a wait is what they came out of.
+    $("announce").textContent = t("your_turn");
+    location.assign(url.toString());
   }
 
   // Already inside (a session holds their place): no second entry; the way back to
@@ -352,11 +357,13 @@
 
   async function enter() {
     $("error").textContent = "";
-    if (!checkNickname()) { $("nickname").reportValidity(); return; }
+    if (!formless && !checkNickname()) { $("nickname").reportValidity(); return; }
     // Entering again with the id this browser was given is that person again, not a
     // second entry (queue-api's place cookie gives back a place still held).
-    // With the app's login the account is the person: no userId is named.
-    const entry = { nickname: $("nickname").value, queue, userId: identity ? undefined : kept.get(saved) || undefined };
+    // With the app's login the account is the person: no userId is named. A formless
+    // entry names no nickname (queue-api binds its place to this browser's cookie).
+    const entry = { queue, userId: identity ? undefined : kept.get(saved) || undefined };
+    if (!formless) entry.nickname = $("nickname").value;
     // An access code (typed, or from the link's ?code=) enters the code's lane.
     const codeField = $("code");
     const code = codeField ? codeField.value.trim() : "";
@@ -381,6 +388,7 @@
       $("state").textContent = "";
       if (!r.ok) {
         $("error").textContent = errorMessage(body, "error_join");
+        show_($("enter"), true);
         return;
       }
       show_($("enter"), false);
@@ -390,7 +398,24 @@
       else follow(body.userId);
     } catch (_) {
       $("error").textContent = t("error_network");
+      show_($("enter"), true);
     }
+  }
+
+  // A formless page enters as it loads, one tab at a time (Web Locks, where the
+  // browser has them): a second tab opened meanwhile finds the id the first one kept
+  // and follows that place instead of entering again.
+  async function enterOnce() {
+    const once = async () => {
+      const userId = kept.get(saved);
+      if (userId && (await resume(userId))) return;
+      show_($("enter"), false);
+      $("state").textContent = t("joining");
+      show_($("wait"), true);
+      await enter();
+    };
+    if (navigator.locks) await navigator.locks.request(saved, once);
+    else await once();
   }
 
   async function leave() {
@@ -443,29 +468,39 @@
   // A place kept by this browser: where does it stand? Waiting: followed; promoted
   // (a ticket not used yet): on to the admit URL; inside: said so. Only a person the
   // queue no longer knows gets the form back.
+  // Answers false only when the queue no longer knows the person and the page asks
+  // no nickname: the caller then enters anew.
   async function resume(userId) {
     try {
       const r = await fetch("api/queue/status?" + who(userId));
       if (r.status === 404) {
+        // Gone (or an id this browser's place cookie does not hold): forgotten.
         kept.remove(saved);
         kept.remove(savedEntry);
+        if (formless) return false;
         show_($("enter"), true);
-        return;
+        return true;
       }
       if (r.ok) {
         const s = await r.json();
-        if (s.status === "PROMOTED") return admitted(s);
-        if (s.status === "ACTIVE") return inside(s);
+        if (s.status === "PROMOTED") { admitted(s); return true; }
+        if (s.status === "ACTIVE") { inside(s); return true; }
       }
     } catch (_) { /* follow() keeps asking */ }
     follow(userId);
+    return true;
   }
 
   // Handlers first (a form submitted before they are there would reload the page),
   // then the messages, then the place this browser keeps.
   function start() {
-    // A kept place is asked about before the form is offered (no second entry).
-    if (identity || kept.get(saved)) show_($("enter"), false);
+    // A kept place is asked about before the form is offered (no second entry); a
+    // formless page shows no form, and no nickname box ever.
+    if (identity || kept.get(saved) || formless) show_($("enter"), false);
+    if (formless) {
+      for (const el of [$("nickname"), $("nickname-label")]) if (el) show_(el, false);
+      $("nickname").required = false;
+    }
     // Back to a page kept in memory (the back/forward cache) shows it as it was left:
     // load it again, so that the place is asked about (and the gate can send someone
     // admitted straight back to the app).
@@ -493,6 +528,7 @@
     messages.then(async () => {
       const resumed = kept.get(saved);
       if (identity) await resumeAccount();
+      else if (formless) await enterOnce();
       else if (resumed) await resume(resumed);
       document.body.dataset.ready = "true";
     });
