@@ -2079,7 +2079,7 @@ local function queue_info(keys, args)
   local inventory = q:inventory()
   m.closed = q:closed(now) and 1 or 0
   m[INVENTORY] = inventory or false
-  m.outstanding = q:outstanding(active)
+  m.outstanding = q:outstanding(redis.call("ZCARD", q.sessions))
   m.sold_out = inventory == 0 and 1 or 0
   m[MESSAGE] = q:message()
   return { map = m }

@@ -959,7 +959,7 @@ pub fn info<S: Store>(s: &S) -> Result<Info, QueueError> {
     Ok(Info {
         closed: sale::closed(s, now),
         inventory,
-        outstanding: sale::outstanding(s, active),
+        outstanding: sale::outstanding(s, s.sessions_len()),
         sold_out: inventory == Some(0),
         message: s.message(),
         waiting: waiting_count(s),

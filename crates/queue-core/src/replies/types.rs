@@ -125,7 +125,8 @@ pub struct Info {
     pub closed: bool,
     /// Units left to sell (None: no limit).
     pub inventory: Option<i64>,
-    /// Ticket holders and people inside not reported as having bought.
+    /// Tickets out and sessions (both counting expired ones until PROMOTE drops
+    /// them), less the people inside reported as having bought.
     pub outstanding: i64,
     /// The inventory is 0.
     pub sold_out: bool,
