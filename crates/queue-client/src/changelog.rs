@@ -67,7 +67,7 @@ pub struct QueueState {
 /// separated by spaces).
 fn unhex_message(h: &str) -> Result<String, ClientError> {
     let bad = || protocol(&format!("message: not hex: {h}"));
-    if h.len() % 2 != 0 {
+    if !h.len().is_multiple_of(2) {
         return Err(bad());
     }
     let mut bytes = vec![0u8; h.len() / 2];

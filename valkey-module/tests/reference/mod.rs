@@ -172,7 +172,7 @@ fn hex(s: &str) -> String {
 }
 
 fn unhex(h: &str) -> Result<String, String> {
-    if h.len() % 2 != 0 {
+    if !h.len().is_multiple_of(2) {
         return Err(format!("message not hex: {h:?}"));
     }
     let bytes = (0..h.len())
