@@ -15,7 +15,7 @@ replace the entropy placeholder below with random bytes, which ticket secrets ar
 derived from.
 ]]
 
-local VERSION = "12"
+local VERSION = "13"
 local ENTROPY = "__QUEUE_ENTROPY__"
 -- Tests load the library with this set to true: a queue's commands then read the
 -- time from the string key queue:{Q}:clock when it exists (as the module's
@@ -69,14 +69,18 @@ local FIELDS = {
   { name = "opens_at", default = 0, min = 0, max = 253402300799999 },
   { name = "pow_difficulty", default = 0, min = 0, max = 32 },
   { name = "max_waiting", default = 0, min = 0, max = 100000000 },
+  { name = "closes_at", default = 0, min = 0, max = 253402300799999 },
 }
-local SOFT_CAP, HARD_CAP, RATE, BURST, BATCH_MAX, TICKET_TTL, SESSION_LEASE, ABANDON_AFTER, OPENS_AT, POW_DIFFICULTY, MAX_WAITING = 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11
+local SOFT_CAP, HARD_CAP, RATE, BURST, BATCH_MAX, TICKET_TTL, SESSION_LEASE, ABANDON_AFTER, OPENS_AT, POW_DIFFICULTY, MAX_WAITING, CLOSES_AT = 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12
 local COUNTERS = { "promoted", "claimed", "expired", "dropped", "left", "ended", "lapsed", "slot_wait_ms" }
 -- Lanes and access codes (queue-core's lanes).
 local K_CODES, LANES, MAX_LANES, MAX_LANE_LEN, BAND = "codes", "lanes", 8, 32, 1099511627776
 local MAX_CODES_PER_CALL, MAX_CODE_USES, CODE_LEN = 1000, 1000000, 64
 -- The text setting `entry` and its modes (the first is the default).
 local ENTRY, ENTRY_MODES = "entry", { "open", "identified", "invite" }
+-- A sale's life (engine::sale): the keys, settings and stats fields.
+local K_BOUGHT, MESSAGE, INVENTORY, MAX_MESSAGE_LEN, MAX_INVENTORY = "bought", "message", "inventory", 500, 1000000000000
+local SALE = { SOLD = "sold", BOUGHT = "bought", CLOSED = "closed", SOLD_OUT = "sold_out" }
 
 -- Error texts (queue-core's QueueError); E_ARITY, E_RANGE, E_FIELD and E_UNKNOWN_LANE are formats.
 local E_ARITY = "ERR wrong number of arguments for '%s' command"
@@ -107,6 +111,9 @@ local E_NOCODE = "NOCODE unknown or used-up access code"
 local E_CODE_LANE = "WRONGLANE the access code is for another lane"
 local E_CODE = "ERR invalid code: 64 hex digits 0-9 a-f (its SHA-256)"
 local E_TOO_MANY_CODES = "ERR at most 1000 codes per call"
+local E_CLOSED = "CLOSED this queue is closed to new entries"
+local E_SOLDOUT = "SOLDOUT sold out"
+local E_MESSAGE = "ERR message must be at most 500 bytes, no control characters"
 -- END GENERATED
 
 local function fail(msg)
@@ -187,7 +194,7 @@ local function open(name)
     -- What this command took out of the line's waiting part, for the change log:
     -- the head run (number of the last one taken there, how many), the numbers of
     -- the others who left, and whether ranks changed otherwise (opening, repair).
-    log = { head = nil, gone = 0, tickets = {}, left = {}, again = {}, reset = false, ahead = {} },
+    log = { head = nil, gone = 0, tickets = {}, left = {}, again = {}, reset = false, ahead = {}, state = false },
   }, Q)
   return current
 end
@@ -342,6 +349,66 @@ end
 function Q:add_stat(field, by)
   if by ~= 0 then
     self:set_stat(field, self:stat(field) + by)
+  end
+end
+
+-- A sale's life (engine::sale): closes_at, the inventory and who counts against it.
+
+function Q:closed(now)
+  local at = self:setting(CLOSES_AT)
+  return at > 0 and now >= at
+end
+
+-- Units left (nil: no limit; the stats field absent or -1).
+function Q:inventory()
+  local v = parse_int(read("HGET", self.stats_key, INVENTORY) or "")
+  if v == nil or v < 0 then
+    return nil
+  end
+  return v
+end
+
+function Q:sold_out()
+  return self:inventory() == 0
+end
+
+function Q:outstanding(sessions)
+  return math.max(self:joining() + sessions - self:stat(SALE.BOUGHT), 0)
+end
+
+-- How many more may be promoted within the inventory (nil: no limit).
+function Q:room(sessions)
+  local i = self:inventory()
+  if i == nil then
+    return nil
+  end
+  return math.max(i - self:outstanding(sessions), 0)
+end
+
+function Q:note_state(now)
+  local c = self:closed(now) and 1 or 0
+  local o = self:sold_out() and 1 or 0
+  local changed = false
+  if self:stat(SALE.CLOSED) ~= c then
+    self:set_stat(SALE.CLOSED, c)
+    changed = true
+  end
+  if self:stat(SALE.SOLD_OUT) ~= o then
+    self:set_stat(SALE.SOLD_OUT, o)
+    changed = true
+  end
+  if changed then
+    self.log.state = true
+  end
+end
+
+function Q:message()
+  return read("HGET", self.config_key, MESSAGE) or ""
+end
+
+function Q:forget_bought(user)
+  if self:stat(SALE.BOUGHT) > 0 and redis.call("HDEL", self.prefix .. K_BOUGHT, user) == 1 then
+    self:add_stat(SALE.BOUGHT, -1)
   end
 end
 
@@ -587,7 +654,7 @@ end
 
 function Q:flush_log()
   local lg = self.log
-  if lg.head == nil and #lg.left == 0 and not lg.reset and #lg.ahead == 0 then
+  if lg.head == nil and #lg.left == 0 and not lg.reset and #lg.ahead == 0 and not lg.state then
     return
   end
   local n = self:stat(S.LOG) + 1
@@ -619,11 +686,22 @@ function Q:flush_log()
     entry[#entry + 1] = "ahead"
     entry[#entry + 1] = table.concat(lg.ahead, ",")
   end
+  if lg.state then
+    local hex = self:message():gsub(".", function(c)
+      return string.format("%02x", string.byte(c))
+    end)
+    entry[#entry + 1] = "closed"
+    entry[#entry + 1] = fmt(self:stat(SALE.CLOSED))
+    entry[#entry + 1] = "sold_out"
+    entry[#entry + 1] = fmt(self:stat(SALE.SOLD_OUT))
+    entry[#entry + 1] = "message"
+    entry[#entry + 1] = hex
+  end
   entry[#entry + 1] = "waiting"
   entry[#entry + 1] = fmt(self:waiting_count())
   -- A log key of another type gets no entry (the command's writes are made).
   local id = redis.pcall(unpack(entry))
-  self.log = { head = nil, gone = 0, tickets = {}, left = {}, again = {}, reset = false, ahead = {} }
+  self.log = { head = nil, gone = 0, tickets = {}, left = {}, again = {}, reset = false, ahead = {}, state = false }
   if type(id) == "string" then
     -- Published for push instances: the id, then the fields and values. A caller not
     -- allowed the channel (ACL) publishes nothing; watchers catch up within a tick.
@@ -842,6 +920,7 @@ function Q:close_session(user)
   redis.call("ZREM", self.sessions, user)
   redis.call("HDEL", self.active, user)
   self:forget_claim(user)
+  self:forget_bought(user)
 end
 
 -- Members of `waiting` with min <= score <= max, in order, as {user, seq} pairs,
@@ -931,6 +1010,10 @@ function Q:fill_freed(now, freed_at)
   local n = math.min(free, self:setting(BATCH_MAX))
   if bucket then
     n = math.min(n, whole(bucket))
+  end
+  local room = self:room(redis.call("ZCARD", self.sessions))
+  if room then
+    n = math.min(n, room)
   end
   local promoted, dropped = self:admit_head(math.max(n, 0), self:setting(ABANDON_AFTER), now)
   if bucket and promoted > 0 then
@@ -1453,6 +1536,13 @@ local function queue_enter(keys, args)
   if not q then
     return e
   end
+  q:note_state(q:now())
+  if q:closed(q:now()) then
+    return fail(E_CLOSED)
+  end
+  if q:sold_out() then
+    return fail(E_SOLDOUT)
+  end
   local lane, code, lane_err = q:invited_lane(inv)
   if lane_err then
     return fail(lane_err)
@@ -1505,7 +1595,8 @@ local function queue_enter(keys, args)
     local _, _, freed_at = q:reap(now)
     local free = free_slots(q:setting(SOFT_CAP), redis.call("ZCARD", q.sessions), q:joining())
     local bucket = q:setting(RATE) > 0 and q:bucket(now) or nil
-    if free > 0 and (bucket == nil or whole(bucket) >= 1) then
+    local room = q:room(redis.call("ZCARD", q.sessions))
+    if free > 0 and (room == nil or room >= 1) and (bucket == nil or whole(bucket) >= 1) then
       q:add_waiter(user, seq, now, nickname)
       local ticket = q:promote_user(seq, nickname, now)
       q:note_promoted(1, seq)
@@ -1563,7 +1654,8 @@ function Q:enter_lane(user, nickname, lane, code, now)
     local _, _, freed_at = self:reap(now)
     local free = free_slots(self:setting(SOFT_CAP), redis.call("ZCARD", self.sessions), self:joining())
     local bucket = self:setting(RATE) > 0 and self:bucket(now) or nil
-    if free > 0 and (bucket == nil or whole(bucket) >= 1) then
+    local room = self:room(redis.call("ZCARD", self.sessions))
+    if free > 0 and (room == nil or room >= 1) and (bucket == nil or whole(bucket) >= 1) then
       -- In at once: numbered as the next holder.
       local seq = self:p_max() + 1
       self:add_waiter(user, seq, now, nickname)
@@ -1793,6 +1885,7 @@ local function queue_promote(keys, args)
     return e
   end
   local soft_cap, abandon_after = q:setting(SOFT_CAP), q:setting(ABANDON_AFTER)
+  q:note_state(now)
   -- Nobody is promoted before the opening.
   if q:before_opening(now) then
     max = 0
@@ -1807,6 +1900,11 @@ local function queue_promote(keys, args)
   end
   if max then
     n = math.min(n, max)
+  end
+  -- Never more tickets and sessions outstanding than units left to sell.
+  local room = q:room(redis.call("ZCARD", q.sessions))
+  if room then
+    n = math.min(n, room)
   end
   n = math.max(n, 0)
 
@@ -1907,6 +2005,7 @@ local function ticket_claim(keys, args)
   -- A new session: an earlier claim of this user's (its lease ran out unreaped) is
   -- no longer the one that is live.
   q:forget_claim(user)
+  q:forget_bought(user)
   if holder then
     redis.call("HSET", q.claimed, ticket, holder .. "|" .. fmt(lease) .. "|" .. user)
     redis.call("HSET", q.claimed, CLAIMED_USER_MARK .. user, ticket)
@@ -1977,7 +2076,50 @@ local function queue_info(keys, args)
     m[c] = q:stat(c)
   end
   m.lane_counts = q:lane_counts()
+  local inventory = q:inventory()
+  m.closed = q:closed(now) and 1 or 0
+  m[INVENTORY] = inventory or false
+  m.outstanding = q:outstanding(redis.call("ZCARD", q.sessions))
+  m.sold_out = inventory == 0 and 1 or 0
+  m[MESSAGE] = q:message()
   return { map = m }
+end
+
+-- QUEUE.SOLD Q n [USER userId] (engine::sale::sold).
+local function queue_sold(keys, args)
+  local n = parse_int(args[1] or "")
+  local user = args[3]
+  local checks = {
+    { n ~= nil, E_NOT_INTEGER },
+    { n ~= nil and n >= 0 and n <= MAX_INVENTORY, out_of_range("n", 0, MAX_INVENTORY) },
+  }
+  if #args == 3 then
+    checks[#checks + 1] = { args[2]:upper() == "USER", E_SYNTAX }
+    checks[#checks + 1] = { valid_name(user, true), E_USER }
+  end
+  local q, e = begin("queue.sold", keys, #args == 1 or #args == 3, checks, { "stats_key", "sessions" })
+  if not q then
+    return e
+  end
+  local now = q:now()
+  local inventory = q:inventory()
+  if inventory ~= nil then
+    local left = math.max(inventory - n, 0)
+    if left ~= inventory then
+      redis.call("HSET", q.stats_key, INVENTORY, fmt(left))
+    end
+  end
+  q:add_stat(SALE.SOLD, n)
+  if #args == 3 then
+    local exp = tonumber(redis.call("ZSCORE", q.sessions, user) or nil)
+    local bought = q.prefix .. K_BOUGHT
+    if exp ~= nil and exp > now and redis.pcall("HEXISTS", bought, user) == 0 then
+      redis.pcall("HSET", bought, user, "1")
+      q:add_stat(SALE.BOUGHT, 1)
+    end
+  end
+  q:note_state(now)
+  return q:inventory() or false
 end
 
 local function queue_config(keys, args)
@@ -2005,6 +2147,12 @@ local function queue_config(keys, args)
     if args[2]:lower() == LANES then
       return lanes_text(q:lanes())
     end
+    if args[2]:lower() == MESSAGE then
+      return q:message()
+    end
+    if args[2]:lower() == INVENTORY then
+      return q:inventory() or false
+    end
     local i = field_index(args[2])
     if not i then
       return fail(string.format(E_FIELD, printable(args[2])))
@@ -2015,10 +2163,27 @@ local function queue_config(keys, args)
       return arity("queue.config")
     end
     local pairs_ = {}
-    local new_lanes, new_opens_at
+    local new_lanes, new_opens_at, new_inventory, new_message
     for j = 2, #args, 2 do
       local i = field_index(args[j])
-      if args[j]:lower() == LANES then
+      if args[j]:lower() == INVENTORY then
+        local v = parse_int(args[j + 1])
+        if v == nil then
+          return fail(E_NOT_INTEGER)
+        end
+        if v < -1 or v > MAX_INVENTORY then
+          return fail(out_of_range(INVENTORY, -1, MAX_INVENTORY))
+        end
+        new_inventory = v
+      elseif args[j]:lower() == MESSAGE then
+        local m = args[j + 1]
+        if #m > MAX_MESSAGE_LEN or m:find("[%z\1-\31\127]") then
+          return fail(E_MESSAGE)
+        end
+        new_message = true
+        pairs_[#pairs_ + 1] = MESSAGE
+        pairs_[#pairs_ + 1] = m
+      elseif args[j]:lower() == LANES then
         local l, ok = parse_lanes(args[j + 1])
         if not ok then
           return fail(E_LANES)
@@ -2047,7 +2212,11 @@ local function queue_config(keys, args)
         pairs_[#pairs_ + 1] = fmt(v)
       end
     end
-    local q, e = begin("queue.config", keys, true, {}, { "config_key" })
+    local parts = { "config_key" }
+    if new_inventory ~= nil then
+      parts[#parts + 1] = "stats_key"
+    end
+    local q, e = begin("queue.config", keys, true, {}, parts)
     if not q then
       return e
     end
@@ -2061,9 +2230,20 @@ local function queue_config(keys, args)
         return fail(E_LANES_BUSY)
       end
     end
-    redis.call("HSET", q.config_key, unpack(pairs_))
+    if #pairs_ > 0 then
+      redis.call("HSET", q.config_key, unpack(pairs_))
+    end
     q.settings, q.entry, q.lanes_read = {}, nil, nil
-    q:schedule_if_needed(q:now())
+    local now = q:now()
+    -- Inventory, closing time and message: one `state` entry in the change log.
+    if new_inventory ~= nil and parse_int(read("HGET", q.stats_key, INVENTORY) or "") ~= new_inventory then
+      q:set_stat(INVENTORY, new_inventory)
+    end
+    q:note_state(now)
+    if new_message then
+      q.log.state = true
+    end
+    q:schedule_if_needed(now)
     return redis.status_reply("OK")
   end
   return fail(E_SYNTAX)
@@ -2267,6 +2447,7 @@ redis.register_function({ function_name = "ticket_claim", callback = command(tic
 redis.register_function({ function_name = "session_heartbeat", callback = command(session_heartbeat), flags = { "allow-oom" } })
 redis.register_function({ function_name = "session_end", callback = command(session_end), flags = { "allow-oom" } })
 redis.register_function({ function_name = "queue_info", callback = queue_info, flags = { "no-writes" } })
+redis.register_function({ function_name = "queue_sold", callback = command(queue_sold) })
 redis.register_function({ function_name = "queue_config", callback = command(queue_config), flags = { "allow-oom" } })
 redis.register_function({ function_name = "queue_codes", callback = command(queue_codes) })
 redis.register_function({ function_name = "queue_opening", callback = queue_opening, flags = { "no-writes" } })

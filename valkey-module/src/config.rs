@@ -3,7 +3,10 @@
 use crate::queue::arity;
 use crate::server::{Server, Str, Val};
 use crate::state::Queue;
-use queue_core::config::{check_value, field, is_entry, EntryMode, ENTRY, FIELDS, OPENS_AT};
+use queue_core::config::{
+    check_inventory, check_message, check_value, field, is_entry, is_inventory, is_message, EntryMode, ENTRY, FIELDS,
+    MESSAGE, OPENS_AT,
+};
 use queue_core::engine::{self, Part, Store};
 use queue_core::lanes::{Lanes, LANES};
 use queue_core::QueueError;
@@ -29,6 +32,10 @@ pub fn config(srv: &Server, args: &[Str]) -> Result<(), QueueError> {
             srv.reply_bulk(q.entry_mode().as_str().as_bytes());
         } else if args[3].bytes().eq_ignore_ascii_case(LANES.as_bytes()) {
             srv.reply_bulk(&q.lanes().text());
+        } else if is_message(args[3].bytes()) {
+            srv.reply_bulk(&q.message());
+        } else if is_inventory(args[3].bytes()) {
+            srv.reply_val(&Val::opt_int(engine::sale::inventory(&q)));
         } else {
             let f = field(args[3].bytes())?;
             srv.reply_int(cfg.get(f.name));
@@ -39,7 +46,18 @@ pub fn config(srv: &Server, args: &[Str]) -> Result<(), QueueError> {
         // Check every pair before writing any.
         let mut pairs = Vec::new();
         let (mut new_lanes, mut new_opens_at) = (None, None);
+        let (mut new_inventory, mut new_message) = (None, None);
         for pair in args[3..].chunks(2) {
+            if is_inventory(pair[0].bytes()) {
+                new_inventory = Some(check_inventory(pair[1].bytes())?);
+                continue;
+            }
+            if is_message(pair[0].bytes()) {
+                let m = check_message(pair[1].bytes())?;
+                pairs.push((MESSAGE, srv.str(m)));
+                new_message = Some(());
+                continue;
+            }
             if is_entry(pair[0].bytes()) {
                 let mode = EntryMode::parse(pair[1].bytes())?;
                 pairs.push((ENTRY, srv.str(mode.as_str().as_bytes())));
@@ -65,6 +83,9 @@ pub fn config(srv: &Server, args: &[Str]) -> Result<(), QueueError> {
             let lanes = new_lanes.unwrap_or_else(|| q.lanes());
             engine::check_lanes_with(&q, lanes, new_opens_at.unwrap_or_else(|| q.setting(OPENS_AT)))?;
         }
+        if new_inventory.is_some() {
+            q.check(&[Part::Stats])?;
+        }
         let key_name = q.name_of(Part::Config);
         let key = q.key(Part::Config);
         let mut argv = vec![key_name];
@@ -73,12 +94,24 @@ pub fn config(srv: &Server, args: &[Str]) -> Result<(), QueueError> {
             key.hset(f, v);
             argv.extend([f, v]);
         }
-        srv.replicate(c"HSET", &argv);
+        if argv.len() > 1 {
+            srv.replicate(c"HSET", &argv);
+        }
         q.forget_settings();
         srv.notify(c"queue.config", q.name);
         // A future opens_at schedules an opening (its commitment) now.
         let mut q = q;
         let now = q.now();
+        // Inventory, closing time and message: one `state` entry in the change log
+        // when what followers see changed.
+        if let Some(v) = new_inventory {
+            engine::sale::set_inventory(&mut q, v, now);
+        }
+        if new_message.is_some() {
+            engine::sale::note_message(&mut q, now);
+        } else {
+            engine::sale::note_state(&mut q, now);
+        }
         let _ = queue_core::opening::schedule_if_needed(&mut q, now);
         q.finish(c"queue.opening");
         srv.reply_simple(c"OK");

@@ -145,6 +145,15 @@ const COMMANDS: &[Command] = &[
             Arg { name: "argument", kind: ArgType::Str, token: None, optional: true, multiple: true },
         ],
     }),
+    command!("queue.sold", queue::sold, "write deny-oom fast", Doc {
+        summary: "Reports n units sold: the inventory goes down by n (never below 0); with USER, that person (inside) no longer counts against it. Replies the units left, or nil without a limit",
+        complexity: "O(1)",
+        arity: -3, key_flags: KEY_RW, args: &[
+            Q,
+            integer("n"),
+            Arg { name: "userId", kind: ArgType::Str, token: Some("USER"), optional: true, multiple: false },
+        ],
+    }),
     command!("queue.config", config::config, "write fast", Doc {
         summary: "Reads (GET field|*) or changes (SET field value ...) a queue's settings at runtime: the numeric ones, entry (open, identified or invite) and lanes (comma-separated lane names)",
         complexity: "O(F) with F fields",

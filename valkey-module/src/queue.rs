@@ -193,6 +193,8 @@ pub fn info(srv: &Server, args: &[Str]) -> Result<(), QueueError> {
     fields.push((queue_core::config::ENTRY, Val::Bulk(info.entry.as_str().as_bytes())));
     let lanes = q.lanes().text();
     fields.push((queue_core::lanes::LANES, Val::Bulk(&lanes)));
+    fields.push((queue_core::config::INVENTORY, Val::opt_int(info.inventory)));
+    fields.push((queue_core::config::MESSAGE, Val::Bulk(&info.message)));
     // `lane_counts`: an array of [lane, waiting, admitted], in its place in the order.
     srv.reply_map(replies::INFO.len());
     for name in replies::INFO {
@@ -210,6 +212,26 @@ pub fn info(srv: &Server, args: &[Str]) -> Result<(), QueueError> {
             srv.reply_val(v);
         }
     }
+    Ok(())
+}
+
+/// QUEUE.SOLD <queue> <n> [USER <userId>]
+pub fn sold(srv: &Server, args: &[Str]) -> Result<(), QueueError> {
+    arity(args.len() == 3 || args.len() == 5, "queue.sold")?;
+    let n = queue_core::args::Args::new(&[args[2].bytes()]).next_in_range("n", 0, queue_core::config::MAX_INVENTORY)?;
+    let user = if args.len() == 5 {
+        if !args[3].bytes().eq_ignore_ascii_case(b"USER") {
+            return Err(QueueError::Syntax);
+        }
+        check_user(args[4].bytes())?;
+        Some(args[4])
+    } else {
+        None
+    };
+    let mut q = Queue::open(srv, args[1], true)?;
+    let left = engine::sale::sold(&mut q, n, user.as_ref());
+    q.finish(c"queue.sold");
+    srv.reply_val(&Val::opt_int(left?));
     Ok(())
 }
 

@@ -55,6 +55,11 @@ pub struct Queue<'s> {
     /// `claimed` and `codes`, opened on first use (see `small_hash`).
     claimed: OnceCell<Key>,
     codes: OnceCell<Key>,
+    /// The name of `codes` and the last field of a small hash made into a server
+    /// string: an entry with a code reads its field and writes it back, one string
+    /// each instead of two.
+    codes_name: OnceCell<Str>,
+    last_field: RefCell<Option<Str>>,
 }
 
 impl AsRef<[u8]> for Str {
@@ -100,6 +105,8 @@ impl<'s> Queue<'s> {
             instances: OnceCell::new(),
             claimed: OnceCell::new(),
             codes: OnceCell::new(),
+            codes_name: OnceCell::new(),
+            last_field: RefCell::new(None),
         })
     }
 
@@ -437,9 +444,16 @@ impl Store for Queue<'_> {
     }
 
     // The opening's keys go through nested calls: they are small, or read once.
+    fn message(&self) -> Vec<u8> {
+        let key = self.key(Part::Config);
+        if key.kind() != Kind::Hash {
+            return Vec::new();
+        }
+        key.hget(self.srv.static_str(queue_core::config::MESSAGE)).map(|v| v.bytes().to_vec()).unwrap_or_default()
+    }
     fn aux_hget(&self, key: Aux, field: &[u8]) -> Option<Vec<u8>> {
         if small_hash(key) {
-            return self.small_key(key).hget(self.srv.str(field)).map(|v| v.bytes().to_vec());
+            return self.small_key(key).hget(self.field_str(field)).map(|v| v.bytes().to_vec());
         }
         match self.srv.call(c"HGET", &[self.aux_name(key), self.srv.str(field)]) {
             Reply::Bulk(v) => Some(v),
@@ -448,7 +462,7 @@ impl Store for Queue<'_> {
     }
     fn aux_hset(&mut self, key: Aux, field: &[u8], value: &[u8]) {
         if small_hash(key) {
-            let (name, f, v) = (self.aux_name(key), self.srv.str(field), self.srv.str(value));
+            let (name, f, v) = (self.small_name(key), self.field_str(field), self.srv.str(value));
             let k = self.small_key(key);
             if matches!(k.kind(), Kind::Empty | Kind::Hash) {
                 k.hset(f, v);
@@ -608,9 +622,30 @@ impl Queue<'_> {
     }
 
     /// `claimed` or `codes`, opened on first use.
+    /// A small hash's name (`codes`'s made once per command).
+    fn small_name(&self, key: Aux) -> Str {
+        if key == Aux::Codes {
+            return *self.codes_name.get_or_init(|| self.aux_name(key));
+        }
+        self.aux_name(key)
+    }
+
+    /// `field` as a server string: the last one made again when it is the same.
+    fn field_str(&self, field: &[u8]) -> Str {
+        let mut last = self.last_field.borrow_mut();
+        match *last {
+            Some(f) if f.bytes() == field => f,
+            _ => {
+                let f = self.srv.str(field);
+                *last = Some(f);
+                f
+            }
+        }
+    }
+
     fn small_key(&self, key: Aux) -> &Key {
         let cell = if key == Aux::Claimed { &self.claimed } else { &self.codes };
-        cell.get_or_init(|| self.srv.open(self.aux_name(key), self.write))
+        cell.get_or_init(|| self.srv.open(self.small_name(key), self.write))
     }
 
     fn aux_name(&self, key: Aux) -> Str {

@@ -199,7 +199,25 @@ fn random_op(rng: &mut Rng, users: &[String], tickets: &[(String, String)]) -> (
             }
             _ => ("QUEUE.UNWATCH", vec![q, format!("pod-{}", rng.below(2)), u, someone]),
         },
-        _ => match rng.below(5) {
+        _ => match rng.below(9) {
+            // A sale's life: closed (closes_at 1, long past) now and then, inventory
+            // set, sold and cleared, a message with spaces set and cleared.
+            5 => {
+                let at = ["0", "0", "0", "1"][rng.below(4) as usize];
+                ("QUEUE.CONFIG", vec![q, "SET".into(), "closes_at".into(), at.into()])
+            }
+            6 => {
+                let v = ["-1", "-1", "0", "5", "20"][rng.below(5) as usize];
+                ("QUEUE.CONFIG", vec![q, "SET".into(), "inventory".into(), v.into()])
+            }
+            7 => {
+                let m = ["", "doors close at nine", "ünïcödé"][rng.below(3) as usize];
+                ("QUEUE.CONFIG", vec![q, "SET".into(), "message".into(), m.into()])
+            }
+            8 => match rng.below(2) {
+                0 => ("QUEUE.SOLD", vec![q, rng.below(3).to_string()]),
+                _ => ("QUEUE.SOLD", vec![q, rng.below(3).to_string(), "USER".into(), u]),
+            },
             0 => ("QUEUE.CONFIG", vec![q, "SET".into(), "soft_cap".into(), rng.below(7).to_string()]),
             1 => ("QUEUE.CONFIG", vec![q, "SET".into(), "hard_cap".into(), rng.below(4).to_string()]),
             2 => ("QUEUE.CONFIG", vec![q, "GET".into(), "*".into()]),
@@ -533,6 +551,22 @@ impl Engines {
                     },
                 }
             }
+            "QUEUE.CONFIG" if args[1] == "SET" && args[2] == "closes_at" => {
+                s.configure_sale(Some(args[3].parse().unwrap()), None, None).map_or_else(error, |_| Value::Okay)
+            }
+            "QUEUE.CONFIG" if args[1] == "SET" && args[2] == "inventory" => {
+                s.configure_sale(None, Some(args[3].parse().unwrap()), None).map_or_else(error, |_| Value::Okay)
+            }
+            "QUEUE.CONFIG" if args[1] == "SET" && args[2] == "message" => {
+                s.configure_sale(None, None, Some(args[3].as_bytes())).map_or_else(error, |_| Value::Okay)
+            }
+            "QUEUE.SOLD" => {
+                let who = (args.len() == 4).then(|| user(3));
+                match engine::sale::sold(s, args[1].parse().unwrap(), who.as_ref()) {
+                    Ok(left) => left.map_or(Value::Nil, Value::Int),
+                    Err(e) => error(e),
+                }
+            }
             "QUEUE.CONFIG" if args[1] == "SET" && args[2] == "entry" => {
                 s.set_entry(args[3].as_bytes()).map_or_else(error, |_| Value::Okay)
             }
@@ -554,6 +588,8 @@ impl Engines {
                         i.fields().into_iter().map(|(f, v)| (f, Value::Int(v))).collect();
                     fields.push(("entry", bulk(i.entry.as_str().as_bytes())));
                     fields.push(("lanes", bulk(&lanes.text())));
+                    fields.push(("inventory", i.inventory.map_or(Value::Nil, Value::Int)));
+                    fields.push(("message", bulk(&i.message)));
                     let per_lane = i
                         .lane_counts
                         .iter()

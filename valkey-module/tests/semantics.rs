@@ -31,6 +31,9 @@ testkit::backend_tests!(
     changes_made_behind_the_commands_are_seen_at_once,
     an_expired_key_is_seen_gone,
     max_waiting_refuses_newcomers_only,
+    a_sale_closes_at_its_time_and_says_so_once,
+    the_inventory_bounds_admissions_and_sold_out_refuses,
+    a_message_and_bad_sale_settings,
     slot_wait_counts_how_long_expired_slots_stood_empty,
     a_watched_user_is_heard_from_while_its_instance_lease_lives,
     unwatch_counts_the_person_as_heard_from_now,
@@ -1033,6 +1036,181 @@ fn max_waiting_refuses_newcomers_only(b: Backend) {
     c.config_set("q", &[("max_waiting", 0)]);
     c.enter("q", "e", "e");
     assert_eq!(field_int(&c.info("q"), "max_waiting"), 0);
+}
+
+/// Every key of queue `q` but its test clock, dumped: a refused command changes none.
+fn dump_queue(c: &mut Client, q: &str) -> Vec<(String, Vec<u8>)> {
+    let keys: Vec<String> = redis::cmd("KEYS").arg(format!("queue:{{{q}}}:*")).query(&mut c.con).unwrap();
+    let mut all: Vec<(String, Vec<u8>)> = keys
+        .into_iter()
+        .filter(|k| !k.ends_with(":clock"))
+        .map(|k| {
+            let d: Vec<u8> = redis::cmd("DUMP").arg(&k).query(&mut c.con).unwrap();
+            (k, d)
+        })
+        .collect();
+    all.sort();
+    all
+}
+
+/// A `state` entry of the change log: n, closed, sold_out, message (hex), waiting.
+fn state_entry(n: i64, closed: bool, sold_out: bool, message: &str, waiting: i64) -> Vec<(&'static str, String)> {
+    let hex: String = message.bytes().map(|b| format!("{b:02x}")).collect();
+    vec![
+        ("n", n.to_string()),
+        ("closed", u8::from(closed).to_string()),
+        ("sold_out", u8::from(sold_out).to_string()),
+        ("message", hex),
+        ("waiting", waiting.to_string()),
+    ]
+}
+
+/// `closes_at`: from then on every form of ENTER is refused with CLOSED; the first
+/// command to see the time pass writes one `state` entry; people already waiting stay
+/// and are still promoted; 0 opens the queue again.
+fn a_sale_closes_at_its_time_and_says_so_once(b: Backend) {
+    let (s, mut c) = server(b);
+    let mut log = LogReader::new(&s, "q");
+    closed_queue(&mut c, "q");
+    c.config_set("q", &[("closes_at", T0 + 1_000)]);
+    log.expect(&mut c, "closes_at in the future", &[]);
+    c.enter("q", "a", "a");
+    c.enter("q", "b", "b");
+    assert_eq!(field_int(&c.info("q"), "closed"), 0);
+    c.set_clock("q", T0 + 1_000);
+    // QUEUE.INFO is read-only: it shows the time passed, and writes nothing.
+    let info = c.info("q");
+    assert_eq!((field_int(&info, "closed"), field_int(&info, "closes_at")), (1, T0 + 1_000));
+    log.expect(&mut c, "INFO", &[]);
+    assert_eq!(c.err("QUEUE.ENTER", &["q", "c", "c"]), "CLOSED this queue is closed to new entries");
+    log.expect(&mut c, "the first ENTER after closes_at", &[&state_entry(1, true, false, "", 2)]);
+    // Refused again: nothing changes at all, re-entry and a lane included.
+    let before = dump_queue(&mut c, "q");
+    assert_eq!(c.err("QUEUE.ENTER", &["q", "a", "a"]), "CLOSED this queue is closed to new entries");
+    assert_eq!(c.err("QUEUE.ENTER", &["q", "c", "c", "LANE", "x"]), "CLOSED this queue is closed to new entries");
+    assert_eq!(dump_queue(&mut c, "q"), before, "a refused entry changes nothing");
+    log.expect(&mut c, "ENTER refused again", &[]);
+    // Those waiting are still promoted.
+    c.config_set("q", &[("soft_cap", 1)]);
+    assert_eq!(field_int(&c.promote("q", None), "promoted"), 1);
+    assert_eq!(field_str(&c.status("q", "b"), "status").as_deref(), Some("WAITING"));
+    log.expect(
+        &mut c,
+        "PROMOTE while closed",
+        &[&[("n", "2".into()), ("head", "1".into()), ("gone", "1".into()), ("waiting", "1".into())]],
+    );
+    // Open again: one entry says so, and entries are taken.
+    c.config_set("q", &[("closes_at", 0)]);
+    log.expect(&mut c, "closes_at 0", &[&state_entry(3, false, false, "", 1)]);
+    assert_eq!(field_str(&c.enter("q", "c", "c"), "status").as_deref(), Some("WAITING"));
+    // PROMOTE (the queue-manager's tick) is the first to see a closing time pass too.
+    c.config_set("q", &[("closes_at", T0 + 2_000)]);
+    c.set_clock("q", T0 + 2_000);
+    c.promote("q", Some(0));
+    log.expect(&mut c, "PROMOTE after closes_at", &[&state_entry(4, true, false, "", 2)]);
+}
+
+/// `inventory`: tickets and sessions not reported bought count against it; PROMOTE
+/// never goes beyond it; QUEUE.SOLD lowers it (USER: that person no longer counts);
+/// at 0 every ENTER is refused with SOLDOUT and nobody is promoted.
+fn the_inventory_bounds_admissions_and_sold_out_refuses(b: Backend) {
+    let (s, mut c) = server(b);
+    let mut log = LogReader::new(&s, "q");
+    closed_queue(&mut c, "q");
+    for u in ["a", "b", "c", "d", "e"] {
+        c.enter("q", u, u);
+    }
+    c.config_set("q", &[("soft_cap", 10), ("inventory", 3)]);
+    let info = c.info("q");
+    assert_eq!(
+        (field_int(&info, "inventory"), field_int(&info, "outstanding"), field_int(&info, "sold_out")),
+        (3, 0, 0)
+    );
+    assert_eq!(field_int(&c.promote("q", None), "promoted"), 3, "three units: three tickets");
+    assert_eq!(field_int(&c.promote("q", None), "promoted"), 0, "three tickets out: no room");
+    let ticket = field_str(&c.status("q", "a"), "ticketId").unwrap();
+    c.claim("q", &ticket).unwrap();
+    assert_eq!(field_int(&c.info("q"), "outstanding"), 3, "a session counts as a ticket does");
+    // Someone not inside reported as buying: only the inventory goes down.
+    assert_eq!(as_int(&c.call("QUEUE.SOLD", &["q", "1", "USER", "e"]).unwrap()), Some(2));
+    assert_eq!(field_int(&c.info("q"), "outstanding"), 3);
+    // a bought: a no longer counts; twice changes nothing more.
+    c.config_set("q", &[("inventory", 4)]);
+    assert_eq!(as_int(&c.call("QUEUE.SOLD", &["q", "1", "USER", "a"]).unwrap()), Some(3));
+    assert_eq!(as_int(&c.call("QUEUE.SOLD", &["q", "0", "USER", "a"]).unwrap()), Some(3));
+    assert_eq!(field_int(&c.info("q"), "outstanding"), 2);
+    assert_eq!(field_int(&c.promote("q", None), "promoted"), 1, "three left, two outstanding");
+    log.expect(
+        &mut c,
+        "promotions within the inventory",
+        &[
+            &[("n", "1".into()), ("head", "3".into()), ("gone", "3".into()), ("waiting", "2".into())],
+            &[("n", "2".into()), ("head", "4".into()), ("gone", "1".into()), ("waiting", "1".into())],
+        ],
+    );
+    // Sold out: one entry says so; ENTER refused changing nothing; nobody promoted.
+    assert_eq!(as_int(&c.call("QUEUE.SOLD", &["q", "5"]).unwrap()), Some(0), "never below 0");
+    log.expect(&mut c, "sold out", &[&state_entry(3, false, true, "", 1)]);
+    let info = c.info("q");
+    assert_eq!((field_int(&info, "inventory"), field_int(&info, "sold_out")), (0, 1));
+    let before = dump_queue(&mut c, "q");
+    assert_eq!(c.err("QUEUE.ENTER", &["q", "f", "f"]), "SOLDOUT sold out");
+    assert_eq!(c.err("QUEUE.ENTER", &["q", "e", "e"]), "SOLDOUT sold out");
+    assert_eq!(dump_queue(&mut c, "q"), before, "a refused entry changes nothing");
+    c.end("q", "a");
+    assert_eq!(field_int(&c.promote("q", None), "promoted"), 0, "sold out: nobody promoted");
+    // CLOSED is said before SOLDOUT.
+    c.config_set("q", &[("closes_at", T0)]);
+    assert_eq!(c.err("QUEUE.ENTER", &["q", "f", "f"]), "CLOSED this queue is closed to new entries");
+    // More stock: entries again; no limit: INFO's inventory is nil.
+    c.config_set("q", &[("closes_at", 0), ("inventory", -1)]);
+    assert_eq!(field_str(&c.enter("q", "f", "f"), "status").as_deref(), Some("WAITING"));
+    let nil = |v: Option<&redis::Value>| matches!(v, Some(redis::Value::Nil | redis::Value::Boolean(false)));
+    assert!(nil(c.info("q").get("inventory")), "no limit: nil");
+    assert!(nil(Some(&c.call("QUEUE.SOLD", &["q", "1"]).unwrap())));
+    assert!(nil(Some(&c.call("QUEUE.CONFIG", &["q", "GET", "inventory"]).unwrap())));
+    let sold: Option<String> = redis::cmd("HGET").arg("queue:{q}:stats").arg("sold").query(&mut c.con).unwrap();
+    assert_eq!(sold.as_deref(), Some("8"), "every unit reported counted");
+}
+
+/// The message: one write, one `state` entry (hex: the published entry is words
+/// separated by spaces); bad settings and arguments are refused changing nothing.
+fn a_message_and_bad_sale_settings(b: Backend) {
+    let (s, mut c) = server(b);
+    let mut log = LogReader::new(&s, "q");
+    c.call("QUEUE.CONFIG", &["q", "SET", "message", "Doors close at 9, café open"]).unwrap();
+    log.expect(&mut c, "a message", &[&state_entry(1, false, false, "Doors close at 9, café open", 0)]);
+    assert_eq!(field_str(&c.info("q"), "message").as_deref(), Some("Doors close at 9, café open"));
+    assert_eq!(
+        testkit::as_string(&c.call("QUEUE.CONFIG", &["q", "GET", "message"]).unwrap()).as_deref(),
+        Some("Doors close at 9, café open")
+    );
+    let before = dump_queue(&mut c, "q");
+    let long = "x".repeat(501);
+    let msg_err = "ERR message must be at most 500 bytes, no control characters";
+    for (args, want) in [
+        (vec!["q", "SET", "message", long.as_str()], msg_err),
+        (vec!["q", "SET", "message", "a\nb"], msg_err),
+        (vec!["q", "SET", "soft_cap", "5", "message", "bell\u{7}"], msg_err),
+        (vec!["q", "SET", "inventory", "-2"], "ERR inventory must be an integer from -1 to 1000000000000"),
+        (vec!["q", "SET", "inventory", "x"], "ERR value is not an integer or out of range"),
+        (vec!["q", "SET", "closes_at", "-1"], "ERR closes_at must be an integer from 0 to 253402300799999"),
+    ] {
+        assert_eq!(c.err("QUEUE.CONFIG", &args), want, "{args:?}");
+    }
+    for (args, want) in [
+        (vec!["q", "-1"], "ERR n must be an integer from 0 to 1000000000000"),
+        (vec!["q", "x"], "ERR value is not an integer or out of range"),
+        (vec!["q", "1", "USER"], "ERR wrong number of arguments for 'queue.sold' command"),
+        (vec!["q", "1", "WHO", "a"], "ERR syntax error"),
+        (vec!["q", "1", "USER", "a b"], "ERR invalid userId: 1 to 64 characters from A-Z a-z 0-9 . _ : @ -"),
+    ] {
+        assert_eq!(c.err("QUEUE.SOLD", &args), want, "{args:?}");
+    }
+    assert_eq!(dump_queue(&mut c, "q"), before, "refused settings and sales change nothing");
+    log.expect(&mut c, "refusals", &[]);
+    c.call("QUEUE.CONFIG", &["q", "SET", "message", ""]).unwrap();
+    log.expect(&mut c, "the message cleared", &[&state_entry(2, false, false, "", 0)]);
 }
 
 /// `slot_wait_ms`: a slot freed by an expiry (a ticket not claimed, a lease not

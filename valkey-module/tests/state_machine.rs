@@ -45,6 +45,18 @@
 //! - each user holds at most one place in line, numbered in its band (holders below
 //!   2^40 in the order promoted, lane `i` from `(i + 1) * 2^40`, at the back).
 //!
+//! A third of the runs sell out or close ("A sale's end"): QUEUE.CONFIG SET of
+//! `closes_at` (passed, soon, or 0), `inventory` (-1, 0 or a few units) and `message`,
+//! and QUEUE.SOLD with or without USER come in; the model refuses entries with CLOSED
+//! and SOLDOUT, limits promotions by the inventory and writes the `state` entry; and
+//! after every step, apart from the model:
+//!
+//! - never admitted beyond the inventory: a step that promoted anyone leaves the
+//!   tickets and sessions not reported bought (`outstanding`) within `inventory`;
+//! - no entry while closed or sold out: an ENTER that succeeded did so while
+//!   neither was the case;
+//! - sold out exactly when the inventory is 0 (QUEUE.INFO's `sold_out`, `inventory`).
+//!
 //! In half of the runs every step also asks RANKS for every user, so waiting users'
 //! ranks are checked to be exactly 1..n in entry order after every step.
 //!
@@ -119,6 +131,7 @@ fn model_agrees_step_by_step(b: Backend) {
     let (mut steps, mut runs, mut failed) = (0u64, 0u64, Vec::new());
     let (mut entries, mut watched, mut repeats) = (0u64, 0u64, 0u64);
     let (mut lane_runs, mut ahead, mut codes_used) = (0u64, 0u64, 0u64);
+    let (mut sale_refusals, mut state_entries) = (0u64, 0u64);
     for (i, &seed) in seeds.iter().enumerate() {
         if steps >= total && env_u64("MODEL_SEED").is_none() {
             break;
@@ -134,6 +147,8 @@ fn model_agrees_step_by_step(b: Backend) {
         repeats += run.repeats;
         lane_runs += u64::from(run.model.has_lanes());
         ahead += run.ahead_entries;
+        sale_refusals += run.sale_refusals;
+        state_entries += run.state_entries;
         codes_used += run.model.codes.values().map(|c| c.used as u64).sum::<u64>();
         if let Err(e) = r {
             failed.push(seed);
@@ -145,10 +160,13 @@ fn model_agrees_step_by_step(b: Backend) {
         }
     }
     eprintln!(
-        "{b:?}: {runs} runs, {steps} steps, {entries} change-log entries, {watched} watched ranks confirmed, {repeats} claims answered again for their holder, {lane_runs} runs with lanes, {ahead} entries with `ahead`, {codes_used} code uses still counted at the end, {} failed seeds {failed:?}",
+        "{b:?}: {runs} runs, {steps} steps, {entries} change-log entries, {watched} watched ranks confirmed, {repeats} claims answered again for their holder, {lane_runs} runs with lanes, {ahead} entries with `ahead`, {codes_used} code uses still counted at the end, {sale_refusals} entries refused CLOSED or SOLDOUT, {state_entries} state entries, {} failed seeds {failed:?}",
         failed.len()
     );
     assert!(failed.is_empty(), "{} of {runs} runs failed: seeds {failed:?}", failed.len());
+    if env_u64("MODEL_SEED").is_none() && steps >= 20_000 {
+        assert!(sale_refusals > 0 && state_entries > 0, "the runs never closed or sold out");
+    }
 }
 
 /// The access codes of a run with lanes (hashes as QUEUE.CODES takes them).
@@ -177,6 +195,10 @@ enum Op {
     Watch(String, i64, Vec<String>),
     Unwatch(String, Vec<String>),
     Advance(i64),
+    /// QUEUE.CONFIG SET closes_at / inventory / message (those given).
+    SetSale(Option<i64>, Option<i64>, Option<String>),
+    /// QUEUE.SOLD n [USER u].
+    Sold(i64, Option<String>),
 }
 
 struct Run {
@@ -215,6 +237,13 @@ struct Run {
     waited_before: Vec<String>,
     /// Change-log entries with `ahead` (for the summary).
     ahead_entries: u64,
+    /// A run that closes and sells out (a third).
+    sale: bool,
+    /// `promoted` before the step (for the inventory check).
+    promoted_before: i64,
+    /// Entries refused with CLOSED or SOLDOUT, and `state` entries (for the summary).
+    pub sale_refusals: u64,
+    pub state_entries: u64,
 }
 
 impl Run {
@@ -239,6 +268,7 @@ impl Run {
         let users = (0..rng.range(3, 14)).map(|i| format!("u{i}")).collect();
         let steps = rng.range(300, 3_000) as u64;
         let observe_all = rng.chance(50);
+        let sale = rng.chance(33);
         Run {
             b,
             rng,
@@ -262,6 +292,10 @@ impl Run {
             codes_seen: BTreeMap::new(),
             waited_before: Vec::new(),
             ahead_entries: 0,
+            sale,
+            promoted_before: 0,
+            sale_refusals: 0,
+            state_entries: 0,
         }
     }
 
@@ -313,9 +347,36 @@ impl Run {
     fn pick(&mut self) -> Op {
         let s = self.model.s;
         let lanes = s.lanes > 1;
-        let r = self.rng.below(118);
-        let r = if r >= 110 && !lanes { 25 } else { r };
+        let r = self.rng.below(124);
+        let r = if (110..118).contains(&r) && !lanes { 25 } else { r };
+        let r = if r >= 118 && !self.sale { 26 } else { r };
         match r {
+            118..121 => match self.rng.below(3) {
+                0 => {
+                    let at = match self.rng.below(4) {
+                        0 | 1 => 0,
+                        2 => self.now + self.rng.range(1, 2_000),
+                        _ => self.now - self.rng.range(0, 100),
+                    };
+                    Op::SetSale(Some(at), None, None)
+                }
+                1 => {
+                    let inv = match self.rng.below(4) {
+                        0 => -1,
+                        1 => 0,
+                        _ => self.rng.range(1, 6),
+                    };
+                    Op::SetSale(None, Some(inv), None)
+                }
+                _ => {
+                    let m = ["", "doors close at nine", "café ☕"][self.rng.below(3) as usize];
+                    Op::SetSale(None, None, Some(m.to_string()))
+                }
+            },
+            121..124 => {
+                let n = self.rng.range(0, 2);
+                Op::Sold(n, self.rng.chance(60).then(|| self.user()))
+            }
             110..114 => {
                 let lane = reference::lane_name(self.rng.below(s.lanes as u64) as usize);
                 let uses = if self.rng.chance(70) { self.rng.range(1, 3) } else { self.rng.range(1, 1_000_000) };
@@ -410,6 +471,7 @@ impl Run {
         if let Op::Advance(by) = op {
             self.now += by;
         }
+        self.promoted_before = self.model.counters.promoted;
         let now = self.now;
         // The clock and the operation first: an error reply (CLAIM) fails the pipeline.
         let mut pipe = redis::pipe();
@@ -462,6 +524,28 @@ impl Run {
                 pipe.add_command(self.cmd("QUEUE.UNWATCH", &args))
             }
             Op::Advance(_) => pipe.cmd("PING"),
+            Op::SetSale(at, inv, msg) => {
+                let (at, inv) = (at.map(|v| v.to_string()), inv.map(|v| v.to_string()));
+                let mut args = vec!["SET"];
+                if let Some(at) = &at {
+                    args.extend(["closes_at", at.as_str()]);
+                }
+                if let Some(inv) = &inv {
+                    args.extend(["inventory", inv.as_str()]);
+                }
+                if let Some(m) = msg {
+                    args.extend(["message", m.as_str()]);
+                }
+                pipe.add_command(self.cmd("QUEUE.CONFIG", &args))
+            }
+            Op::Sold(n, user) => {
+                let n = n.to_string();
+                let mut args = vec![n.as_str()];
+                if let Some(u) = user {
+                    args.extend(["USER", u.as_str()]);
+                }
+                pipe.add_command(self.cmd("QUEUE.SOLD", &args))
+            }
         };
         let reply: Result<Value, String> = match pipe.query::<Vec<Value>>(con) {
             Ok(mut v) if v.len() == 1 => Ok(v.remove(0)),
@@ -499,6 +583,13 @@ impl Run {
             // model has it (check_rest compares them).
             Err(e) if matches!(op, Op::Enter(..)) => {
                 let Op::Enter(u, _, lane, code) = op else { unreachable!() };
+                if let Some(want) = self.model.refuses_sale(now) {
+                    self.sale_refusals += 1;
+                    return match want == e {
+                        true => self.check_rest(replies, now),
+                        false => Err(format!("ENTER {u}: error {e:?}, model {want:?}")),
+                    };
+                }
                 return match self.model.refuses_entry(u, lane.as_deref(), code.as_deref()) {
                     Err(want) if want == e => self.check_rest(replies, now),
                     want => Err(format!("ENTER {u}: error {e:?}, model {want:?}")),
@@ -571,6 +662,7 @@ impl Run {
             self.log_entries += 1;
             let e = LogEntry::parse(fields)?;
             self.ahead_entries += u64::from(!e.ahead.is_empty());
+            self.state_entries += u64::from(e.state.is_some());
             if e.reset {
                 self.watcher.clear();
                 continue;
@@ -649,6 +741,14 @@ impl Run {
     fn check_op(&mut self, op: &Op, reply: &Value, now: i64) -> Result<(), String> {
         match op {
             Op::Enter(u, n, lane, code) => {
+                let (closed, sold_out) = (self.model.closed(now), self.model.sold_out());
+                if let Some(e) = self.model.refuses_sale(now) {
+                    return Err(format!("ENTER {u}: entered, but the model refuses it with {e:?}"));
+                }
+                // No entry while closed or sold out (the settings as this test set them).
+                if closed || sold_out {
+                    return Err(format!("ENTER {u}: entered while closed {closed} / sold out {sold_out}"));
+                }
                 let into = self
                     .model
                     .refuses_entry(u, lane.as_deref(), code.as_deref())
@@ -803,6 +903,17 @@ impl Run {
                 self.model.unwatch(i, &us.iter().map(String::as_str).collect::<Vec<_>>(), now),
             )?,
             Op::Advance(_) => {}
+            Op::SetSale(at, inv, msg) => {
+                if *reply != Value::Okay && as_string(reply).as_deref() != Some("OK") {
+                    return Err(format!("CONFIG SET: {reply:?}"));
+                }
+                self.model.configure_sale(*at, *inv, msg.as_deref(), now);
+            }
+            Op::Sold(n, user) => match (self.model.sold(*n, user.as_deref(), now), reply) {
+                (None, Value::Nil) => {}
+                (Some(left), got) if as_int(got) == Some(left) => {}
+                (want, got) => return Err(format!("SOLD: got {got:?}, model {want:?}")),
+            },
         }
         Ok(())
     }
@@ -1057,6 +1168,37 @@ impl Run {
             }
             if got < -1 || (got < 0 && f != "tokens") {
                 return Err(format!("INFO {f} = {got} is below zero"));
+            }
+        }
+        // A sale's end: the state as the model has it; sold out exactly at inventory 0;
+        // a step that promoted anyone kept `outstanding` within the inventory.
+        let inventory = m.get("inventory").and_then(as_int);
+        let sale = [
+            ("closed", i64::from(self.model.closed(now))),
+            ("sold_out", i64::from(self.model.sold_out())),
+            ("outstanding", self.model.outstanding()),
+            ("closes_at", self.model.closes_at),
+        ];
+        for (f, want) in sale {
+            if int(f) != want {
+                return Err(format!("INFO {f} = {}, model {want}", int(f)));
+            }
+        }
+        if inventory != self.model.inventory {
+            return Err(format!("INFO inventory = {inventory:?}, model {:?}", self.model.inventory));
+        }
+        if m.get("message").and_then(as_string).unwrap_or_default() != self.model.message {
+            return Err(format!("INFO message = {:?}, model {:?}", m.get("message"), self.model.message));
+        }
+        if (int("sold_out") == 1) != (inventory == Some(0)) {
+            return Err(format!("INFO sold_out {} with inventory {inventory:?}", int("sold_out")));
+        }
+        if let Some(i) = inventory {
+            if int("promoted") > self.promoted_before && int("outstanding") > i {
+                return Err(format!(
+                    "promoted beyond the inventory: outstanding {} > inventory {i}",
+                    int("outstanding")
+                ));
             }
         }
         if int("active") + int("joining") > self.model.s.soft_cap {

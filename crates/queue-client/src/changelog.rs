@@ -47,6 +47,34 @@ pub struct LogEntry {
     /// queue with lanes), in the order they joined: each is one more ahead of everyone
     /// waiting under a higher number.
     pub ahead: Vec<u64>,
+    /// The queue's state, when it changed in this entry (closed, sold out, message:
+    /// docs/commands.md, "A sale's end"). Such an entry changes nobody's rank.
+    pub state: Option<QueueState>,
+}
+
+/// A `state` entry's fields: what every waiting page is to show at once.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct QueueState {
+    /// The queue's `closes_at` has passed: entries are refused.
+    pub closed: bool,
+    /// The inventory is 0: entries are refused, nobody more is promoted.
+    pub sold_out: bool,
+    /// The operator's message (empty: none).
+    pub message: String,
+}
+
+/// The message of a `state` entry: hex of its bytes (a published entry is words
+/// separated by spaces).
+fn unhex_message(h: &str) -> Result<String, ClientError> {
+    let bad = || protocol(&format!("message: not hex: {h}"));
+    if !h.len().is_multiple_of(2) {
+        return Err(bad());
+    }
+    let mut bytes = vec![0u8; h.len() / 2];
+    if !queue_core::hex::unhex(h, &mut bytes) {
+        return Err(bad());
+    }
+    Ok(String::from_utf8_lossy(&bytes).into_owned())
 }
 
 fn protocol(what: &str) -> ClientError {
@@ -112,6 +140,9 @@ impl LogEntry {
                 "reset" => e.reset = v == "1",
                 "waiting" => e.waiting = number(&v)?,
                 "ahead" => e.ahead = v.split(',').map(number).collect::<Result<_, _>>()?,
+                "closed" => e.state.get_or_insert_with(QueueState::default).closed = v == "1",
+                "sold_out" => e.state.get_or_insert_with(QueueState::default).sold_out = v == "1",
+                "message" => e.state.get_or_insert_with(QueueState::default).message = unhex_message(&v)?,
                 _ => {}
             }
         }
@@ -220,6 +251,24 @@ mod tests {
         assert_eq!(e.ahead, [1_099_511_627_778, 1_099_511_627_779]);
         let plain = message("1-0 n 1 head 7 gone 1 tickets 7.x waiting 0").unwrap();
         assert_eq!((plain.tickets.as_slice(), plain.ahead.as_slice()), (&[(7, "7.x".to_string())][..], &[][..]));
+    }
+
+    /// A `state` entry (closed, sold out, message in hex) reads as the queue's state
+    /// and lists nobody; an entry without those fields has no state.
+    #[test]
+    fn state_entries_read_the_sale() {
+        let e = message("5-0 n 3 closed 1 sold_out 0 message 646f6f727320636c6f7365 waiting 4").unwrap();
+        let want = QueueState { closed: true, sold_out: false, message: "doors close".into() };
+        assert_eq!(e.state, Some(want));
+        assert_eq!((e.head, e.left.len(), e.ahead.len(), e.reset, e.waiting), (None, 0, 0, false, 4));
+        let cleared = message("6-0 n 4 closed 0 sold_out 1 message  waiting 4").unwrap();
+        assert_eq!(cleared.state, Some(QueueState { closed: false, sold_out: true, message: String::new() }));
+        assert_eq!(message("1-0 n 1 left 2 waiting 1").unwrap().state, None);
+        for bad in
+            ["1-0 n 1 closed 1 sold_out 0 message 6 waiting 0", "1-0 n 1 closed 1 sold_out 0 message zz waiting 0"]
+        {
+            assert!(matches!(message(bad), Err(ClientError::Protocol(_))), "{bad}");
+        }
     }
 
     #[test]

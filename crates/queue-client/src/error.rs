@@ -189,6 +189,8 @@ mod tests {
             (server("INSIDE", "user is already inside"), ClientError::Refused(QueueError::AlreadyInside)),
             (server("FULL", "hard cap reached"), ClientError::Refused(QueueError::HardCap)),
             (server("LINEFULL", "the line is full, try again later"), ClientError::Refused(QueueError::LineFull)),
+            (server("CLOSED", "this queue is closed to new entries"), ClientError::Refused(QueueError::Closed)),
+            (server("SOLDOUT", "sold out"), ClientError::Refused(QueueError::SoldOut)),
             (
                 server("WRONGTYPE", "Operation against a key holding the wrong kind of value"),
                 ClientError::Refused(QueueError::WrongType),
@@ -205,6 +207,8 @@ mod tests {
         assert_eq!(ClientError::Refused(QueueError::TicketExpired).to_string(), "EXPIRED ticket has expired");
         assert_eq!(ClientError::Refused(QueueError::AlreadyInside).to_string(), "INSIDE user is already inside");
         assert_eq!(ClientError::Refused(QueueError::HardCap).to_string(), "FULL hard cap reached");
+        assert_eq!(ClientError::Refused(QueueError::Closed).to_string(), "CLOSED this queue is closed to new entries");
+        assert_eq!(ClientError::Refused(QueueError::SoldOut).to_string(), "SOLDOUT sold out");
         assert_eq!(
             ClientError::Refused(QueueError::WrongType).to_string(),
             "WRONGTYPE Operation against a key holding the wrong kind of value"

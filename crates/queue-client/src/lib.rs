@@ -49,7 +49,7 @@ mod types;
 
 pub use backend::Backend;
 pub use backoff::Backoff;
-pub use changelog::{Checkpoint, LogEntry};
+pub use changelog::{Checkpoint, LogEntry, QueueState};
 pub use conn::ConnectOptions;
 pub use durable::{Durability, MAX_WAITING_CONNECTIONS};
 pub use error::{ClientError, QueueError};
@@ -144,6 +144,7 @@ pub(crate) enum Op {
     Opening,
     Watch,
     Unwatch,
+    Sold,
 }
 
 impl Op {
@@ -163,6 +164,7 @@ impl Op {
             Op::Opening => "QUEUE.OPENING",
             Op::Watch => "QUEUE.WATCH",
             Op::Unwatch => "QUEUE.UNWATCH",
+            Op::Sold => "QUEUE.SOLD",
         }
     }
 
@@ -182,6 +184,7 @@ impl Op {
             Op::Opening => "queue_opening",
             Op::Watch => "queue_watch",
             Op::Unwatch => "queue_unwatch",
+            Op::Sold => "queue_sold",
         }
     }
 
@@ -472,6 +475,25 @@ impl QueueClient {
         QueueInfo::from_value(self.run(Op::Info, queue, &[]).await?)
     }
 
+    /// `QUEUE.SOLD Q n [USER userId]`: reports `n` units sold. The inventory goes down
+    /// by `n` (never below 0); with a user who is inside, that person no longer
+    /// counts against it. The units left, or `None` when the queue has no inventory.
+    pub async fn sold(&self, queue: &str, n: u64, user_id: Option<&str>) -> Result<Option<u64>, ClientError> {
+        let n = n.to_string();
+        let mut args = vec![n.as_str()];
+        if let Some(u) = user_id {
+            args.extend(["USER", u]);
+        }
+        let v = self.run(Op::Sold, queue, &args).await?;
+        if reply::is_nil(&v) {
+            return Ok(None);
+        }
+        reply::int(&v)
+            .and_then(|i| u64::try_from(i).ok())
+            .map(Some)
+            .ok_or_else(|| ClientError::protocol(format!("sold: not a count: {v:?}")))
+    }
+
     /// `QUEUE.OPENING`: the queue's fair opening (commitment, state, seed once open).
     pub async fn opening(&self, queue: &str) -> Result<Opening, ClientError> {
         Opening::from_value(self.run(Op::Opening, queue, &[]).await?)
@@ -561,6 +583,7 @@ mod tests {
             Op::End,
             Op::Info,
             Op::Config,
+            Op::Sold,
         ] {
             assert_eq!(op.function(), op.command().to_ascii_lowercase().replace('.', "_"));
             assert!(library::SOURCE.contains(&format!("\"{}\"", op.function())), "{op:?}");

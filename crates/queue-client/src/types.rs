@@ -186,7 +186,11 @@ impl QueueConfig {
     fn from_fields(f: &Fields) -> Result<QueueConfig, ClientError> {
         let mut c = Config::default();
         for (v, field) in c.values.iter_mut().zip(FIELDS) {
-            *v = f.u64(field.name)? as i64;
+            // A setting added later (closes_at) is its default from an older server.
+            *v = match f.value(field.name) {
+                None => field.default,
+                Some(_) => f.u64(field.name)? as i64,
+            };
         }
         Ok(QueueConfig(c))
     }
@@ -227,7 +231,13 @@ impl<'de> Deserialize<'de> for QueueConfig {
                 }
                 let mut c = Config::default();
                 for ((v, got), field) in c.values.iter_mut().zip(values).zip(FIELDS) {
-                    *v = got.ok_or_else(|| serde::de::Error::missing_field(field.name))?;
+                    // `closes_at` came later: what was written before it has none.
+                    let later = field.name == FIELDS[queue_core::config::CLOSES_AT].name;
+                    *v = match got {
+                        Some(got) => got,
+                        None if later => field.default,
+                        None => return Err(serde::de::Error::missing_field(field.name)),
+                    };
                 }
                 Ok(QueueConfig(c))
             }
@@ -311,6 +321,22 @@ pub struct QueueInfo {
     /// from a server older than the field).
     #[serde(default)]
     pub lane_counts: Vec<LaneCounts>,
+    /// The sale's state (docs/commands.md, "A sale's end"); each is its default
+    /// from a server older than the field. `closes_at` has passed.
+    #[serde(default)]
+    pub closed: bool,
+    /// Units left to sell; `None`: no limit.
+    #[serde(default)]
+    pub inventory: Option<u64>,
+    /// Tickets out and live sessions not reported as having bought.
+    #[serde(default)]
+    pub outstanding: u64,
+    /// The inventory is 0: every entry is refused.
+    #[serde(default)]
+    pub sold_out: bool,
+    /// The operator's message to everyone waiting (empty: none).
+    #[serde(default)]
+    pub message: String,
 }
 
 from_fields! { QueueInfo("info") {
@@ -321,6 +347,14 @@ from_fields! { QueueInfo("info") {
     config = QueueConfig::from_fields(&f)?,
     slot_wait_ms = f.u64("slot_wait_ms").unwrap_or(0),
     lane_counts = LaneCounts::list_from(&f)?,
+    closed = f.opt_i64_absent("closed")? == Some(1),
+    inventory = f.opt_i64_absent("inventory")?.and_then(|v| u64::try_from(v).ok()),
+    outstanding = f.opt_i64_absent("outstanding")?.and_then(|v| u64::try_from(v).ok()).unwrap_or(0),
+    sold_out = f.opt_i64_absent("sold_out")? == Some(1),
+    message = match f.value("message") {
+        Some(v) if !crate::reply::is_nil(v) => f.string("message")?,
+        _ => String::new(),
+    },
 } }
 
 /// An array of 0/1 replies, one per user asked about.
@@ -345,11 +379,13 @@ mod tests {
         let json = serde_json::to_string(&config).unwrap();
         assert_eq!(
             json,
-            r#"{"soft_cap":7,"hard_cap":0,"rate":0,"burst":0,"batch_max":1000,"ticket_ttl":60000,"session_lease":30000,"abandon_after":180000,"opens_at":0,"pow_difficulty":0,"max_waiting":0}"#
+            r#"{"soft_cap":7,"hard_cap":0,"rate":0,"burst":0,"batch_max":1000,"ticket_ttl":60000,"session_lease":30000,"abandon_after":180000,"opens_at":0,"pow_difficulty":0,"max_waiting":0,"closes_at":0}"#
         );
         let back: QueueConfig = serde_json::from_str(&json).unwrap();
         assert_eq!(back, config);
         assert!(serde_json::from_str::<QueueConfig>(r#"{"soft_cap":7}"#).is_err(), "every setting is required");
+        let before_closes_at = json.replace(r#","closes_at":0"#, "");
+        assert_eq!(serde_json::from_str::<QueueConfig>(&before_closes_at).unwrap(), config, "but closes_at");
         let info = QueueInfo {
             waiting: 1,
             joining: 2,
@@ -367,6 +403,11 @@ mod tests {
             lapsed: 12,
             slot_wait_ms: 13,
             lane_counts: vec![LaneCounts { lane: "presale".into(), waiting: 2, admitted: 5 }],
+            closed: true,
+            inventory: Some(14),
+            outstanding: 15,
+            sold_out: false,
+            message: "doors close at nine".into(),
         };
         let json = serde_json::to_value(&info).unwrap();
         assert_eq!(
@@ -429,6 +470,55 @@ mod tests {
 
     fn bulk(s: &str) -> Value {
         Value::BulkString(s.as_bytes().to_vec())
+    }
+
+    /// The sale's fields: their defaults from a server older than them; `inventory`
+    /// nil (or Lua's false) as no limit.
+    #[test]
+    fn info_reads_the_sale() {
+        let info = |extra: Vec<(&str, Value)>| {
+            let mut pairs: Vec<(Value, Value)> = [
+                "waiting",
+                "joining",
+                "active",
+                "available_slots",
+                "tokens",
+                "admission_rate_per_min",
+                "promoted",
+                "claimed",
+                "expired",
+                "dropped",
+                "left",
+                "ended",
+                "lapsed",
+            ]
+            .into_iter()
+            .chain(FIELDS.iter().map(|f| f.name).filter(|n| *n != "closes_at"))
+            .map(|n| (bulk(n), Value::Int(0)))
+            .collect();
+            pairs.extend(extra.into_iter().map(|(k, v)| (bulk(k), v)));
+            QueueInfo::from_value(Value::Map(pairs)).unwrap()
+        };
+        let old = info(vec![]);
+        assert_eq!(
+            (old.closed, old.inventory, old.outstanding, old.sold_out, old.message.as_str(), old.config.closes_at()),
+            (false, None, 0, false, "", 0)
+        );
+        let now = info(vec![
+            ("closes_at", Value::Int(1_700_000_000_000)),
+            ("closed", Value::Int(1)),
+            ("inventory", Value::Int(0)),
+            ("outstanding", Value::Int(3)),
+            ("sold_out", Value::Int(1)),
+            ("message", bulk("doors close at nine")),
+        ]);
+        assert_eq!(
+            (now.closed, now.inventory, now.outstanding, now.sold_out, now.message.as_str(), now.config.closes_at()),
+            (true, Some(0), 3, true, "doors close at nine", 1_700_000_000_000)
+        );
+        for nil in [Value::Nil, Value::Boolean(false)] {
+            assert_eq!(info(vec![("inventory", nil)]).inventory, None);
+        }
     }
 
     #[test]

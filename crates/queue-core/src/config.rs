@@ -28,12 +28,13 @@ pub const ABANDON_AFTER: usize = 7;
 pub const OPENS_AT: usize = 8;
 pub const POW_DIFFICULTY: usize = 9;
 pub const MAX_WAITING: usize = 10;
+pub const CLOSES_AT: usize = 11;
 
 /// The latest `opens_at` (the end of year 9999 in ms; exact in Lua's doubles).
 pub const MAX_OPENS_AT: i64 = 253_402_300_799_999;
 
 /// The schema, in the order `QUEUE.CONFIG Q GET *` and `QUEUE.INFO` list it.
-pub const FIELDS: [Field; 11] = [
+pub const FIELDS: [Field; 12] = [
     Field {
         name: "soft_cap",
         default: 1000,
@@ -95,7 +96,53 @@ pub const FIELDS: [Field; 11] = [
         max: 100_000_000,
         help: "most people waiting (in line and in the pre-queue) before QUEUE.ENTER refuses newcomers with LINEFULL (0: no limit)",
     },
+    Field {
+        name: "closes_at",
+        default: 0,
+        min: 0,
+        max: MAX_OPENS_AT,
+        help: "ms since the epoch the queue closes at: from then on QUEUE.ENTER is refused with CLOSED (0: never)",
+    },
 ];
+
+/// The text setting `message`: an operator's message to everyone waiting (empty: none).
+pub const MESSAGE: &str = "message";
+/// Longest `message`, in bytes.
+pub const MAX_MESSAGE_LEN: usize = 500;
+
+/// The setting `inventory`: units left to sell (kept in the stats hash, since
+/// QUEUE.SOLD lowers it; absent or -1: no limit).
+pub const INVENTORY: &str = "inventory";
+/// The largest `inventory` (exact in Lua's doubles).
+pub const MAX_INVENTORY: i64 = 1_000_000_000_000;
+
+/// Whether `name` is the text setting [`MESSAGE`] (any case).
+pub fn is_message(name: &[u8]) -> bool {
+    name.eq_ignore_ascii_case(MESSAGE.as_bytes())
+}
+
+/// Whether `name` is the setting [`INVENTORY`] (any case).
+pub fn is_inventory(name: &[u8]) -> bool {
+    name.eq_ignore_ascii_case(INVENTORY.as_bytes())
+}
+
+/// A value given for `message`: at most [`MAX_MESSAGE_LEN`] bytes, no control
+/// characters (as a nickname; the bytes are kept as given, UTF-8 expected).
+pub fn check_message(raw: &[u8]) -> Result<&[u8], QueueError> {
+    if raw.len() > MAX_MESSAGE_LEN || raw.iter().any(|&b| b < 0x20 || b == 0x7f) {
+        return Err(QueueError::InvalidMessage);
+    }
+    Ok(raw)
+}
+
+/// A value given for `inventory`: -1 (no limit) or 0 to [`MAX_INVENTORY`].
+pub fn check_inventory(raw: &[u8]) -> Result<i64, QueueError> {
+    let v = crate::args::parse_i64(raw).ok_or(QueueError::NotInteger)?;
+    if !(-1..=MAX_INVENTORY).contains(&v) {
+        return Err(QueueError::OutOfRange(INVENTORY, -1, MAX_INVENTORY));
+    }
+    Ok(v)
+}
 
 /// The text setting `entry`: who may enter the queue. Kept apart from the numeric
 /// [`FIELDS`] (whose values every reader takes for integers): `QUEUE.CONFIG` sets and
@@ -218,6 +265,9 @@ impl Config {
     }
     pub fn max_waiting(&self) -> i64 {
         self.values[MAX_WAITING]
+    }
+    pub fn closes_at(&self) -> i64 {
+        self.values[CLOSES_AT]
     }
 }
 

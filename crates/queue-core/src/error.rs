@@ -54,6 +54,12 @@ pub enum QueueError {
     InvalidCode,
     /// QUEUE.CODES: more codes in one call than `lanes::MAX_CODES_PER_CALL`.
     TooManyCodes,
+    /// QUEUE.ENTER after the queue's `closes_at`.
+    Closed,
+    /// QUEUE.ENTER while the queue's `inventory` is 0.
+    SoldOut,
+    /// QUEUE.CONFIG: a `message` longer than 500 bytes or with control characters.
+    InvalidMessage,
 }
 
 pub const MAX_NAME_LEN: usize = 64;
@@ -96,6 +102,9 @@ impl fmt::Display for QueueError {
             CodeLane => f.write_str("WRONGLANE the access code is for another lane"),
             InvalidCode => f.write_str("ERR invalid code: 64 hex digits 0-9 a-f (its SHA-256)"),
             TooManyCodes => f.write_str("ERR at most 1000 codes per call"),
+            Closed => f.write_str("CLOSED this queue is closed to new entries"),
+            SoldOut => f.write_str("SOLDOUT sold out"),
+            InvalidMessage => f.write_str("ERR message must be at most 500 bytes, no control characters"),
         }
     }
 }
@@ -105,7 +114,7 @@ impl std::error::Error for QueueError {}
 impl QueueError {
     /// The refusal a server error reply's first word names, for the errors that carry
     /// no argument: `NOTICKET`, `EXPIRED`, `INSIDE`, `FULL`, `LINEFULL`, `INVITE`, `NOCODE`,
-    /// `WRONGLANE` and `WRONGTYPE`. (`ERR`
+    /// `WRONGLANE`, `CLOSED`, `SOLDOUT` and `WRONGTYPE`. (`ERR`
     /// replies carry the text of one of the others and are kept as text by clients.)
     pub fn from_code(code: &str) -> Option<QueueError> {
         Some(match code {
@@ -117,6 +126,8 @@ impl QueueError {
             "INVITE" => QueueError::Invite,
             "NOCODE" => QueueError::NoCode,
             "WRONGLANE" => QueueError::CodeLane,
+            "CLOSED" => QueueError::Closed,
+            "SOLDOUT" => QueueError::SoldOut,
             "WRONGTYPE" => QueueError::WrongType,
             _ => return None,
         })
@@ -148,6 +159,8 @@ mod tests {
             QueueError::HardCap,
             QueueError::Invite,
             QueueError::NoCode,
+            QueueError::Closed,
+            QueueError::SoldOut,
             QueueError::CodeLane,
             QueueError::WrongType,
         ] {

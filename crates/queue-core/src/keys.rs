@@ -116,6 +116,9 @@ pub const INSTANCES: &str = "instances";
 pub const CLAIMED: &str = "claimed";
 /// hash: access code hash (hex SHA-256) -> `lane|uses|used` (see `lanes::Code`).
 pub const CODES: &str = "codes";
+/// Hash userId -> 1: people inside (a live session) reported as having bought
+/// (QUEUE.SOLD ... USER), who no longer count against `inventory`.
+pub const BOUGHT: &str = "bought";
 /// The prefix of a `claimed` field naming a user (never in a ticketId).
 pub const CLAIMED_USER_MARK: &str = "#";
 /// About how many entries the change log keeps (`XADD ... MAXLEN ~`).

@@ -120,9 +120,15 @@ pub struct Code {
 }
 
 impl Code {
+    /// `lane|uses|used`, written into one buffer (no formatting machinery: an entry
+    /// with a code encodes one on every call).
     pub fn encode(&self) -> Vec<u8> {
-        let mut v = self.lane.clone();
-        v.extend_from_slice(format!("|{}|{}", self.uses, self.used).as_bytes());
+        let mut v = Vec::with_capacity(self.lane.len() + 2 + 2 * 20);
+        v.extend_from_slice(&self.lane);
+        v.push(b'|');
+        push_int(&mut v, self.uses);
+        v.push(b'|');
+        push_int(&mut v, self.used);
         v
     }
 
@@ -135,6 +141,25 @@ impl Code {
     pub fn left(&self) -> i64 {
         (self.uses - self.used).max(0)
     }
+}
+
+/// Appends the decimal digits of `n` (with a `-` when negative).
+pub fn push_int(v: &mut Vec<u8>, n: i64) {
+    let mut buf = [0u8; 20];
+    let mut at = buf.len();
+    let mut m = n.unsigned_abs();
+    loop {
+        at -= 1;
+        buf[at] = b'0' + (m % 10) as u8;
+        m /= 10;
+        if m == 0 {
+            break;
+        }
+    }
+    if n < 0 {
+        v.push(b'-');
+    }
+    v.extend_from_slice(&buf[at..]);
 }
 
 #[cfg(test)]
@@ -167,5 +192,10 @@ mod tests {
         assert_eq!(c.encode(), b"presale|3|1");
         assert_eq!(Code::decode(b"presale|3|1"), Some(c));
         assert_eq!(Code::decode(b"presale|3"), None);
+        for n in [0, 7, 10, 999_999, -42, i64::MAX, i64::MIN] {
+            let mut v = Vec::new();
+            push_int(&mut v, n);
+            assert_eq!(v, n.to_string().into_bytes());
+        }
     }
 }

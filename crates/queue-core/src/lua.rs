@@ -201,9 +201,27 @@ pub fn constants_block() -> String {
         let modes: Vec<String> = EntryMode::ALL.iter().map(|m| lua_str(m.as_str())).collect();
         line(format!("local ENTRY, ENTRY_MODES = {}, {{ {} }}", lua_str(ENTRY), modes.join(", ")));
     }
+    line("-- A sale's life (engine::sale): the keys, settings and stats fields.".into());
+    {
+        use crate::config::{INVENTORY, MAX_INVENTORY, MAX_MESSAGE_LEN, MESSAGE};
+        use crate::engine::stat;
+        line(format!(
+            "local K_BOUGHT, MESSAGE, INVENTORY, MAX_MESSAGE_LEN, MAX_INVENTORY = {}, {}, {}, {MAX_MESSAGE_LEN}, {MAX_INVENTORY}",
+            lua_str(keys::BOUGHT),
+            lua_str(MESSAGE),
+            lua_str(INVENTORY)
+        ));
+        line(format!(
+            "local SALE = {{ SOLD = {}, BOUGHT = {}, CLOSED = {}, SOLD_OUT = {} }}",
+            lua_str(stat::SOLD),
+            lua_str(stat::BOUGHT),
+            lua_str(stat::CLOSED),
+            lua_str(stat::SOLD_OUT)
+        ));
+    }
     line(String::new());
     line("-- Error texts (queue-core's QueueError); E_ARITY, E_RANGE, E_FIELD and E_UNKNOWN_LANE are formats.".into());
-    let errors: [(&str, String); 28] = [
+    let errors: [(&str, String); 31] = [
         ("E_ARITY", template(QueueError::Arity("%s"), &[])),
         ("E_SYNTAX", QueueError::Syntax.to_string()),
         ("E_NOT_INTEGER", QueueError::NotInteger.to_string()),
@@ -235,6 +253,9 @@ pub fn constants_block() -> String {
         ("E_CODE_LANE", QueueError::CodeLane.to_string()),
         ("E_CODE", QueueError::InvalidCode.to_string()),
         ("E_TOO_MANY_CODES", QueueError::TooManyCodes.to_string()),
+        ("E_CLOSED", QueueError::Closed.to_string()),
+        ("E_SOLDOUT", QueueError::SoldOut.to_string()),
+        ("E_MESSAGE", QueueError::InvalidMessage.to_string()),
     ];
     for (name, text) in errors {
         let is_format = matches!(name, "E_ARITY" | "E_RANGE" | "E_FIELD" | "E_UNKNOWN_LANE");
@@ -279,7 +300,7 @@ mod tests {
         assert!(b.contains(r#"local E_ARITY = "ERR wrong number of arguments for '%s' command""#), "{b}");
         assert!(b.contains(r#"local E_RANGE = "ERR %s must be an integer from %d to %d""#), "{b}");
         assert!(b.contains(r#"local E_FIELD = "ERR unknown config field '%s'""#), "{b}");
-        assert!(b.contains("local SOFT_CAP, HARD_CAP, RATE, BURST, BATCH_MAX, TICKET_TTL, SESSION_LEASE, ABANDON_AFTER, OPENS_AT, POW_DIFFICULTY, MAX_WAITING = 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11"), "{b}");
+        assert!(b.contains("local SOFT_CAP, HARD_CAP, RATE, BURST, BATCH_MAX, TICKET_TTL, SESSION_LEASE, ABANDON_AFTER, OPENS_AT, POW_DIFFICULTY, MAX_WAITING, CLOSES_AT = 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12"), "{b}");
     }
 
     #[test]

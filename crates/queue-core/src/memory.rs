@@ -37,6 +37,8 @@ pub struct MemoryStore {
     entry: Option<crate::config::EntryMode>,
     lanes: Option<crate::lanes::Lanes>,
     codes: BTreeMap<Vec<u8>, Vec<u8>>,
+    bought: BTreeMap<Vec<u8>, Vec<u8>>,
+    message: Option<Vec<u8>>,
     proof: Vec<Vec<u8>>,
     /// What commands announced, oldest first: (promoted, waiting, at_ms).
     pub announcements: Vec<(i64, i64, i64)>,
@@ -66,6 +68,8 @@ impl MemoryStore {
             entry: None,
             lanes: None,
             codes: BTreeMap::new(),
+            bought: BTreeMap::new(),
+            message: None,
             proof: Vec::new(),
             announcements: Vec::new(),
             draft: Default::default(),
@@ -88,6 +92,38 @@ impl MemoryStore {
         for (i, v) in checked {
             self.settings[i] = Some(v);
         }
+        Ok(())
+    }
+
+    /// QUEUE.CONFIG SET closes_at, inventory and message as a server does it: the
+    /// settings checked, written, and the `state` log entry when the state changed.
+    pub fn configure_sale(
+        &mut self,
+        closes_at: Option<i64>,
+        inventory: Option<i64>,
+        message: Option<&[u8]>,
+    ) -> Result<(), QueueError> {
+        if let Some(m) = message {
+            crate::config::check_message(m)?;
+        }
+        if let Some(v) = inventory {
+            crate::config::check_inventory(v.to_string().as_bytes())?;
+        }
+        if let Some(at) = closes_at {
+            self.configure(&[("closes_at", at)])?;
+        }
+        let now = self.now;
+        if let Some(v) = inventory {
+            crate::engine::sale::set_inventory(self, v, now);
+        }
+        match message {
+            Some(m) => {
+                self.message = Some(m.to_vec());
+                crate::engine::sale::note_message(self, now);
+            }
+            None => crate::engine::sale::note_state(self, now),
+        }
+        crate::engine::close_log(self);
         Ok(())
     }
 
@@ -159,6 +195,9 @@ impl MemoryStore {
         if let Some(l) = self.lanes {
             config.insert(crate::lanes::LANES.to_string(), text(&l.text()));
         }
+        if let Some(m) = &self.message {
+            config.insert(crate::config::MESSAGE.to_string(), text(m));
+        }
         if !config.is_empty() {
             out.insert(key(crate::keys::CONFIG), Content::Hash(config));
         }
@@ -167,6 +206,7 @@ impl MemoryStore {
             (crate::keys::OPENING, &self.opening),
             (crate::keys::CLAIMED, &self.claimed),
             (crate::keys::CODES, &self.codes),
+            (crate::keys::BOUGHT, &self.bought),
         ] {
             if !h.is_empty() {
                 out.insert(key(suffix), Content::Hash(h.iter().map(|(f, v)| (text(f), text(v))).collect()));
@@ -217,6 +257,9 @@ impl Store for MemoryStore {
     }
     fn lanes(&self) -> crate::lanes::Lanes {
         self.lanes.unwrap_or_default()
+    }
+    fn message(&self) -> Vec<u8> {
+        self.message.clone().unwrap_or_default()
     }
     fn stat_opt(&self, field: &'static str) -> Option<i64> {
         self.stats.get(field).copied()
@@ -392,6 +435,7 @@ impl MemoryStore {
             Aux::Opening => Some(&self.opening),
             Aux::Claimed => Some(&self.claimed),
             Aux::Codes => Some(&self.codes),
+            Aux::Bought => Some(&self.bought),
             Aux::Proof => None,
         }
     }
@@ -401,6 +445,7 @@ impl MemoryStore {
             Aux::Opening => Some(&mut self.opening),
             Aux::Claimed => Some(&mut self.claimed),
             Aux::Codes => Some(&mut self.codes),
+            Aux::Bought => Some(&mut self.bought),
             Aux::Proof => None,
         }
     }

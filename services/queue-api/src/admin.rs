@@ -210,7 +210,7 @@ pub async fn create(State(state): St, headers: HeaderMap, body: SettingsBody) ->
 /// old ones) and the claims of sessions now gone (the line's own keys hold nobody by
 /// then, and Valkey keeps no empty ones). The test below holds this list against
 /// every key of the engine.
-const DELETED_KEYS: [&str; 14] = [
+const DELETED_KEYS: [&str; 15] = [
     queue_core::keys::CONFIG,
     queue_client::backoffice::BRAND,
     queue_client::backoffice::PAUSED,
@@ -225,6 +225,7 @@ const DELETED_KEYS: [&str; 14] = [
     queue_core::keys::ACTIVE,
     queue_core::keys::CODES,
     queue_core::keys::CLAIMED,
+    queue_core::keys::BOUGHT,
 ];
 
 /// Why a queue cannot be deleted now, if it cannot.

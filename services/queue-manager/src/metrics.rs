@@ -117,6 +117,11 @@ mod tests {
             lapsed: 0,
             slot_wait_ms: 1500,
             lane_counts: Vec::new(),
+            closed: false,
+            inventory: None,
+            outstanding: 0,
+            sold_out: false,
+            message: String::new(),
         }
     }
 

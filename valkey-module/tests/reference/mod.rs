@@ -15,11 +15,17 @@
 //! ticket under the number it waited under; codes are a table of lane, uses and uses
 //! consumed. `entry invite` refuses entries that name neither a lane nor a code.
 //!
+//! A sale's end ("A sale's end"): `closes_at` (entries refused with CLOSED from then
+//! on), the inventory (entries refused with SOLDOUT at 0; promotions never make the
+//! tickets and sessions not reported bought exceed it), QUEUE.SOLD, the message, and
+//! the one `state` entry of the change log each change of closed, sold out or message
+//! writes.
+//!
 //! Left out on purpose: the token bucket (runs use `rate` 0), the estimated wait
 //! (the measured admission rate), the pre-queue and the opening, which the
 //! state-machine test does not exercise.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 
 #[derive(Debug, Clone, Copy)]
 pub struct Settings {
@@ -149,6 +155,32 @@ pub const NOTICKET: &str = "NOTICKET unknown or already used ticket";
 pub const EXPIRED: &str = "EXPIRED ticket has expired";
 pub const INSIDE: &str = "INSIDE user is already inside";
 pub const FULL: &str = "FULL hard cap reached";
+pub const CLOSED: &str = "CLOSED this queue is closed to new entries";
+pub const SOLDOUT: &str = "SOLDOUT sold out";
+
+/// A `state` entry's fields ("A sale's end"): closed, sold out, the message.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct SaleState {
+    pub closed: bool,
+    pub sold_out: bool,
+    pub message: String,
+}
+
+/// The message as the entry carries it: lowercase hex of its bytes.
+fn hex(s: &str) -> String {
+    s.bytes().map(|b| format!("{b:02x}")).collect()
+}
+
+fn unhex(h: &str) -> Result<String, String> {
+    if !h.len().is_multiple_of(2) {
+        return Err(format!("message not hex: {h:?}"));
+    }
+    let bytes = (0..h.len())
+        .step_by(2)
+        .map(|i| u8::from_str_radix(&h[i..i + 2], 16).map_err(|_| format!("message not hex: {h:?}")))
+        .collect::<Result<Vec<u8>, String>>()?;
+    String::from_utf8(bytes).map_err(|_| format!("message not UTF-8: {h:?}"))
+}
 
 /// One entry of the change log (`queue:{Q}:log`) as "The change log and watchers"
 /// describes it.
@@ -173,6 +205,8 @@ pub struct LogEntry {
     /// model names the people: `ahead_users`, whose numbers the server gives).
     pub ahead: Vec<i64>,
     pub ahead_users: Vec<String>,
+    /// The queue's state, when it changed ("A sale's end").
+    pub state: Option<SaleState>,
     pub waiting: i64,
 }
 
@@ -200,6 +234,11 @@ impl LogEntry {
         if !self.ahead.is_empty() {
             f.push(("ahead".into(), list(&self.ahead)));
         }
+        if let Some(s) = &self.state {
+            f.push(("closed".into(), u8::from(s.closed).to_string()));
+            f.push(("sold_out".into(), u8::from(s.sold_out).to_string()));
+            f.push(("message".into(), hex(&s.message)));
+        }
         f.push(("waiting".into(), self.waiting.to_string()));
         f
     }
@@ -218,6 +257,9 @@ impl LogEntry {
                 "again" => e.again = v.split(',').map(int).collect::<Result<_, _>>()?,
                 "reset" => e.reset = v == "1",
                 "ahead" => e.ahead = v.split(',').map(int).collect::<Result<_, _>>()?,
+                "closed" => e.state.get_or_insert_with(SaleState::default).closed = v == "1",
+                "sold_out" => e.state.get_or_insert_with(SaleState::default).sold_out = v == "1",
+                "message" => e.state.get_or_insert_with(SaleState::default).message = unhex(v)?,
                 "waiting" => e.waiting = int(v)?,
                 other => return Err(format!("unknown field {other:?} in {fields:?}")),
             }
@@ -236,6 +278,8 @@ struct Pending {
     again: Vec<i64>,
     reset: bool,
     ahead_users: Vec<String>,
+    /// The queue's state changed (closed, sold out, message).
+    state: bool,
 }
 
 /// A watcher's rank arithmetic, exactly as "The change log and watchers" states it:
@@ -271,6 +315,15 @@ pub struct Model {
     pub max_promoted: i64,
     /// Access codes: hash -> code.
     pub codes: BTreeMap<String, Code>,
+    /// A sale's end: `closes_at` (0: never), the units left (None: no limit), the
+    /// people inside reported as having bought, units sold, the message, and the
+    /// state (closed, sold out) the change log last said.
+    pub closes_at: i64,
+    pub inventory: Option<i64>,
+    pub bought: BTreeSet<String>,
+    pub sold: i64,
+    pub message: String,
+    pub announced: (bool, bool),
     pending: Pending,
 }
 
@@ -286,15 +339,101 @@ impl Model {
             log_n: 0,
             max_promoted: 0,
             codes: BTreeMap::new(),
+            closes_at: 0,
+            inventory: None,
+            bought: BTreeSet::new(),
+            sold: 0,
+            message: String::new(),
+            announced: (false, false),
             pending: Pending::default(),
         }
+    }
+
+    /// Closed at `now`: `closes_at` set and passed.
+    pub fn closed(&self, now: i64) -> bool {
+        self.closes_at > 0 && now >= self.closes_at
+    }
+
+    /// Sold out: an inventory of 0.
+    pub fn sold_out(&self) -> bool {
+        self.inventory == Some(0)
+    }
+
+    /// Tickets out and sessions (expired ones too until housekeeping drops them), less
+    /// the people inside reported as having bought.
+    pub fn outstanding(&self) -> i64 {
+        let bought = self.bought.iter().filter(|u| self.sessions.contains_key(*u)).count() as i64;
+        (self.joining() + self.sessions.len() as i64 - bought).max(0)
+    }
+
+    /// How many more may be promoted within the inventory (None: no limit).
+    fn room(&self) -> Option<i64> {
+        self.inventory.map(|i| (i - self.outstanding()).max(0))
+    }
+
+    /// The state entry, when closed or sold out is not what the log last said.
+    pub fn note_state(&mut self, now: i64) {
+        let state = (self.closed(now), self.sold_out());
+        if state != self.announced {
+            self.announced = state;
+            self.pending.state = true;
+        }
+    }
+
+    /// The refusal every form of QUEUE.ENTER gets first: CLOSED, then SOLDOUT. The
+    /// state entry is written either way.
+    pub fn refuses_sale(&mut self, now: i64) -> Option<&'static str> {
+        self.note_state(now);
+        if self.closed(now) {
+            Some(CLOSED)
+        } else if self.sold_out() {
+            Some(SOLDOUT)
+        } else {
+            None
+        }
+    }
+
+    /// QUEUE.CONFIG SET of the sale's settings (any SET notes the state).
+    pub fn configure_sale(&mut self, closes_at: Option<i64>, inventory: Option<i64>, message: Option<&str>, now: i64) {
+        if let Some(at) = closes_at {
+            self.closes_at = at;
+        }
+        if let Some(v) = inventory {
+            self.inventory = (v >= 0).then_some(v);
+        }
+        self.note_state(now);
+        if let Some(m) = message {
+            self.message = m.to_string();
+            self.pending.state = true;
+        }
+    }
+
+    /// QUEUE.SOLD n [USER u]: the units left (None: no limit).
+    pub fn sold(&mut self, n: i64, user: Option<&str>, now: i64) -> Option<i64> {
+        if let Some(i) = self.inventory {
+            self.inventory = Some((i - n).max(0));
+        }
+        self.sold += n;
+        if let Some(u) = user {
+            if self.sessions.get(u).is_some_and(|s| s.lease > now) {
+                self.bought.insert(u.to_string());
+            }
+        }
+        self.note_state(now);
+        self.inventory
+    }
+
+    /// Marks of people no longer inside go with their sessions.
+    fn prune_bought(&mut self) {
+        let sessions = &self.sessions;
+        self.bought.retain(|u| sessions.contains_key(u));
     }
 
     /// The change-log entry the command just modelled writes, if any ("An entry is
     /// written when head, left or reset is"), numbered one after the last.
     pub fn take_log(&mut self) -> Option<LogEntry> {
         let p = std::mem::take(&mut self.pending);
-        if p.head.is_none() && p.left.is_empty() && !p.reset && p.ahead_users.is_empty() {
+        if p.head.is_none() && p.left.is_empty() && !p.reset && p.ahead_users.is_empty() && !p.state {
             return None;
         }
         self.log_n += 1;
@@ -309,6 +448,11 @@ impl Model {
             reset: p.reset,
             ahead: Vec::new(),
             ahead_users: p.ahead_users,
+            state: p.state.then(|| SaleState {
+                closed: self.announced.0,
+                sold_out: self.announced.1,
+                message: self.message.clone(),
+            }),
             waiting: self.waiting(),
         })
     }
@@ -435,6 +579,7 @@ impl Model {
         freed.extend(self.sessions.values().filter(|s| s.lease <= now).map(|s| s.lease));
         let leases = freed.len() as i64 - tickets;
         self.sessions.retain(|_, s| s.lease > now);
+        self.prune_bought();
         self.counters.expired += tickets;
         self.counters.lapsed += leases;
         (tickets, leases, freed)
@@ -456,7 +601,10 @@ impl Model {
         if self.waiting() == 0 {
             return;
         }
-        let n = self.free_slots(self.sessions.len() as i64).min(self.s.batch_max);
+        let mut n = self.free_slots(self.sessions.len() as i64).min(self.s.batch_max);
+        if let Some(room) = self.room() {
+            n = n.min(room);
+        }
         let promoted = self.admit_head(n, now).0;
         self.counters.promoted += promoted;
         self.note_slot_wait(freed, promoted, now);
@@ -608,7 +756,7 @@ impl Model {
         let admit_now = self.waiting() == 0 && self.s.soft_cap > 0;
         if admit_now {
             let (_, _, freed) = self.reap(now);
-            if self.free_slots(self.sessions.len() as i64) > 0 {
+            if self.free_slots(self.sessions.len() as i64) > 0 && self.room().is_none_or(|r| r >= 1) {
                 self.note_slot_wait(freed, 1, now);
                 self.line.push(Person {
                     user: user.into(),
@@ -703,10 +851,14 @@ impl Model {
 
     /// QUEUE.PROMOTE [MAX n].
     pub fn promote(&mut self, max: Option<i64>, now: i64) -> PromoteOutcome {
+        self.note_state(now);
         let (tickets_expired, leases_expired, freed) = self.reap(now);
         let mut n = self.free_slots(self.sessions.len() as i64).min(self.s.batch_max);
         if let Some(m) = max {
             n = n.min(m);
+        }
+        if let Some(room) = self.room() {
+            n = n.min(room);
         }
         // The head gets tickets, silent waiters met on the way dropped, never promoted
         // (taken from the head); then the sweep drops silent ones further back (with
@@ -789,6 +941,7 @@ impl Model {
         self.out_of_line(&user);
         let lease_ms = self.s.session_lease;
         let claim = holder.map(|h| (id.to_string(), h.to_string(), lease_ms));
+        self.bought.remove(&user);
         self.sessions.insert(user.clone(), Session { nickname: p.nickname.clone(), lease: now + lease_ms, claim });
         self.counters.claimed += 1;
         ClaimOutcome::Claimed { user, nickname: p.nickname, lease_ms, again: false }
@@ -813,6 +966,7 @@ impl Model {
     /// slot goes to the head of the line at once.
     pub fn end(&mut self, user: &str, now: i64) -> i64 {
         if self.sessions.remove(user).is_some() {
+            self.prune_bought();
             self.counters.ended += 1;
             self.fill(now, Vec::new());
             1

@@ -222,6 +222,37 @@ pub async fn error_mapping(client: &QueueClient, q: &str) {
         ClientError::InvalidArgument(t) => assert!(t.starts_with("ERR invalid queue name"), "{t}"),
         other => panic!("{other:?}"),
     }
+
+    // A sale's end: SOLDOUT at inventory 0, CLOSED after closes_at, QUEUE.SOLD, the
+    // message; INFO shows them.
+    let sale = format!("{q}-sale");
+    client.config_set(&sale, &[("inventory", 2)]).await.unwrap();
+    assert_eq!(client.sold(&sale, 1, None).await.unwrap(), Some(1));
+    assert_eq!(client.sold(&sale, 5, Some("nobody-inside")).await.unwrap(), Some(0), "never below 0");
+    assert_eq!(client.enter(&sale, "s-1", "sam").await.unwrap_err(), ClientError::Refused(QueueError::SoldOut));
+    client.config_set_text(&sale, "message", "sold out, thank you").await.unwrap();
+    let info = client.info(&sale).await.unwrap();
+    assert_eq!(
+        (info.inventory, info.sold_out, info.closed, info.outstanding, info.message.as_str()),
+        (Some(0), true, false, 0, "sold out, thank you")
+    );
+    client.config_set(&sale, &[("inventory", -1), ("closes_at", 1)]).await.unwrap();
+    assert_eq!(client.enter(&sale, "s-1", "sam").await.unwrap_err(), ClientError::Refused(QueueError::Closed));
+    let info = client.info(&sale).await.unwrap();
+    assert_eq!((info.inventory, info.sold_out, info.closed, info.config.closes_at()), (None, false, true, 1));
+    assert_eq!(client.sold(&sale, 1, None).await.unwrap(), None, "no inventory: no limit");
+    let entries = client.log_after(&sale, "0-0", 10).await.unwrap();
+    let states: Vec<(bool, bool, String)> =
+        entries.iter().filter_map(|e| e.state.as_ref()).map(|s| (s.closed, s.sold_out, s.message.clone())).collect();
+    assert_eq!(
+        states,
+        [
+            (false, true, String::new()),
+            (false, true, "sold out, thank you".to_string()),
+            (true, false, "sold out, thank you".to_string()),
+        ]
+    );
+    assert!(client.sold(&sale, 1, Some("bad user!")).await.unwrap_err().to_string().starts_with("ERR invalid userId"));
 }
 
 /// Polls `f` until it succeeds or `limit` passes; the last error otherwise.

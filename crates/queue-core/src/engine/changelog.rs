@@ -56,6 +56,13 @@ pub fn close_log<S: Store>(s: &mut S) {
     if !d.ahead.is_empty() {
         fields.push(("ahead", list(&d.ahead)));
     }
+    if d.state {
+        // The message in hex: a published change is its words separated by spaces.
+        let flag = |f: &'static str| num(stat(s, f));
+        fields.push(("closed", flag(stat::CLOSED)));
+        fields.push(("sold_out", flag(stat::SOLD_OUT)));
+        fields.push(("message", crate::hex::hex(&s.message()).into_bytes()));
+    }
     fields.push(("waiting", num(waiting_count(s))));
     s.log_append(&fields);
 }

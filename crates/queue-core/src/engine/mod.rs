@@ -17,7 +17,8 @@
 //! 5. [`standing`]: where a user stands, read without writing.
 //! 6. [`changelog`]: closing the change log's entry; the watchers (QUEUE.WATCH,
 //!    QUEUE.UNWATCH) and who counts as heard from.
-//! 7. this file: the rules (enter, leave, promote, claim, heartbeat, end, info), the
+//! 7. [`sale`]: the closing time, the inventory and QUEUE.SOLD, the `state` entry.
+//! 8. this file: the rules (enter, leave, promote, claim, heartbeat, end, info), the
 //!    only user of all the others.
 //!
 //! What the commands reply is in [`crate::replies`].
@@ -34,6 +35,7 @@ pub mod changelog;
 mod layout;
 mod members;
 pub mod opening;
+pub mod sale;
 mod standing;
 mod store;
 
@@ -217,7 +219,10 @@ pub fn fill_freed<S: Store>(s: &mut S, now: i64, freed_at: &[i64]) -> i64 {
         return 0;
     }
     let bucket = (cfg.rate() > 0).then(|| bucket(s, now));
-    let n = admission::promote_count(free, bucket.map(|b| b.whole()), None, cfg.batch_max());
+    let mut n = admission::promote_count(free, bucket.map(|b| b.whole()), None, cfg.batch_max());
+    if let Some(room) = sale::room(s, s.sessions_len()) {
+        n = n.min(room);
+    }
     let (promoted, dropped, _) = admit_head(s, n, cfg.abandon_after(), now);
     if let Some(b) = bucket.filter(|_| promoted > 0) {
         save_bucket(s, b.take(promoted));
@@ -340,6 +345,8 @@ pub fn enter_with<S: Store>(
     if inv.code.is_some() {
         s.check(&[Part::Codes])?;
     }
+    let now = s.now();
+    sale::refuse_entry(s, now)?;
     ensure_layout(s)?;
     let lanes = s.lanes();
     let into = invited_lane(s, &lanes, inv)?;
@@ -349,14 +356,12 @@ pub fn enter_with<S: Store>(
         return Err(QueueError::Invite);
     }
     refuse_if_line_full(s, user)?;
-    let now = s.now();
     opening::open_if_due(s, now)?;
     if opening::before_opening(s, now) {
         // Into the pre-queue of the lane (a queue with lanes): a code's use is
-        // consumed as for an entry into the line.
+        // consumed as for an entry into the line (its key was checked above).
         let lane = into.as_ref().map(|(lane, _)| *lane);
         if let Some((_, Some((h, mut c)))) = into {
-            s.check(&[Part::Codes])?;
             c.used += 1;
             s.aux_hset(Aux::Codes, h, &c.encode());
         }
@@ -404,7 +409,8 @@ pub fn enter_with<S: Store>(
         let cfg = config(s);
         let free = admission::free_slots(cfg.soft_cap(), s.sessions_len(), joining(s));
         let bucket = (cfg.rate() > 0).then(|| bucket(s, now));
-        if free > 0 && bucket.is_none_or(|b| b.whole() >= 1) {
+        let room = sale::room(s, s.sessions_len()).is_none_or(|r| r >= 1);
+        if free > 0 && room && bucket.is_none_or(|b| b.whole() >= 1) {
             add_waiter(s, user, seq, now, nickname);
             let ticket = promote_user(s, seq, nickname, now);
             note_promoted(s, 1, seq);
@@ -497,7 +503,8 @@ fn enter_lane<S: Store>(
         let cfg = config(s);
         let free = admission::free_slots(cfg.soft_cap(), s.sessions_len(), joining(s));
         let bucket = (cfg.rate() > 0).then(|| bucket(s, now));
-        if free > 0 && bucket.is_none_or(|b| b.whole() >= 1) {
+        let room = sale::room(s, s.sessions_len()).is_none_or(|r| r >= 1);
+        if free > 0 && room && bucket.is_none_or(|b| b.whole() >= 1) {
             // In at once: numbered as the next holder.
             let seq = p_max(s) + 1;
             add_waiter(s, user, seq, now, nickname);
@@ -705,6 +712,7 @@ pub fn promote<S: Store>(s: &mut S, max: Option<i64>) -> Result<Promotion, Queue
     let cfg = config(s);
     let now = s.now();
     opening::open_if_due(s, now)?;
+    sale::note_state(s, now);
 
     let reaped = reap(s, now);
     let (tickets_expired, leases_expired) = (reaped.tickets, reaped.leases);
@@ -712,7 +720,11 @@ pub fn promote<S: Store>(s: &mut S, max: Option<i64>) -> Result<Promotion, Queue
     let bucket = (cfg.rate() > 0).then(|| bucket(s, now));
     // Nobody is promoted before the opening.
     let max = if opening::before_opening(s, now) { Some(0) } else { max };
-    let n = admission::promote_count(free, bucket.map(|b| b.whole()), max, cfg.batch_max());
+    let mut n = admission::promote_count(free, bucket.map(|b| b.whole()), max, cfg.batch_max());
+    // Never more tickets and sessions outstanding than units left to sell.
+    if let Some(room) = sale::room(s, s.sessions_len()) {
+        n = n.min(room);
+    }
 
     let (promoted, mut dropped, top) = admit_head(s, n, cfg.abandon_after(), now);
     dropped += sweep(s, cfg.abandon_after(), now, top);
@@ -819,6 +831,7 @@ pub fn claim_held<S: Store>(
     // A new session: an earlier claim of this user's (its lease ran out unreaped) is
     // no longer the one that is live.
     forget_claim(s, &user);
+    sale::forget_bought(s, &user);
     if let Some(holder) = holder {
         let mut entry = holder.to_vec();
         entry.push(CLAIM_SEP);
@@ -884,6 +897,7 @@ fn forget_claim<S: Store>(s: &mut S, user: &S::User) {
 fn close_session<S: Store>(s: &mut S, user: &S::User) {
     s.close_session(user);
     forget_claim(s, user);
+    sale::forget_bought(s, user);
 }
 
 /// A claim found ticket `seq` expired: expired tickets (this one too) and leases are
@@ -941,7 +955,13 @@ pub fn info<S: Store>(s: &S) -> Result<Info, QueueError> {
     let cfg = config(s);
     let now = s.now();
     let (active, joining) = (live_sessions(s, now), joining(s));
+    let inventory = sale::inventory(s);
     Ok(Info {
+        closed: sale::closed(s, now),
+        inventory,
+        outstanding: sale::outstanding(s, s.sessions_len()),
+        sold_out: inventory == Some(0),
+        message: s.message(),
         waiting: waiting_count(s),
         joining,
         active,
@@ -979,13 +999,14 @@ pub fn lane_counts<S: Store>(s: &S) -> Vec<LaneCount> {
 #[cfg(test)]
 mod layering {
     /// The engine's files, bottom first (the order of the list in this module's doc).
-    const LAYERS: [(&str, &str); 6] = [
+    const LAYERS: [(&str, &str); 7] = [
         ("store", include_str!("store.rs")),
         ("layout", include_str!("layout.rs")),
         ("members", include_str!("members.rs")),
         ("opening", include_str!("opening.rs")),
         ("standing", include_str!("standing.rs")),
         ("changelog", include_str!("changelog.rs")),
+        ("sale", include_str!("sale.rs")),
     ];
 
     /// Every `super::x` a file's code (not its comments, not its tests) names: `x`

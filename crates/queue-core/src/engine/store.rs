@@ -26,6 +26,8 @@ pub enum Part {
     Claimed,
     /// The access codes (hash, [`Aux::Codes`]).
     Codes,
+    /// People inside reported as having bought (hash, [`Aux::Bought`]).
+    Bought,
 }
 
 /// Every key a command that admits, withdraws or ends may write.
@@ -73,6 +75,17 @@ pub mod stat {
     /// the people promoted from that lane (let in at once on entry too), counted in
     /// the command that promotes them.
     pub const ADMITTED_PREFIX: &str = "admitted:";
+    /// Units left to sell (absent or -1: no limit): the setting `inventory`, lowered
+    /// by QUEUE.SOLD.
+    pub const INVENTORY: &str = "inventory";
+    /// Units reported sold (QUEUE.SOLD), in all.
+    pub const SOLD: &str = "sold";
+    /// People inside reported as having bought (the fields of `bought`).
+    pub const BOUGHT: &str = "bought";
+    /// Whether the queue was last announced closed (0/1), and sold out (0/1): a
+    /// change writes a `state` entry in the change log.
+    pub const CLOSED: &str = "closed";
+    pub const SOLD_OUT: &str = "sold_out";
 }
 
 /// What the engine needs of the place a queue is kept. Reads never fail (a key of
@@ -96,6 +109,8 @@ pub trait Store {
     /// The text setting `lanes` (`crate::lanes::LANES`): the queue's config, else one
     /// lane (a stored value that is not a list of lanes reads as one lane).
     fn lanes(&self) -> crate::lanes::Lanes;
+    /// The text setting `message` (`crate::config::MESSAGE`), empty when unset.
+    fn message(&self) -> Vec<u8>;
     /// A stats field, None when absent.
     fn stat_opt(&self, field: &'static str) -> Option<i64>;
     fn set_stat(&mut self, field: &'static str, v: i64);
@@ -208,6 +223,8 @@ pub enum Aux {
     Claimed,
     /// hash: the access codes (`keys::CODES`).
     Codes,
+    /// hash userId -> 1: people inside who bought (`keys::BOUGHT`).
+    Bought,
 }
 
 impl Aux {
@@ -218,6 +235,7 @@ impl Aux {
             Aux::Proof => keys::PROOF,
             Aux::Claimed => keys::CLAIMED,
             Aux::Codes => keys::CODES,
+            Aux::Bought => keys::BOUGHT,
         }
     }
 }
@@ -243,11 +261,13 @@ pub struct LogDraft {
     /// Numbers of people who joined a lane ahead of others waiting (a queue with
     /// lanes), in the order they joined.
     pub ahead: Vec<i64>,
+    /// The queue's state (closed, sold out, message) changed: the entry says it.
+    pub state: bool,
 }
 
 impl LogDraft {
     pub fn is_empty(&self) -> bool {
-        self.head.is_none() && self.left.is_empty() && !self.reset && self.ahead.is_empty()
+        self.head.is_none() && self.left.is_empty() && !self.reset && self.ahead.is_empty() && !self.state
     }
 
     /// The waiting user numbered `seq` was taken from the head (promoted, or dropped on the way).

@@ -21,13 +21,14 @@ pub const PROMOTE: [&str; 8] =
 
 pub const CLAIM: [&str; 4] = ["nickname", "ticketId", "userId", "leaseMs"];
 
-pub const CONFIG: [&str; 13] = [
+pub const CONFIG: [&str; 14] = [
     "batch_max",
     "ticket_ttl",
-    "entry",
+    "closes_at",
     "hard_cap",
     "rate",
     "abandon_after",
+    "entry",
     "max_waiting",
     "pow_difficulty",
     "lanes",
@@ -40,7 +41,19 @@ pub const CONFIG: [&str; 13] = [
 /// QUEUE.INFO's field holding the per-lane counts (an array, not a number).
 pub const LANE_COUNTS: &str = "lane_counts";
 
-pub const INFO: [&str; 28] = [
+pub const INFO: [&str; 34] = [
+    "inventory",
+    "session_lease",
+    "closes_at",
+    "tokens",
+    "burst",
+    "expired",
+    "hard_cap",
+    "rate",
+    "abandon_after",
+    "message",
+    "joining",
+    "opens_at",
     "batch_max",
     "lane_counts",
     "ticket_ttl",
@@ -48,27 +61,21 @@ pub const INFO: [&str; 28] = [
     "entry",
     "left",
     "max_waiting",
-    "tokens",
     "lanes",
+    "dropped",
+    "waiting",
+    "sold_out",
+    "admission_rate_per_min",
+    "outstanding",
+    "closed",
+    "promoted",
+    "available_slots",
+    "pow_difficulty",
     "slot_wait_ms",
     "lapsed",
     "ended",
     "claimed",
-    "dropped",
-    "burst",
-    "waiting",
-    "expired",
-    "hard_cap",
-    "rate",
-    "abandon_after",
-    "promoted",
-    "available_slots",
-    "pow_difficulty",
-    "joining",
     "soft_cap",
-    "admission_rate_per_min",
-    "session_lease",
-    "opens_at",
 ];
 
 /// QUEUE.OPENING's map.
@@ -110,12 +117,24 @@ mod tests {
         for c in COUNTERS {
             assert!(info.contains(c), "{c}");
         }
-        for f in ["waiting", "joining", "active", "available_slots", "tokens", "admission_rate_per_min"] {
+        for f in [
+            "waiting",
+            "joining",
+            "active",
+            "available_slots",
+            "tokens",
+            "admission_rate_per_min",
+            "closed",
+            "inventory",
+            "outstanding",
+            "sold_out",
+            "message",
+        ] {
             assert!(info.contains(f), "{f}");
         }
         assert!(config.contains(crate::config::ENTRY) && info.contains(crate::config::ENTRY));
         assert_eq!(CONFIG.len(), FIELDS.len() + 2);
-        assert_eq!(INFO.len(), FIELDS.len() + COUNTERS.len() + 9);
+        assert_eq!(INFO.len(), FIELDS.len() + COUNTERS.len() + 14);
         assert!(info.contains(LANE_COUNTS));
         distinct(&STANDING_LANE);
     }

@@ -121,6 +121,17 @@ pub struct Info {
     pub counters: [i64; 8],
     /// Per lane of a queue with lanes, in the queue's order; empty without lanes.
     pub lane_counts: Vec<LaneCount>,
+    /// `closes_at` has passed.
+    pub closed: bool,
+    /// Units left to sell (None: no limit).
+    pub inventory: Option<i64>,
+    /// Tickets out and sessions (both counting expired ones until PROMOTE drops
+    /// them), less the people inside reported as having bought.
+    pub outstanding: i64,
+    /// The inventory is 0.
+    pub sold_out: bool,
+    /// The operator's message (empty: none).
+    pub message: Vec<u8>,
 }
 
 /// One lane's line of QUEUE.INFO's `lane_counts`: `[lane, waiting, admitted]`.
@@ -147,6 +158,9 @@ impl Info {
         ];
         f.extend(FIELDS.iter().zip(self.config.values).map(|(field, v)| (field.name, v)));
         f.extend(crate::replies::COUNTERS.into_iter().zip(self.counters));
+        f.push(("closed", i64::from(self.closed)));
+        f.push(("outstanding", self.outstanding));
+        f.push(("sold_out", i64::from(self.sold_out)));
         f
     }
 }
