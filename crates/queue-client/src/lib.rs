@@ -33,6 +33,7 @@ mod changelog;
 mod conn;
 mod durable;
 mod error;
+pub mod gates;
 pub mod events;
 pub mod feed;
 mod health;
