@@ -21,6 +21,14 @@ mkdirSync(shots, { recursive: true });
 const browser = await launch();
 const problems = [];
 const widths = (page) => page.evaluate(() => [document.documentElement.scrollWidth, document.documentElement.clientWidth]);
+// The elements that reach past the viewport's right edge (the outermost ones), to say
+// what makes the page scroll sideways.
+const wide = (page) => page.evaluate(() => {
+  const w = document.documentElement.clientWidth;
+  const out = [...document.querySelectorAll("body *")].filter((e) => e.getBoundingClientRect().right > w + 0.5);
+  return out.filter((e) => !out.includes(e.parentElement)).slice(0, 5)
+    .map((e) => e.tagName.toLowerCase() + (e.id ? "#" + e.id : "") + "." + e.className + " " + Math.round(e.getBoundingClientRect().right)).join(", ");
+});
 
 await run(browser, async () => {
   const ctx = await browser.newContext({ viewport: { width: 360, height: 740 } });
@@ -71,7 +79,7 @@ await run(browser, async () => {
   await page.click("#gates-list summary");
   await page.waitForSelector("#gates-list dl", { state: "visible", timeout: STEP });
   const [scroll, view] = await widths(page);
-  check(scroll <= view, `the page scrolls sideways at 360 px: ${scroll} > ${view}`);
+  check(scroll <= view, `the page scrolls sideways at 360 px: ${scroll} > ${view} (${await wide(page)})`);
   await page.screenshot({ path: `${shots}/admin-360.png`, fullPage: true });
   console.log("WIDTH " + scroll + " " + view);
   console.log("AXE " + (await axe(page, "back office at 360 px")));

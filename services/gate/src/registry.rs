@@ -154,7 +154,10 @@ mod tests {
         c.upstream = Some("http://app-user:app-password@127.0.0.1:3000".parse().unwrap());
         let d = describe(&c, "h:1:2", "127.0.0.1:8090", 1, 1_000);
         assert_eq!(d["mode"], "proxy");
-        assert_eq!(d["routes"][0], json!({ "host": null, "prefix": "/checkout", "queue": "shop", "staticAssets": false }));
+        assert_eq!(
+            d["routes"][0],
+            json!({ "host": null, "prefix": "/checkout", "queue": "shop", "staticAssets": false })
+        );
         assert_eq!(d["routes"][1]["host"], "a.test");
         assert_eq!(d["bypass"]["secret"], true);
         assert_eq!(d["sessions"]["idleMs"], 300_000);

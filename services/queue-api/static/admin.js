@@ -307,8 +307,8 @@
   }
 
   // Who may enter: a choice of three words, not a number.
-  const ENTRY = [["open", "open: anyone"], ["identified", "identified: only with the app's login"],
-    ["invite", "invite: by invitation (an access code, or a login whose lane claim names a lane)"]];
+  const ENTRY = [["open", "Anyone"], ["identified", "Only people signed in to the app"],
+    ["invite", "Only people invited (an access code, or a sign-in naming a lane)"]];
   function entryField(box) {
     field(box, "entry", "Who may enter", "text", "", "Anyone, only people signed in to the app, or only people invited.");
     const input = $("f-entry");

@@ -86,7 +86,10 @@ async fn the_back_office_sees_the_running_gates_and_their_routes() {
     assert_eq!(gates(&api, None).await.0, 401);
     assert_eq!(gates(&api, Some("wrong")).await.0, 401);
     let (code, v) = gates(&api, Some(TOKEN)).await;
-    assert_eq!((code, v["gates"].as_array().map(Vec::len), v["routes"].as_array().map(Vec::len)), (200, Some(0), Some(0)));
+    assert_eq!(
+        (code, v["gates"].as_array().map(Vec::len), v["routes"].as_array().map(Vec::len)),
+        (200, Some(0), Some(0))
+    );
 
     // A gate that died long ago, and junk: never listed, and removed by a live gate.
     client.set_gate("dead:1:1", r#"{"expiresAtMs": 1, "routes": [{"prefix": "/x", "queue": "shop"}]}"#).await.unwrap();
