@@ -111,14 +111,16 @@ pub async fn publish_loop(gate: Arc<Gate>, listen: String, mut stop: watch::Rece
             None => Duration::from_millis(50),
             Some(client) => {
                 let now = now_ms();
+                // The expired ones first: the description written is this round's last
+                // command (a test that waits for it then sees no other until the next).
+                if let Ok(all) = client.gate_descriptions().await {
+                    let _ = client.remove_gates(&expired(&all, now)).await;
+                }
                 let text = describe(&gate.config, &id, &listen, started, now).to_string();
                 match client.set_gate(&id, &text).await {
                     Ok(()) => {
                         if std::mem::take(&mut failing) {
                             tracing::info!("the gate's description is written again");
-                        }
-                        if let Ok(all) = client.gate_descriptions().await {
-                            let _ = client.remove_gates(&expired(&all, now)).await;
                         }
                     }
                     Err(e) if !failing => {
@@ -155,10 +157,11 @@ mod tests {
         let d = describe(&c, "h:1:2", "127.0.0.1:8090", 1, 1_000);
         assert_eq!(d["mode"], "proxy");
         assert_eq!(
-            d["routes"][0],
+            d["routes"][1],
             json!({ "host": null, "prefix": "/checkout", "queue": "shop", "staticAssets": false })
         );
-        assert_eq!(d["routes"][1]["host"], "a.test");
+        // In the order the gate matches them: the longest prefix first.
+        assert_eq!(d["routes"][0]["host"], "a.test");
         assert_eq!(d["bypass"]["secret"], true);
         assert_eq!(d["sessions"]["idleMs"], 300_000);
         assert_eq!(d["expiresAtMs"], 1_000 + 30_000);
