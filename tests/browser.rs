@@ -33,6 +33,7 @@ e2e_tests!(
     the_back_office_in_a_real_browser,
     back_after_admission_returns_to_the_app,
     the_formless_room_enters_by_itself_and_goes_on_at_once,
+    the_back_office_at_phone_width_with_a_gate,
 );
 
 async fn a_person_waits_is_admitted_and_chats_in_a_real_browser(backend: Backend) {
@@ -449,6 +450,53 @@ async fn the_formless_room_enters_by_itself_and_goes_on_at_once(backend: Backend
     let query: std::collections::HashMap<String, String> = url.query_pairs().into_owned().collect();
     assert_eq!((url.path(), query["return"].as_str()), ("/landing", "/shop/item?id=7"), "{url}");
     type_line(&mut node, "close").await;
+    out.expect("the browser to close", |l| l == "CLOSED").await;
+    exits_cleanly(&mut node, &out).await;
+}
+
+/// The back office at 360 px (tests/browser/office.mjs), served by a queue-api whose
+/// queue sends admitted people to the gate's claim: without a gate it offers no room
+/// link that would end at a claim nobody serves; once a gate (proxy mode, route
+/// /checkout) runs, the queue shows that route and its room link opens the room
+/// through the gate. Durations shown and typed as durations (a ticket lifetime saved
+/// as "90s" is 90000 ms in the store), no sideways scrolling, axe-core clean.
+async fn the_back_office_at_phone_width_with_a_gate(backend: Backend) {
+    let dir = browser_dir();
+    let opts = StackOptions { soft_cap: 3, ticket_ttl_ms: 150_000, ..Default::default() };
+    let stack = Stack::start(backend, opts).await;
+    let admit = format!("{}=/gate/claim", stack.queue);
+    let office = ExtraApi::start(&stack, &["--admit-url", &admit, "--admin-token", e2e::ADMIN_TOKEN]).await;
+    let script = dir.join("office.mjs").display().to_string();
+    let (mut node, mut out) = start_piped(
+        "node",
+        &[script, office.url.clone(), e2e::ADMIN_TOKEN.into(), stack.queue.clone(), screenshots(backend)],
+    );
+    out.expect("signed in", |l| l == "SIGNED_IN").await;
+    out.expect("no room link without a gate", |l| l.starts_with("NO_GATE ")).await;
+
+    let scratch = harness::Scratch::new("browser-office");
+    let app = harness::upstream(&scratch).await;
+    let options = harness::GateOptions {
+        routes: vec![("/checkout".into(), stack.queue.clone())],
+        tick_ms: 200,
+        idle_s: 120,
+        token_ttl_s: 120,
+        extra: Vec::new(),
+    };
+    let valkey = ["--valkey-url".to_string(), stack.valkey.url()];
+    let gate = harness::gate(&scratch, &valkey, &office.url, &app, harness::Front::Proxy, &options).await;
+    type_line(&mut node, &format!("gate {}", gate.url())).await;
+    out.expect("the gate's route and the room through it", |l| l.starts_with("ROUTE ")).await;
+    let shown = out.expect("a duration shown as one", |l| l.starts_with("DURATION ")).await;
+    assert_eq!(shown, "DURATION 2 min 30 s");
+    out.expect("90s saved", |l| l == "SAVED 1 min 30 s").await;
+    assert_eq!(stack.info()["ticket_ttl"], 90_000);
+    out.expect("a bad duration refused at its field", |l| l.starts_with("BAD ")).await;
+    assert_eq!(stack.info()["ticket_ttl"], 90_000, "the refused duration changed nothing");
+    let width = out.expect("no sideways scrolling", |l| l.starts_with("WIDTH ")).await;
+    let axe = out.expect("axe-core at 360 px", |l| l.starts_with("AXE ")).await;
+    let room = out.expect("the room through the gate", |l| l.starts_with("ROOM ")).await;
+    eprintln!("back office at 360 px: {width}, {axe}, {room}");
     out.expect("the browser to close", |l| l == "CLOSED").await;
     exits_cleanly(&mut node, &out).await;
 }

@@ -35,6 +35,7 @@ mod durable;
 mod error;
 pub mod events;
 pub mod feed;
+pub mod gates;
 mod health;
 mod lanes;
 mod lazy;

@@ -20,6 +20,7 @@ pub mod lease;
 pub mod metrics;
 pub mod proxy;
 pub mod readmit;
+pub mod registry;
 pub mod returns;
 pub mod rules;
 pub mod sessions;
@@ -195,11 +196,13 @@ pub async fn serve(
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> std::io::Result<()> {
     let limits = config.limits;
+    let listen = listener.local_addr().map_or_else(|_| String::new(), |a| a.to_string());
     let (gate, ended) = Gate::new(config);
     gate.metrics.registry.spawn_upkeep();
     let (stop_tx, stop_rx) = watch::channel(false);
     let ticker = tokio::spawn(lease::tick_loop(gate.clone(), stop_rx.clone()));
     tokio::spawn(declare_queues(gate.clone(), stop_rx.clone()));
+    let described = tokio::spawn(registry::publish_loop(gate.clone(), listen, stop_rx.clone()));
     let ender = tokio::spawn(lease::end_loop(gate.clone(), ended, stop_rx));
     tracing::info!(
         mode = if gate.config.upstream.is_some() { "proxy" } else { "forward-auth" },
@@ -222,6 +225,7 @@ pub async fn serve(
     };
     let _ = stop_tx.send(true);
     let _ = ticker.await;
+    let _ = tokio::time::timeout(std::time::Duration::from_secs(2), described).await;
     // Sessions ended by the last requests still get their SESSION.END.
     let _ = tokio::time::timeout(std::time::Duration::from_secs(5), ender).await;
     result

@@ -699,6 +699,11 @@ async fn admitted_requests_make_no_valkey_calls() {
         assert!(std::time::Instant::now() < deadline, "the gate declares its queue");
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
+    // So does it describe itself for the back office (then not again for 10 s).
+    while redis::cmd("HLEN").arg("gate:instances").query::<u64>(&mut admin).unwrap() == 0 {
+        assert!(std::time::Instant::now() < deadline, "the gate describes itself");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
     let (calls_before, beats_before) = (processed(&mut admin), heartbeats().await);
     let started = std::time::Instant::now();
     let mut served = 0;

@@ -201,7 +201,7 @@ pub async fn create(State(state): St, headers: HeaderMap, body: SettingsBody) ->
         audit(&state, &queue, "create", json!({}));
     }
     let status = if existed { StatusCode::OK } else { StatusCode::CREATED };
-    Ok((status, Json(queue_body(&client, &queue).await?)).into_response())
+    Ok((status, Json(queue_body(&state, &client, &queue).await?)).into_response())
 }
 
 /// The keys a deletion removes: the settings, the back office's, the counters, the
@@ -274,7 +274,10 @@ pub async fn delete(AdminQueue { state, queue }: AdminQueue) -> Result<Json<Valu
     Ok(Json(json!({ "queue": queue, "deleted": true })))
 }
 
-async fn queue_body(client: &QueueClient, queue: &str) -> Result<Value, ApiError> {
+async fn queue_body(state: &AppState, client: &QueueClient, queue: &str) -> Result<Value, ApiError> {
+    // Where the waiting room sends the queue's admitted people (`--admit-url`, else
+    // `--chat-url`): the back office says when it is a gate's, reachable only there.
+    let admit_url = crate::pages::admit_url(state, queue);
     let (info, brand, paused, entry, lanes) = tokio::join!(
         client.info(queue),
         client.brand(queue),
@@ -284,7 +287,7 @@ async fn queue_body(client: &QueueClient, queue: &str) -> Result<Value, ApiError
     );
     let info = info?;
     let mut v = json!({ "queue": queue, "info": info, "brand": Brand::from_stored(&brand?),
-                        "entry": entry?.as_str(), "lanes": lanes? });
+                        "entry": entry?.as_str(), "lanes": lanes?, "admitUrl": admit_url });
     v["counts"] = counts(queue, &info, paused?);
     Ok(v)
 }
@@ -294,7 +297,56 @@ async fn queue_body(client: &QueueClient, queue: &str) -> Result<Value, ApiError
 pub async fn get(AdminQueue { state, queue }: AdminQueue) -> Result<Json<Value>, ApiError> {
     let client = state.valkey.client().await?;
     state.declared.check(&client, &queue).await?;
-    Ok(Json(queue_body(&client, &queue).await?))
+    Ok(Json(queue_body(&state, &client, &queue).await?))
+}
+
+/// `GET /api/admin/gates`: the gates running now, as each describes itself in Valkey
+/// (hash `gate:instances`, written by every gate at start and every 10 s; the
+/// format is the gate's, services/gate/src/registry.rs): its mode, listening address,
+/// routes (host and path prefix to queue), what an unmatched request gets, bypass
+/// rules, session, cookie and durability settings. A description past its expiry
+/// (a gate stopped without withdrawing it) or unreadable is left out. `routes` lists
+/// every gate's routes flat, by queue then prefix, each naming its gate.
+pub async fn gates(State(state): St, headers: HeaderMap) -> Result<Json<Value>, ApiError> {
+    authorize(&state, &headers)?;
+    let client = state.valkey.client().await?;
+    let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_millis() as u64);
+    let (gates, routes) = live_gates(client.gate_descriptions().await?, now);
+    Ok(Json(json!({ "gates": gates, "routes": routes, "at": now })))
+}
+
+/// The live descriptions (by instance name) and their routes, flat.
+fn live_gates(descriptions: std::collections::HashMap<String, String>, now_ms: u64) -> (Vec<Value>, Vec<Value>) {
+    let mut gates: Vec<(String, Value)> = descriptions
+        .into_iter()
+        .filter_map(|(id, text)| Some((id, serde_json::from_str::<Value>(&text).ok()?)))
+        .filter(|(_, d)| d.is_object() && d["expiresAtMs"].as_u64().is_some_and(|t| t > now_ms))
+        .collect();
+    gates.sort_by(|a, b| a.0.cmp(&b.0));
+    let mut routes = Vec::new();
+    for (id, d) in &gates {
+        for r in d["routes"].as_array().into_iter().flatten() {
+            let Some(queue) = r["queue"].as_str() else { continue };
+            routes.push(json!({ "queue": queue, "host": r["host"], "prefix": r["prefix"], "gate": id,
+                                "mode": d["mode"], "listen": d["listen"], "waitingRoom": d["waitingRoom"],
+                                "servesRoom": d["servesRoom"] }));
+        }
+    }
+    routes.sort_by(|a, b| {
+        (a["queue"].as_str(), a["prefix"].as_str(), a["gate"].as_str()).cmp(&(
+            b["queue"].as_str(),
+            b["prefix"].as_str(),
+            b["gate"].as_str(),
+        ))
+    });
+    let gates = gates
+        .into_iter()
+        .map(|(id, mut d)| {
+            d["instance"] = json!(id);
+            d
+        })
+        .collect();
+    (gates, routes)
 }
 
 /// A setting's value: an integer (JSON says 500 and 500.0 alike).
@@ -390,7 +442,7 @@ pub async fn put(AdminQueue { state, queue }: AdminQueue, body: SettingsBody) ->
         changes.insert("lanes".into(), c);
     }
     audit(&state, &queue, "settings", Value::Object(changes));
-    Ok(Json(queue_body(&client, &queue).await?))
+    Ok(Json(queue_body(&state, &client, &queue).await?))
 }
 
 /// A refusal of QUEUE.CONFIG SET that names one of the fields sent (a rule between
@@ -439,7 +491,7 @@ pub async fn put_brand(AdminQueue { state, queue }: AdminQueue, body: SettingsBo
         changes.insert(n.to_string(), json!({ "from": before.get(n), "to": null }));
     }
     audit(&state, &queue, "brand", Value::Object(changes));
-    Ok(Json(queue_body(&client, &queue).await?))
+    Ok(Json(queue_body(&state, &client, &queue).await?))
 }
 
 /// `POST /api/admin/queues/{queue}/pause`: stops admission (soft cap 0), remembering
@@ -451,7 +503,7 @@ pub async fn pause(AdminQueue { state, queue }: AdminQueue) -> Result<Json<Value
     state.declared.check(&client, &queue).await?;
     let soft_cap = client.config_get(&queue).await?.soft_cap();
     if client.paused_soft_cap(&queue).await?.is_some() && soft_cap == 0 {
-        return Ok(Json(queue_body(&client, &queue).await?));
+        return Ok(Json(queue_body(&state, &client, &queue).await?));
     }
     // A record left by a pause that a settings change ended is replaced.
     client.forget_pause(&queue).await?;
@@ -486,12 +538,34 @@ async fn soft_cap_changed(
 ) -> Result<Json<Value>, ApiError> {
     audit(state, queue, action, json!({ "soft_cap": { "from": from, "to": to } }));
     state.hub.wake(queue);
-    Ok(Json(queue_body(client, queue).await?))
+    Ok(Json(queue_body(state, client, queue).await?))
 }
 
 #[cfg(test)]
 mod tests {
     use super::DELETED_KEYS;
+
+    #[test]
+    fn only_live_readable_gates_are_listed_with_their_routes() {
+        let all = [
+            ("b", r#"{"expiresAtMs": 2000, "mode": "proxy", "routes": [{"host": null, "prefix": "/z", "queue": "shop"}]}"#),
+            ("a", r#"{"expiresAtMs": 1500, "mode": "forward-auth", "routes": [{"host": "x.test", "prefix": "/a", "queue": "shop"}, {"prefix": "/c"}]}"#),
+            ("old", r#"{"expiresAtMs": 1000, "routes": [{"prefix": "/old", "queue": "shop"}]}"#),
+            ("junk", "not json"),
+            ("list", "[1]"),
+        ]
+        .into_iter()
+        .map(|(k, v)| (k.to_string(), v.to_string()))
+        .collect();
+        let (gates, routes) = super::live_gates(all, 1000);
+        let names: Vec<&str> = gates.iter().map(|g| g["instance"].as_str().unwrap()).collect();
+        assert_eq!(names, ["a", "b"]);
+        let prefixes: Vec<(&str, &str)> =
+            routes.iter().map(|r| (r["prefix"].as_str().unwrap(), r["gate"].as_str().unwrap())).collect();
+        assert_eq!(prefixes, [("/a", "a"), ("/z", "b")]);
+        assert_eq!(routes[0]["host"], "x.test");
+        assert_eq!(routes[1]["mode"], "proxy");
+    }
 
     /// Every `&str` constant of queue-core's key module: deleted with the queue, or
     /// named here with why not. A key added to the engine fails this test until it is

@@ -90,6 +90,7 @@ pub fn app(state: Arc<AppState>) -> Router {
         .route("/admin.js", get(pages::admin_js))
         .route("/admin.css", get(pages::admin_css))
         .route("/api/admin/queues", get(admin::list).post(admin::create))
+        .route("/api/admin/gates", get(admin::gates))
         .route("/api/admin/queues/{queue}/brand", axum::routing::put(admin::put_brand))
         .route("/api/admin/queues/{queue}/pause", post(admin::pause))
         .route(

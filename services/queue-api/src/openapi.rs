@@ -155,6 +155,15 @@ pub fn document() -> Value {
                                         "401": err("bad or missing token"), "403": err("admin disabled"),
                                         "422": field_err("no setting named, or a value that is not an integer (entry: not open, identified or invite; field names it)"),
                                         "503": err("queue store unreachable") } } },
+            "/api/admin/gates": {
+                "get": { "summary": "The gates running now, as each describes itself (at start and every 10 s; gone 30 s after its last description): instance, version, mode (proxy or forward-auth), listen, waitingRoom, servesRoom, routes [{host, prefix, queue, staticAssets}], unmatched (null: pass, else a queue), bypass {paths, networks, staticExtensions, secret: whether one is set}, sessions {idleMs, maxSessionMs}, queues (per-queue sessions), tokenTtlMs, tickMs, cookie {name, domain}, failOpenMs, durability {replicas, timeoutMs, aof}, startedAtMs, seenAtMs, expiresAtMs. No key or secret",
+                         "security": [{ "bearer": [] }],
+                         "responses": { "200": { "description": "{gates: [...], routes: every gate's routes by queue then prefix [{queue, host, prefix, gate, mode, listen, waitingRoom, servesRoom}], at}",
+                                                 "content": { "application/json": { "schema": { "type": "object", "required": ["gates", "routes", "at"],
+                                                     "properties": { "gates": { "type": "array", "items": { "type": "object" } },
+                                                                     "routes": { "type": "array", "items": { "type": "object" } },
+                                                                     "at": { "type": "integer", "description": "ms since the epoch" } } } } } },
+                                        "401": err("bad or missing token"), "403": err("admin disabled"), "503": err("queue store unreachable") } } },
             "/api/admin/queues": {
                 "get": { "summary": "The queues (declared: default, made or changed in the back office, a gate's routes, queues with settings, every queue an older queue-api served), in name order, paged and searched by name, each with its live counts: waiting, ticketsOut, inside, admittedPerMinute, lastInLineWaitSeconds, softCap, paused, pausedSoftCap, opensAt",
                          "security": [{ "bearer": [] }],

@@ -5,27 +5,71 @@
 // (searched by name, PAGE at a time, with the count of all and a notice when the list
 // is cut) and keeps the last minutes of them for the chart (inline SVG). Changes go
 // through the admin API; an error the API gives about one field is shown at that
-// field. Queues are created (or opened) by name and deleted once empty.
+// field. Queues are created (or opened) by name and deleted once empty. Durations are
+// shown and typed as durations ("2 min 30 s", "90s", "5m") and times as local
+// date-times; the API speaks milliseconds. The gates running now (as each describes
+// itself) are listed with their settings, and each queue shows the gate routes that
+// lead to it; its waiting room opens as a visitor of the gated app meets it.
 (() => {
   const $ = (id) => document.getElementById(id);
   const TOKEN = "queue-admin-token";
   const POLL_MS = 2000;
   const PAGE = 50;
   const HISTORY_MS = 10 * 60 * 1000;
-  // The settings shown in the form (opens_at has its own form), in this order.
-  const SETTINGS = ["soft_cap", "hard_cap", "rate", "burst", "batch_max", "ticket_ttl", "session_lease",
-    "abandon_after", "max_waiting", "pow_difficulty"];
+  const GATES_EVERY = 5; // the gates are read every fifth refresh (10 s)
+  // The settings shown in the form (opens_at has its own form), in this order: what
+  // each is called here and what it does, in the operator's words. `ms`: a duration.
+  const SETTINGS = [
+    ["soft_cap", "Admitted at a time", "How many people may be inside, or on their way in with their turn come, at the same time. 0 pauses admission."],
+    ["hard_cap", "Most inside", "People inside never exceed this, even while the number above is raised (0: no limit)."],
+    ["rate", "Let in per second", "How many people are let in per second at most (0: no limit)."],
+    ["burst", "Let in at once after a lull", "How many may be let in at once after a quiet spell (0: as many as per second)."],
+    ["batch_max", "Let in per round", "The most people one admission round lets in."],
+    ["ticket_ttl", "Time to come in", "How long someone whose turn came has to come in before the place goes to the next person.", "ms"],
+    ["session_lease", "Kept inside without a sign of life", "How long someone inside keeps their place when neither their app nor the gate says they are still there.", "ms"],
+    ["abandon_after", "Drop silent waiters after", "Someone waiting whose page has not been heard from for this long loses their place (0: never).", "ms"],
+    ["max_waiting", "Most waiting", "Newcomers are turned away once this many wait, in line and before the opening (0: no limit)."],
+    ["pow_difficulty", "Puzzle before entering", "How hard a puzzle each browser solves before it may enter, in bits: it slows scripted entries down (0: none; 16 is a good start)."],
+  ];
+  const DURATION_HELP = "Type a duration such as 90s, 5m, 1h 30m or 2 min 30 s (a number alone is seconds).";
   const BRAND = [
     ["title", "Title", "text"], ["message", "Message", "textarea"], ["logo_url", "Logo URL (a path on this site)", "text"],
     ["accent", "Accent colour (#rrggbb)", "text"], ["background", "Background colour (#rrggbb)", "text"],
   ];
   const number = (n) => (n == null ? "—" : new Intl.NumberFormat().format(n));
-  const duration = (s) => {
-    if (s == null) return "—";
-    if (s < 90) return s + " s";
-    if (s < 5400) return Math.round(s / 60) + " min";
-    return (s / 3600).toFixed(1) + " h";
+  // A duration in ms as "1 h 2 min 3 s" (exact: every unit that is not zero).
+  const UNITS = [["d", 86_400_000], ["h", 3_600_000], ["min", 60_000], ["s", 1000], ["ms", 1]];
+  const formatMs = (ms) => {
+    if (ms == null) return "—";
+    if (ms === 0) return "0 s";
+    const parts = [];
+    let left = Math.round(ms);
+    for (const [unit, size] of UNITS) {
+      if (left >= size) { parts.push(Math.floor(left / size) + " " + unit); left %= size; }
+    }
+    return parts.join(" ");
   };
+  // An estimate in seconds, roughly: its two largest units.
+  const duration = (s) => (s == null ? "—" : formatMs(s * 1000).split(" ").slice(0, 4).join(" "));
+  // "90s", "5m", "1h 30m", "2 min 30 s", "1500 ms", "1.5h"; a number alone is seconds.
+  // The milliseconds, or null when it is not a duration.
+  const SIZES = { ms: 1, millisecond: 1, milliseconds: 1, s: 1000, sec: 1000, secs: 1000, second: 1000, seconds: 1000,
+    m: 60_000, min: 60_000, mins: 60_000, minute: 60_000, minutes: 60_000, h: 3_600_000, hr: 3_600_000, hrs: 3_600_000,
+    hour: 3_600_000, hours: 3_600_000, d: 86_400_000, day: 86_400_000, days: 86_400_000 };
+  function parseDuration(text) {
+    const t = text.trim().toLowerCase().replace(/,/g, " ");
+    if (/^\d+(\.\d+)?$/.test(t)) return Math.round(Number(t) * 1000);
+    const re = /(\d+(?:\.\d+)?)\s*([a-z]+)\s*/y;
+    let total = 0, m, matched = 0;
+    while ((m = re.exec(t)) !== null) {
+      const size = SIZES[m[2]];
+      if (!size) return null;
+      total += Number(m[1]) * size;
+      matched = re.lastIndex;
+    }
+    return matched && matched === t.length ? Math.round(total) : null;
+  }
+  const when = (ms) => new Date(ms).toLocaleString();
 
   let selected = null; // the queue shown in detail
   let shown = null; // its last detail (info, brand, counts)
@@ -35,6 +79,8 @@
   let search = ""; // the listing's search
   let offset = 0; // the first queue of the page shown
   let total = 0; // how many queues match the search
+  let gates = null; // the gates' descriptions and routes (GET api/admin/gates), null until read
+  let refreshes = 0;
 
   const token = () => sessionStorage.getItem(TOKEN);
 
@@ -102,7 +148,7 @@
   function admission(c) {
     if (c.pausedSoftCap != null && c.paused) return "Paused";
     if (c.paused) return "Soft cap 0";
-    if (c.opensAt && c.opensAt > Date.now()) return "Opens " + new Date(c.opensAt).toLocaleString();
+    if (c.opensAt && c.opensAt > Date.now()) return "Opens " + when(c.opensAt);
     return "Open (soft cap " + number(c.softCap) + ")";
   }
 
@@ -128,6 +174,7 @@
   }
 
   async function refresh() {
+    if (refreshes++ % GATES_EVERY === 0) loadGates();
     let r;
     try { r = await api("GET", listing()); } catch (_) { return; }
     if (!r.ok) { say("Could not read the queues: " + (r.data.message || r.status)); return; }
@@ -173,7 +220,6 @@
     shown = null;
     $("detail").hidden = false;
     $("detail-title").textContent = "Queue " + q;
-    $("preview").href = "./?queue=" + encodeURIComponent(q);
     for (const b of document.querySelectorAll("#queues button.link")) {
       b.setAttribute("aria-pressed", String(b.textContent === q));
     }
@@ -203,6 +249,7 @@
       ? "Paused: resuming restores a soft cap of " + number(c.pausedSoftCap) + "."
       : c.paused ? "The soft cap is 0: nobody is admitted." : "Admitting up to a soft cap of " + number(c.softCap) + ".";
     if (fill) { fillSettings(); fillBrand(); fillOpening(); }
+    showRoutes();
     showOpening();
     showCodes();
   }
@@ -237,23 +284,33 @@
     container.append(div);
   }
 
+  // The range the API gives for a setting, in the setting's own unit.
+  function range(name, kind) {
+    const h = help[name];
+    if (!h || h.minimum == null) return null;
+    return kind === "ms" ? [h.minimum, h.maximum, formatMs(h.minimum) + " to " + formatMs(h.maximum)]
+      : [h.minimum, h.maximum, number(h.minimum) + " to " + number(h.maximum)];
+  }
+
   function fillSettings() {
     const box = $("settings-fields");
     box.textContent = "";
-    for (const name of SETTINGS) {
-      const h = help[name];
-      const range = h ? " (" + number(h.minimum) + " to " + number(h.maximum) + ")" : "";
-      field(box, name, name.replace(/_/g, " "), "number", shown.info[name], h ? h.description + range : "");
+    for (const [name, label, text, kind] of SETTINGS) {
+      const r = range(name, kind);
+      const value = kind === "ms" ? formatMs(shown.info[name]) : shown.info[name];
+      const more = (kind === "ms" ? " " + DURATION_HELP : "") + (r ? " From " + r[2] + "." : "");
+      field(box, name, label, kind === "ms" ? "text" : "number", value, text + more);
     }
     entryField(box);
-    field(box, "lanes", "lanes", "text", (shown.lanes || []).join(","), help.lanes ? help.lanes.description : "");
+    field(box, "lanes", "Lanes", "text", (shown.lanes || []).join(","),
+      "Names of the queue's lanes, separated by commas, first admitted first (2 to 8; empty: one lane). Changes only while nobody waits.");
   }
 
   // Who may enter: a choice of three words, not a number.
-  const ENTRY = [["open", "open: anyone"], ["identified", "identified: only with the app's login"],
-    ["invite", "invite: by invitation (an access code, or a login whose lane claim names a lane)"]];
+  const ENTRY = [["open", "Anyone"], ["identified", "Only people signed in to the app"],
+    ["invite", "Only people invited (an access code, or a sign-in naming a lane)"]];
   function entryField(box) {
-    field(box, "entry", "entry", "text", "", help.entry ? help.entry.description : "");
+    field(box, "entry", "Who may enter", "text", "", "Anyone, only people signed in to the app, or only people invited.");
     const input = $("f-entry");
     const select = document.createElement("select");
     for (const a of ["id", "name"]) select.setAttribute(a, input.getAttribute(a));
@@ -293,7 +350,7 @@
     const o = await (await fetch("api/queue/opening?queue=" + encodeURIComponent(selected))).json().catch(() => ({}));
     box.textContent = "";
     const p = document.createElement("p");
-    p.textContent = (o.state === "open" ? "Opened (" : "Opens ") + new Date(at).toLocaleString() +
+    p.textContent = (o.state === "open" ? "Opened (" : "Opens ") + when(at) +
       (o.state === "open" ? ")" : "") + " — " + number(o.entrants ?? 0) + " in the pre-queue so far.";
     const c = document.createElement("p");
     c.append("Commitment to the draw: ");
@@ -307,12 +364,13 @@
     box.append(p, c);
   }
 
-  // Per lane: who waits, who was admitted (QUEUE.INFO's lane_counts) and the codes'
+  // Per lane: who waits, who was admitted (the queue's lane counts) and the codes'
   // uses left (null: not known yet). Hidden for a queue without lanes.
   function showLanes(codes) {
     const lanes = (shown && shown.info && shown.info.lane_counts) || [];
     const left = new Map((codes || []).map((l) => [l.lane, l.left]));
     $("lanes-table").hidden = !lanes.length;
+    $("lanes-wrap").hidden = !lanes.length;
     $("lanes-none").hidden = lanes.length > 0;
     const rows = $("lane-rows");
     rows.textContent = "";
@@ -414,11 +472,30 @@
     const form = $("settings-form");
     clearErrors(form);
     const body = {};
-    for (const name of SETTINGS) {
-      const raw = form.elements[name].value.trim();
+    let bad = null;
+    for (const [name, label, , kind] of SETTINGS) {
+      const input = form.elements[name];
+      const raw = input.value.trim();
+      if (kind === "ms") {
+        // Checked here: a duration the API would refuse is said in durations, not ms.
+        const ms = parseDuration(raw);
+        const r = range(name, kind);
+        let message = null;
+        if (ms == null) message = label + ": not a duration. " + DURATION_HELP;
+        else if (r && (ms < r[0] || ms > r[1])) message = label + " must be from " + r[2] + ".";
+        if (message) {
+          $("error-" + name).textContent = message;
+          input.setAttribute("aria-invalid", "true");
+          bad = bad || input;
+          continue;
+        }
+        if (ms !== shown.info[name]) body[name] = ms;
+        continue;
+      }
       if (raw === String(shown.info[name])) continue;
       body[name] = raw !== "" && !Number.isNaN(Number(raw)) ? Number(raw) : raw;
     }
+    if (bad) { bad.focus(); say("Nothing saved: correct the marked settings."); return; }
     if (form.elements.entry && form.elements.entry.value !== (shown.entry || "open")) body.entry = form.elements.entry.value;
     if (form.elements.lanes && form.elements.lanes.value.trim() !== (shown.lanes || []).join(",")) {
       body.lanes = form.elements.lanes.value.trim();
@@ -451,7 +528,7 @@
       $("opens-at").setAttribute("aria-invalid", "true");
       return;
     }
-    await send(form, "PUT", "", { opens_at: at }, "Opening scheduled for " + new Date(at).toLocaleString() + ".");
+    await send(form, "PUT", "", { opens_at: at }, "Opening scheduled for " + when(at) + ".");
   }
 
   async function send(form, method, suffix, body, done) {
@@ -493,6 +570,131 @@
     history.delete(q);
     $("detail").hidden = true;
     await refresh();
+  }
+
+  // The gates running now, as each describes itself (read every GATES_EVERY refreshes).
+  async function loadGates() {
+    let r;
+    try { r = await api("GET", "api/admin/gates"); } catch (_) { return; }
+    if (!r.ok) return;
+    gates = r.data;
+    showGates();
+    if (shown) showRoutes();
+  }
+
+  // Where a gate is reached when its route names no host: the address it listens on
+  // (this page's host name when it listens on every interface).
+  function gateBase(listen) {
+    const m = /^(.*):(\d+)$/.exec(listen || "");
+    if (!m) return null;
+    const any = m[1] === "0.0.0.0" || m[1] === "[::]";
+    const host = any ? (location.hostname.includes(":") ? "[" + location.hostname + "]" : location.hostname) : m[1];
+    return "http://" + host + ":" + m[2];
+  }
+
+  // The waiting room of `q` as a visitor sent by the route `r` meets it: the gate's
+  // room (served by the gate, so that the admitted person's ticket is claimed there)
+  // with the route's path to return to. null when the gate serves no room.
+  function roomThroughGate(r, q) {
+    const room = r.waitingRoom || "/gate/room/";
+    const params = "queue=" + encodeURIComponent(q) + "&return=" + encodeURIComponent(r.prefix || "/");
+    if (/^https?:\/\//i.test(room)) return room + (room.includes("?") ? "&" : "?") + params;
+    if (!r.servesRoom) return null;
+    const base = r.host ? location.protocol + "//" + r.host : gateBase(r.listen);
+    return base ? base + room + "?" + params : null;
+  }
+
+  const where = (r) => (r.host ? r.host : "any host") + ", path " + r.prefix;
+
+  // The gate routes that lead to the selected queue, and its waiting room's link.
+  function showRoutes() {
+    const q = selected;
+    const routes = ((gates && gates.routes) || []).filter((r) => r.queue === q);
+    const list = $("routes-list");
+    list.textContent = "";
+    for (const r of routes) {
+      const li = document.createElement("li");
+      li.textContent = where(r) + " — " + (r.mode === "proxy" ? "gate in front of the app" : "gate asked by your proxy") +
+        " (" + r.gate + ", listening on " + r.listen + ")";
+      list.append(li);
+    }
+    $("routes-none").hidden = routes.length > 0;
+    $("routes-none").textContent = gates
+      ? "No running gate sends people to this queue."
+      : "Reading the gates…";
+    const link = $("preview");
+    const note = $("preview-note");
+    // A route with a host first: that is the address visitors use.
+    const through = [...routes].sort((a, b) => (b.host ? 1 : 0) - (a.host ? 1 : 0)).map((r) => [r, roomThroughGate(r, q)]).find(([, u]) => u);
+    const admit = (shown && shown.admitUrl) || "";
+    // An admit URL that is a path on this site other than the room's own (the gate's
+    // /gate/claim) works only where that site is the gate.
+    const gateOnly = admit.startsWith("/") && !admit.startsWith("//");
+    if (through) {
+      link.href = through[1];
+      link.hidden = false;
+      note.textContent = "Opens the room through the gate (" + where(through[0]) + "), as visitors of the app meet it.";
+    } else if (gateOnly) {
+      link.hidden = true;
+      link.removeAttribute("href");
+      note.textContent = routes.length
+        ? "The gate routing here serves no waiting room of its own (start it with --queue-api, the address of queue-api)."
+        : "People admitted from this queue go on to " + admit + ", which only the gate serves, and no running gate routes to this queue: open the room through the gate's address instead.";
+    } else {
+      link.href = "./?queue=" + encodeURIComponent(q);
+      link.hidden = false;
+      note.textContent = "";
+    }
+  }
+
+  // Every running gate with its settings.
+  function showGates() {
+    const box = $("gates-list");
+    box.textContent = "";
+    const list = (gates && gates.gates) || [];
+    $("gates-none").hidden = list.length > 0;
+    for (const g of list) {
+      const d = document.createElement("details");
+      const s = document.createElement("summary");
+      s.textContent = g.instance + " — " + (g.mode === "proxy" ? "in front of the app" : "asked by your proxy") +
+        ", " + (g.routes || []).length + " route" + ((g.routes || []).length === 1 ? "" : "s");
+      d.append(s);
+      const dl = document.createElement("dl");
+      const row = (term, value) => {
+        const dt = document.createElement("dt");
+        dt.textContent = term;
+        const dd = document.createElement("dd");
+        dd.textContent = value;
+        dl.append(dt, dd);
+      };
+      const list = (a) => (a && a.length ? a.join(", ") : "none");
+      const sess = g.sessions || {};
+      const dur = g.durability || {};
+      row("Mode", g.mode === "proxy" ? "Reverse proxy: the gate is in front of the app" : "Forward auth: your proxy asks the gate about each request");
+      row("Listening on", g.listen || "—");
+      row("Routes", (g.routes || []).map((r) => where(r) + " → queue " + r.queue + (r.staticAssets ? " (static files wait too)" : "")).join("; ") || "none");
+      row("Requests no route matches", g.unmatched ? "wait in queue " + g.unmatched : "pass without waiting");
+      row("Waiting room", g.waitingRoom + (g.servesRoom ? " (served by the gate)" : ""));
+      row("Paths that never wait", list(g.bypass && g.bypass.paths));
+      row("Networks that never wait", list(g.bypass && g.bypass.networks));
+      row("File types that never wait", list(g.bypass && g.bypass.staticExtensions));
+      row("Staff pass (secret header or cookie)", g.bypass && g.bypass.secret ? "set" : "not set");
+      row("Someone idle this long leaves", formatMs(sess.idleMs));
+      row("Longest visit", sess.maxSessionMs ? formatMs(sess.maxSessionMs) : "no limit");
+      for (const [q, v] of Object.entries(g.queues || {})) {
+        row("Queue " + q, "idle " + formatMs(v.idleMs) + ", longest visit " + (v.maxSessionMs ? formatMs(v.maxSessionMs) : "no limit"));
+      }
+      row("Admission pass lasts", formatMs(g.tokenTtlMs));
+      row("Presence reported every", formatMs(g.tickMs));
+      row("Cookie", g.cookie ? g.cookie.name + (g.cookie.domain ? " for " + g.cookie.domain : " (this host only)") : "—");
+      row("Lets everyone in when the store is unreachable for", g.failOpenMs ? formatMs(g.failOpenMs) : "never");
+      row("Claims kept on replicas", dur.replicas ? dur.replicas + " (wait up to " + formatMs(dur.timeoutMs) + (dur.aof ? ", written to disk" : "") + ")" : "not waited for");
+      row("Version", g.version || "—");
+      row("Started", g.startedAtMs ? when(g.startedAtMs) : "—");
+      row("Last heard from", g.seenAtMs ? when(g.seenAtMs) : "—");
+      d.append(dl);
+      box.append(d);
+    }
   }
 
   // Lines for waiting, inside and tickets out over the last minutes.
