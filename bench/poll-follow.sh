@@ -34,8 +34,10 @@ pids=()
 cleanup() { for p in "${pids[@]}" ${vpid:-}; do kill "$p" 2>/dev/null || true; done; wait 2>/dev/null; rm -rf "${dir:-}"; }
 trap cleanup EXIT
 command -v valkey-server >/dev/null 2>&1 || bash "$root/scripts/install-deps.sh"
-# Built one package at a time, as the tests build them (no features unified anew).
-(cd "$root" && cargo build --release -q -p valkey-queue && cargo build --release -q -p queue-api)
+# Needs the release build (scripts/test.sh makes it); what is missing is built one
+# package at a time, as the tests build them (no features unified anew).
+[ -e "$root/target/release/libvalkey_queue.so" ] || (cd "$root" && cargo build --release -q -p valkey-queue)
+[ -e "$root/target/release/queue-api" ] || (cd "$root" && cargo build --release -q -p queue-api)
 start_valkey
 valkey-cli -p "$vport" QUEUE.CONFIG default SET soft_cap 0 abandon_after 600000 >/dev/null
 api_ports=()
