@@ -2,7 +2,7 @@
 // admitted people go on to the gate's claim: before a gate runs, the page offers no
 // room link that would end at a claim nobody serves and says why; once the gate
 // describes itself, the queue's gate route is shown and "Open the waiting room"
-// opens the room through the gate, where it loads. Durations are shown and typed as
+// opens the room through the gate, where it loads and enters by itself. Durations are shown and typed as
 // durations (a duration saved as "90s", a bad one refused at its field); the page
 // never scrolls sideways, with a gate's settings opened too; axe-core finds no
 // violation at all; the Content-Security-Policy blocks nothing.
@@ -93,8 +93,21 @@ await run(browser, async () => {
   const room = await ctx.newPage();
   const answer = await room.goto(href, { timeout: STEP });
   check(answer.status() === 200, "the room through the gate answers " + answer.status());
-  await room.waitForSelector("#nickname", { timeout: STEP });
-  check(new URL(room.url()).origin === new URL(gate).origin, "the room is not the gate's: " + room.url());
+  check(new URL(answer.url()).origin === new URL(gate).origin, "the room is not the gate's: " + answer.url());
+  // The queue's people go on to an app, so the room asks no nickname and enters as it
+  // loads: it shows a place in line or, with a slot free, goes on through the gate.
+  const until = Date.now() + STEP;
+  let where = "";
+  for (;;) {
+    where = new URL(room.url()).pathname;
+    const placed = where.startsWith("/gate/room/") &&
+      (await room.evaluate(() => document.body?.dataset.ready === "true" && !document.getElementById("enter")?.checkVisibility?.()).catch(() => false));
+    if (placed || !where.startsWith("/gate/room/")) break;
+    check(Date.now() < until, "the room through the gate neither placed its visitor nor went on");
+    await new Promise((r) => setTimeout(r, 100));
+  }
+  await room.waitForLoadState("load", { timeout: STEP });
+  check(new URL(room.url()).origin === new URL(gate).origin, "the room went off the gate: " + room.url());
   console.log("ROOM " + (await room.title()));
 });
 console.log("CLOSED");

@@ -83,7 +83,7 @@ pub fn document() -> Value {
                                     "code": { "type": ["string", "null"], "maxLength": 128,
                                               "description": "an access code: the person enters the code's lane (one use consumed); empty means none. A lane is never read from the body" } } } } } },
                 "responses": { "200": { "description": "where the user stands (the place cookie names them)",
-                                        "headers": { "Set-Cookie": { "description": "queue_place_<queue>=<userId>; Max-Age=86400; HttpOnly; SameSite=Lax (no Path: the directory of the request's URL), `:` in the queue's name written %3A",
+                                        "headers": { "Set-Cookie": { "description": "queue_place_<queue>=<userId> (for a person entered without a nickname, a 32-hex-digit secret their userId is derived from instead); Max-Age=86400; HttpOnly; SameSite=Lax (no Path: the directory of the request's URL), `:` in the queue's name written %3A",
                                                                      "schema": { "type": "string" } } },
                                         "content": { "application/json": { "schema": standing } } },
                                "400": err("malformed JSON, bad queue name, a userId this service did not give (with an identity token: not the token's), a proof of work that does not check out, or an access code where the queue has no lanes (error no_lanes)"),

@@ -12,12 +12,16 @@
 //! entry naming it moves that person to the back as before.
 //!
 //! A place entered without a nickname (a queue whose `nickname` setting is `none`: the
-//! page enters as it loads) is also *bound* to the cookie: its userId is a UUID of
-//! version 8 ([`bound_id`]), and a status read, a stream, a leave or a re-entry that
-//! names such an id is taken only with the place cookie naming the same id. The page
-//! keeps the id where every tab sees it, but the cookie is HttpOnly: a copied id alone
-//! (another browser, a shared link, a script on the page) reads nothing, follows
-//! nothing and moves nobody; it is answered like an id nobody holds.
+//! page enters as it loads) is also *bound* to the cookie: the cookie then holds a
+//! random secret (32 hex digits), and the userId is a UUID of version 8 derived from
+//! it ([`new_bound`]: SHA-256 of the secret, so the id does not give the secret away).
+//! A status read, a stream, a leave or a re-entry that names such an id is taken only
+//! with the place cookie holding its secret. The page keeps the id where every tab
+//! sees it, but the cookie is HttpOnly: a copied id (another browser, a shared link,
+//! even written into a forged cookie) reads nothing, follows nothing and moves nobody;
+//! it is answered like an id nobody holds. A script running on the page's own origin
+//! is another matter: the browser sends the cookie with its requests (no cookie can
+//! stop that; keep the origin free of other people's scripts).
 
 use crate::error::ApiError;
 use crate::AppState;
@@ -38,22 +42,44 @@ pub fn cookie_name(queue: &str) -> String {
 }
 
 /// The userId the request's place cookie names for `queue`, if it names one this
-/// service could have issued (a UUID).
+/// service could have issued: a bound person's, derived from the secret the cookie
+/// holds, or a plain (version 4) UUID. A cookie naming a version-8 id itself names
+/// nobody: only the secret stands for a bound place.
 pub fn from_cookie(headers: &HeaderMap, queue: &str) -> Option<String> {
-    service_kit::http::cookie(headers, &cookie_name(queue))
-        .and_then(|v| uuid::Uuid::parse_str(v).ok())
-        .map(|id| id.hyphenated().to_string())
+    let value = service_kit::http::cookie(headers, &cookie_name(queue))?;
+    if is_secret(value) {
+        return Some(bound_id_of(value));
+    }
+    uuid::Uuid::parse_str(value).ok().filter(|id| id.get_version_num() != 8).map(|id| id.hyphenated().to_string())
 }
 
-/// A new userId bound to the browser's place cookie: a random UUID marked as
-/// version 8 (the ids of other entries are version 4).
-pub fn bound_id() -> String {
-    let mut bytes = *uuid::Uuid::new_v4().as_bytes();
+/// A cookie's secret: 32 lowercase hex digits.
+fn is_secret(value: &str) -> bool {
+    value.len() == 32 && value.bytes().all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b))
+}
+
+/// The userId a secret stands for: the first 16 bytes of SHA-256("queue-place:" +
+/// secret), marked as a UUID of version 8 (the ids of other entries are version 4).
+fn bound_id_of(secret: &str) -> String {
+    use sha2::{Digest, Sha256};
+    let digest = Sha256::digest(format!("queue-place:{secret}").as_bytes());
+    let mut bytes = [0u8; 16];
+    bytes.copy_from_slice(&digest[..16]);
     bytes[6] = (bytes[6] & 0x0f) | 0x80;
+    bytes[8] = (bytes[8] & 0x3f) | 0x80;
     uuid::Uuid::from_bytes(bytes).hyphenated().to_string()
 }
 
-/// Whether `user` is an id [`bound_id`] gives.
+/// A new person bound to the browser's place cookie: (their userId, the secret the
+/// cookie holds). The secret is 128 random bits.
+pub fn new_bound() -> (String, String) {
+    let mut raw = [0u8; 16];
+    getrandom::fill(&mut raw).expect("the operating system's random numbers");
+    let secret: String = raw.iter().map(|b| format!("{b:02x}")).collect();
+    (bound_id_of(&secret), secret)
+}
+
+/// Whether `user` is an id [`new_bound`] gives.
 pub fn is_bound(user: &str) -> bool {
     uuid::Uuid::parse_str(user).is_ok_and(|u| u.get_version_num() == 8)
 }
@@ -66,6 +92,21 @@ pub fn may_name(headers: &HeaderMap, queue: &str, user: &str) -> bool {
     }
     let named = uuid::Uuid::parse_str(user).map(|u| u.hyphenated().to_string()).ok();
     named.is_some() && from_cookie(headers, queue) == named
+}
+
+/// What the place cookie for `user` holds: a plain id itself; a bound id's secret,
+/// given (a new person) or the one the request's cookie holds for that id. None when
+/// the secret is not at hand (no cookie is set then).
+fn cookie_value(headers: &HeaderMap, queue: &str, user: &str, secret: Option<&str>) -> Option<String> {
+    if !is_bound(user) {
+        return Some(user.to_string());
+    }
+    if let Some(s) = secret.filter(|s| is_secret(s) && bound_id_of(s) == user) {
+        return Some(s.to_string());
+    }
+    service_kit::http::cookie(headers, &cookie_name(queue))
+        .filter(|v| is_secret(v) && bound_id_of(v) == user)
+        .map(str::to_string)
 }
 
 /// `user` when the request may name it ([`may_name`]); else the answer to an id
@@ -96,15 +137,22 @@ pub async fn held(
 /// over HTTPS as a proxy in front says (`--trusted-proxies` or `--trust-proxy` given,
 /// `X-Forwarded-Proto`). A client that says so itself only loses its own cookie over
 /// plain HTTP.
-pub fn set_cookie(state: &AppState, headers: &HeaderMap, queue: &str, user: &str) -> HeaderValue {
+pub fn set_cookie(
+    state: &AppState,
+    headers: &HeaderMap,
+    queue: &str,
+    user: &str,
+    secret: Option<&str>,
+) -> Option<HeaderValue> {
+    let value = cookie_value(headers, queue, user, secret)?;
     let https = state.client_addrs.any_trusted()
         && headers
             .get("x-forwarded-proto")
             .and_then(|v| v.to_str().ok())
             .is_some_and(|p| p.eq_ignore_ascii_case("https"));
     let secure = if https { "; Secure" } else { "" };
-    let cookie = format!("{}={user}; Max-Age={MAX_AGE_S}; HttpOnly; SameSite=Lax{secure}", cookie_name(queue));
-    HeaderValue::from_str(&cookie).expect("a cookie of name and UUID characters")
+    let cookie = format!("{}={value}; Max-Age={MAX_AGE_S}; HttpOnly; SameSite=Lax{secure}", cookie_name(queue));
+    Some(HeaderValue::from_str(&cookie).expect("a cookie of name, UUID and hex characters"))
 }
 
 #[cfg(test)]
@@ -128,9 +176,10 @@ mod tests {
     }
 
     #[test]
-    fn a_bound_id_is_named_only_with_its_cookie() {
-        let id = bound_id();
+    fn a_bound_id_is_named_only_with_its_secret() {
+        let (id, secret) = new_bound();
         assert!(is_bound(&id), "{id}");
+        assert!(!id.contains(&secret[..8]) && secret.len() == 32, "{id} {secret}");
         assert!(!is_bound(&uuid::Uuid::new_v4().to_string()));
         assert!(!is_bound("alice"));
         let with = |cookie: &str| {
@@ -138,13 +187,23 @@ mod tests {
             h.append(header::COOKIE, HeaderValue::from_str(&format!("queue_place_q={cookie}")).unwrap());
             h
         };
-        assert!(may_name(&with(&id), "q", &id));
-        assert!(may_name(&with(&id), "q", &id.to_uppercase()));
+        assert!(may_name(&with(&secret), "q", &id));
+        assert!(may_name(&with(&secret), "q", &id.to_uppercase()));
+        assert_eq!(from_cookie(&with(&secret), "q"), Some(id.clone()));
         assert!(!may_name(&HeaderMap::new(), "q", &id), "a copied id alone");
-        assert!(!may_name(&with(&bound_id()), "q", &id), "another place's cookie");
-        assert!(!may_name(&with(&id), "other", &id), "another queue's cookie");
+        assert!(!may_name(&with(&id), "q", &id), "a cookie forged from the copied id");
+        assert_eq!(from_cookie(&with(&id), "q"), None, "a version-8 id in a cookie names nobody");
+        assert!(!may_name(&with(&new_bound().1), "q", &id), "another place's cookie");
+        assert!(!may_name(&with(&secret), "other", &id), "another queue's cookie");
+        assert!(!may_name(&with(&secret.to_uppercase()), "q", &id), "only the secret as given");
         let plain = uuid::Uuid::new_v4().to_string();
         assert!(may_name(&HeaderMap::new(), "q", &plain), "seed 000's ids as before");
-        assert!(named(&HeaderMap::new(), "q", id).is_err());
+        assert!(named(&HeaderMap::new(), "q", id.clone()).is_err());
+        // The cookie an answer sets: the secret for a bound id (given, or the
+        // request's own), never the id; the id itself for a plain one.
+        assert_eq!(cookie_value(&HeaderMap::new(), "q", &id, Some(&secret)), Some(secret.clone()));
+        assert_eq!(cookie_value(&with(&secret), "q", &id, None), Some(secret.clone()));
+        assert_eq!(cookie_value(&with(&id), "q", &id, None), None);
+        assert_eq!(cookie_value(&HeaderMap::new(), "q", &plain, None), Some(plain.clone()));
     }
 }

@@ -121,6 +121,17 @@ pub async fn entry(
     // Only ids this service issues (UUIDs) are taken; the id is the person's secret.
     // With an identity, the only userId is the one the token gives; naming it is an
     // explicit re-entry (to the back), leaving it out finds the place held.
+    // A formless entry's new person is bound to the secret its place cookie will hold.
+    let mut secret = None;
+    let mut new_user = |formless: bool| {
+        if formless {
+            let (user, s) = crate::place::new_bound();
+            secret = Some(s);
+            user
+        } else {
+            uuid::Uuid::new_v4().to_string()
+        }
+    };
     let (user, again) = match (&who, &body.user_id) {
         (_, Field::WrongType) => return Err(ApiError::BadRequest("userId must be a string".into())),
         (Some(id), Field::Absent | Field::Null) => (id.user_id.clone(), false),
@@ -177,7 +188,7 @@ pub async fn entry(
         // A browser whose place cookie names someone still here gets that place back
         // (Back after admission, a second tab): one person per browser (place.rs).
         state.metrics.promoted(&held);
-        return Ok(placed(&state, &headers, &held, &queue));
+        return Ok(placed(&state, &headers, &held, &queue, None));
     }
     let addr = ip.to_string();
     crate::pow::admit(&state, &client, &queue, &addr, &body.pow).await?;
@@ -205,16 +216,7 @@ pub async fn entry(
         // The identity is the place: no place cookie.
         return Ok(Json(StandingBody::new(&standing, &queue)).into_response());
     }
-    Ok(placed(&state, &headers, &standing, &queue))
-}
-
-/// A new person's userId: bound to the place cookie for a formless entry (place.rs).
-fn new_user(formless: bool) -> String {
-    if formless {
-        crate::place::bound_id()
-    } else {
-        uuid::Uuid::new_v4().to_string()
-    }
+    Ok(placed(&state, &headers, &standing, &queue, secret.as_deref()))
 }
 
 /// The identity the request's token gives for `queue` (`Authorization: Bearer`, or
@@ -237,11 +239,19 @@ async fn identity_of(
     verifier.verify_fresh(token, queue).await.map(Some).map_err(refused)
 }
 
-/// An entry's answer: the standing, and the place cookie naming its person.
-fn placed(state: &AppState, headers: &axum::http::HeaderMap, s: &Standing, queue: &str) -> Response {
+/// An entry's answer: the standing, and the place cookie naming its person (for a
+/// bound person, the secret: `secret` for a new one, else the request's own).
+fn placed(
+    state: &AppState,
+    headers: &axum::http::HeaderMap,
+    s: &Standing,
+    queue: &str,
+    secret: Option<&str>,
+) -> Response {
     let mut resp = Json(StandingBody::new(s, queue)).into_response();
-    let cookie = crate::place::set_cookie(state, headers, queue, &s.user_id);
-    resp.headers_mut().insert(axum::http::header::SET_COOKIE, cookie);
+    if let Some(cookie) = crate::place::set_cookie(state, headers, queue, &s.user_id, secret) {
+        resp.headers_mut().insert(axum::http::header::SET_COOKIE, cookie);
+    }
     resp
 }
 

@@ -108,8 +108,13 @@ async fn a_queue_that_asks_no_nickname_takes_a_formless_entry_once_per_browser(b
     );
     assert_eq!(first.body["nickname"], "guest", "{}", first.body);
     let user = first.body["userId"].as_str().unwrap().to_string();
-    let cookie = format!("queue_place_default={user}");
-    assert_eq!(first.set_cookie.as_deref(), Some(format!("{cookie}; Max-Age=86400; HttpOnly; SameSite=Lax").as_str()));
+    // The cookie holds the place's secret, not the id (which the page shows and keeps).
+    let set = first.set_cookie.clone().expect("the place cookie");
+    let cookie = set.split(';').next().unwrap().to_string();
+    let secret = cookie.strip_prefix("queue_place_default=").expect("the queue's place cookie");
+    assert!(secret.len() == 32 && secret.bytes().all(|b| b.is_ascii_hexdigit()), "{set}");
+    assert!(!set.contains(&user), "the cookie does not give the id: {set}");
+    assert!(set.ends_with("; Max-Age=86400; HttpOnly; SameSite=Lax"), "{set}");
     // Other bad input is still refused: an empty or a non-string nickname.
     for body in
         [json!({ "nickname": "" }), json!({ "nickname": "   " }), json!({ "nickname": null }), json!({ "nickname": 7 })]
@@ -151,14 +156,21 @@ async fn a_place_entered_without_a_form_is_bound_to_its_browser(b: Backend) {
     assert_eq!(set_nickname(&api, "default", json!("none")).await.code, 200);
     let first = enter(&api, json!({}), None).await;
     let user = first.body["userId"].as_str().unwrap().to_string();
-    let cookie = format!("queue_place_default={user}");
+    let cookie = first.set_cookie.as_deref().unwrap().split(';').next().unwrap().to_string();
+    let forged = format!("queue_place_default={user}");
     let get = reqwest::Method::GET;
 
     let status = format!("/api/queue/status?userId={user}&queue=default");
     let mine = send(&api, get.clone(), &status, None, Some(&cookie)).await;
     assert_eq!((mine.code, mine.body["rank"].as_i64()), (200, Some(1)), "{}", mine.body);
-    for cookie in [None, Some("queue_place_default=0f8fad5b-d9cb-469f-a165-70867728950e"), Some("queue_place_other=x")]
-    {
+    // The id alone, a cookie forged from the copied id, another person's id, another
+    // queue's cookie: none of them is the place's secret.
+    for cookie in [
+        None,
+        Some(forged.as_str()),
+        Some("queue_place_default=0f8fad5b-d9cb-469f-a165-70867728950e"),
+        Some("queue_place_other=x"),
+    ] {
         let copied = send(&api, get.clone(), &status, None, cookie).await;
         assert_eq!(
             (copied.code, copied.body["error"].as_str()),
