@@ -50,8 +50,10 @@ pub struct Config {
           value_parser = service_kit::duration(Duration::from_millis(100)..=Duration::from_secs(60)))]
     pub push_tick: Duration,
     /// Answer status polls from what this instance's push follower knows (no Valkey
-    /// call per poll; docs/http-api.md, "Status"); false: every poll is read from Valkey.
-    #[arg(long, env = "STATUS_FROM_FOLLOWER", default_value_t = true, action = clap::ArgAction::Set)]
+    /// call per poll, answers up to --status-max-staleness behind; docs/http-api.md,
+    /// "Status from the push follower"); off by default: every poll is read from Valkey
+    /// and sees every change made before it.
+    #[arg(long, env = "STATUS_FROM_FOLLOWER", default_value_t = false, action = clap::ArgAction::Set)]
     pub status_from_follower: bool,
     /// How long a person who stopped polling stays registered with the follower
     /// before it unregisters them (1s to 10m; the page polls every 3 s).
@@ -249,13 +251,13 @@ mod tests {
         let c = parse::<Config>(&[]).unwrap();
         assert_eq!(
             (c.status_from_follower, c.poll_grace, c.status_max_staleness),
-            (true, Duration::from_secs(15), Duration::from_secs(1))
+            (false, Duration::from_secs(15), Duration::from_secs(1))
         );
-        let off = ["--status-from-follower", "false", "--poll-grace", "30s", "--status-max-staleness", "250ms"];
-        let c = parse::<Config>(&off).unwrap();
+        let on = ["--status-from-follower", "true", "--poll-grace", "30s", "--status-max-staleness", "250ms"];
+        let c = parse::<Config>(&on).unwrap();
         assert_eq!(
             (c.status_from_follower, c.poll_grace, c.status_max_staleness),
-            (false, Duration::from_secs(30), Duration::from_millis(250))
+            (true, Duration::from_secs(30), Duration::from_millis(250))
         );
         assert!(parse::<Config>(&["--status-max-staleness", "50ms"]).is_err());
         assert!(parse::<Config>(&["--poll-grace", "0s"]).is_err());

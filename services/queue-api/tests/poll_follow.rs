@@ -43,6 +43,7 @@ async fn valkey_answers(api: &Api) -> f64 {
 /// An instance answering polls from its follower (`bound`: --status-max-staleness).
 async fn follows(s: &ValkeyServer, tick: Duration, bound: Duration) -> Api {
     let mut config = queue_api::Config::local(&s.url());
+    config.status_from_follower = true;
     config.push_tick = tick;
     config.status_max_staleness = bound;
     config.rate_limit = 0.0;
