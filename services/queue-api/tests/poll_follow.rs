@@ -258,6 +258,7 @@ async fn a_restart_answers_at_once(b: Backend) {
 async fn a_poller_who_stops_is_unregistered(b: Backend) {
     let (s, qc) = closed_queue(b, 2000).await;
     let mut config = queue_api::Config::local(&s.url());
+    config.status_from_follower = true;
     config.push_tick = Duration::from_millis(200);
     config.poll_grace = Duration::from_secs(1);
     config.rate_limit = 0.0;
