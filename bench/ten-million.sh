@@ -157,7 +157,8 @@ stats_usec() {
 people() {  # people PORT Q: "dbsize waiting joining" (what a restart must keep)
   local out
   out=$(qc "$1" INFO "$2" | tr -d '\r')
-  echo "$(cli "$1" DBSIZE) $(awk 'p { print; p = 0 } /^(waiting|joining)$/ { p = 1 }' <<<"$out" | head -n2 | tr '\n' ' ')" | sed 's/ *$//'
+  # By name, whatever order the reply's fields come in.
+  echo "$(cli "$1" DBSIZE) $(awk 'k { v[k] = $0; k = "" } /^(waiting|joining)$/ && !($0 in v) { k = $0 } END { print v["waiting"], v["joining"] }' <<<"$out")"
 }
 
 # start_server NAME DIR [valkey-server args...]: a child valkey-server, waited for
