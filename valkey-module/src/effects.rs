@@ -11,10 +11,23 @@ use crate::server::{Server, Str};
 use std::collections::HashMap;
 use std::ffi::CStr;
 
+/// One native command: its key first, then its arguments (the argument vector it is
+/// replicated with, as is).
 struct Op {
     cmd: &'static CStr,
-    key: Str,
-    args: Vec<Str>,
+    argv: Vec<Str>,
+}
+
+impl Op {
+    fn new(cmd: &'static CStr, key: Str, args: &[Str]) -> Op {
+        let mut argv = Vec::with_capacity(1 + args.len().max(4));
+        argv.push(key);
+        argv.extend_from_slice(args);
+        Op { cmd, argv }
+    }
+    fn key(&self) -> &[u8] {
+        self.argv[0].bytes()
+    }
 }
 
 #[derive(Default)]
@@ -35,24 +48,24 @@ impl Effects {
     fn push(&mut self, cmd: &'static CStr, key: Str, args: &[Str]) {
         let kb = key.bytes();
         if self.index.is_none() && self.ops.len() > SCAN_LIMIT {
-            let index = self.ops.iter().enumerate().map(|(i, o)| ((o.cmd.to_bytes(), o.key.bytes().to_vec()), i));
+            let index = self.ops.iter().enumerate().map(|(i, o)| ((o.cmd.to_bytes(), o.key().to_vec()), i));
             self.index = Some(index.collect());
         }
         if let Some(index) = &mut self.index {
             match index.get(&(cmd.to_bytes(), kb.to_vec())) {
-                Some(&i) => self.ops[i].args.extend_from_slice(args),
+                Some(&i) => self.ops[i].argv.extend_from_slice(args),
                 None => {
                     index.insert((cmd.to_bytes(), kb.to_vec()), self.ops.len());
-                    self.ops.push(Op { cmd, key, args: args.to_vec() });
+                    self.ops.push(Op::new(cmd, key, args));
                 }
             }
             return;
         }
         // Newest first: a command mostly appends to the op it touched last.
-        if let Some(op) = self.ops.iter_mut().rev().find(|o| o.cmd == cmd && o.key.bytes() == kb) {
-            op.args.extend_from_slice(args);
+        if let Some(op) = self.ops.iter_mut().rev().find(|o| o.cmd == cmd && o.key() == kb) {
+            op.argv.extend_from_slice(args);
         } else {
-            self.ops.push(Op { cmd, key, args: args.to_vec() });
+            self.ops.push(Op::new(cmd, key, args));
         }
     }
     pub fn zadd(&mut self, key: Str, score: Str, member: Str) {
@@ -77,11 +90,8 @@ impl Effects {
         self.ops.is_empty()
     }
     pub fn replicate(self, srv: &Server) {
-        for op in self.ops {
-            let mut argv = Vec::with_capacity(op.args.len() + 1);
-            argv.push(op.key);
-            argv.extend(op.args);
-            srv.replicate(op.cmd, &argv);
+        for op in &self.ops {
+            srv.replicate(op.cmd, &op.argv);
         }
     }
 }

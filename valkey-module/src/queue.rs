@@ -22,8 +22,9 @@ pub fn arity(ok: bool, cmd: &'static str) -> Result<(), QueueError> {
 /// The reply describing where a user stands (the seed's JSON fields, and in a queue
 /// with lanes `lane`: the lane a waiting user waits in, else nil).
 pub fn reply_standing(srv: &Server, user: Str, standing: &Standing, eta: Option<i64>, lanes: &Lanes) {
-    // In the order of `replies::STANDING`.
-    let mut fields = vec![
+    // In the order of `replies::STANDING` (room for `lane`, without growing).
+    let mut fields = Vec::with_capacity(replies::STANDING_LANE.len());
+    fields.extend([
         ("nickname", Val::opt_bulk(standing.nickname())),
         ("ticketId", Val::opt_bulk(standing.ticket())),
         ("status", Val::Bulk(standing.status().as_bytes())),
@@ -31,7 +32,7 @@ pub fn reply_standing(srv: &Server, user: Str, standing: &Standing, eta: Option<
         ("userId", Val::Bulk(user.bytes())),
         ("rank", Val::Int(standing.rank())),
         ("opensAt", Val::opt_int(standing.opens_at())),
-    ];
+    ]);
     if !lanes.multi() {
         srv.reply_fields(&replies::STANDING, &fields);
         return;
@@ -71,6 +72,11 @@ pub fn enter(srv: &Server, args: &[Str]) -> Result<(), QueueError> {
     let nickname = check_nickname(args[3].bytes())?;
     let inv = invitation(&args[4..])?;
     let mut q = Queue::open(srv, args[1], true)?;
+    // The code's hash is read and written as the codes hash's field: the argument
+    // itself serves, rather than a copy made for it.
+    if let Some(pair) = args[4..].chunks(2).find(|p| p[0].bytes().eq_ignore_ascii_case(b"CODE")) {
+        q.offer_field(pair[1]);
+    }
     let result = engine::enter_with(&mut q, &user, nickname, inv).map(|st| {
         let eta = engine::eta(&q, &st);
         (st, eta)

@@ -270,10 +270,20 @@ impl Server {
     /// Sends `cmd args...` to replicas and the AOF (wrapped in MULTI/EXEC with the
     /// other effects of this command by the server).
     pub fn replicate(&self, cmd: &CStr, args: &[Str]) {
-        let mut v: Vec<*mut raw::RedisModuleString> = args.iter().map(|s| s.0).collect();
-        // SAFETY: "v" takes an array of server strings and its length.
+        // SAFETY: "sss" takes three server strings; "v" an array of server strings and
+        // its length. `Str` is a transparent wrapper of the string pointer, so the
+        // slice is that array (the server only reads it: it takes its own references
+        // to the strings).
         unsafe {
-            raw::RedisModule_Replicate.unwrap()(self.ctx, cmd.as_ptr(), c"v".as_ptr(), v.as_mut_ptr(), v.len());
+            let replicate = raw::RedisModule_Replicate.unwrap();
+            if let [a, b, c] = args {
+                // The common write (HSET key field value, ZADD key score member): the
+                // server sizes its argument vector once for it.
+                replicate(self.ctx, cmd.as_ptr(), c"sss".as_ptr(), a.0, b.0, c.0);
+                return;
+            }
+            let v = args.as_ptr().cast::<*mut raw::RedisModuleString>().cast_mut();
+            replicate(self.ctx, cmd.as_ptr(), c"v".as_ptr(), v, args.len());
         }
     }
 

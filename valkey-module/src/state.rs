@@ -460,6 +460,12 @@ impl Store for Queue<'_> {
             _ => None,
         }
     }
+    fn aux_hget_with<R>(&self, key: Aux, field: &[u8], f: impl FnOnce(Option<&[u8]>) -> R) -> R {
+        if small_hash(key) {
+            return f(self.small_key(key).hget(self.field_str(field)).map(Str::bytes));
+        }
+        f(self.aux_hget(key, field).as_deref())
+    }
     fn aux_hset(&mut self, key: Aux, field: &[u8], value: &[u8]) {
         if small_hash(key) {
             let (name, f, v) = (self.small_name(key), self.field_str(field), self.srv.str(value));
@@ -630,7 +636,14 @@ impl Queue<'_> {
         self.aux_name(key)
     }
 
-    /// `field` as a server string: the last one made again when it is the same.
+    /// A server string the command already has (one of its arguments), used when a
+    /// small hash's field of the same bytes is read or written, instead of a new one.
+    pub fn offer_field(&self, s: Str) {
+        *self.last_field.borrow_mut() = Some(s);
+    }
+
+    /// `field` as a server string: the last one made (or offered) again when it is
+    /// the same.
     fn field_str(&self, field: &[u8]) -> Str {
         let mut last = self.last_field.borrow_mut();
         match *last {

@@ -104,11 +104,24 @@ pub fn band_start(i: usize) -> i64 {
 
 /// An access code's hash as given (64 lowercase hex digits), else `InvalidCode`.
 pub fn check_code(h: &[u8]) -> Result<&[u8], QueueError> {
-    if h.len() == CODE_LEN && h.iter().all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(b)) {
+    if h.len() == CODE_LEN && h.chunks_exact(8).all(|w| hex8(u64::from_le_bytes(w.try_into().expect("8 bytes")))) {
         Ok(h)
     } else {
         Err(QueueError::InvalidCode)
     }
+}
+
+/// Whether the 8 bytes of `x` are all `0`-`9` or `a`-`f`, tested together (an entry
+/// with a code checks one on every call): with every byte below 0x80, adding
+/// `0x80 - c` to each byte sets its top bit exactly when the byte is >= c, and no
+/// sum carries into the next byte.
+fn hex8(x: u64) -> bool {
+    const ONES: u64 = 0x0101_0101_0101_0101;
+    const TOP: u64 = 0x8080_8080_8080_8080;
+    let at_least = |c: u8| x.wrapping_add(ONES * u64::from(0x80 - c)) & TOP;
+    let digit = at_least(b'0') & !at_least(b'9' + 1);
+    let af = at_least(b'a') & !at_least(b'f' + 1);
+    x & TOP == 0 && digit | af == TOP
 }
 
 /// An access code's record in `queue:{Q}:codes`: `lane|uses|used`.
@@ -133,9 +146,8 @@ impl Code {
     }
 
     pub fn decode(v: &[u8]) -> Option<Code> {
-        let mut parts = v.splitn(3, |&b| b == b'|');
-        let (lane, uses, used) = (parts.next()?, parts.next()?, parts.next()?);
-        Some(Code { lane: lane.to_vec(), uses: crate::args::parse_i64(uses)?, used: crate::args::parse_i64(used)? })
+        let (lane, uses, used) = code_parts(v)?;
+        Some(Code { lane: lane.to_vec(), uses, used })
     }
 
     pub fn left(&self) -> i64 {
@@ -143,23 +155,88 @@ impl Code {
     }
 }
 
+/// An access code's record `lane|uses|used` read in place: (lane, uses, used).
+pub fn code_parts(v: &[u8]) -> Option<(&[u8], i64, i64)> {
+    let mut parts = v.splitn(3, |&b| b == b'|');
+    let (lane, uses, used) = (parts.next()?, parts.next()?, parts.next()?);
+    Some((lane, crate::args::parse_i64(uses)?, crate::args::parse_i64(used)?))
+}
+
+/// The longest record [`CodeUse::encode_used`] writes: a lane's name, two bars and
+/// two numbers of up to 20 characters.
+pub const CODE_RECORD_MAX: usize = MAX_LANE_LEN + 2 + 2 * 20;
+
+/// The access code an entry uses, as the entry needs it: its lane as an index into
+/// the queue's lanes, and its counts (nothing allocated: an entry with a code reads
+/// and rewrites one on every call).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct CodeUse {
+    pub lane: usize,
+    pub uses: i64,
+    pub used: i64,
+}
+
+impl CodeUse {
+    /// The stored record `v` of a code of one of `lanes` with a use left, else None
+    /// (a record that does not parse, of a lane the queue does not have, or used up).
+    pub fn read(v: &[u8], lanes: &Lanes) -> Option<CodeUse> {
+        let (lane, uses, used) = code_parts(v)?;
+        let c = CodeUse { lane: lanes.index(lane)?, uses, used };
+        (c.uses.saturating_sub(c.used) > 0).then_some(c)
+    }
+
+    /// The record with `used` uses consumed, exactly as [`Code::encode`] writes it,
+    /// in `buf`.
+    pub fn encode_used<'b>(&self, lanes: &Lanes, used: i64, buf: &'b mut [u8; CODE_RECORD_MAX]) -> &'b [u8] {
+        let lane = lanes.name(self.lane);
+        let mut at = lane.len();
+        buf[..at].copy_from_slice(lane);
+        for n in [self.uses, used] {
+            buf[at] = b'|';
+            at += 1;
+            let digits = Digits::of(n);
+            let d = digits.as_slice();
+            buf[at..at + d.len()].copy_from_slice(d);
+            at += d.len();
+        }
+        &buf[..at]
+    }
+}
+
+/// The decimal digits of `n`, on the stack.
+struct Digits {
+    buf: [u8; 20],
+    at: usize,
+}
+
+impl Digits {
+    fn as_slice(&self) -> &[u8] {
+        &self.buf[self.at..]
+    }
+
+    fn of(n: i64) -> Digits {
+        let mut buf = [0u8; 20];
+        let mut at = buf.len();
+        let mut m = n.unsigned_abs();
+        loop {
+            at -= 1;
+            buf[at] = b'0' + (m % 10) as u8;
+            m /= 10;
+            if m == 0 {
+                break;
+            }
+        }
+        if n < 0 {
+            at -= 1;
+            buf[at] = b'-';
+        }
+        Digits { buf, at }
+    }
+}
+
 /// Appends the decimal digits of `n` (with a `-` when negative).
 pub fn push_int(v: &mut Vec<u8>, n: i64) {
-    let mut buf = [0u8; 20];
-    let mut at = buf.len();
-    let mut m = n.unsigned_abs();
-    loop {
-        at -= 1;
-        buf[at] = b'0' + (m % 10) as u8;
-        m /= 10;
-        if m == 0 {
-            break;
-        }
-    }
-    if n < 0 {
-        v.push(b'-');
-    }
-    v.extend_from_slice(&buf[at..]);
+    v.extend_from_slice(Digits::of(n).as_slice());
 }
 
 #[cfg(test)]
@@ -192,10 +269,38 @@ mod tests {
         assert_eq!(c.encode(), b"presale|3|1");
         assert_eq!(Code::decode(b"presale|3|1"), Some(c));
         assert_eq!(Code::decode(b"presale|3"), None);
+        // Every byte next to the allowed ranges is refused, wherever it is.
+        for bad in [b'/', b':', b'`', b'g', b'A', b'F', b' ', 0, 0x80, 0xff] {
+            for at in [0, 31, 63] {
+                let mut h = [b'0'; 64];
+                h[at] = bad;
+                assert_eq!(check_code(&h), Err(QueueError::InvalidCode), "{bad} at {at}");
+            }
+        }
+        assert!(check_code(b"0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef").is_ok());
         for n in [0, 7, 10, 999_999, -42, i64::MAX, i64::MIN] {
             let mut v = Vec::new();
             push_int(&mut v, n);
             assert_eq!(v, n.to_string().into_bytes());
         }
+    }
+
+    #[test]
+    fn code_use_reads_and_rewrites_as_code_does() {
+        let lanes = Lanes::parse(b"presale,general").unwrap();
+        let c = CodeUse::read(b"general|3|1", &lanes).unwrap();
+        assert_eq!(c, CodeUse { lane: 1, uses: 3, used: 1 });
+        let mut buf = [0u8; CODE_RECORD_MAX];
+        assert_eq!(c.encode_used(&lanes, 2, &mut buf), b"general|3|2");
+        // Used up, of a lane the queue does not have, or not a record: None.
+        for bad in [&b"general|3|3"[..], b"general|3|4", b"vip|3|1", b"general|3", b"general|x|1", b""] {
+            assert_eq!(CodeUse::read(bad, &lanes), None, "{bad:?}");
+        }
+        // The longest record fits, byte for byte as `Code::encode` writes it.
+        let long = Lanes::parse(&[&[b'x'; 32][..], b",y"].concat()).unwrap();
+        let c = CodeUse { lane: 0, uses: i64::MAX, used: i64::MIN };
+        let code = Code { lane: vec![b'x'; 32], uses: i64::MAX, used: i64::MIN };
+        assert_eq!(c.encode_used(&long, i64::MIN, &mut buf), &code.encode()[..]);
+        assert_eq!(code.encode().len(), CODE_RECORD_MAX - 1);
     }
 }

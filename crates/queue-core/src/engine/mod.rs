@@ -48,7 +48,7 @@ pub use store::{stat, Aux, Event, LogDraft, Part, Store, ALL_PARTS};
 
 use crate::admission::{self, Bucket, RateWindow, SWEEP_BUDGET};
 use crate::error::QueueError;
-use crate::lanes::{band_start, Code, Lanes, BAND, MAX_LANES};
+use crate::lanes::{band_start, Code, CodeUse, Lanes, BAND, CODE_RECORD_MAX, MAX_LANES};
 use crate::record;
 use crate::ticket;
 use layout::mark_layout;
@@ -361,9 +361,8 @@ pub fn enter_with<S: Store>(
         // Into the pre-queue of the lane (a queue with lanes): a code's use is
         // consumed as for an entry into the line (its key was checked above).
         let lane = into.as_ref().map(|(lane, _)| *lane);
-        if let Some((_, Some((h, mut c)))) = into {
-            c.used += 1;
-            s.aux_hset(Aux::Codes, h, &c.encode());
+        if let Some((_, Some((h, c)))) = into {
+            consume_code(s, &lanes, h, c);
         }
         return opening::enter_pre(s, user, nickname, now, lane);
     }
@@ -435,7 +434,7 @@ fn invited_lane<'a, S: Store>(
     s: &S,
     lanes: &Lanes,
     inv: Invitation<'a>,
-) -> Result<Option<(usize, Option<(&'a [u8], Code)>)>, QueueError> {
+) -> Result<Option<(usize, Option<(&'a [u8], CodeUse)>)>, QueueError> {
     if inv.lane.is_none() && inv.code.is_none() {
         return Ok(lanes.multi().then(|| (lanes.len() - 1, None)));
     }
@@ -449,12 +448,18 @@ fn invited_lane<'a, S: Store>(
     let Some(h) = inv.code else {
         return Ok(named.map(|l| (l, None)));
     };
-    let code = s.aux_hget(Aux::Codes, h).and_then(|v| Code::decode(&v)).filter(|c| c.left() > 0);
-    let (lane, code) = code.and_then(|c| Some((lanes.index(&c.lane)?, c))).ok_or(QueueError::NoCode)?;
-    if named.is_some_and(|l| l != lane) {
+    let code = s.aux_hget_with(Aux::Codes, h, |v| CodeUse::read(v?, lanes)).ok_or(QueueError::NoCode)?;
+    if named.is_some_and(|l| l != code.lane) {
         return Err(QueueError::CodeLane);
     }
-    Ok(Some((lane, Some((h, code)))))
+    Ok(Some((code.lane, Some((h, code)))))
+}
+
+/// Consumes one use of the code `h` (read as `c`): its record rewritten with one
+/// more use, built on the stack.
+fn consume_code<S: Store>(s: &mut S, lanes: &Lanes, h: &[u8], c: CodeUse) {
+    let mut buf = [0u8; CODE_RECORD_MAX];
+    s.aux_hset(Aux::Codes, h, c.encode_used(lanes, c.used + 1, &mut buf));
 }
 
 /// ENTER into lane `lane` of a queue with lanes: consumes the code's use, then as
@@ -467,23 +472,28 @@ fn enter_lane<S: Store>(
     nickname: &[u8],
     lanes: &Lanes,
     lane: usize,
-    code: Option<(&[u8], Code)>,
+    code: Option<(&[u8], CodeUse)>,
     now: i64,
 ) -> Result<Standing, QueueError> {
     s.check(&ALL_PARTS)?;
-    if let Some((h, mut c)) = code {
-        c.used += 1;
-        s.aux_hset(Aux::Codes, h, &c.encode());
+    if let Some((h, c)) = code {
+        consume_code(s, lanes, h, c);
     }
     let start = band_start(lane);
-    // The common case first, as in `enter`: someone waits and the user is new.
+    // The common case first, as in `enter`: someone waits and the user is new. The
+    // last number in line answers both what the newcomer's number is and whether
+    // anyone waits in a later lane, unless it is in a later lane itself.
     if waiting_count(s) > 0 {
-        let seq = s.waiting_max_in(start + 1, start + BAND - 1).unwrap_or(start) + 1;
+        let top = s.waiting_max().unwrap_or(0);
+        let later = top >= start + BAND;
+        let seq =
+            if later { s.waiting_max_in(start + 1, start + BAND - 1).unwrap_or(start) + 1 } else { top.max(start) + 1 };
         if s.waiting_add_new(user, seq) {
             mark_layout(s);
             touch(s, seq, now, nickname);
             s.count(Event::Entered, 1);
-            return Ok(in_lane(s, user, lanes, lane, seq, now, nickname));
+            let behind = later && lane + 1 < lanes.len();
+            return Ok(placed(s, user, seq, now, nickname, behind));
         }
     }
     let old = s.waiting_score(user);
@@ -538,6 +548,11 @@ fn in_lane<S: Store>(
     nickname: &[u8],
 ) -> Standing {
     let behind = lane + 1 < lanes.len() && s.waiting_max_in(band_start(lane + 1), i64::MAX).is_some();
+    placed(s, user, seq, now, nickname, behind)
+}
+
+/// [`in_lane`], told whether anyone waits in a later lane.
+fn placed<S: Store>(s: &mut S, user: &S::User, seq: i64, now: i64, nickname: &[u8], behind: bool) -> Standing {
     let rank = if behind {
         s.log_draft().note_ahead(seq);
         s.waiting_rank(user).map_or(0, |(r, _)| r + 1 - joining(s))

@@ -177,6 +177,10 @@ pub trait Store {
     // a holder (`super::claim_held`). A key of another type reads as empty, and a
     // store writes nothing into it.
     fn aux_hget(&self, key: Aux, field: &[u8]) -> Option<Vec<u8>>;
+    /// [`Store::aux_hget`]'s value handed to `f`, without a copy where the store can.
+    fn aux_hget_with<R>(&self, key: Aux, field: &[u8], f: impl FnOnce(Option<&[u8]>) -> R) -> R {
+        f(self.aux_hget(key, field).as_deref())
+    }
     fn aux_hset(&mut self, key: Aux, field: &[u8], value: &[u8]);
     /// Whether the field was there.
     fn aux_hdel(&mut self, key: Aux, field: &[u8]) -> bool;
