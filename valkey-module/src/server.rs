@@ -49,9 +49,10 @@ thread_local! {
 }
 
 /// The names of a queue's five fixed keys (`waiting`, `sessions`, `active`, `stats`,
-/// `config`, in `engine::Part` order), as strings no callback owns.
+/// `config`, in `engine::Part` order), then of its access codes, as strings no
+/// callback owns.
 #[derive(Clone, Copy)]
-pub struct KeyNames(pub [Str; 5]);
+pub struct KeyNames(pub [Str; 5], pub Str);
 
 /// A server string no callback owns (created with a NULL context): it lives until
 /// freed with a NULL context, or for the life of the module.
@@ -65,11 +66,13 @@ impl KeyNames {
     pub fn new(prefix: &[u8]) -> KeyNames {
         use queue_core::keys;
         let make = |suffix: &str| unowned_str(&[prefix, suffix.as_bytes()].concat());
-        KeyNames([keys::WAITING, keys::SESSIONS, keys::ACTIVE, keys::STATS, keys::CONFIG].map(make))
+        // The parts, and the access codes (an entry with a code opens them every time).
+        let codes = make(queue_core::engine::Aux::Codes.suffix());
+        KeyNames([keys::WAITING, keys::SESSIONS, keys::ACTIVE, keys::STATS, keys::CONFIG].map(make), codes)
     }
 
     pub fn free(self) {
-        for s in self.0 {
+        for s in self.0.into_iter().chain([self.1]) {
             // SAFETY: created with a NULL context by `new`; a replication or reply that
             // still uses one holds its own reference.
             unsafe { raw::RedisModule_FreeString.unwrap()(std::ptr::null_mut(), s.0) };

@@ -55,10 +55,10 @@ pub struct Queue<'s> {
     /// `claimed` and `codes`, opened on first use (see `small_hash`).
     claimed: OnceCell<Key>,
     codes: OnceCell<Key>,
-    /// The name of `codes` and the last field of a small hash made into a server
-    /// string: an entry with a code reads its field and writes it back, one string
-    /// each instead of two.
-    codes_name: OnceCell<Str>,
+    /// The name of `codes` (kept with the other names, `cache`) and the last field
+    /// of a small hash made into a server string: an entry with a code reads its
+    /// field and writes it back, one string each instead of two.
+    codes_name: Str,
     last_field: RefCell<Option<Str>>,
 }
 
@@ -91,6 +91,7 @@ impl<'s> Queue<'s> {
             prefix,
             write,
             names: names.0,
+            codes_name: names.1,
             last_int: Cell::new(None),
             keys: Default::default(),
             db,
@@ -105,7 +106,6 @@ impl<'s> Queue<'s> {
             instances: OnceCell::new(),
             claimed: OnceCell::new(),
             codes: OnceCell::new(),
-            codes_name: OnceCell::new(),
             last_field: RefCell::new(None),
         })
     }
@@ -631,7 +631,7 @@ impl Queue<'_> {
     /// A small hash's name (`codes`'s made once per command).
     fn small_name(&self, key: Aux) -> Str {
         if key == Aux::Codes {
-            return *self.codes_name.get_or_init(|| self.aux_name(key));
+            return self.codes_name;
         }
         self.aux_name(key)
     }
