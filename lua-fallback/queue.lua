@@ -2072,7 +2072,7 @@ function Q:passes(user, now)
   local joining = self:joining() - #self:expired_tickets(now)
   local bought = self:stat(SALE.BOUGHT)
   for _, u in ipairs(lapsed) do
-    if bought > 0 and redis.pcall("HEXISTS", self.prefix .. K_BOUGHT, u) == 1 then
+    if bought > 0 and read("HGET", self.prefix .. K_BOUGHT, u) then
       bought = bought - 1
     end
   end
