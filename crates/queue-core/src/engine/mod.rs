@@ -45,7 +45,7 @@ pub use crate::replies::{Claimed, Info, LaneCount, Line, Promotion, Standing};
 pub use changelog::{close_log, unwatch, watch, Watched};
 pub use layout::ensure_layout;
 pub use members::{config, is_promoted, joining, next_seq, p_max, record, waiting_count, Rec};
-pub use pass::{pass, passes};
+pub use pass::{pass, passes, Passed};
 pub use standing::standing;
 pub use store::{stat, Aux, Event, LogDraft, Part, Store, ALL_PARTS};
 

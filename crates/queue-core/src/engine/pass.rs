@@ -16,6 +16,9 @@ use super::{
 use crate::config::{EntryMode, HARD_CAP};
 use crate::error::QueueError;
 
+/// What a pass replies: the ticket it used and the claim.
+pub type Passed<U> = (Vec<u8>, Claimed<U>);
+
 /// QUEUE.PASS: the ticket and the claim's reply when `user` is let in at once, entered
 /// and claimed (with `holder` as TICKET.CLAIM's HOLDER); None, and nothing written,
 /// otherwise.
@@ -24,7 +27,7 @@ pub fn pass<S: Store>(
     user: &S::User,
     nickname: &[u8],
     holder: Option<&[u8]>,
-) -> Result<Option<(Vec<u8>, Claimed<S::User>)>, QueueError> {
+) -> Result<Option<Passed<S::User>>, QueueError> {
     s.check(&ALL_PARTS)?;
     if holder.is_some() {
         s.check(&[Part::Claimed])?;
