@@ -391,6 +391,15 @@ impl Gen {
                     a.push(v);
                 }
             }
+            "QUEUE.PASS" => {
+                a.push(self.user());
+                a.push(self.nickname());
+                if self.rng.chance(50) {
+                    a.push(b(self.pick(&["HOLDER", "holder", "HOLDER", "OWNER"])));
+                    let h = if self.rng.chance(80) { b(self.pick(&["tab-1", "tab-2"])) } else { self.nasty() };
+                    a.push(h);
+                }
+            }
             "TICKET.CLAIM" => {
                 a.push(self.ticket());
                 if self.rng.chance(50) {

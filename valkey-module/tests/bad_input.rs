@@ -130,6 +130,19 @@ fn bad_arguments_are_refused_and_change_nothing(b: Backend) {
         ("TICKET.CLAIM", vec!["a{b}", &ticket, "HOLDER", "h"], BAD_QUEUE.into()),
         // A used ticket claimed again by a holder that never claimed it.
         ("TICKET.CLAIM", vec!["q", &used, "HOLDER", "h"], "NOTICKET unknown or already used ticket".into()),
+        // QUEUE.PASS Q userId nickname [HOLDER h]: ENTER's and CLAIM's checks.
+        ("QUEUE.PASS", vec!["q", "u"], format!("{ARITY} 'queue.pass' command")),
+        ("QUEUE.PASS", vec!["q", "u", "n", "HOLDER"], format!("{ARITY} 'queue.pass' command")),
+        ("QUEUE.PASS", vec!["q", "u", "n", "HOLDER", "h", "x"], format!("{ARITY} 'queue.pass' command")),
+        ("QUEUE.PASS", vec!["q", "a b", "n"], BAD_USER.into()),
+        ("QUEUE.PASS", vec!["q", "u", ""], BAD_NICK.into()),
+        ("QUEUE.PASS", vec!["q", "u", "a\nb"], BAD_NICK.into()),
+        ("QUEUE.PASS", vec!["q", "u", "n", "OWNER", "h"], "ERR syntax error".into()),
+        ("QUEUE.PASS", vec!["q", "u", "n", "HOLDER", "a b"], BAD_HOLDER.into()),
+        ("QUEUE.PASS", vec!["q", "u", "n", "HOLDER", &long], BAD_HOLDER.into()),
+        ("QUEUE.PASS", vec!["a{b}", "u", "n"], BAD_QUEUE.into()),
+        // QUEUE.SOLD with USER reports at least one unit.
+        ("QUEUE.SOLD", vec!["q", "0", "USER", "u"], "ERR n must be an integer from 1 to 1000000000000".into()),
         ("SESSION.HEARTBEAT", vec!["q"], format!("{ARITY} 'session.heartbeat' command")),
         ("SESSION.END", vec!["q", "a b"], BAD_USER.into()),
         ("QUEUE.INFO", vec!["q", "x"], format!("{ARITY} 'queue.info' command")),

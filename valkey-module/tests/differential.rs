@@ -9,7 +9,7 @@
 //! against a 9.x server the maps are compared as sets of fields (same fields, same
 //! values, order aside) and everything else still byte for byte.
 
-use queue_core::engine::{self, Standing, Store};
+use queue_core::engine::{self, Aux, Standing, Store};
 use queue_core::lanes::Lanes;
 use queue_core::memory::{Content, MemoryStore};
 use queue_core::replies;
@@ -146,7 +146,15 @@ fn random_op(rng: &mut Rng, users: &[String], tickets: &[(String, String)]) -> (
     let u = users[rng.below(users.len() as u64) as usize].clone();
     let someone = users[rng.below(users.len() as u64) as usize].clone();
     let code = |rng: &mut Rng| ["1", "2", "3"][rng.below(3) as usize].repeat(64);
-    match rng.below(18) {
+    match rng.below(20) {
+        // Straight in (entered and claimed) while nobody waits and there is room.
+        18 | 19 => {
+            let mut args = vec![q, u, format!("nick {}", rng.below(5))];
+            if rng.below(2) == 0 {
+                args.extend(["HOLDER".into(), format!("tab-{}", rng.below(2))]);
+            }
+            ("QUEUE.PASS", args)
+        }
         // `other` has lanes (set before the run): entries with LANE or CODE there.
         16 => {
             let mut args = vec![q, u, format!("nick {}", rng.below(5))];
@@ -239,6 +247,7 @@ fn lockstep(reference: &mut Client, other: &mut Client, steps: usize, mut other_
     let mut tickets: Vec<(String, String)> = Vec::new();
     let compare = Compare::for_server(reference);
     let mut engines = Engines::default();
+    let (mut passes, mut nil_passes) = (0, 0);
     // Queue `other` has lanes.
     let lanes: Vec<String> = ["other", "SET", "lanes", "presale,general"].map(String::from).to_vec();
     for c in [&mut *reference, &mut *other] {
@@ -261,6 +270,13 @@ fn lockstep(reference: &mut Client, other: &mut Client, steps: usize, mut other_
             compare.normal(&re),
             "step {step}: {name} {args:?}: the engine in memory differs"
         );
+        if name == "QUEUE.PASS" {
+            match rr {
+                Value::Map(_) => passes += 1,
+                Value::Nil => nil_passes += 1,
+                _ => {}
+            }
+        }
         collect_tickets(&args[0], &rr, &ro, &mut tickets, other);
         engines.adopt_ticket(&args[0], &rr);
     }
@@ -273,6 +289,7 @@ fn lockstep(reference: &mut Client, other: &mut Client, steps: usize, mut other_
     let (q, o) = (reference.info("q"), reference.info("other"));
     let sum = |f: &str| testkit::field_int(&q, f) + testkit::field_int(&o, f);
     assert!(sum("promoted") > 40 && sum("claimed") > 10, "the run admitted too few to mean much: {q:?} {o:?}");
+    assert!(passes > 5 && nil_passes > 5, "passes: {passes} let in, {nil_passes} nil");
 }
 
 #[test]
@@ -297,6 +314,14 @@ fn one_queue_served_by_both_alternately_needs_no_migration() {
     });
 }
 
+/// The bulk string value of field `name` in a map reply.
+fn field_of(m: &[(Value, Value)], name: &[u8]) -> Option<String> {
+    m.iter().find_map(|(k, v)| match (k, v) {
+        (Value::BulkString(k), Value::BulkString(v)) if k == name => Some(String::from_utf8_lossy(v).into_owned()),
+        _ => None,
+    })
+}
+
 /// Remembers a ticket issued in a reply (the same on both sides once masked), and
 /// gives the other side's record the reference's secret, so one ticket name works on
 /// both servers.
@@ -319,6 +344,23 @@ fn collect_tickets(queue: &str, rm: &Value, rl: &Value, tickets: &mut Vec<(Strin
             if let Some(v) = v.filter(|v| v.contains(lua_secret)) {
                 let _: () =
                     redis::cmd("HSET").arg(&k).arg(seq).arg(v.replace(lua_secret, secret)).query(&mut cl.con).unwrap();
+            }
+        }
+        // A ticket a pass used at once: remembered (with a holder) in `claimed` only.
+        let claimed = fm.iter().any(|(k, _)| matches!(k, Value::BulkString(k) if k == b"leaseMs"));
+        if let Some(user) = field_of(fm, b"userId").filter(|_| claimed && tm != tl) {
+            let key = format!("queue:{{{queue}}}:claimed");
+            let held: Option<String> = redis::cmd("HGET").arg(&key).arg(&tl).query(&mut cl.con).unwrap();
+            if let Some(v) = held {
+                let _: () = redis::cmd("HDEL").arg(&key).arg(&tl).query(&mut cl.con).unwrap();
+                let _: () = redis::cmd("HSET")
+                    .arg(&key)
+                    .arg(&tm)
+                    .arg(v)
+                    .arg(format!("#{user}"))
+                    .arg(&tm)
+                    .query(&mut cl.con)
+                    .unwrap();
             }
         }
         let entry = (queue.to_string(), tm);
@@ -491,6 +533,19 @@ impl Engines {
                     Err(e) => error(e),
                 }
             }
+            "QUEUE.PASS" => match engine::pass(s, &user(1), args[2].as_bytes(), args.get(4).map(|h| h.as_bytes())) {
+                Ok(Some((ticket, c))) => map(
+                    &replies::CLAIM,
+                    vec![
+                        ("userId", bulk(&c.user)),
+                        ("nickname", bulk(&c.nickname)),
+                        ("ticketId", bulk(&ticket)),
+                        ("leaseMs", Value::Int(c.lease_ms)),
+                    ],
+                ),
+                Ok(None) => Value::Nil,
+                Err(e) => error(e),
+            },
             "TICKET.CLAIM" => match engine::claim_held(s, args[1].as_bytes(), args.get(3).map(|h| h.as_bytes())) {
                 Ok(c) => map(
                     &replies::CLAIM,
@@ -618,6 +673,18 @@ impl Engines {
         let (seq, secret) = t.split_once('.').unwrap();
         let seq: i64 = seq.parse().unwrap();
         let s = self.store(queue);
+        // A ticket a pass used at once: remembered (with a holder) in `claimed` only.
+        let claimed = m.iter().any(|(k, _)| matches!(k, Value::BulkString(k) if k == b"leaseMs"));
+        if let Some(user) = field_of(m, b"userId").filter(|_| claimed) {
+            let mark = format!("#{user}");
+            if let Some(own) = Store::aux_hget(s, Aux::Claimed, mark.as_bytes()).filter(|o| *o != t.as_bytes()) {
+                if let Some(v) = Store::aux_hget(s, Aux::Claimed, &own) {
+                    Store::aux_hdel(s, Aux::Claimed, &own);
+                    Store::aux_hset(s, Aux::Claimed, t.as_bytes(), &v);
+                    Store::aux_hset(s, Aux::Claimed, mark.as_bytes(), t.as_bytes());
+                }
+            }
+        }
         if let Some(rec) = Store::record(s, seq) {
             let rec = String::from_utf8(rec).unwrap();
             if let Some(rest) = rec.strip_prefix('P') {

@@ -42,6 +42,9 @@ testkit::backend_tests!(
     the_opening_writes_a_reset_entry,
     the_change_log_keeps_about_ten_thousand_entries,
     a_replica_holds_the_same_log_registrations_and_leases,
+    pass_lets_in_while_there_is_room_and_else_changes_nothing,
+    a_sale_reported_for_a_user_needs_a_unit_and_sold_saturates,
+    watch_removes_instances_gone_for_a_day,
 );
 
 /// The test clock's start.
@@ -1134,10 +1137,11 @@ fn the_inventory_bounds_admissions_and_sold_out_refuses(b: Backend) {
     // Someone not inside reported as buying: only the inventory goes down.
     assert_eq!(as_int(&c.call("QUEUE.SOLD", &["q", "1", "USER", "e"]).unwrap()), Some(2));
     assert_eq!(field_int(&c.info("q"), "outstanding"), 3);
-    // a bought: a no longer counts; twice changes nothing more.
+    // a bought: a no longer counts; a report of 0 units for a is refused (it would
+    // free a unit nobody sold), changing nothing.
     c.config_set("q", &[("inventory", 4)]);
     assert_eq!(as_int(&c.call("QUEUE.SOLD", &["q", "1", "USER", "a"]).unwrap()), Some(3));
-    assert_eq!(as_int(&c.call("QUEUE.SOLD", &["q", "0", "USER", "a"]).unwrap()), Some(3));
+    assert_eq!(c.err("QUEUE.SOLD", &["q", "0", "USER", "a"]), "ERR n must be an integer from 1 to 1000000000000");
     assert_eq!(field_int(&c.info("q"), "outstanding"), 2);
     assert_eq!(field_int(&c.promote("q", None), "promoted"), 1, "three left, two outstanding");
     log.expect(
@@ -1709,4 +1713,122 @@ fn a_replica_holds_the_same_lanes_codes_and_claims(b: Backend) {
     assert!(on_primary.0.iter().any(|k| k.ends_with(":codes")) && on_primary.0.iter().any(|k| k.ends_with(":claimed")));
     assert!(on_primary.1.iter().all(Option::is_some), "every key has a digest: {on_primary:?}");
     assert_eq!(dump(&mut replica.conn()), on_primary);
+}
+
+/// The replication offset: what the primary has sent its replicas so far.
+fn repl_offset(c: &mut Client) -> i64 {
+    let info: String = redis::cmd("INFO").arg("replication").query(&mut c.con).unwrap();
+    info.lines().find_map(|l| l.strip_prefix("master_repl_offset:")).and_then(|v| v.trim().parse().ok()).unwrap()
+}
+
+/// QUEUE.PASS: straight in (entered and claimed) while nobody waits and there is room;
+/// otherwise nil, and nothing written, logged or replicated. The replica holds what the
+/// primary holds.
+fn pass_lets_in_while_there_is_room_and_else_changes_nothing(b: Backend) {
+    let primary = ValkeyServer::builder(b).test_clock().start();
+    let replica = ValkeyServer::builder(b).test_clock().start_replica_of(&primary);
+    let mut c = primary.client();
+    c.set_clock("q", T0);
+    let mut log = LogReader::new(&primary, "q");
+    c.config_set("q", &[("soft_cap", 2)]);
+    let a = testkit::fields(&c.call("QUEUE.PASS", &["q", "a", "Ann", "HOLDER", "tab-a"]).unwrap());
+    let ticket = a.get("ticketId").and_then(testkit::as_string).expect("a passes");
+    assert_eq!(a.get("userId").and_then(testkit::as_string).as_deref(), Some("a"));
+    assert_eq!(a.get("nickname").and_then(testkit::as_string).as_deref(), Some("Ann"));
+    assert_eq!(a.get("leaseMs").and_then(as_int), Some(30_000));
+    assert_eq!(field_str(&c.status("q", "a"), "status").as_deref(), Some("ACTIVE"));
+    // The holder's claim of that ticket answers the same; anyone else's is NOTICKET.
+    let again = c.call("TICKET.CLAIM", &["q", &ticket, "HOLDER", "tab-a"]).unwrap();
+    assert_eq!(testkit::fields(&again), a);
+    assert!(c.err("TICKET.CLAIM", &["q", &ticket]).starts_with("NOTICKET"));
+    let info = c.info("q");
+    assert_eq!(
+        (
+            field_int(&info, "active"),
+            field_int(&info, "promoted"),
+            field_int(&info, "claimed"),
+            field_int(&info, "waiting")
+        ),
+        (1, 1, 1, 0)
+    );
+    log.expect(&mut c, "a pass (an instant entry and a claim)", &[]);
+    assert!(c.call("QUEUE.PASS", &["q", "b", "Bo"]).is_ok_and(|v| v != redis::Value::Nil));
+    // Full now, inside already, waiting, closed: nil, and nothing changes.
+    let refusals = |c: &mut Client| {
+        let before = (dump_queue(c, "q"), repl_offset(c));
+        for u in ["c", "a", "b"] {
+            assert_eq!(c.call("QUEUE.PASS", &["q", u, "n"]).unwrap(), redis::Value::Nil, "{u}");
+        }
+        assert_eq!((dump_queue(c, "q"), repl_offset(c)), before, "a nil pass writes and replicates nothing");
+    };
+    refusals(&mut c);
+    c.config_set("q", &[("soft_cap", 0)]);
+    c.enter("q", "w", "w");
+    c.config_set("q", &[("soft_cap", 5)]);
+    refusals(&mut c);
+    let before = dump_queue(&mut c, "q");
+    assert_eq!(c.call("QUEUE.PASS", &["q", "x", "n"]).unwrap(), redis::Value::Nil, "w waits: nobody jumps it");
+    assert_eq!(dump_queue(&mut c, "q"), before);
+    log.expect(&mut c, "refused passes", &[]);
+    // Bad arguments: refused before anything is read.
+    for (args, want) in [
+        (vec!["q", "u"], "ERR wrong number of arguments for 'queue.pass' command"),
+        (vec!["q", "u", "n", "HOLDER"], "ERR wrong number of arguments for 'queue.pass' command"),
+        (vec!["q", "u b", "n"], "ERR invalid userId: 1 to 64 characters from A-Z a-z 0-9 . _ : @ -"),
+        (vec!["q", "u", "a\nb"], "ERR invalid nickname: 1 to 32 bytes, no control characters"),
+        (vec!["q", "u", "n", "OWNER", "h"], "ERR syntax error"),
+        (vec!["q", "u", "n", "HOLDER", "h h"], "ERR invalid holder: 1 to 64 characters from A-Z a-z 0-9 . _ : @ -"),
+    ] {
+        assert_eq!(c.err("QUEUE.PASS", &args), want, "{args:?}");
+    }
+    assert_eq!(dump_queue(&mut c, "q"), before);
+    let acked: i64 = redis::cmd("WAIT").arg(1).arg(5_000).query(&mut c.con).unwrap();
+    assert_eq!(acked, 1);
+    let mut rc = replica.client();
+    assert_eq!(dump_queue(&mut rc, "q"), dump_queue(&mut c, "q"), "the replica holds the passes");
+}
+
+/// QUEUE.SOLD Q 0 USER u is refused (it would mark u as having bought without
+/// lowering the inventory: one more admission per call); the counter `sold` stops at
+/// 2^53 - 1, never wrapping or refusing a sale.
+fn a_sale_reported_for_a_user_needs_a_unit_and_sold_saturates(b: Backend) {
+    let (_s, mut c) = server(b);
+    c.config_set("q", &[("soft_cap", 5)]);
+    c.call("QUEUE.CONFIG", &["q", "SET", "inventory", "1"]).unwrap();
+    let t = field_str(&c.enter("q", "a", "n"), "ticketId").unwrap();
+    c.claim("q", &t).unwrap();
+    let before = dump_queue(&mut c, "q");
+    assert_eq!(c.err("QUEUE.SOLD", &["q", "0", "USER", "a"]), "ERR n must be an integer from 1 to 1000000000000");
+    assert_eq!(dump_queue(&mut c, "q"), before, "refused: nothing written");
+    // Still one unit, held by a: nobody else gets in.
+    assert_eq!(field_str(&c.enter("q", "b", "n"), "status").as_deref(), Some("WAITING"));
+    let max = (1i64 << 53) - 1;
+    let sold =
+        |c: &mut Client| -> String { redis::cmd("HGET").arg("queue:{q}:stats").arg("sold").query(&mut c.con).unwrap() };
+    for (start, want) in [(max - 5, max), (max, max), (i64::MAX, i64::MAX)] {
+        let _: i64 = redis::cmd("HSET").arg("queue:{q}:stats").arg("sold").arg(start).query(&mut c.con).unwrap();
+        c.call("QUEUE.SOLD", &["q", "1000000000000"]).unwrap();
+        assert_eq!(sold(&mut c), want.to_string(), "from {start}");
+    }
+}
+
+/// QUEUE.WATCH removes the instances whose lease ended more than a day ago (the
+/// longest abandon_after); a live one, and one ended less long ago, stay.
+fn watch_removes_instances_gone_for_a_day(b: Backend) {
+    let (_s, mut c) = server(b);
+    let day = 86_400_000;
+    watch(&mut c, "q", "gone", 1_000, &[]);
+    c.set_clock("q", T0 + 10_000);
+    watch(&mut c, "q", "recent", 1_000, &[]);
+    let leases = |c: &mut Client| -> Vec<(String, i64)> {
+        redis::cmd("ZRANGE").arg("queue:{q}:instances").arg(0).arg(-1).arg("WITHSCORES").query(&mut c.con).unwrap()
+    };
+    // A day after "gone" ended: kept; a millisecond later, removed by another's WATCH.
+    c.set_clock("q", T0 + 1_000 + day);
+    watch(&mut c, "q", "live", 600_000, &[]);
+    assert_eq!(leases(&mut c).len(), 3);
+    c.set_clock("q", T0 + 1_001 + day);
+    watch(&mut c, "q", "live", 600_000, &[]);
+    let names: Vec<String> = leases(&mut c).into_iter().map(|(i, _)| i).collect();
+    assert_eq!(names, ["recent", "live"]);
 }

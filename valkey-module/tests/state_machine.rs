@@ -57,6 +57,13 @@
 //!   neither was the case;
 //! - sold out exactly when the inventory is 0 (QUEUE.INFO's `sold_out`, `inventory`).
 //!
+//! PASS (`QUEUE.PASS`, with or without a HOLDER) comes in everywhere; apart from the
+//! model, a pass that let someone in did so while nobody waited (never jumping the
+//! line), and one that answered nil changed nothing (the data, INFO and the log equal
+//! the unchanged model's, as after every step); its ticket claimed again by its
+//! holder answers the same. A rare move of the clock by more than a day lets WATCH
+//! prune the instances gone that long.
+//!
 //! In half of the runs every step also asks RANKS for every user, so waiting users'
 //! ranks are checked to be exactly 1..n in entry order after every step.
 //!
@@ -131,7 +138,7 @@ fn model_agrees_step_by_step(b: Backend) {
     let (mut steps, mut runs, mut failed) = (0u64, 0u64, Vec::new());
     let (mut entries, mut watched, mut repeats) = (0u64, 0u64, 0u64);
     let (mut lane_runs, mut ahead, mut codes_used) = (0u64, 0u64, 0u64);
-    let (mut sale_refusals, mut state_entries) = (0u64, 0u64);
+    let (mut sale_refusals, mut state_entries, mut passes, mut refused_passes) = (0u64, 0u64, 0u64, 0u64);
     for (i, &seed) in seeds.iter().enumerate() {
         if steps >= total && env_u64("MODEL_SEED").is_none() {
             break;
@@ -149,6 +156,8 @@ fn model_agrees_step_by_step(b: Backend) {
         ahead += run.ahead_entries;
         sale_refusals += run.sale_refusals;
         state_entries += run.state_entries;
+        passes += run.passes;
+        refused_passes += run.refused_passes;
         codes_used += run.model.codes.values().map(|c| c.used as u64).sum::<u64>();
         if let Err(e) = r {
             failed.push(seed);
@@ -160,12 +169,13 @@ fn model_agrees_step_by_step(b: Backend) {
         }
     }
     eprintln!(
-        "{b:?}: {runs} runs, {steps} steps, {entries} change-log entries, {watched} watched ranks confirmed, {repeats} claims answered again for their holder, {lane_runs} runs with lanes, {ahead} entries with `ahead`, {codes_used} code uses still counted at the end, {sale_refusals} entries refused CLOSED or SOLDOUT, {state_entries} state entries, {} failed seeds {failed:?}",
+        "{b:?}: {runs} runs, {steps} steps, {entries} change-log entries, {watched} watched ranks confirmed, {repeats} claims answered again for their holder, {lane_runs} runs with lanes, {ahead} entries with `ahead`, {codes_used} code uses still counted at the end, {sale_refusals} entries refused CLOSED or SOLDOUT, {state_entries} state entries, {passes} passes and {refused_passes} passes answered nil, {} failed seeds {failed:?}",
         failed.len()
     );
     assert!(failed.is_empty(), "{} of {runs} runs failed: seeds {failed:?}", failed.len());
     if env_u64("MODEL_SEED").is_none() && steps >= 20_000 {
         assert!(sale_refusals > 0 && state_entries > 0, "the runs never closed or sold out");
+        assert!(passes > 0 && refused_passes > 0, "PASS never let anyone in, or never refused");
     }
 }
 
@@ -199,6 +209,8 @@ enum Op {
     SetSale(Option<i64>, Option<i64>, Option<String>),
     /// QUEUE.SOLD n [USER u].
     Sold(i64, Option<String>),
+    /// QUEUE.PASS user nickname [HOLDER h].
+    Pass(String, String, Option<String>),
 }
 
 struct Run {
@@ -244,6 +256,9 @@ struct Run {
     /// Entries refused with CLOSED or SOLDOUT, and `state` entries (for the summary).
     pub sale_refusals: u64,
     pub state_entries: u64,
+    /// Passes that let someone in, and passes answered nil (for the summary).
+    pub passes: u64,
+    pub refused_passes: u64,
 }
 
 impl Run {
@@ -296,6 +311,8 @@ impl Run {
             promoted_before: 0,
             sale_refusals: 0,
             state_entries: 0,
+            passes: 0,
+            refused_passes: 0,
         }
     }
 
@@ -347,7 +364,15 @@ impl Run {
     fn pick(&mut self) -> Op {
         let s = self.model.s;
         let lanes = s.lanes > 1;
-        let r = self.rng.below(124);
+        let r = self.rng.below(132);
+        if r >= 124 {
+            let nick = NICKS[self.rng.below(3) as usize].to_string();
+            let holder = match self.rng.below(4) {
+                0 => None,
+                h => Some(HOLDERS[h as usize - 1].to_string()),
+            };
+            return Op::Pass(self.user(), nick, holder);
+        }
         let r = if (110..118).contains(&r) && !lanes { 25 } else { r };
         let r = if r >= 118 && !self.sale { 26 } else { r };
         match r {
@@ -456,6 +481,10 @@ impl Run {
             _ => {
                 let limits = [s.ticket_ttl, s.session_lease, s.abandon_after.max(1)];
                 let limit = limits[self.rng.below(3) as usize];
+                if self.rng.chance(2) {
+                    // Past the day an ended instance is kept.
+                    return Op::Advance(reference::INSTANCE_KEEP_MS + self.rng.range(1, 2_000));
+                }
                 Op::Advance(match self.rng.below(4) {
                     0 | 1 => self.rng.range(1, 200),
                     2 => limit,
@@ -546,6 +575,13 @@ impl Run {
                 }
                 pipe.add_command(self.cmd("QUEUE.SOLD", &args))
             }
+            Op::Pass(u, n, holder) => {
+                let mut args = vec![u.as_str(), n.as_str()];
+                if let Some(h) = holder {
+                    args.extend(["HOLDER", h.as_str()]);
+                }
+                pipe.add_command(self.cmd("QUEUE.PASS", &args))
+            }
         };
         let reply: Result<Value, String> = match pipe.query::<Vec<Value>>(con) {
             Ok(mut v) if v.len() == 1 => Ok(v.remove(0)),
@@ -593,6 +629,13 @@ impl Run {
                 return match self.model.refuses_entry(u, lane.as_deref(), code.as_deref()) {
                     Err(want) if want == e => self.check_rest(replies, now),
                     want => Err(format!("ENTER {u}: error {e:?}, model {want:?}")),
+                };
+            }
+            Err(e) if matches!(op, Op::Sold(..)) => {
+                let Op::Sold(n, user) = op else { unreachable!() };
+                return match self.model.sold(*n, user.as_deref(), now) {
+                    Err(want) if want == e => self.check_rest(replies, now),
+                    want => Err(format!("SOLD {n} {user:?}: error {e:?}, model {want:?}")),
                 };
             }
             Err(e) => return Err(format!("error {e}")),
@@ -903,6 +946,40 @@ impl Run {
                 self.model.unwatch(i, &us.iter().map(String::as_str).collect::<Vec<_>>(), now),
             )?,
             Op::Advance(_) => {}
+            Op::Pass(u, n, holder) => {
+                let nobody_waited = self.waited_before.is_empty();
+                match (self.model.pass(u, n, holder.as_deref(), now), reply) {
+                    (None, Value::Nil) => self.refused_passes += 1,
+                    (Some((nickname, lease_ms)), Value::Array(_) | Value::Map(_)) => {
+                        self.passes += 1;
+                        // Apart from the model: nobody waited, so nobody was jumped.
+                        if !nobody_waited {
+                            return Err(format!("PASS {u}: let in while {:?} waited", self.waited_before));
+                        }
+                        let m = fields(reply);
+                        let t = m.get("ticketId").and_then(as_string).unwrap_or_default();
+                        let got = (
+                            m.get("userId").and_then(as_string),
+                            m.get("nickname").and_then(as_string),
+                            Some(t.clone()),
+                            m.get("leaseMs").and_then(as_int),
+                        );
+                        let expect = (Some(u.clone()), Some(nickname), Some(t.clone()), Some(lease_ms));
+                        if got != expect || t.is_empty() {
+                            return Err(format!("PASS {u}: {got:?}, model {expect:?}"));
+                        }
+                        if self.first_claim.contains_key(&t) || self.tickets.contains(&t) {
+                            return Err(format!("PASS {u}: ticket {t} was handed out before"));
+                        }
+                        self.model.learn_pass_ticket(u, &t);
+                        self.tickets.push(t.clone());
+                        self.first_claim.insert(t, (expect, holder.clone()));
+                        self.entries += 1;
+                        self.entered.insert(u.clone(), self.entries);
+                    }
+                    (want, got) => return Err(format!("PASS {u}: got {got:?}, model {want:?}")),
+                }
+            }
             Op::SetSale(at, inv, msg) => {
                 if *reply != Value::Okay && as_string(reply).as_deref() != Some("OK") {
                     return Err(format!("CONFIG SET: {reply:?}"));
@@ -910,8 +987,8 @@ impl Run {
                 self.model.configure_sale(*at, *inv, msg.as_deref(), now);
             }
             Op::Sold(n, user) => match (self.model.sold(*n, user.as_deref(), now), reply) {
-                (None, Value::Nil) => {}
-                (Some(left), got) if as_int(got) == Some(left) => {}
+                (Ok(None), Value::Nil) => {}
+                (Ok(Some(left)), got) if as_int(got) == Some(left) => {}
                 (want, got) => return Err(format!("SOLD: got {got:?}, model {want:?}")),
             },
         }

@@ -95,6 +95,42 @@ async fn lua_claims_wait_for_the_replica() {
     through_a_frozen_replica(Backend::Bare).await;
 }
 
+/// A pass with a holder waits for the replica as a claim does: a frozen replica makes
+/// it `NotDurable`, naming the ticket it used; `claim_as` with that ticket and holder
+/// is the retry, answered once the replica holds the pass. A nil pass waits for nothing.
+async fn passes_wait_for_the_replica(backend: Backend) {
+    let (primary, replica) = primary_and_replica(backend);
+    let client = QueueClient::connect(&primary.url()).await.unwrap().with_durability(durable(1, 300)).unwrap();
+    let q = "durable-pass";
+    client.config_set(q, &[("soft_cap", 2)]).await.unwrap();
+    let a = client.pass(q, "u-1", "ann", Some("tab-1")).await.unwrap().expect("room");
+    assert_eq!(a.user_id, "u-1");
+    let thaw = freeze(&replica, Duration::from_secs(3));
+    let r = client.pass(q, "u-2", "bo", Some("tab-2")).await;
+    let Err(ClientError::NotDurable(why)) = &r else { panic!("{r:?}") };
+    let ticket = why.rsplit("ticket ").next().unwrap().split(':').next().unwrap().to_string();
+    // Inside already: a second pass is nil (and waits for nothing).
+    assert_eq!(client.pass(q, "u-2", "bo", Some("tab-2")).await.unwrap(), None);
+    thaw.join().unwrap();
+    let again = client.claim_as(q, &ticket, "tab-2").await.unwrap();
+    assert_eq!(
+        (again.user_id.as_str(), again.ticket_id.as_str(), again.nickname.as_str()),
+        ("u-2", ticket.as_str(), "bo")
+    );
+    // Full: nil.
+    assert_eq!(client.pass(q, "u-3", "cy", Some("tab-3")).await.unwrap(), None);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn module_passes_wait_for_the_replica() {
+    passes_wait_for_the_replica(Backend::Module).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn lua_passes_wait_for_the_replica() {
+    passes_wait_for_the_replica(Backend::Bare).await;
+}
+
 async fn without_replicas(backend: Backend) {
     let server = ValkeyServer::start(backend);
     let client = QueueClient::connect(&server.url()).await.unwrap();

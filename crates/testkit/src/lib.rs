@@ -29,8 +29,9 @@ pub enum Backend {
 }
 
 /// Every queue command, as the module names them.
-pub const COMMANDS: [&str; 14] = [
+pub const COMMANDS: [&str; 15] = [
     "QUEUE.ENTER",
+    "QUEUE.PASS",
     "QUEUE.STATUS",
     "QUEUE.RANKS",
     "QUEUE.LINE",

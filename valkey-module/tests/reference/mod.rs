@@ -15,6 +15,11 @@
 //! ticket under the number it waited under; codes are a table of lane, uses and uses
 //! consumed. `entry invite` refuses entries that name neither a lane nor a code.
 //!
+//! Passing straight in ("Passing straight in (QUEUE.PASS)"): the instant entry and
+//! the claim of its ticket in one command, exactly when ENTER would let the person in
+//! at once (the counts as housekeeping would leave them) and the claim would succeed;
+//! else nothing at all.
+//!
 //! A sale's end ("A sale's end"): `closes_at` (entries refused with CLOSED from then
 //! on), the inventory (entries refused with SOLDOUT at 0; promotions never make the
 //! tickets and sessions not reported bought exceed it), QUEUE.SOLD, the message, and
@@ -157,6 +162,12 @@ pub const INSIDE: &str = "INSIDE user is already inside";
 pub const FULL: &str = "FULL hard cap reached";
 pub const CLOSED: &str = "CLOSED this queue is closed to new entries";
 pub const SOLDOUT: &str = "SOLDOUT sold out";
+pub const SOLD_NEEDS_A_UNIT: &str = "ERR n must be an integer from 1 to 1000000000000";
+/// Where the counter `sold` stops ("A sale's end").
+pub const MAX_SOLD: i64 = (1 << 53) - 1;
+/// How long after its lease ended a push instance stays in `instances` ("The change
+/// log and watchers": the longest `abandon_after`, a day).
+pub const INSTANCE_KEEP_MS: i64 = 86_400_000;
 
 /// A `state` entry's fields ("A sale's end"): closed, sold out, the message.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -408,19 +419,23 @@ impl Model {
         }
     }
 
-    /// QUEUE.SOLD n [USER u]: the units left (None: no limit).
-    pub fn sold(&mut self, n: i64, user: Option<&str>, now: i64) -> Option<i64> {
+    /// QUEUE.SOLD n [USER u]: the units left (None: no limit). With USER, n must be at
+    /// least 1 (nothing written otherwise); the counter `sold` stops at 2^53 - 1.
+    pub fn sold(&mut self, n: i64, user: Option<&str>, now: i64) -> Result<Option<i64>, &'static str> {
+        if user.is_some() && n < 1 {
+            return Err(SOLD_NEEDS_A_UNIT);
+        }
         if let Some(i) = self.inventory {
             self.inventory = Some((i - n).max(0));
         }
-        self.sold += n;
+        self.sold = (self.sold + n).min(MAX_SOLD);
         if let Some(u) = user {
             if self.sessions.get(u).is_some_and(|s| s.lease > now) {
                 self.bought.insert(u.to_string());
             }
         }
         self.note_state(now);
-        self.inventory
+        Ok(self.inventory)
     }
 
     /// Marks of people no longer inside go with their sessions.
@@ -947,6 +962,55 @@ impl Model {
         ClaimOutcome::Claimed { user, nickname: p.nickname, lease_ms, again: false }
     }
 
+    /// QUEUE.PASS: the claim's nickname and lease when the person passes straight in
+    /// (the entry promoted at once, then its ticket claimed, with `holder` remembered
+    /// as the claim's holder; the ticket the server names is learnt with
+    /// [`Model::learn_pass_ticket`]); None, and nothing changed, otherwise: entry
+    /// `invite`, closed, sold out, the person in line or inside, anyone waiting, the
+    /// hard cap reached, or no free slot or unit to sell as housekeeping would leave
+    /// the tickets and sessions.
+    pub fn pass(&mut self, user: &str, nickname: &str, holder: Option<&str>, now: i64) -> Option<(String, i64)> {
+        if self.s.invite || self.closed(now) || self.sold_out() {
+            return None;
+        }
+        if self.position(user).is_some() || self.sessions.get(user).is_some_and(|s| s.lease > now) {
+            return None;
+        }
+        if self.waiting() > 0 || (self.s.hard_cap > 0 && self.live_sessions(now) >= self.s.hard_cap) {
+            return None;
+        }
+        let live_tickets =
+            self.line.iter().filter(|p| matches!(p.place, Place::Ticket { expiry, .. } if expiry > now)).count() as i64;
+        let live = self.live_sessions(now);
+        let bought = self.bought.iter().filter(|u| self.sessions.get(*u).is_some_and(|s| s.lease > now)).count() as i64;
+        let free = self.s.soft_cap - live - live_tickets > 0;
+        let room = self.inventory.is_none_or(|i| i - (live_tickets + live - bought).max(0) >= 1);
+        if !(free && room) {
+            return None;
+        }
+        self.note_state(now);
+        let lane = self.s.lanes.max(1) - 1;
+        let st = self.enter(user, nickname, lane, None, now);
+        assert!(matches!(st, Standing::Promoted { .. }), "model: a pass's entry waits: {st:?}");
+        let i = self.position(user).expect("model: the pass's ticket holder");
+        let p = self.line.remove(i);
+        self.out_of_line(user);
+        let lease_ms = self.s.session_lease;
+        let claim = holder.map(|h| (String::new(), h.to_string(), lease_ms));
+        self.bought.remove(user);
+        self.sessions.insert(user.to_string(), Session { nickname: p.nickname.clone(), lease: now + lease_ms, claim });
+        self.counters.claimed += 1;
+        Some((p.nickname, lease_ms))
+    }
+
+    /// The ticket a pass used, as the server named it (a claim with a holder
+    /// remembers it).
+    pub fn learn_pass_ticket(&mut self, user: &str, ticket: &str) {
+        if let Some((t, ..)) = self.sessions.get_mut(user).and_then(|s| s.claim.as_mut()) {
+            *t = ticket.to_string();
+        }
+    }
+
     /// SESSION.HEARTBEAT: extends each live lease (1), 0 where none is live.
     pub fn heartbeat(&mut self, users: &[&str], now: i64) -> Vec<i64> {
         let lease = self.s.session_lease;
@@ -992,6 +1056,8 @@ impl Model {
         now: i64,
     ) -> (i64, i64, Vec<(i64, Standing)>) {
         self.instances.insert(instance.to_string(), now + lease_ms);
+        // Instances whose lease ended more than a day ago go.
+        self.instances.retain(|_, lease| *lease >= now - INSTANCE_KEEP_MS);
         let mut each = Vec::new();
         for u in users {
             let standing = self.standing(u, now, false);
