@@ -32,6 +32,7 @@ local MAX_PROMOTE = 100000
 local SWEEP_BUDGET = 256
 local RATE_WINDOW_MS = 10000
 local MIN_RATE_SPAN_MS = 2000
+local RATE_SMOOTHING_MS, STALL_MS = 30000, 60000
 local MAX_REFILL_MS = 1000000000
 local MAX_LINE_PAGE, MAX_CURSOR = 100000, 9007199254740991
 local ALPHABET = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_"
@@ -479,10 +480,10 @@ end
 local function record_window(w, now, admitted)
   local n = { at = w.at, count = w.count, per_minute = w.per_minute }
   if n.at == 0 then
-    if admitted <= 0 then
-      return n
+    if admitted > 0 then
+      n.at = now
     end
-    n.at = now
+    return n
   end
   n.count = n.count + admitted
   local span = now - n.at
@@ -531,7 +532,7 @@ local function admissions_milli_per_minute(w, now, rate_per_second)
       measured = milli_per_minute(w.count, span)
     end
   else
-    local usual = math.min(math.max(RATE_WINDOW_MS, math.floor(2 * 60000000000 / math.max(w.per_minute, 1))), 1000000000)
+    local usual = math.max(2 * RATE_WINDOW_MS, math.floor(2 * 60000000 / math.max(w.per_minute, 1)))
     local quiet = span - usual
     if quiet <= 0 then
       measured = w.per_minute

@@ -91,10 +91,12 @@ impl RateWindow {
     pub fn record(self, now: i64, admitted: i64) -> Self {
         let mut w = self;
         if w.at_ms == 0 {
-            if admitted <= 0 {
-                return w;
+            // The first admissions mark where measuring starts: the window counts
+            // those after them (counting both ends would read a lump as a rate).
+            if admitted > 0 {
+                w.at_ms = now;
             }
-            w.at_ms = now;
+            return w;
         }
         w.count += admitted;
         let span = now - w.at_ms;
@@ -141,8 +143,8 @@ pub fn admissions_milli_per_minute(w: RateWindow, now: i64, rate_per_second: i64
             milli_per_minute(w.count, span)
         }
     } else {
-        // Two average gaps (60 s / rate, twice), in ms.
-        let usual = RATE_WINDOW_MS.max(2 * 60_000_000_000 / w.per_minute.max(1)).min(1_000_000_000);
+        // The usual gap: two windows, or two average gaps (60 s / rate) if longer.
+        let usual = (2 * RATE_WINDOW_MS).max(2 * 60_000_000 / w.per_minute.max(1));
         let quiet = span - usual;
         if quiet <= 0 {
             w.per_minute
@@ -271,9 +273,9 @@ mod tests {
     fn rate_window_measures_per_minute() {
         assert_eq!(RateWindow::default().record(1_000, 0), RateWindow::default(), "starts with an admission");
         let w = RateWindow::default().record(1_000, 5);
-        assert_eq!(w, RateWindow { at_ms: 1_000, count: 5, per_minute: 0 });
+        assert_eq!(w, RateWindow { at_ms: 1_000, count: 0, per_minute: 0 }, "the first admissions start it");
         // The first window sets the rate: 20 in 10 s, 120 a minute (in thousandths).
-        let w = w.record(6_000, 5).record(11_000, 10);
+        let w = w.record(6_000, 10).record(11_000, 10);
         assert_eq!(w.per_minute, 120_000);
         assert_eq!(w.count, 0);
         assert_eq!(w.at_ms, 11_000);
@@ -322,31 +324,31 @@ mod tests {
         // Nothing measured: the setting, or unknown.
         assert_eq!(admissions_per_minute(none, 5_000, 2), 120);
         assert_eq!(admissions_per_minute(none, 5_000, 0), 0);
-        // A smoothed 600 a minute (a usual gap of 10 s: the window's length); its
-        // successor has counted 30 in 4 s so far.
+        // A smoothed 600 a minute (a usual gap of 20 s: two windows); its successor
+        // has counted 30 in 4 s so far.
         let w = RateWindow { at_ms: 10_000, count: 30, per_minute: 600_000 };
         assert_eq!(admissions_per_minute(w, 14_000, 0), 600);
         // The setting caps what was measured (the bucket lets no more through).
         assert_eq!(admissions_per_minute(w, 14_000, 5), 300);
         // Quiet for as long as the usual gap: still 600; then it decays.
-        assert_eq!(admissions_per_minute(w, 20_000, 0), 600);
-        assert_eq!(admissions_per_minute(w, 50_000, 0), 300);
-        assert_eq!(admissions_milli_per_minute(w, 79_999, 0), 600_000 * 30_000 / 89_999);
+        assert_eq!(admissions_per_minute(w, 30_000, 0), 600);
+        assert_eq!(admissions_per_minute(w, 60_000, 0), 300);
+        assert_eq!(admissions_milli_per_minute(w, 89_999, 0), 600_000 * 30_000 / 89_999);
         // Quiet for a minute past the usual gap: stopped, unknown.
-        assert_eq!(admissions_per_minute(w, 80_000, 0), 0);
-        assert_eq!(estimated_wait_seconds(5, admissions_per_minute(w, 80_000, 2)), None);
-        // A slow line (6 a minute, a gap of 10 s): the usual gap is 20 s.
-        let slow = RateWindow { at_ms: 10_000, count: 0, per_minute: 6_000 };
-        assert_eq!(admissions_per_minute(slow, 30_000, 0), 6);
-        assert_eq!(admissions_per_minute(slow, 60_000, 0), 3);
-        assert_eq!(admissions_per_minute(slow, 90_000, 0), 0);
+        assert_eq!(admissions_per_minute(w, 90_000, 0), 0);
+        assert_eq!(estimated_wait_seconds(5, admissions_per_minute(w, 90_000, 2)), None);
+        // A slow line (3 a minute, a gap of 20 s): the usual gap is 40 s.
+        let slow = RateWindow { at_ms: 10_000, count: 0, per_minute: 3_000 };
+        assert_eq!(admissions_per_minute(slow, 50_000, 0), 3);
+        assert_eq!(admissions_per_minute(slow, 80_000, 0), 2);
+        assert_eq!(admissions_per_minute(slow, 110_000, 0), 0);
         // Under one a minute rounds up to 1 while anyone is let in.
         assert_eq!(admissions_per_minute(RateWindow { at_ms: 10_000, count: 0, per_minute: 300 }, 11_000, 0), 1);
         // The first window: unknown for its first 2 s, then read as it goes.
         let first = RateWindow { at_ms: 10_000, count: 6, per_minute: 0 };
         assert_eq!(admissions_per_minute(first, 11_999, 0), 0);
         assert_eq!(admissions_per_minute(first, 13_000, 0), 120);
-        assert_eq!(admissions_per_minute(first, 79_999, 0), 6 * 60_000 / 69_999 + 1);
+        assert_eq!(admissions_milli_per_minute(first, 79_999, 0), 6 * 60_000_000 / 69_999);
         assert_eq!(admissions_per_minute(first, 80_000, 0), 0);
     }
 
@@ -362,7 +364,7 @@ mod tests {
         assert_eq!(estimated_wait_seconds(1, 6000), Some(20));
         assert_eq!(estimated_wait_seconds(150, 120), Some(90), "75 s rounds to 90 s");
         assert_eq!(estimated_wait_seconds(450, 60), Some(480), "7.5 min rounds to 8");
-        assert_eq!(estimated_wait_seconds(100_000, 60), Some(100_000 / 900 * 900 + 900));
+        assert_eq!(estimated_wait_seconds(100_000, 60), Some(99_900), "15 minute steps past 2 hours");
     }
 
     #[test]
