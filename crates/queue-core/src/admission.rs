@@ -137,10 +137,10 @@ pub fn admissions_milli_per_minute(w: RateWindow, now: i64, rate_per_second: i64
     }
     let span = now - w.at_ms;
     let measured = if w.per_minute <= 0 {
-        if span < MIN_RATE_SPAN_MS || span >= RATE_WINDOW_MS + STALL_MS {
-            0
-        } else {
+        if (MIN_RATE_SPAN_MS..RATE_WINDOW_MS + STALL_MS).contains(&span) {
             milli_per_minute(w.count, span)
+        } else {
+            0
         }
     } else {
         // The usual gap: two windows, or two average gaps (60 s / rate) if longer.
