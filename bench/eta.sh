@@ -2,8 +2,9 @@
 # eta.sh -- how honest the estimated wait is: ROUNDS swarms, each on a fresh local
 # stack (scripts/run-local.sh), with a crowd arriving faster than places free, so a
 # line builds and drains. The swarm grades every estimate against the wait that
-# followed: |predicted - actual| / actual at entry and at rank 10 (waits under a
-# second count as one second). Prints each round's p50/p90 and the median of the
+# followed: |predicted - actual| / actual of every figure shown, per person-second,
+# at entry and at rank 10 (waits under a second count as one second), and how many
+# figures a person saw per minute of waiting. Prints each round's p50/p90 and the median of the
 # rounds' p50s with their spread; exits 1 if an audit failed.
 #
 #   bash bench/eta.sh      # ROUNDS=3 USERS=2000 RATE=40 SOFT_CAP=200 STAY=10
@@ -41,7 +42,10 @@ for round in $(seq "$ROUNDS"); do
 import json, sys
 r = json.load(open(sys.argv[1]))
 e, t = r["eta_error_at_entry"], r["eta_error_at_rank10"]
-print(f"round {sys.argv[2]}: entry p50 {e['p50']:.3f} p90 {e['p90']:.3f} (n={e['count']}); "
+s, m = r["eta_error_shown"], r["eta_figures_per_minute"]
+print(f"round {sys.argv[2]}: as shown p50 {s['p50']:.3f} p90 {s['p90']:.3f} (none shown "
+      f"{r['eta_shown_missing_share'] * 100:.1f} %); figures a minute p50 {m['p50']:.2f} p99 {m['p99']:.2f}; "
+      f"entry p50 {e['p50']:.3f} p90 {e['p90']:.3f} (n={e['count']}); "
       f"rank 10 p50 {t['p50']:.3f} p90 {t['p90']:.3f} (n={t['count']}); missing {r['eta_missing']}; "
       f"wait p50 {r['wait_seconds']['p50']:.1f} s max {r['wait_seconds']['max']:.1f} s; "
       f"audits fifo {r['fifo_inversions']} cap {r['over_capacity']}+{r['server_over_capacity']} claims {r['double_claims']}")
@@ -50,9 +54,13 @@ done
 python3 - "$out" "$ROUNDS" <<'PY'
 import json, statistics, sys
 rounds = [json.load(open(f"{sys.argv[1]}/round{i}.json")) for i in range(1, int(sys.argv[2]) + 1)]
-for key, name in [("eta_error_at_entry", "at entry"), ("eta_error_at_rank10", "at rank 10")]:
+for key, name in [("eta_error_shown", "as shown"), ("eta_error_at_entry", "at entry"), ("eta_error_at_rank10", "at rank 10")]:
     p50s = [r[key]["p50"] for r in rounds]
     print(f"ETA error {name}: median of round p50s {statistics.median(p50s):.3f} "
           f"(spread {min(p50s):.3f}-{max(p50s):.3f}; goal <= 0.25)")
+for p in ["p50", "p99"]:
+    xs = [r["eta_figures_per_minute"][p] for r in rounds]
+    print(f"ETA figures a minute {p}: median of rounds {statistics.median(xs):.2f} "
+          f"(spread {min(xs):.2f}-{max(xs):.2f}; goal <= 3)")
 PY
 exit $status

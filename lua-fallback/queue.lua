@@ -32,6 +32,7 @@ local MAX_PROMOTE = 100000
 local SWEEP_BUDGET = 256
 local RATE_WINDOW_MS = 10000
 local MIN_RATE_SPAN_MS = 2000
+local RATE_SMOOTHING_MS, STALL_MS = 30000, 60000
 local MAX_REFILL_MS = 1000000000
 local MAX_LINE_PAGE, MAX_CURSOR = 100000, 9007199254740991
 local ALPHABET = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_"
@@ -471,20 +472,27 @@ function Q:rate_window()
   return { at = self:stat(S.RATE_AT), count = self:stat(S.RATE_COUNT), per_minute = self:stat(S.RATE_PER_MIN) }
 end
 
+-- count admissions over span ms, in thousandths of an admission per minute.
+local function milli_per_minute(count, span)
+  return math.floor(count * 60000000 / math.max(span, 1))
+end
+
+-- admission::RateWindow::record: closes the window once long enough, folding it into
+-- the smoothed rate (thousandths a minute; the first window sets it).
 local function record_window(w, now, admitted)
   local n = { at = w.at, count = w.count, per_minute = w.per_minute }
   if n.at == 0 then
-    if admitted <= 0 then
-      return n
+    if admitted > 0 then
+      n.at = now
     end
-    n.at = now
+    return n
   end
   n.count = n.count + admitted
   local span = now - n.at
   if span >= RATE_WINDOW_MS then
-    local this = math.floor(n.count * 60000 / span)
-    if this > 0 and n.per_minute > 0 then
-      n.per_minute = math.floor((this + n.per_minute) / 2)
+    local this = milli_per_minute(n.count, span)
+    if n.per_minute > 0 then
+      n.per_minute = math.floor((n.per_minute * RATE_SMOOTHING_MS + this * span) / (RATE_SMOOTHING_MS + span))
     else
       n.per_minute = this
     end
@@ -510,16 +518,31 @@ local function free_slots(soft_cap, active, joining)
   return math.max(soft_cap - active - joining, 0)
 end
 
--- The admissions per minute a wait estimate uses (admission::admissions_per_minute).
-local function admissions_per_minute(w, now, rate_per_second)
-  local limit = math.max(rate_per_second, 0) * 60
+-- The admissions per minute a wait estimate uses, in thousandths
+-- (admission::admissions_milli_per_minute).
+local function admissions_milli_per_minute(w, now, rate_per_second)
+  local limit = math.max(rate_per_second, 0) * 60000
   if w.at == 0 then
     return limit
   end
-  local measured = w.per_minute
   local span = now - w.at
-  if span >= RATE_WINDOW_MS or (w.per_minute == 0 and span >= MIN_RATE_SPAN_MS) then
-    measured = math.floor(w.count * 60000 / span)
+  local measured
+  if w.per_minute <= 0 then
+    if span < MIN_RATE_SPAN_MS or span >= RATE_WINDOW_MS + STALL_MS then
+      measured = 0
+    else
+      measured = milli_per_minute(w.count, span)
+    end
+  else
+    local usual = math.max(2 * RATE_WINDOW_MS, math.floor(2 * 60000000 / math.max(w.per_minute, 1)))
+    local quiet = span - usual
+    if quiet <= 0 then
+      measured = w.per_minute
+    elseif quiet >= STALL_MS then
+      measured = 0
+    else
+      measured = math.floor(w.per_minute * RATE_SMOOTHING_MS / (RATE_SMOOTHING_MS + quiet))
+    end
   end
   if limit > 0 then
     return math.min(measured, limit)
@@ -527,16 +550,40 @@ local function admissions_per_minute(w, now, rate_per_second)
   return measured
 end
 
+-- Rounded to whole admissions, at least 1 while anyone is let in (admission::admissions_per_minute).
+local function admissions_per_minute(w, now, rate_per_second)
+  local milli = admissions_milli_per_minute(w, now, rate_per_second)
+  if milli <= 0 then
+    return 0
+  end
+  return math.max(math.floor((milli + 500) / 1000), 1)
+end
+
 function Q:admissions_per_minute(now)
   return admissions_per_minute(self:rate_window(), now, self:setting(RATE))
 end
 
--- Rounded, at least 1; nil when nobody is being let in (admission::estimated_wait_seconds).
+-- A wait rounded to a step a person reads (admission::shown_wait_seconds).
+local function shown_wait_seconds(secs)
+  local step = 900
+  if secs < 50 then
+    step = 20
+  elseif secs < 210 then
+    step = 30
+  elseif secs < 1830 then
+    step = 60
+  elseif secs < 7350 then
+    step = 300
+  end
+  return math.max(math.floor((secs + math.floor(step / 2)) / step) * step, 20)
+end
+
+-- Rounded to a step a person reads; nil when nobody is being let in (admission::estimated_wait_seconds).
 local function estimated_wait_seconds(rank, per_minute)
   if per_minute <= 0 or rank <= 0 then
     return nil
   end
-  return math.max(math.floor((rank * 120 + per_minute) / (2 * per_minute)), 1)
+  return shown_wait_seconds(math.floor((rank * 120 + per_minute) / (2 * per_minute)))
 end
 
 local function seen_refresh_ms(abandon_after)

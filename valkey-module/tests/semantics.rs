@@ -761,8 +761,14 @@ fn status_shapes_and_estimated_wait(b: Backend) {
     assert_eq!(field_str(&r, "status").as_deref(), Some("WAITING"));
     assert_eq!(field_int(&r, "rank"), 10);
     assert_eq!(field_str(&r, "ticketId"), None);
-    // No admissions measured yet: the configured rate (2/s) gives 10 / 2 = 5 s.
-    assert_eq!(field_int(&r, "estimatedWaitSeconds"), 5);
+    // No admissions measured yet: the configured rate (2/s) gives 10 / 2 = 5 s, shown
+    // as 20 s (the shortest step a person reads).
+    assert_eq!(field_int(&r, "estimatedWaitSeconds"), 20);
+    for i in 10..300 {
+        c.enter("q", &format!("u{i}"), "n");
+    }
+    // 300th at 2/s: 150 s, in 30 s steps.
+    assert_eq!(field_int(&c.status("q", "u299"), "estimatedWaitSeconds"), 150);
     c.config_set("q", &[("rate", 0)]);
     assert_eq!(field_str(&c.status("q", "u9"), "estimatedWaitSeconds"), None);
 }

@@ -59,13 +59,19 @@ pub fn promote_count(free: i64, tokens: Option<i64>, max: Option<i64>, batch_max
     n.max(0)
 }
 
-/// Window over which the admission rate is measured.
+/// Window over which the admission rate is measured: a window closes at the first
+/// admission this long after it opened.
 pub const RATE_WINDOW_MS: i64 = 10_000;
 
-/// Measured admissions: a window start, the count in it, and the rate in users per
-/// minute of the full windows so far: each new one weighs half, the older ones the
-/// other half (smoother than one window, still following a change within a few
-/// windows); a window that admitted nobody sets it to 0 at once.
+/// The time constant of the smoothed rate: a closed window of `span` ms weighs
+/// `span / (span + RATE_SMOOTHING_MS)` against what came before (a 10 s window a
+/// quarter), so one uneven window moves the rate a little, a change that lasts shows
+/// within a minute or two, and a long window (a slow line) counts for more.
+pub const RATE_SMOOTHING_MS: i64 = 30_000;
+
+/// Measured admissions: a window start, the count in it, and the smoothed rate of the
+/// windows closed so far in thousandths of an admission per minute (so a slow line
+/// keeps its precision in integer arithmetic).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub struct RateWindow {
     pub at_ms: i64,
@@ -73,22 +79,34 @@ pub struct RateWindow {
     pub per_minute: i64,
 }
 
+/// `count` admissions over `span` ms, in thousandths of an admission per minute.
+fn milli_per_minute(count: i64, span: i64) -> i64 {
+    count * 60_000_000 / span.max(1)
+}
+
 impl RateWindow {
-    /// Records `admitted` users at `now`; closes the window once it is long enough.
-    /// Measuring starts with the first admission.
+    /// Records `admitted` users at `now`; closes the window once it is long enough,
+    /// folding it into the smoothed rate (the first one sets it). Measuring starts
+    /// with the first admission.
     pub fn record(self, now: i64, admitted: i64) -> Self {
         let mut w = self;
         if w.at_ms == 0 {
-            if admitted <= 0 {
-                return w;
+            // The first admissions mark where measuring starts: the window counts
+            // those after them (counting both ends would read a lump as a rate).
+            if admitted > 0 {
+                w.at_ms = now;
             }
-            w.at_ms = now;
+            return w;
         }
         w.count += admitted;
         let span = now - w.at_ms;
         if span >= RATE_WINDOW_MS {
-            let this = w.count * 60_000 / span;
-            w.per_minute = if this > 0 && w.per_minute > 0 { (this + w.per_minute) / 2 } else { this };
+            let this = milli_per_minute(w.count, span);
+            w.per_minute = if w.per_minute > 0 {
+                (w.per_minute * RATE_SMOOTHING_MS + this * span) / (RATE_SMOOTHING_MS + span)
+            } else {
+                this
+            };
             w.at_ms = now;
             w.count = 0;
         }
@@ -99,22 +117,42 @@ impl RateWindow {
 /// The shortest stretch of an open window read as a rate (before a first full one).
 pub const MIN_RATE_SPAN_MS: i64 = 2_000;
 
-/// The admissions per minute a wait estimate uses at `now`. Only admissions from the
-/// line are measured (someone let in at once says nothing about how fast the line
-/// moves). The last full window's count, except that a window running past its length
-/// without closing (nobody admitted since) reads as what it has counted so far, so a
-/// stall shows at once; before a full window with admissions, the open window once it
-/// spans [`MIN_RATE_SPAN_MS`]; with nothing measured yet, the `rate` setting (0:
-/// unknown). Never above the `rate` setting when one is set: the bucket caps admissions.
-pub fn admissions_per_minute(w: RateWindow, now: i64, rate_per_second: i64) -> i64 {
-    let limit = rate_per_second.max(0) * 60;
-    let span = now - w.at_ms;
-    let measured = if w.at_ms == 0 {
+/// How long past the usual gap nobody may be let in before the line counts as
+/// stopped: the estimate is then unknown rather than a guess that keeps growing.
+pub const STALL_MS: i64 = 60_000;
+
+/// The admissions per minute a wait estimate uses at `now`, in thousandths. Only
+/// admissions from the line are measured (someone let in at once says nothing about
+/// how fast the line moves). The smoothed rate of the closed windows; it holds
+/// through the usual gap between admissions (an open window up to the longer of
+/// [`RATE_WINDOW_MS`] and two average gaps), then decays as the quiet goes on, and
+/// reads 0 once the quiet outlasts that by [`STALL_MS`] (the line stopped). Before a
+/// first closed window, the open one once it spans [`MIN_RATE_SPAN_MS`]; with nothing
+/// measured yet, the `rate` setting (0: unknown). Never above the `rate` setting
+/// when one is set: the bucket caps admissions.
+pub fn admissions_milli_per_minute(w: RateWindow, now: i64, rate_per_second: i64) -> i64 {
+    let limit = rate_per_second.max(0) * 60_000;
+    if w.at_ms == 0 {
         return limit;
-    } else if span >= RATE_WINDOW_MS || (w.per_minute == 0 && span >= MIN_RATE_SPAN_MS) {
-        w.count * 60_000 / span
+    }
+    let span = now - w.at_ms;
+    let measured = if w.per_minute <= 0 {
+        if (MIN_RATE_SPAN_MS..RATE_WINDOW_MS + STALL_MS).contains(&span) {
+            milli_per_minute(w.count, span)
+        } else {
+            0
+        }
     } else {
-        w.per_minute
+        // The usual gap: two windows, or two average gaps (60 s / rate) if longer.
+        let usual = (2 * RATE_WINDOW_MS).max(2 * 60_000_000 / w.per_minute.max(1));
+        let quiet = span - usual;
+        if quiet <= 0 {
+            w.per_minute
+        } else if quiet >= STALL_MS {
+            0
+        } else {
+            w.per_minute * RATE_SMOOTHING_MS / (RATE_SMOOTHING_MS + quiet)
+        }
     };
     if limit > 0 {
         measured.min(limit)
@@ -123,14 +161,44 @@ pub fn admissions_per_minute(w: RateWindow, now: i64, rate_per_second: i64) -> i
     }
 }
 
-/// Estimated wait in whole seconds (rounded, at least 1) for the user at `rank`
-/// (1 = next) at `per_minute` admissions (see [`admissions_per_minute`]); unknown
-/// (None) when nobody is being let in.
+/// The admissions per minute a wait estimate uses at `now` (see
+/// [`admissions_milli_per_minute`]), rounded to whole admissions, at least 1 when
+/// anyone is being let in (0: unknown).
+pub fn admissions_per_minute(w: RateWindow, now: i64, rate_per_second: i64) -> i64 {
+    let milli = admissions_milli_per_minute(w, now, rate_per_second);
+    if milli <= 0 {
+        0
+    } else {
+        ((milli + 500) / 1000).max(1)
+    }
+}
+
+/// Estimated wait in whole seconds for the user at `rank` (1 = next) at `per_minute`
+/// admissions (see [`admissions_per_minute`]), rounded to a step a person reads (see
+/// [`shown_wait_seconds`]); unknown (None) when nobody is being let in.
 pub fn estimated_wait_seconds(rank: i64, per_minute: i64) -> Option<i64> {
     if per_minute <= 0 || rank <= 0 {
         return None;
     }
-    Some(((rank * 120 + per_minute) / (2 * per_minute)).max(1))
+    Some(shown_wait_seconds((rank * 120 + per_minute) / (2 * per_minute)))
+}
+
+/// A wait in seconds rounded to the nearest step a person reads, so that the figure
+/// shown changes at most a few times a minute rather than with every admission: 20 s
+/// steps under 50 s (20, 40: never 0 while waiting, three figures in the last
+/// minute), 30 s steps up to 3.5 minutes, whole minutes up to 30 minutes, 5 minutes
+/// up to 2 hours, then 15 minutes. From 50 s on a figure is at most a fifth off what
+/// it rounds (10 % or less past 5 minutes), so the rounding keeps the estimate honest;
+/// the boundaries are placed where the figure never falls as the wait grows.
+pub fn shown_wait_seconds(secs: i64) -> i64 {
+    let step = match secs {
+        ..50 => 20,
+        50..210 => 30,
+        210..1_830 => 60,
+        1_830..7_350 => 300,
+        _ => 900,
+    };
+    ((secs + step / 2) / step * step).max(20)
 }
 
 /// How sure an estimate is: admissions come one by one at uneven moments, so the
@@ -205,28 +273,49 @@ mod tests {
     fn rate_window_measures_per_minute() {
         assert_eq!(RateWindow::default().record(1_000, 0), RateWindow::default(), "starts with an admission");
         let w = RateWindow::default().record(1_000, 5);
-        assert_eq!(w, RateWindow { at_ms: 1_000, count: 5, per_minute: 0 });
-        let w = w.record(6_000, 5).record(11_000, 10);
-        assert_eq!(w.per_minute, 20 * 60_000 / 10_000);
+        assert_eq!(w, RateWindow { at_ms: 1_000, count: 0, per_minute: 0 }, "the first admissions start it");
+        // The first window sets the rate: 20 in 10 s, 120 a minute (in thousandths).
+        let w = w.record(6_000, 10).record(11_000, 10);
+        assert_eq!(w.per_minute, 120_000);
         assert_eq!(w.count, 0);
         assert_eq!(w.at_ms, 11_000);
-        // The next window counts half.
+        // The next 10 s window weighs a quarter: 240 a minute moves it to 150.
         let w = w.record(21_000, 40);
-        assert_eq!(w.per_minute, (240 + 120) / 2);
-        // An empty one stops the line at once.
-        assert_eq!(w.record(31_000, 0).per_minute, 0);
+        assert_eq!(w.per_minute, (120_000 * 30_000 + 240_000 * 10_000) / 40_000);
+        assert_eq!(w.per_minute, 150_000);
+        // A window closed by an admission after a long quiet weighs more: 1 in 60 s.
+        assert_eq!(w.record(81_000, 1).per_minute, (150_000 * 30_000 + 1_000 * 60_000) / 90_000);
     }
 
     #[test]
-    fn wait_estimates() {
-        assert_eq!(estimated_wait_seconds(1, 120), Some(1));
-        assert_eq!(estimated_wait_seconds(120, 120), Some(60));
-        assert_eq!(estimated_wait_seconds(121, 120), Some(61));
-        assert_eq!(estimated_wait_seconds(3, 120), Some(2), "1.5 s rounds up");
-        assert_eq!(estimated_wait_seconds(10, 120), Some(5));
-        assert_eq!(estimated_wait_seconds(10, 0), None);
-        assert_eq!(estimated_wait_seconds(0, 60), None);
-        assert_eq!(estimated_wait_seconds(1, 6000), Some(1), "never 0 while waiting");
+    fn a_steady_line_reads_steady() {
+        // 3 admitted every 2 s (90 a minute), one window after another: the rate
+        // read at every second stays at 90 once measured, as does the estimate.
+        let mut w = RateWindow::default();
+        let mut seen = std::collections::BTreeSet::new();
+        for t in 1..=300 {
+            let now = t * 1_000;
+            if t % 2 == 0 {
+                w = w.record(now, 3);
+            }
+            if t >= 20 {
+                seen.insert(admissions_per_minute(w, now, 0));
+            }
+        }
+        assert_eq!(seen.into_iter().collect::<Vec<_>>(), vec![90]);
+        // Bursts of 30 every 20 s (the same 90 a minute, in lumps): no gap reads as a
+        // stop, and the rate stays within a few percent.
+        let mut w = RateWindow::default();
+        for t in 1..=600 {
+            let now = t * 1_000;
+            if t % 20 == 0 {
+                w = w.record(now, 30);
+            }
+            if t >= 60 {
+                let m = admissions_per_minute(w, now, 0);
+                assert!((85..=95).contains(&m), "{m} a minute at {t} s");
+            }
+        }
     }
 
     #[test]
@@ -235,22 +324,99 @@ mod tests {
         // Nothing measured: the setting, or unknown.
         assert_eq!(admissions_per_minute(none, 5_000, 2), 120);
         assert_eq!(admissions_per_minute(none, 5_000, 0), 0);
-        // A full window measured 600/min; its successor has counted 30 in 4 s so far.
-        let w = RateWindow { at_ms: 10_000, count: 30, per_minute: 600 };
+        // A smoothed 600 a minute (a usual gap of 20 s: two windows); its successor
+        // has counted 30 in 4 s so far.
+        let w = RateWindow { at_ms: 10_000, count: 30, per_minute: 600_000 };
         assert_eq!(admissions_per_minute(w, 14_000, 0), 600);
         // The setting caps what was measured (the bucket lets no more through).
         assert_eq!(admissions_per_minute(w, 14_000, 5), 300);
-        // Nobody let in for 20 s: the open window reads 30 in 20 s, then less and less.
-        assert_eq!(admissions_per_minute(w, 30_000, 0), 90);
-        assert_eq!(admissions_per_minute(w, 70_000, 0), 30);
-        // A window that closed empty (PROMOTE found no room for 10 s): nobody moves.
-        let stalled = RateWindow { at_ms: 10_000, count: 0, per_minute: 0 };
-        assert_eq!(admissions_per_minute(stalled, 12_000, 2), 0);
-        assert_eq!(estimated_wait_seconds(5, admissions_per_minute(stalled, 12_000, 2)), None);
+        // Quiet for as long as the usual gap: still 600; then it decays.
+        assert_eq!(admissions_per_minute(w, 30_000, 0), 600);
+        assert_eq!(admissions_per_minute(w, 60_000, 0), 300);
+        assert_eq!(admissions_milli_per_minute(w, 89_999, 0), 600_000 * 30_000 / 89_999);
+        // Quiet for a minute past the usual gap: stopped, unknown.
+        assert_eq!(admissions_per_minute(w, 90_000, 0), 0);
+        assert_eq!(estimated_wait_seconds(5, admissions_per_minute(w, 90_000, 2)), None);
+        // A slow line (3 a minute, a gap of 20 s): the usual gap is 40 s.
+        let slow = RateWindow { at_ms: 10_000, count: 0, per_minute: 3_000 };
+        assert_eq!(admissions_per_minute(slow, 50_000, 0), 3);
+        assert_eq!(admissions_per_minute(slow, 80_000, 0), 2);
+        assert_eq!(admissions_per_minute(slow, 110_000, 0), 0);
+        // Under one a minute rounds up to 1 while anyone is let in.
+        assert_eq!(admissions_per_minute(RateWindow { at_ms: 10_000, count: 0, per_minute: 300 }, 11_000, 0), 1);
         // The first window: unknown for its first 2 s, then read as it goes.
         let first = RateWindow { at_ms: 10_000, count: 6, per_minute: 0 };
         assert_eq!(admissions_per_minute(first, 11_999, 0), 0);
         assert_eq!(admissions_per_minute(first, 13_000, 0), 120);
+        assert_eq!(admissions_milli_per_minute(first, 79_999, 0), 6 * 60_000_000 / 69_999);
+        assert_eq!(admissions_per_minute(first, 80_000, 0), 0);
+    }
+
+    #[test]
+    fn wait_estimates() {
+        assert_eq!(estimated_wait_seconds(1, 120), Some(20), "never under 20 s while waiting");
+        assert_eq!(estimated_wait_seconds(120, 120), Some(60));
+        assert_eq!(estimated_wait_seconds(121, 120), Some(60));
+        assert_eq!(estimated_wait_seconds(59, 120), Some(40), "29.5 s rounds to 30 s, then to 40 s");
+        assert_eq!(estimated_wait_seconds(10, 120), Some(20));
+        assert_eq!(estimated_wait_seconds(10, 0), None);
+        assert_eq!(estimated_wait_seconds(0, 60), None);
+        assert_eq!(estimated_wait_seconds(1, 6000), Some(20));
+        assert_eq!(estimated_wait_seconds(150, 120), Some(90), "75 s rounds to 90 s");
+        assert_eq!(estimated_wait_seconds(450, 60), Some(480), "7.5 min rounds to 8");
+        assert_eq!(estimated_wait_seconds(100_000, 60), Some(99_900), "15 minute steps past 2 hours");
+    }
+
+    #[test]
+    fn shown_waits_are_steps_a_person_reads() {
+        let table = [
+            (0, 20),
+            (1, 20),
+            (29, 20),
+            (30, 40),
+            (49, 40),
+            (50, 60),
+            (74, 60),
+            (75, 90),
+            (194, 180),
+            (195, 210),
+            (209, 210),
+            (210, 240),
+            (1_829, 1_800),
+            (1_830, 1_800),
+            (1_950, 2_100),
+            (7_349, 7_200),
+            (7_350, 7_200),
+            (7_650, 8_100),
+        ];
+        for (secs, want) in table {
+            assert_eq!(shown_wait_seconds(secs), want, "{secs} s");
+        }
+        // Never falls as the wait grows, and stays within a fifth of what it rounds
+        // from 50 s on (a tenth from 5 minutes on).
+        let mut last = 0;
+        for secs in 0..20_000 {
+            let shown = shown_wait_seconds(secs);
+            assert!(shown >= last, "{secs} s");
+            if secs >= 50 {
+                assert!((shown - secs).abs() * 5 <= secs, "{secs} s shown as {shown}");
+            }
+            if secs >= 300 {
+                assert!((shown - secs).abs() * 10 <= secs, "{secs} s shown as {shown}");
+            }
+            last = shown;
+        }
+        // A steady line (the true wait falls a minute a minute): three figures in the
+        // last minute, at most three a minute up to 3.5 minutes, then one or two.
+        let changes = |from: i64, to: i64| {
+            let mut shown: Vec<i64> = (to..=from).rev().map(shown_wait_seconds).collect();
+            shown.dedup();
+            shown.len()
+        };
+        assert_eq!(changes(59, 0), 3);
+        assert!(changes(180, 121) <= 3);
+        assert!(changes(600, 541) <= 2);
+        assert!(changes(3_000, 2_941) <= 2);
     }
 
     #[test]

@@ -67,6 +67,11 @@ pub fn constants_block() -> String {
     line(format!("local SWEEP_BUDGET = {SWEEP_BUDGET}"));
     line(format!("local RATE_WINDOW_MS = {RATE_WINDOW_MS}"));
     line(format!("local MIN_RATE_SPAN_MS = {MIN_RATE_SPAN_MS}"));
+    line(format!(
+        "local RATE_SMOOTHING_MS, STALL_MS = {}, {}",
+        crate::admission::RATE_SMOOTHING_MS,
+        crate::admission::STALL_MS
+    ));
     line(format!("local MAX_REFILL_MS = {MAX_REFILL_MS}"));
     line(format!("local MAX_LINE_PAGE, MAX_CURSOR = {}, {}", crate::engine::MAX_LINE_PAGE, crate::engine::MAX_CURSOR));
     line(format!("local ALPHABET = {}", lua_str(std::str::from_utf8(ALPHABET).unwrap())));

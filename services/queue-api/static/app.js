@@ -106,13 +106,21 @@
     nav.append(box);
   }
 
-  function waitText(s, range) {
+  // The estimated wait: one figure, as the server rounded it to steps a person reads
+  // (20 s steps under a minute, 30 s up to 3.5 minutes, whole minutes after: it
+  // changes a few times a minute at most), never a range whose ends move with every
+  // update. None yet: "Estimating your wait..." rather than a guess; "Nobody is being
+  // let in" only when it is so: paused, or no estimate and this place not moved for
+  // STILL_MS.
+  const STILL_MS = 60000;
+  let rankSeen = null, rankSince = 0;
+  function waitText(s, rank) {
+    const now = Date.now();
+    if (rank !== rankSeen) { rankSeen = rank; rankSince = now; }
     if (paused) return t("paused");
-    if (s == null) return t("nobody_let_in");
-    const wait = duration(s);
-    if (range && range.high > range.low && duration(range.low) !== duration(range.high)) {
-      return t("eta_range", { wait, low: duration(range.low), high: duration(range.high) });
-    }
+    if (s == null) return t(now - rankSince >= STILL_MS ? "nobody_let_in" : "estimating");
+    const wait = s >= 90 && s < 600 && s % 60 ? unit(Math.floor(s / 60), "minute") + " " + unit(s % 60, "second")
+      : duration(s);
     return t("eta", { wait });
   }
 
@@ -175,7 +183,7 @@
     $("progress").setAttribute("aria-valuetext", t("progress_text", { percent: percent(done) }));
     $("progress-text").textContent = t("progress_text", { percent: percent(done) });
     show_($("next"), rank === 1 && !paused);
-    $("eta").textContent = waitText(standing.estimatedWaitSeconds, standing.estimatedWaitRange);
+    $("eta").textContent = waitText(standing.estimatedWaitSeconds, rank);
     // Said once per change of place (the live region reads it out).
     const said = t("place_label") + ": " + number(rank) + (total != null ? " (" + $("total").textContent + ")" : "");
     if (said !== lastAnnounced) { lastAnnounced = said; $("announce").textContent = said; }

@@ -824,3 +824,34 @@ fn lanes_streams_show_the_engine_s_truth_whatever_happens() {
         "{moved_back} {renumbered} {told} {refused}"
     );
 }
+
+#[test]
+fn a_rate_that_moves_a_little_pushes_no_new_figure() {
+    // The tick's rate moves by a few admissions a minute: the figure a stream shows
+    // (rounded to a step a person reads) stays, so no update goes out for it.
+    let mut shown = Some(Standing {
+        status: Status::Waiting,
+        rank: 300,
+        user_id: "u".into(),
+        nickname: None,
+        ticket_id: None,
+        estimated_wait_seconds: None,
+        opens_at: None,
+        lane: None,
+    });
+    let eta = |rank: i64, per_min| {
+        Eta::Is(queue_core::admission::estimated_wait_seconds(rank, per_min).map(|s| s.max(0) as u64))
+    };
+    assert!(set_rank(&mut shown, 300, eta(300, 60)));
+    assert_eq!(shown.as_ref().unwrap().estimated_wait_seconds, Some(300));
+    for per_min in 58..=62 {
+        assert!(!set_rank(&mut shown, 300, eta(300, per_min)), "{per_min} a minute");
+    }
+    // Moving up a few places changes the rank, not the figure.
+    assert!(set_rank(&mut shown, 295, eta(295, 60)));
+    assert_eq!(shown.as_ref().unwrap().estimated_wait_seconds, Some(300));
+    // Not known yet: the figure stays; the line stopped: no figure.
+    assert!(!set_rank(&mut shown, 295, Eta::Unknown));
+    assert!(set_rank(&mut shown, 295, eta(295, 0)));
+    assert_eq!(shown.as_ref().unwrap().estimated_wait_seconds, None);
+}

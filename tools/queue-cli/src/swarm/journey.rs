@@ -161,6 +161,7 @@ async fn journey_once(
             if entered.rank <= 10 {
                 p.eta_at_rank10 = p.eta_at_entry;
             }
+            l.eta_shown(who, now, entered.estimated_wait_seconds, true);
         }
         l.report.entered += 1;
     });
@@ -228,10 +229,12 @@ pub(super) async fn wait(
         let asked_after = if via == Via::Poll { previous } else { entry_recv };
         surely_waiting_at = Some(asked_after.max(surely_waiting_at.unwrap_or(entry_recv)));
         previous = at;
-        if s.status == Status::Waiting && s.rank <= 10 {
+        if s.status == Status::Waiting {
             shared.with(|l| {
-                let p = &mut l.people[who];
-                p.eta_at_rank10.get_or_insert((at, s.estimated_wait_seconds));
+                l.eta_shown(who, at, s.estimated_wait_seconds, false);
+                if s.rank <= 10 {
+                    l.people[who].eta_at_rank10.get_or_insert((at, s.estimated_wait_seconds));
+                }
             });
         }
         if first_lane && s.rank > last_rank {

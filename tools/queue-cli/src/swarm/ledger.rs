@@ -59,6 +59,11 @@ pub(super) struct Ledger {
     pub(super) slot_to_promotion: Vec<f64>,
     pub(super) eta_entry_errors: Vec<f64>,
     pub(super) eta_rank10_errors: Vec<f64>,
+    /// Every estimate each waiting person was shown (entry, then every status poll or
+    /// stream update while waiting), by person: when, what.
+    pub(super) eta_readings: std::collections::HashMap<usize, Vec<(Instant, Option<u64>)>>,
+    /// What a person saw, second by second, graded against the wait that followed.
+    pub(super) eta_shown: ShownGrades,
     /// The soft caps read from the back office, and the one given up front if any.
     pub(super) caps: CapHistory,
     pub(super) given_cap: Option<CapHistory>,
@@ -93,7 +98,98 @@ fn eta_error(predicted: u64, actual: f64) -> f64 {
     (predicted as f64 - actual).abs() / actual
 }
 
+/// The estimates people were shown, graded per person-second: at each second of a
+/// wait, the figure on screen (the last one received) against the time still to wait
+/// then. A person-second rather than a reading, because that is what a person lives
+/// with: a figure that stayed up for a minute weighs sixty times one replaced at once,
+/// and a stream that pushes an update at every rank change counts no more than a page
+/// that polls. Errors are kept in a histogram of thousandths (memory bounded however
+/// many people and seconds), exact above 10 (rare) in a list.
+#[derive(Default)]
+pub(super) struct ShownGrades {
+    buckets: Vec<u64>,
+    above: Vec<f64>,
+    /// Person-seconds with a figure shown, and with none (null: no estimate).
+    pub(super) seconds: u64,
+    pub(super) missing_seconds: u64,
+    /// For each person graded: the figures shown per minute of the wait (a change
+    /// back to an earlier figure counts as another; "none" is a figure too), a wait
+    /// under a minute counting as one minute.
+    pub(super) per_minute: Vec<f64>,
+}
+
+const SHOWN_BUCKETS: usize = 10_000;
+
+impl ShownGrades {
+    fn add(&mut self, error: f64) {
+        let i = (error * 1000.0).round();
+        if i < SHOWN_BUCKETS as f64 {
+            if self.buckets.is_empty() {
+                self.buckets = vec![0; SHOWN_BUCKETS];
+            }
+            self.buckets[i as usize] += 1;
+        } else {
+            self.above.push(error);
+        }
+    }
+
+    /// Grades one person's readings (time order) against a promotion at `end`.
+    pub(super) fn grade(&mut self, readings: &[(Instant, Option<u64>)], end: Instant) {
+        let Some(&(start, _)) = readings.first() else { return };
+        let mut i = 0;
+        let mut at = start;
+        while at < end {
+            while i + 1 < readings.len() && readings[i + 1].0 <= at {
+                i += 1;
+            }
+            match readings[i].1 {
+                Some(eta) => {
+                    self.seconds += 1;
+                    self.add(eta_error(eta, end.duration_since(at).as_secs_f64()));
+                }
+                None => self.missing_seconds += 1,
+            }
+            at += std::time::Duration::from_secs(1);
+        }
+        let mut figures: Vec<Option<u64>> = readings.iter().filter(|r| r.0 <= end).map(|r| r.1).collect();
+        figures.dedup();
+        let minutes = (end.duration_since(start).as_secs_f64() / 60.0).max(1.0);
+        self.per_minute.push(figures.len() as f64 / minutes);
+    }
+
+    /// The errors' percentiles (n: person-seconds graded).
+    pub(super) fn percentiles(&self) -> crate::stats::Percentiles {
+        let count = self.seconds as usize;
+        if count == 0 {
+            return crate::stats::Percentiles::default();
+        }
+        let mut above = self.above.clone();
+        above.sort_by(f64::total_cmp);
+        let at = |p: f64| {
+            let rank = (((p / 100.0) * count as f64).ceil() as u64).clamp(1, count as u64);
+            let mut seen = 0;
+            for (i, n) in self.buckets.iter().enumerate() {
+                seen += n;
+                if seen >= rank {
+                    return i as f64 / 1000.0;
+                }
+            }
+            above[(rank - seen - 1) as usize]
+        };
+        crate::stats::Percentiles { count, p50: at(50.0), p90: at(90.0), p99: at(99.0), max: at(100.0) }
+    }
+}
+
 impl Ledger {
+    /// `who` was shown `eta` at `at` while waiting (the entry's answer starts over).
+    pub(super) fn eta_shown(&mut self, who: usize, at: Instant, eta: Option<u64>, entry: bool) {
+        let readings = self.eta_readings.entry(who).or_default();
+        if entry {
+            readings.clear();
+        }
+        readings.push((at, eta));
+    }
+
     pub(super) fn error(&mut self, who: usize, what: impl std::fmt::Display) {
         self.report.errors += 1;
         if self.report.first_errors.len() < 10 {
@@ -195,6 +291,9 @@ impl Ledger {
                 Some((_, None)) => self.report.eta_missing += 1,
                 None => {}
             }
+        }
+        if let Some(readings) = self.eta_readings.remove(&who) {
+            self.eta_shown.grade(&readings, now);
         }
         self.waits.push(now.duration_since(entered).as_secs_f64());
         if let Some(freed) = self.frees.pop_front() {
@@ -303,6 +402,50 @@ mod tests {
         assert_eq!(l.eta_rank10_errors, vec![0.5]);
         assert_eq!(l.report.eta_missing, 1);
         assert_eq!(eta_error(1, 0.2), 0.0, "a wait under a second counts as one");
+    }
+
+    #[test]
+    fn every_figure_shown_is_graded_per_person_second() {
+        let mut l = Ledger::default();
+        let t0 = Instant::now();
+        let s = |secs: u64| t0 + Duration::from_secs(secs);
+        person(&mut l, "a", t0, t0, true);
+        person(&mut l, "b", t0, t0, true);
+        // a: 60 s shown at entry, unknown at 10 s, 40 at 20 s, 20 at 40 s; promoted at 60 s.
+        l.eta_shown(0, s(0), Some(60), true);
+        l.eta_shown(0, s(10), None, false);
+        l.eta_shown(0, s(20), Some(40), false);
+        l.eta_shown(0, s(40), Some(20), false);
+        l.promoted(0, s(60));
+        let g = &l.eta_shown;
+        assert_eq!((g.seconds, g.missing_seconds), (50, 10));
+        // Seconds 0-9: 60 against 60..51 to go; 20-39: 40 against 40..21; 40-59: 20
+        // against 20..1 (the last second counts as one).
+        let mut want: Vec<f64> = (0..10).map(|k| eta_error(60, 60.0 - k as f64)).collect();
+        want.extend((20..40).map(|k| eta_error(40, 60.0 - k as f64)));
+        want.extend((40..60).map(|k| eta_error(20, 60.0 - k as f64)));
+        let want = crate::stats::Percentiles::of(want);
+        let got = g.percentiles();
+        assert_eq!(got.count, 50);
+        for (a, b) in [(got.p50, want.p50), (got.p90, want.p90), (got.max, want.max)] {
+            assert!((a - b).abs() <= 0.0005, "{a} against {b}");
+        }
+        // Four figures (60, none, 40, 20) in one minute.
+        assert_eq!(g.per_minute, vec![4.0]);
+        // b: one figure all along, the same one repeated; re-entering starts over.
+        l.eta_shown(1, s(0), Some(999), true);
+        l.eta_shown(1, s(0), Some(120), true);
+        for k in 1..12 {
+            l.eta_shown(1, s(k * 10), Some(120), false);
+        }
+        l.promoted(1, s(120));
+        assert_eq!(l.eta_shown.per_minute, vec![4.0, 0.5]);
+        assert_eq!(l.eta_shown.seconds, 50 + 120);
+        // An error above the histogram's range is kept exactly.
+        let mut g = ShownGrades::default();
+        g.grade(&[(t0, Some(100))], t0 + Duration::from_millis(1500));
+        assert_eq!(g.percentiles().max, 99.0);
+        assert_eq!(g.percentiles().p50, eta_error(100, 1.5));
     }
 
     #[test]

@@ -366,6 +366,10 @@ pub async fn run_through(
     report.slot_to_promotion_seconds = Percentiles::of(std::mem::take(&mut l.slot_to_promotion));
     report.eta_error_at_entry = Percentiles::of(std::mem::take(&mut l.eta_entry_errors));
     report.eta_error_at_rank10 = Percentiles::of(std::mem::take(&mut l.eta_rank10_errors));
+    report.eta_error_shown = l.eta_shown.percentiles();
+    let (shown, none) = (l.eta_shown.seconds, l.eta_shown.missing_seconds);
+    report.eta_shown_missing_share = if shown + none > 0 { none as f64 / (shown + none) as f64 } else { 0.0 };
+    report.eta_figures_per_minute = Percentiles::of(std::mem::take(&mut l.eta_shown.per_minute));
     report.duration_seconds = started_at.elapsed().as_secs_f64();
     report.own_cpu_seconds = own_cpu_seconds() - cpu_at_start;
     report.own_peak_rss_kib = own_peak_rss_kib();

@@ -51,6 +51,15 @@ pub struct Report {
     pub eta_error_at_rank10: Percentiles,
     /// Estimates graded as missing: null while the user waited.
     pub eta_missing: u64,
+    /// |shown - actual| / actual of every estimate people were shown while waiting,
+    /// per person-second (n: seconds graded): the figure on screen at each second of a
+    /// wait against the time still to wait then. Goal: p50 at most 0.25.
+    pub eta_error_shown: Percentiles,
+    /// The share of waiting person-seconds with no estimate on screen.
+    pub eta_shown_missing_share: f64,
+    /// Figures a person saw per minute of waiting (n: people), counting each change.
+    /// Goal: p50 at most 3.
+    pub eta_figures_per_minute: Percentiles,
     pub duration_seconds: f64,
     /// This process's own CPU time (user + system) over the run, in seconds.
     pub own_cpu_seconds: f64,
@@ -285,6 +294,19 @@ impl std::fmt::Display for Report {
         if self.eta_missing > 0 {
             writeln!(f, "  ETA missing           {} (no estimate while waiting)", self.eta_missing)?;
         }
+        writeln!(
+            f,
+            "  ETA error as shown    {} [{}] (per person-second; none shown {:.1} %)",
+            self.eta_error_shown,
+            if self.eta_error_shown.p50 <= 0.25 { "ok" } else { "above 0.25" },
+            self.eta_shown_missing_share * 100.0
+        )?;
+        writeln!(
+            f,
+            "  ETA figures a minute  {} [{}]",
+            self.eta_figures_per_minute,
+            if self.eta_figures_per_minute.p50 <= 3.0 { "ok" } else { "above 3" }
+        )?;
         if let Some(l) = &self.lanes {
             write!(f, "{l}")?;
         }
