@@ -42,7 +42,7 @@ fn ms(d: Duration) -> u64 {
 }
 
 fn session(s: &QueueSettings) -> Value {
-    json!({ "idleMs": ms(s.idle), "maxSessionMs": s.max_session.map(ms) })
+    json!({ "idleMs": ms(s.idle), "maxSessionMs": s.max_session.map(ms), "straightThrough": s.straight_through })
 }
 
 /// The description of a gate running with `config`, listening on `listen`, written at
@@ -65,6 +65,7 @@ pub fn describe(config: &Config, instance: &str, listen: &str, started_ms: u64, 
         "version": env!("CARGO_PKG_VERSION"),
         "mode": if config.upstream.is_some() { "proxy" } else { "forward-auth" },
         "listen": listen,
+        "publicUrl": config.public_url,
         "waitingRoom": config.waiting_room,
         "servesRoom": config.queue_api.is_some(),
         "routes": routes,
