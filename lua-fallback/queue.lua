@@ -15,7 +15,7 @@ replace the entropy placeholder below with random bytes, which ticket secrets ar
 derived from.
 ]]
 
-local VERSION = "13"
+local VERSION = "14"
 local ENTROPY = "__QUEUE_ENTROPY__"
 -- Tests load the library with this set to true: a queue's commands then read the
 -- time from the string key queue:{Q}:clock when it exists (as the module's
@@ -41,6 +41,7 @@ local KEY_OPEN, KEY_CLOSE = "queue:{", "}:"
 local K_WAITING, K_SESSIONS, K_ACTIVE, K_STATS, K_CONFIG, K_CHUNK, K_CLOCK, K_PROMOTED = "waiting", "sessions", "active", "stats", "config", "w:", "clock", "promoted"
 local K_PRE, K_OPENING, K_PROOF = "pre", "opening", "proof"
 local K_LOG, K_WATCHED, K_INSTANCES, LOG_MAX, MAX_WATCH_LEASE_MS = "log", "watched", "instances", 10000, 600000
+local INSTANCE_KEEP_MS, INSTANCE_PRUNE_MAX = 86400000, 64
 local K_CHANGES = "changes"
 local K_CLAIMED, CLAIMED_USER_MARK = "claimed", "#"
 local OPENING_PENDING, MAX_PROOF_PAGE = "opening", 100000
@@ -80,6 +81,7 @@ local MAX_CODES_PER_CALL, MAX_CODE_USES, CODE_LEN = 1000, 1000000, 64
 local ENTRY, ENTRY_MODES = "entry", { "open", "identified", "invite" }
 -- A sale's life (engine::sale): the keys, settings and stats fields.
 local K_BOUGHT, MESSAGE, INVENTORY, MAX_MESSAGE_LEN, MAX_INVENTORY = "bought", "message", "inventory", 500, 1000000000000
+local MAX_SOLD = 9007199254740991
 local SALE = { SOLD = "sold", BOUGHT = "bought", CLOSED = "closed", SOLD_OUT = "sold_out" }
 
 -- Error texts (queue-core's QueueError); E_ARITY, E_RANGE, E_FIELD and E_UNKNOWN_LANE are formats.
@@ -1060,18 +1062,9 @@ end
 -- Returns how many of each, and when the slots they held became free (their
 -- deadlines, oldest first).
 function Q:reap(now)
-  local gone, freed_at = {}, {}
-  local p_max = self:p_max()
-  if p_max > 0 then
-    self:scan_waiting("-inf", fmt(p_max), math.huge, function(user, seq)
-      local rec = self:record(seq)
-      if rec and rec.promoted and rec.expiry <= now then
-        gone[#gone + 1] = { user, seq }
-        freed_at[#freed_at + 1] = rec.expiry
-        return true
-      end
-      return false
-    end)
+  local gone, freed_at = self:expired_tickets(now), {}
+  for _, g in ipairs(gone) do
+    freed_at[#freed_at + 1] = g[3]
   end
   for _, g in ipairs(gone) do
     self:remove(g[1], g[2], true)
@@ -1085,6 +1078,51 @@ function Q:reap(now)
   self:add_stat(S.LEASES_EXPIRED, #lapsed / 2)
   table.sort(freed_at)
   return #gone, #lapsed / 2, freed_at
+end
+
+-- The tickets Q:reap drops at `now`, as {user, seq, expiry}, read without writing:
+-- from the head of the line, in issue order, up to the first still good.
+function Q:expired_tickets(now)
+  local gone = {}
+  local p_max = self:p_max()
+  if p_max > 0 then
+    self:scan_waiting("-inf", fmt(p_max), math.huge, function(user, seq)
+      local rec = self:record(seq)
+      if rec and rec.promoted and rec.expiry <= now then
+        gone[#gone + 1] = { user, seq, rec.expiry }
+        return true
+      end
+      return false
+    end)
+  end
+  return gone
+end
+
+-- Whether an entry is let in at once, nobody waiting, with `sessions` sessions,
+-- `joining` ticket holders and `outstanding` people counting against the inventory
+-- as housekeeping leaves them: a free slot, a unit to sell, a whole rate token in
+-- `bucket` (engine::room_at_once).
+function Q:room_at_once(sessions, joining, outstanding, bucket)
+  local free = free_slots(self:setting(SOFT_CAP), sessions, joining)
+  local inventory = self:inventory()
+  return free > 0 and (inventory == nil or inventory - outstanding >= 1) and (bucket == nil or whole(bucket) >= 1)
+end
+
+-- Let in at once as number `seq` (ENTER's instant entry): the ticket, the rate token
+-- taken, the counters; `lane` (0-based) in a queue with lanes. Returns the ticket id.
+function Q:admit_at_once(user, seq, nickname, now, bucket, freed_at, lane)
+  self:add_waiter(user, seq, now, nickname)
+  local ticket = self:promote_user(seq, nickname, now)
+  self:note_promoted(1, seq)
+  if bucket then
+    self:save_bucket({ milli = bucket.milli - 1000, at = bucket.at })
+  end
+  self:add_stat(S.PROMOTED, 1)
+  if lane then
+    self:add_stat(S.ADMITTED .. self:lanes().names[lane + 1], 1)
+  end
+  self:note_slot_wait(freed_at, 1, now)
+  return ticket
 end
 
 -- How long the slots `promoted` people just filled had been empty: the oldest of
@@ -1593,18 +1631,10 @@ local function queue_enter(keys, args)
 
   if may_admit_now then
     local _, _, freed_at = q:reap(now)
-    local free = free_slots(q:setting(SOFT_CAP), redis.call("ZCARD", q.sessions), q:joining())
     local bucket = q:setting(RATE) > 0 and q:bucket(now) or nil
-    local room = q:room(redis.call("ZCARD", q.sessions))
-    if free > 0 and (room == nil or room >= 1) and (bucket == nil or whole(bucket) >= 1) then
-      q:add_waiter(user, seq, now, nickname)
-      local ticket = q:promote_user(seq, nickname, now)
-      q:note_promoted(1, seq)
-      if bucket then
-        q:save_bucket({ milli = bucket.milli - 1000, at = bucket.at })
-      end
-      q:add_stat(S.PROMOTED, 1)
-      q:note_slot_wait(freed_at, 1, now)
+    local sessions = redis.call("ZCARD", q.sessions)
+    if q:room_at_once(sessions, q:joining(), q:outstanding(sessions), bucket) then
+      local ticket = q:admit_at_once(user, seq, nickname, now, bucket, freed_at, nil)
       return standing_reply(user, { status = STATUS.PROMOTED, ticket = ticket, nickname = nickname }, nil)
     end
   end
@@ -1652,21 +1682,11 @@ function Q:enter_lane(user, nickname, lane, code, now)
   end
   if self:waiting_count() == 0 and self:setting(SOFT_CAP) > 0 then
     local _, _, freed_at = self:reap(now)
-    local free = free_slots(self:setting(SOFT_CAP), redis.call("ZCARD", self.sessions), self:joining())
     local bucket = self:setting(RATE) > 0 and self:bucket(now) or nil
-    local room = self:room(redis.call("ZCARD", self.sessions))
-    if free > 0 and (room == nil or room >= 1) and (bucket == nil or whole(bucket) >= 1) then
+    local sessions = redis.call("ZCARD", self.sessions)
+    if self:room_at_once(sessions, self:joining(), self:outstanding(sessions), bucket) then
       -- In at once: numbered as the next holder.
-      local seq = self:p_max() + 1
-      self:add_waiter(user, seq, now, nickname)
-      local ticket = self:promote_user(seq, nickname, now)
-      self:note_promoted(1, seq)
-      if bucket then
-        self:save_bucket({ milli = bucket.milli - 1000, at = bucket.at })
-      end
-      self:add_stat(S.PROMOTED, 1)
-      self:add_stat(S.ADMITTED .. self:lanes().names[lane + 1], 1)
-      self:note_slot_wait(freed_at, 1, now)
+      local ticket = self:admit_at_once(user, self:p_max() + 1, nickname, now, bucket, freed_at, lane)
       return standing_reply(user, { status = STATUS.PROMOTED, ticket = ticket, nickname = nickname }, nil)
     end
   end
@@ -1761,6 +1781,11 @@ local function queue_watch(keys, args)
     return e
   end
   redis.call("ZADD", q.instances, fmt(now + lease), instance)
+  -- Instances whose lease ended more than INSTANCE_KEEP_MS ago (engine::watch).
+  local ended = redis.call("ZRANGE", q.instances, "-inf", "(" .. fmt(now - INSTANCE_KEEP_MS), "BYSCORE", "LIMIT", 0, INSTANCE_PRUNE_MAX)
+  if #ended > 0 then
+    redis.call("ZREM", q.instances, unpack(ended))
+  end
   local out = {}
   for _, user in ipairs(users) do
     local st = q:standing(user, now)
@@ -1999,19 +2024,95 @@ local function ticket_claim(keys, args)
     return fail(E_FULL)
   end
 
-  q:remove(user, seq, true)
-  local lease = q:setting(SESSION_LEASE)
-  q:open_session(user, rec.nickname, now + lease)
+  return q:claim_seq(user, seq, rec.nickname, ticket, holder, now)
+end
+
+-- The claim of ticket `ticket` (number `seq`, held by `user`) once it is found good:
+-- the session opened, remembered for `holder`; TICKET.CLAIM's reply.
+function Q:claim_seq(user, seq, nickname, ticket, holder, now)
+  self:remove(user, seq, true)
+  local lease = self:setting(SESSION_LEASE)
+  self:open_session(user, nickname, now + lease)
   -- A new session: an earlier claim of this user's (its lease ran out unreaped) is
   -- no longer the one that is live.
-  q:forget_claim(user)
-  q:forget_bought(user)
+  self:forget_claim(user)
+  self:forget_bought(user)
   if holder then
-    redis.call("HSET", q.claimed, ticket, holder .. "|" .. fmt(lease) .. "|" .. user)
-    redis.call("HSET", q.claimed, CLAIMED_USER_MARK .. user, ticket)
+    redis.call("HSET", self.claimed, ticket, holder .. "|" .. fmt(lease) .. "|" .. user)
+    redis.call("HSET", self.claimed, CLAIMED_USER_MARK .. user, ticket)
   end
-  q:add_stat(S.CLAIMED, 1)
-  return { map = { userId = user, nickname = rec.nickname, ticketId = ticket, leaseMs = lease } }
+  self:add_stat(S.CLAIMED, 1)
+  return { map = { userId = user, nickname = nickname, ticketId = ticket, leaseMs = lease } }
+end
+
+-- Whether QUEUE.PASS lets `user` in at `now`, read without writing (engine::passes):
+-- entry open, not closed or sold out, no opening scheduled or due, nobody waiting,
+-- the user not in line and not inside, the hard cap not reached, and ENTER's own
+-- decision for what housekeeping would leave.
+function Q:passes(user, now)
+  if self:entry_mode() ~= ENTRY_MODES[1] or self:closed(now) or self:sold_out() then
+    return false
+  end
+  if self:opening_pending() or self:before_opening(now) then
+    return false
+  end
+  if self:waiting_count() > 0 or redis.call("ZSCORE", self.waiting, user) then
+    return false
+  end
+  local exp = redis.call("ZSCORE", self.sessions, user)
+  if exp and tonumber(exp) > now then
+    return false
+  end
+  local hard_cap = self:setting(HARD_CAP)
+  if hard_cap > 0 and self:live_sessions(now) >= hard_cap then
+    return false
+  end
+  local lapsed = read("ZRANGE", self.sessions, "-inf", fmt(now), "BYSCORE") or {}
+  local sessions = redis.call("ZCARD", self.sessions) - #lapsed
+  local joining = self:joining() - #self:expired_tickets(now)
+  local bought = self:stat(SALE.BOUGHT)
+  for _, u in ipairs(lapsed) do
+    if bought > 0 and read("HGET", self.prefix .. K_BOUGHT, u) then
+      bought = bought - 1
+    end
+  end
+  local bucket = self:setting(RATE) > 0 and self:bucket(now) or nil
+  return self:room_at_once(sessions, joining, math.max(joining + sessions - bought, 0), bucket)
+end
+
+-- QUEUE.PASS Q userId nickname [HOLDER h] (engine::pass): ENTER's instant entry and
+-- TICKET.CLAIM of its ticket in one call when Q:passes, else nil and nothing written.
+local function queue_pass(keys, args)
+  local user, nickname, option, holder = args[1] or "", args[2] or "", args[3], args[4]
+  local checks = { { valid_name(user, true), E_USER }, { valid_nickname(nickname), E_NICK } }
+  local parts = ALL_PARTS
+  if #args == 4 then
+    checks[#checks + 1] = { option:upper() == "HOLDER", E_SYNTAX }
+    checks[#checks + 1] = { valid_name(holder, true), E_HOLDER }
+    parts = { "waiting", "sessions", "active", "stats_key", "claimed" }
+  else
+    holder = nil
+  end
+  local q, e = begin_line("queue.pass", keys, #args == 2 or #args == 4, checks, parts)
+  if not q then
+    return e
+  end
+  local now = q:now()
+  if not q:passes(user, now) then
+    return false
+  end
+  q:note_state(now)
+  local l = q:lanes()
+  -- Numbered as ENTER numbers an instant entry: after everyone, or in a queue with
+  -- lanes as the next holder (in the last lane, the general one).
+  local seq = not l and q:next_seq() or nil
+  local _, _, freed_at = q:reap(now)
+  if l then
+    seq = q:p_max() + 1
+  end
+  local bucket = q:setting(RATE) > 0 and q:bucket(now) or nil
+  local ticket = q:admit_at_once(user, seq, nickname, now, bucket, freed_at, l and (#l.names - 1) or nil)
+  return q:claim_seq(user, seq, nickname, ticket, holder, now)
 end
 
 local function session_heartbeat(keys, args)
@@ -2096,6 +2197,8 @@ local function queue_sold(keys, args)
   if #args == 3 then
     checks[#checks + 1] = { args[2]:upper() == "USER", E_SYNTAX }
     checks[#checks + 1] = { valid_name(user, true), E_USER }
+    -- A report of nothing sold cannot free a unit for someone else.
+    checks[#checks + 1] = { n ~= nil and n >= 1, out_of_range("n", 1, MAX_INVENTORY) }
   end
   local q, e = begin("queue.sold", keys, #args == 1 or #args == 3, checks, { "stats_key", "sessions" })
   if not q then
@@ -2109,7 +2212,11 @@ local function queue_sold(keys, args)
       redis.call("HSET", q.stats_key, INVENTORY, fmt(left))
     end
   end
-  q:add_stat(SALE.SOLD, n)
+  -- Saturates at MAX_SOLD (engine::sale::MAX_SOLD): never wraps, never refuses.
+  local counted = q:stat(SALE.SOLD)
+  if n > 0 and counted < MAX_SOLD then
+    q:set_stat(SALE.SOLD, math.min(counted + n, MAX_SOLD))
+  end
   if #args == 3 then
     local exp = tonumber(redis.call("ZSCORE", q.sessions, user) or nil)
     local bought = q.prefix .. K_BOUGHT
@@ -2436,6 +2543,7 @@ local function command(fn)
 end
 
 redis.register_function({ function_name = "queue_enter", callback = command(queue_enter) })
+redis.register_function({ function_name = "queue_pass", callback = command(queue_pass) })
 redis.register_function({ function_name = "queue_status", callback = command(queue_status), flags = { "allow-oom" } })
 redis.register_function({ function_name = "queue_ranks", callback = command(queue_ranks), flags = { "allow-oom" } })
 redis.register_function({ function_name = "queue_line", callback = command(queue_line), flags = { "allow-oom" } })

@@ -67,6 +67,16 @@ const COMMANDS: &[Command] = &[
             opt_string("code", "CODE"),
         ],
     }),
+    command!("queue.pass", queue::pass, "write deny-oom fast", Doc {
+        summary: "Enters and claims in one command when QUEUE.ENTER would let the user in at once (nobody waits, a free slot, a rate token, a unit to sell; entry open, no opening scheduled, not closed) and the user neither waits, holds a ticket nor is inside: replies what TICKET.CLAIM replies; otherwise nil and nothing changes",
+        complexity: "O(log N)",
+        arity: -4, key_flags: KEY_RW, args: &[
+            Q,
+            string("userId"),
+            string("nickname"),
+            opt_string("holder", "HOLDER"),
+        ],
+    }),
     command!("queue.status", queue::status, "write fast", Doc {
         summary: "Where a user stands: WAITING with rank and estimated wait, PROMOTED with its ticket, ACTIVE, or UNKNOWN; notes that a waiting user is still there",
         complexity: "O(log N)",

@@ -1,4 +1,4 @@
-//! QUEUE.ENTER, QUEUE.STATUS, QUEUE.RANKS, QUEUE.LINE, QUEUE.LEAVE, QUEUE.PROMOTE,
+//! QUEUE.ENTER, QUEUE.PASS, QUEUE.STATUS, QUEUE.RANKS, QUEUE.LINE, QUEUE.LEAVE, QUEUE.PROMOTE,
 //! QUEUE.INFO, QUEUE.OPENING: arguments and replies; the rules are in
 //! `queue_core::engine`.
 
@@ -6,7 +6,7 @@ use crate::server::{Server, Str, Val};
 use crate::state::Queue;
 use queue_core::admission::MAX_PROMOTE;
 use queue_core::engine::{self, Invitation, Standing, Store};
-use queue_core::keys::{check_nickname, check_user};
+use queue_core::keys::{check_holder, check_nickname, check_user};
 use queue_core::lanes::{check_code, Lanes};
 use queue_core::replies;
 use queue_core::QueueError;
@@ -79,6 +79,39 @@ pub fn enter(srv: &Server, args: &[Str]) -> Result<(), QueueError> {
     q.finish(c"queue.enter");
     let (standing, eta) = result?;
     reply_standing(srv, user, &standing, eta, &lanes);
+    Ok(())
+}
+
+/// QUEUE.PASS <queue> <userId> <nickname> [HOLDER <holder>]
+pub fn pass(srv: &Server, args: &[Str]) -> Result<(), QueueError> {
+    arity(args.len() == 4 || args.len() == 6, "queue.pass")?;
+    let user = args[2];
+    check_user(user.bytes())?;
+    let nickname = check_nickname(args[3].bytes())?;
+    let holder = match args.get(4..6) {
+        Some([option, holder]) => {
+            if !option.bytes().eq_ignore_ascii_case(b"HOLDER") {
+                return Err(QueueError::Syntax);
+            }
+            Some(check_holder(holder.bytes())?.as_bytes())
+        }
+        _ => None,
+    };
+    let mut q = Queue::open(srv, args[1], true)?;
+    let result = engine::pass(&mut q, &user, nickname, holder);
+    q.finish(c"queue.pass");
+    match result? {
+        Some((ticket, c)) => srv.reply_fields(
+            &replies::CLAIM,
+            &[
+                ("userId", Val::Bulk(c.user.bytes())),
+                ("nickname", Val::Bulk(&c.nickname)),
+                ("ticketId", Val::Bulk(&ticket)),
+                ("leaseMs", Val::Int(c.lease_ms)),
+            ],
+        ),
+        None => srv.reply_null(),
+    }
     Ok(())
 }
 
@@ -224,6 +257,10 @@ pub fn sold(srv: &Server, args: &[Str]) -> Result<(), QueueError> {
             return Err(QueueError::Syntax);
         }
         check_user(args[4].bytes())?;
+        // A report of nothing sold cannot free a unit for someone else.
+        if n < 1 {
+            return Err(QueueError::OutOfRange("n", 1, queue_core::config::MAX_INVENTORY));
+        }
         Some(args[4])
     } else {
         None

@@ -599,6 +599,21 @@ impl Store for Queue<'_> {
         key.zadd(member, score(until));
         self.fx.zadd(self.key_name(keys::INSTANCES.as_bytes()), self.srv.int_str(until), member);
     }
+    fn instances_ended_before(&self, before: i64, limit: i64) -> Vec<Vec<u8>> {
+        let Some(key) = self.instances_key() else { return Vec::new() };
+        // `before` excluded: the range's upper end is the score just below it.
+        key.zrange(f64::NEG_INFINITY, (before - 1) as f64, limit.max(0) as usize)
+            .into_iter()
+            .map(|(i, _)| i.bytes().to_vec())
+            .collect()
+    }
+    fn remove_instance(&mut self, instance: &[u8]) {
+        let Some(key) = self.instances_key() else { return };
+        let member = self.srv.str(instance);
+        if key.zrem(member) {
+            self.fx.zrem(self.key_name(keys::INSTANCES.as_bytes()), member);
+        }
+    }
 }
 
 /// The hashes read and written one field at a time through the key API (the claims

@@ -171,6 +171,49 @@ impl Waiters {
         queue: &str,
         heartbeat: impl Fn(&str) -> redis::Cmd,
     ) -> Result<Claim, ClientError> {
+        self.confirm(claim, "TICKET.CLAIM", queue, heartbeat, |v| Claim::from_value(v).map(Some))
+            .await?
+            .ok_or_else(|| ClientError::protocol("TICKET.CLAIM: no claim in the reply"))
+    }
+
+    /// [`Waiters::claim`] for `QUEUE.PASS` (`pass`): a nil reply (no pass, nothing
+    /// written) is `None` at once; a pass is confirmed as a claim is, and when it is
+    /// not, [`ClientError::NotDurable`] names the ticket to claim again with the
+    /// same holder.
+    pub(crate) async fn pass(
+        &self,
+        pass: &redis::Cmd,
+        queue: &str,
+        heartbeat: impl Fn(&str) -> redis::Cmd,
+    ) -> Result<Option<Claim>, ClientError> {
+        let mut ticket = None;
+        let r = self
+            .confirm(pass, "QUEUE.PASS", queue, heartbeat, |v| {
+                let c = Claim::from_pass(v)?;
+                ticket = c.as_ref().map(|c| c.ticket_id.clone());
+                Ok(c)
+            })
+            .await;
+        match (r, ticket) {
+            (Err(ClientError::NotDurable(why)), Some(t)) => {
+                Err(ClientError::NotDurable(format!("{why} (the pass used ticket {t}: claim it with the same holder)")))
+            }
+            (r, _) => r,
+        }
+    }
+
+    /// Sends `cmd` (a claim or a pass) on a connection of its own, then renews the
+    /// session it opened and waits there until the setting is confirmed; `parse`
+    /// reads the command's reply (None: nothing was claimed, so nothing to wait for).
+    async fn confirm(
+        &self,
+        cmd: &redis::Cmd,
+        name: &'static str,
+        queue: &str,
+        heartbeat: impl Fn(&str) -> redis::Cmd,
+        parse: impl FnOnce(Value) -> Result<Option<Claim>, ClientError>,
+    ) -> Result<Option<Claim>, ClientError> {
+        let claim = cmd;
         let d = self.durability;
         let _permit = tokio::time::timeout(self.options.response_timeout, self.permits.acquire())
             .await
@@ -181,13 +224,17 @@ impl Waiters {
             Some(c) => c,
             None => Conn::open_sharing(&self.target, &self.options, self.refusals.clone()).await?,
         };
-        let claimed = crate::in_command_span("TICKET.CLAIM", queue, async { Ok(conn.send(claim).await?) }).await;
+        let claimed = crate::in_command_span(name, queue, async { Ok(conn.send(claim).await?) }).await;
         let claimed = match claimed {
-            Ok(v) => Claim::from_value(v),
+            Ok(v) => parse(v),
             Err(e) => Err(e),
         };
         let claim = match claimed {
-            Ok(c) => c,
+            Ok(Some(c)) => c,
+            Ok(None) => {
+                self.idle.lock().unwrap().push(conn);
+                return Ok(None);
+            }
             Err(e) => {
                 // A refusal leaves the connection as good as it was; anything else
                 // may have broken it: not reused.
@@ -221,7 +268,7 @@ impl Waiters {
         }
         match waited {
             Value::ServerError(e) => Err(redis::RedisError::from(e).into()),
-            v => d.confirmed(&v).map(|()| claim),
+            v => d.confirmed(&v).map(|()| Some(claim)),
         }
     }
 }

@@ -132,6 +132,7 @@ pub fn tracing_as_now<F: Future>(f: F) -> impl Future<Output = F::Output> {
 #[derive(Debug, Clone, Copy)]
 pub(crate) enum Op {
     Enter,
+    Pass,
     Status,
     Ranks,
     Line,
@@ -152,6 +153,7 @@ impl Op {
     fn command(self) -> &'static str {
         match self {
             Op::Enter => "QUEUE.ENTER",
+            Op::Pass => "QUEUE.PASS",
             Op::Status => "QUEUE.STATUS",
             Op::Ranks => "QUEUE.RANKS",
             Op::Line => "QUEUE.LINE",
@@ -172,6 +174,7 @@ impl Op {
     fn function(self) -> &'static str {
         match self {
             Op::Enter => "queue_enter",
+            Op::Pass => "queue_pass",
             Op::Status => "queue_status",
             Op::Ranks => "queue_ranks",
             Op::Line => "queue_line",
@@ -456,6 +459,54 @@ impl QueueClient {
         }
     }
 
+    /// `QUEUE.PASS Q userId nickname [HOLDER holder]`: lets the user straight in
+    /// when `QUEUE.ENTER` would let them in at once (nobody waits, a free slot, a
+    /// rate token, a unit to sell; entry `open`, no opening scheduled, not closed)
+    /// and they neither wait, hold a ticket nor are inside: entered and claimed in
+    /// one command, the [`Claim`] (as [`QueueClient::claim_as`] returns it, its
+    /// `ticket_id` the ticket just used). `None` otherwise, and nothing changed: send
+    /// the visitor to the waiting room (`QUEUE.ENTER`).
+    ///
+    /// With a holder, the pass is remembered as a claim by that holder: repeating
+    /// `TICKET.CLAIM Q ticketId HOLDER holder` (or [`QueueClient::claim_as`]) while
+    /// the session lives answers the same claim. With a holder and a [`Durability`]
+    /// set, the pass is acknowledged only once confirmed, as `claim_as` is; when it is
+    /// not, the answer is [`ClientError::NotDurable`] naming the ticket: the pass
+    /// stands on the primary, and `claim_as` with that ticket and the same holder
+    /// waits again (a second pass answers `None`: the user is inside). Without a
+    /// holder nothing is waited for, as with [`QueueClient::claim`].
+    ///
+    /// Fails with [`ClientError::InvalidArgument`] for a bad user id, nickname or
+    /// holder (nothing is read or written).
+    pub async fn pass(
+        &self,
+        queue: &str,
+        user_id: &str,
+        nickname: &str,
+        holder: Option<&str>,
+    ) -> Result<Option<Claim>, ClientError> {
+        let mut args = vec![user_id, nickname];
+        if let Some(h) = holder {
+            args.extend(["HOLDER", h]);
+        }
+        let waiters = match (&self.waiters, holder) {
+            (Some(w), Some(_)) => w,
+            _ => return Claim::from_pass(self.run(Op::Pass, queue, &args).await?),
+        };
+        let pass = self.build(Op::Pass, queue, &args);
+        let heartbeat = |user: &str| self.build(Op::Heartbeat, queue, &[user]);
+        match waiters.pass(&pass, queue, heartbeat).await {
+            Err(ClientError::Unavailable(why)) if self.backend == Backend::Lua && why.starts_with(NOT_INSTALLED) => {
+                {
+                    let _one_at_a_time = self.reinstall.lock().await;
+                    backend::ensure_library(&self.conn).await?;
+                }
+                waiters.pass(&pass, queue, heartbeat).await
+            }
+            r => r,
+        }
+    }
+
     /// `SESSION.HEARTBEAT`: extends the users' leases; false where no lease is live
     /// (disconnect that user). An empty list asks nothing and returns an empty list.
     pub async fn heartbeat<S: AsRef<str>>(&self, queue: &str, user_ids: &[S]) -> Result<Vec<bool>, ClientError> {
@@ -574,6 +625,7 @@ mod tests {
     fn functions_are_the_commands_lowercased() {
         for op in [
             Op::Enter,
+            Op::Pass,
             Op::Status,
             Op::Ranks,
             Op::Line,

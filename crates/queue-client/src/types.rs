@@ -167,6 +167,16 @@ pub struct Claim {
 
 from_fields! { Claim("claim") { user_id: "userId", nickname, ticket_id: "ticketId", lease_ms: "leaseMs" } }
 
+impl Claim {
+    /// QUEUE.PASS's reply: a claim, or nil (RESP3 `false` from the Lua library) for no pass.
+    pub(crate) fn from_pass(v: redis::Value) -> Result<Option<Claim>, crate::error::ClientError> {
+        match v {
+            redis::Value::Nil | redis::Value::Boolean(false) => Ok(None),
+            v => Claim::from_value(v).map(Some),
+        }
+    }
+}
+
 /// A queue's effective settings (`QUEUE.CONFIG Q GET *`): what an operator set, else
 /// the module-wide defaults. One value per field of the settings schema
 /// (`queue_core::config::FIELDS`, whose help says what each means), read through

@@ -125,6 +125,13 @@ pub const CLAIMED_USER_MARK: &str = "#";
 pub const LOG_MAX: i64 = 10_000;
 /// The longest lease QUEUE.WATCH gives an instance, in ms.
 pub const MAX_WATCH_LEASE_MS: i64 = 600_000;
+/// How long after its lease ended a push instance stays in `instances`, in ms: the
+/// longest `abandon_after` a queue can have (a day), so that no setting, now or later,
+/// still counts anyone as heard from through a lease that ended longer ago. QUEUE.WATCH
+/// removes older ones.
+pub const INSTANCE_KEEP_MS: i64 = 86_400_000;
+/// The most ended instances one QUEUE.WATCH removes (the rest go with the next ones).
+pub const INSTANCE_PRUNE_MAX: i64 = 64;
 
 /// string: `queue:{Q}:pow:<id>`, a solved proof-of-work challenge's id, set (NX, with
 /// the challenge's expiry) when it is used, so that it works once.

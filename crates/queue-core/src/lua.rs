@@ -98,6 +98,11 @@ pub fn constants_block() -> String {
         keys::LOG_MAX,
         keys::MAX_WATCH_LEASE_MS
     ));
+    line(format!(
+        "local INSTANCE_KEEP_MS, INSTANCE_PRUNE_MAX = {}, {}",
+        keys::INSTANCE_KEEP_MS,
+        keys::INSTANCE_PRUNE_MAX
+    ));
     line(format!("local K_CHANGES = {}", lua_str(keys::CHANGES)));
     line(format!(
         "local K_CLAIMED, CLAIMED_USER_MARK = {}, {}",
@@ -211,6 +216,7 @@ pub fn constants_block() -> String {
             lua_str(MESSAGE),
             lua_str(INVENTORY)
         ));
+        line(format!("local MAX_SOLD = {}", crate::engine::sale::MAX_SOLD));
         line(format!(
             "local SALE = {{ SOLD = {}, BOUGHT = {}, CLOSED = {}, SOLD_OUT = {} }}",
             lua_str(stat::SOLD),

@@ -426,6 +426,15 @@ impl Store for MemoryStore {
     fn set_instance_lease(&mut self, instance: &[u8], until: i64) {
         self.instances.insert(instance.to_vec(), until);
     }
+    fn instances_ended_before(&self, before: i64, limit: i64) -> Vec<Vec<u8>> {
+        let mut ended: Vec<(i64, &Vec<u8>)> =
+            self.instances.iter().filter(|(_, e)| **e < before).map(|(i, e)| (*e, i)).collect();
+        ended.sort();
+        ended.into_iter().take(limit.max(0) as usize).map(|(_, i)| i.clone()).collect()
+    }
+    fn remove_instance(&mut self, instance: &[u8]) {
+        self.instances.remove(instance);
+    }
 }
 
 impl MemoryStore {

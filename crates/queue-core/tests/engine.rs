@@ -490,3 +490,66 @@ fn lane_counts_follow_entries_and_promotions() {
     assert_eq!(info.lane_counts.iter().map(|l| l.waiting).sum::<i64>(), info.waiting);
     assert_eq!(s.stat("admitted:presale"), Some(2));
 }
+
+/// QUEUE.SOLD Q 0 USER u would mark u as having bought without lowering the
+/// inventory, letting one more person in per call: refused, nothing written.
+#[test]
+fn sold_with_a_user_needs_at_least_one_unit() {
+    let mut s = MemoryStore::new(T0, 1);
+    s.configure_sale(None, Some(1), None).unwrap();
+    let Standing::Promoted { ticket, .. } = engine::enter(&mut s, &b"u".to_vec(), b"u").unwrap() else { panic!() };
+    engine::claim(&mut s, &ticket).unwrap();
+    let before = s.keys("q");
+    let e = engine::sale::sold(&mut s, 0, Some(&b"u".to_vec())).unwrap_err();
+    assert_eq!(e.to_string(), "ERR n must be an integer from 1 to 1000000000000");
+    assert_eq!(s.keys("q"), before);
+    assert_eq!(engine::info(&s).unwrap().outstanding, 1, "u still counts against the inventory");
+    // Without a user, 0 is a report of nothing sold: allowed.
+    assert_eq!(engine::sale::sold(&mut s, 0, None).unwrap(), Some(1));
+}
+
+/// The counter `sold` stops at MAX_SOLD: never wraps, never refuses a sale.
+#[test]
+fn the_sold_counter_saturates() {
+    use engine::sale::MAX_SOLD;
+    let mut s = MemoryStore::new(T0, 1);
+    let big = queue_core::config::MAX_INVENTORY;
+    let calls = MAX_SOLD / big + 2;
+    for _ in 0..calls.min(20) {
+        engine::sale::sold(&mut s, big, None).unwrap();
+    }
+    assert_eq!(s.stat("sold"), Some(20 * big));
+    // Close to the bound, then over it.
+    s.set_stat("sold", MAX_SOLD - 5);
+    engine::sale::sold(&mut s, big, None).unwrap();
+    assert_eq!(s.stat("sold"), Some(MAX_SOLD));
+    engine::sale::sold(&mut s, big, None).unwrap();
+    assert_eq!(s.stat("sold"), Some(MAX_SOLD));
+    // A value beyond it (written by an older release) is left as it is.
+    s.set_stat("sold", i64::MAX);
+    assert_eq!(engine::sale::sold(&mut s, big, None).unwrap(), None);
+    assert_eq!(s.stat("sold"), Some(i64::MAX));
+}
+
+/// QUEUE.WATCH removes the push instances whose lease ended more than
+/// INSTANCE_KEEP_MS ago; a live one, and one ended more recently, stay.
+#[test]
+fn watch_prunes_instances_gone_for_a_day() {
+    use queue_core::keys::INSTANCE_KEEP_MS;
+    let mut s = MemoryStore::new(T0, 1);
+    engine::watch(&mut s, b"gone", 1_000, &[]).unwrap();
+    engine::watch(&mut s, b"recent", 1_000, &[]).unwrap();
+    engine::watch(&mut s, b"live", 600_000, &[]).unwrap();
+    // "recent" renews later, so its lease ends later.
+    s.now = T0 + 10_000;
+    engine::watch(&mut s, b"recent", 1_000, &[]).unwrap();
+    // Exactly INSTANCE_KEEP_MS after "gone" ended: still kept.
+    s.now = T0 + 1_000 + INSTANCE_KEEP_MS;
+    engine::watch(&mut s, b"live", 600_000, &[]).unwrap();
+    assert_eq!(s.instance_lease(b"gone"), Some(T0 + 1_000));
+    s.now += 1;
+    engine::watch(&mut s, b"live", 600_000, &[]).unwrap();
+    assert_eq!(s.instance_lease(b"gone"), None, "gone for longer than the bound: removed");
+    assert_eq!(s.instance_lease(b"recent"), Some(T0 + 11_000), "ended more recently: kept");
+    assert!(s.instance_lease(b"live").is_some());
+}

@@ -74,6 +74,7 @@ pub async fn kill_and_expect_fast_failures(server: &mut ValkeyServer, client: &Q
 
 /// Every typed call once, on a fresh queue `q`, checking the replies.
 pub async fn round_trip(client: &QueueClient, q: &str) {
+    pass_round_trip(client, &format!("{q}-pass")).await;
     client.config_set(q, &[("soft_cap", 1)]).await.unwrap();
     let cfg = client.config_get(q).await.unwrap();
     assert_eq!(cfg.soft_cap(), 1);
@@ -269,4 +270,31 @@ where
             Err(_) => tokio::time::sleep(Duration::from_millis(100)).await,
         }
     }
+}
+
+/// QUEUE.PASS through the client: straight in while there is room (with and without a
+/// holder), `None` with nothing changed once the room is full or for someone inside.
+pub async fn pass_round_trip(client: &QueueClient, q: &str) {
+    client.config_set(q, &[("soft_cap", 2)]).await.unwrap();
+    let a = client.pass(q, "p-1", "ann", None).await.unwrap().expect("room: straight in");
+    assert_eq!((a.user_id.as_str(), a.nickname.as_str(), a.lease_ms), ("p-1", "ann", 30_000));
+    assert!(!a.ticket_id.is_empty());
+    let inside = client.status(q, "p-1").await.unwrap();
+    assert_eq!(inside.status, Status::Active);
+    // Inside already: no second pass.
+    assert_eq!(client.pass(q, "p-1", "ann", None).await.unwrap(), None);
+    let b = client.pass(q, "p-2", "bob", Some("holder-b")).await.unwrap().expect("room for one more");
+    // The holder's claim of the ticket the pass used answers the same admission.
+    assert_eq!(client.claim_as(q, &b.ticket_id, "holder-b").await.unwrap(), b);
+    // Full: nothing happens, the visitor goes to the waiting room.
+    let before = client.info(q).await.unwrap();
+    assert_eq!(client.pass(q, "p-3", "cy", Some("holder-c")).await.unwrap(), None);
+    let after = client.info(q).await.unwrap();
+    assert_eq!((after.active, after.waiting, after.joining), (2, 0, 0));
+    assert_eq!((after.promoted, after.claimed), (2, 2), "a refused pass counts nothing");
+    assert_eq!((before.promoted, before.claimed), (2, 2));
+    assert!(matches!(client.pass(q, "p 4", "dee", None).await, Err(ClientError::InvalidArgument(_))));
+    assert!(matches!(client.pass(q, "p-4", "dee", Some("bad holder")).await, Err(ClientError::InvalidArgument(_))));
+    assert!(client.end_session(q, "p-1").await.unwrap());
+    assert!(client.end_session(q, "p-2").await.unwrap());
 }

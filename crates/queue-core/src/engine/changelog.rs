@@ -100,6 +100,11 @@ pub fn watch<S: Store>(s: &mut S, instance: &[u8], lease_ms: i64, users: &[S::Us
     let now = s.now();
     opening::open_if_due(s, now)?;
     s.set_instance_lease(instance, now + lease_ms);
+    // Instances whose lease ended more than INSTANCE_KEEP_MS ago count nobody as heard
+    // from under any `abandon_after`: nothing reads them any more.
+    for gone in s.instances_ended_before(now - crate::keys::INSTANCE_KEEP_MS, crate::keys::INSTANCE_PRUNE_MAX) {
+        s.remove_instance(&gone);
+    }
     let mut out = Vec::with_capacity(users.len());
     for u in users {
         let st = standing(s, u, now);

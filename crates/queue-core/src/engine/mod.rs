@@ -19,7 +19,8 @@
 //!    QUEUE.UNWATCH) and who counts as heard from.
 //! 7. [`sale`]: the closing time, the inventory and QUEUE.SOLD, the `state` entry.
 //! 8. this file: the rules (enter, leave, promote, claim, heartbeat, end, info), the
-//!    only user of all the others.
+//!    only user of all the others; and [`pass`] (QUEUE.PASS: enter and claim in one
+//!    command), which uses this file's rules.
 //!
 //! What the commands reply is in [`crate::replies`].
 //!
@@ -35,6 +36,7 @@ pub mod changelog;
 mod layout;
 mod members;
 pub mod opening;
+mod pass;
 pub mod sale;
 mod standing;
 mod store;
@@ -43,6 +45,7 @@ pub use crate::replies::{Claimed, Info, LaneCount, Line, Promotion, Standing};
 pub use changelog::{close_log, unwatch, watch, Watched};
 pub use layout::ensure_layout;
 pub use members::{config, is_promoted, joining, next_seq, p_max, record, waiting_count, Rec};
+pub use pass::{pass, passes};
 pub use standing::standing;
 pub use store::{stat, Aux, Event, LogDraft, Part, Store, ALL_PARTS};
 
@@ -265,20 +268,9 @@ pub struct Reaped {
 /// expire first, and is then counted a little longer (never accepted: a claim checks
 /// its own expiry).
 pub fn reap<S: Store>(s: &mut S, now: i64) -> Reaped {
-    let mut gone = Vec::new();
-    let mut freed_at = Vec::new();
-    let top = p_max(s);
-    if top > 0 {
-        s.waiting_scan(i64::MIN, top, |user, seq| match record(s, seq) {
-            Some(Rec::Promoted { expiry, .. }) if expiry <= now => {
-                gone.push((user, seq));
-                freed_at.push(expiry);
-                true
-            }
-            _ => false,
-        });
-    }
-    for (user, seq) in &gone {
+    let gone = expired_tickets(s, now);
+    let mut freed_at: Vec<i64> = gone.iter().map(|g| g.2).collect();
+    for (user, seq, _) in &gone {
         remove(s, user, *seq, true);
     }
     let expired = gone.len() as i64;
@@ -294,6 +286,41 @@ pub fn reap<S: Store>(s: &mut S, now: i64) -> Reaped {
     s.count(Event::LeasesExpired, lapsed);
     freed_at.sort_unstable();
     Reaped { tickets: expired, leases: lapsed, freed_at }
+}
+
+/// The tickets [`reap`] drops at `now` (user, number, expiry), read without writing:
+/// from the head of the line, in issue order, up to the first that is still good.
+pub(crate) fn expired_tickets<S: Store>(s: &S, now: i64) -> Vec<(S::User, i64, i64)> {
+    let mut gone = Vec::new();
+    let top = p_max(s);
+    if top > 0 {
+        s.waiting_scan(i64::MIN, top, |user, seq| match record(s, seq) {
+            Some(Rec::Promoted { expiry, .. }) if expiry <= now => {
+                gone.push((user, seq, expiry));
+                true
+            }
+            _ => false,
+        });
+    }
+    gone
+}
+
+/// Whether an entry is let in at once, nobody waiting (the caller's check), with
+/// `sessions` sessions, `joining` ticket holders and `outstanding` people counting
+/// against the inventory as housekeeping ([`reap`]) leaves them: a free slot under the
+/// soft cap, a unit left to sell and, with a rate, a whole token in `bucket`. ENTER
+/// decides with it after reaping; QUEUE.PASS with what reaping would leave.
+pub(crate) fn room_at_once<S: Store>(
+    s: &S,
+    sessions: i64,
+    joining: i64,
+    outstanding: i64,
+    bucket: Option<Bucket>,
+) -> bool {
+    let cfg = config(s);
+    let free = admission::free_slots(cfg.soft_cap(), sessions, joining);
+    let room = sale::inventory(s).is_none_or(|i| i - outstanding >= 1);
+    free > 0 && room && bucket.is_none_or(|b| b.whole() >= 1)
 }
 
 /// Counts how long the slots `promoted` people just filled had been empty: the
@@ -406,11 +433,9 @@ pub fn enter_with<S: Store>(
 
     if may_admit_now {
         let reaped = reap(s, now);
-        let cfg = config(s);
-        let free = admission::free_slots(cfg.soft_cap(), s.sessions_len(), joining(s));
-        let bucket = (cfg.rate() > 0).then(|| bucket(s, now));
-        let room = sale::room(s, s.sessions_len()).is_none_or(|r| r >= 1);
-        if free > 0 && room && bucket.is_none_or(|b| b.whole() >= 1) {
+        let bucket = (config(s).rate() > 0).then(|| bucket(s, now));
+        let sessions = s.sessions_len();
+        if room_at_once(s, sessions, joining(s), sale::outstanding(s, sessions), bucket) {
             add_waiter(s, user, seq, now, nickname);
             let ticket = promote_user(s, seq, nickname, now);
             note_promoted(s, 1, seq);
@@ -500,11 +525,9 @@ fn enter_lane<S: Store>(
     s.count(Event::Entered, 1);
     if waiting_count(s) == 0 && s.setting(crate::config::SOFT_CAP) > 0 {
         let reaped = reap(s, now);
-        let cfg = config(s);
-        let free = admission::free_slots(cfg.soft_cap(), s.sessions_len(), joining(s));
-        let bucket = (cfg.rate() > 0).then(|| bucket(s, now));
-        let room = sale::room(s, s.sessions_len()).is_none_or(|r| r >= 1);
-        if free > 0 && room && bucket.is_none_or(|b| b.whole() >= 1) {
+        let bucket = (config(s).rate() > 0).then(|| bucket(s, now));
+        let sessions = s.sessions_len();
+        if room_at_once(s, sessions, joining(s), sale::outstanding(s, sessions), bucket) {
             // In at once: numbered as the next holder.
             let seq = p_max(s) + 1;
             add_waiter(s, user, seq, now, nickname);

@@ -83,10 +83,18 @@ pub fn set_inventory<S: Store>(s: &mut S, v: i64, now: i64) {
     note_state(s, now);
 }
 
+/// The most the counter `sold` reaches: it stops there (2^53 - 1, exact in the Lua
+/// library's numbers), never wrapping and never refusing a sale.
+pub const MAX_SOLD: i64 = (1 << 53) - 1;
+
 /// QUEUE.SOLD Q n [USER u]: `n` units sold: the inventory (if any) goes down by `n`,
-/// never below 0; with a user who is inside, that person no longer counts against it.
-/// Returns the inventory left (None: no limit).
+/// never below 0; with a user who is inside, that person no longer counts against it
+/// (`n` must then be at least 1: a report of nothing sold frees no unit). Returns the
+/// inventory left (None: no limit).
 pub fn sold<S: Store>(s: &mut S, n: i64, user: Option<&S::User>) -> Result<Option<i64>, QueueError> {
+    if user.is_some() && n < 1 {
+        return Err(QueueError::OutOfRange("n", 1, crate::config::MAX_INVENTORY));
+    }
     s.check(&[Part::Stats, Part::Sessions])?;
     let now = s.now();
     if let Some(i) = inventory(s) {
@@ -95,7 +103,10 @@ pub fn sold<S: Store>(s: &mut S, n: i64, user: Option<&S::User>) -> Result<Optio
             s.set_stat(stat::INVENTORY, left);
         }
     }
-    add_stat(s, stat::SOLD, n);
+    let counted = stat(s, stat::SOLD);
+    if n > 0 && counted < MAX_SOLD {
+        s.set_stat(stat::SOLD, counted.saturating_add(n).min(MAX_SOLD));
+    }
     if let Some(u) = user {
         let inside = s.session_expiry(u).is_some_and(|exp| exp > now);
         if inside && s.aux_hget(Aux::Bought, u.as_ref()).is_none() {

@@ -208,6 +208,9 @@ pub trait Store {
     /// An instance's lease expiry (ms), if it has one.
     fn instance_lease(&self, instance: &[u8]) -> Option<i64>;
     fn set_instance_lease(&mut self, instance: &[u8], until: i64);
+    /// Up to `limit` instances whose lease ended before `before` (earliest first).
+    fn instances_ended_before(&self, before: i64, limit: i64) -> Vec<Vec<u8>>;
+    fn remove_instance(&mut self, instance: &[u8]);
 }
 
 /// The opening's keys (docs/commands.md, "A verifiably fair opening").
