@@ -170,8 +170,11 @@ mod tests {
         for secret in ["staff-secret", "password", "PRIVATE", "app-user"] {
             assert!(!text.contains(secret), "{secret} in {text}");
         }
+        assert_eq!((&d["publicUrl"], &d["sessions"]["straightThrough"]), (&Value::Null, &json!(true)));
         c.upstream = None;
-        assert_eq!(describe(&c, "h", "l", 1, 1)["mode"], "forward-auth");
+        c.public_url = Some("https://shop.example".into());
+        let d = describe(&c, "h", "l", 1, 1);
+        assert_eq!((d["mode"].as_str(), d["publicUrl"].as_str()), (Some("forward-auth"), Some("https://shop.example")));
     }
 
     #[test]

@@ -178,7 +178,7 @@ impl Gate {
         };
         let user = format!("pass-{}", crate::claim::new_session_id());
         let holder = store.durability().is_on().then(crate::claim::new_session_id);
-        match pass(&store, queue, &user, holder.as_deref()).await {
+        match store.pass(queue, &user, NICKNAME, holder.as_deref()).await {
             Ok(Some(claim)) => {
                 self.health.up();
                 self.metrics.straight("passed");
@@ -214,16 +214,6 @@ impl Gate {
             }
         }
     }
-}
-
-/// QUEUE.PASS (PENDING: the engine command lands with queue-client's `pass`).
-async fn pass(
-    _store: &queue_client::QueueClient,
-    _queue: &str,
-    _user: &str,
-    _holder: Option<&str>,
-) -> Result<Option<queue_client::Claim>, ClientError> {
-    Ok(None)
 }
 
 #[cfg(test)]
