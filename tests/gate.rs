@@ -539,7 +539,10 @@ async fn straight_through_the_proxy_nginx_and_caddy() {
     for front in [Front::Proxy, Front::Nginx, Front::Caddy] {
         let valkey = ValkeyServer::start(Backend::Module);
         configure(&mut valkey.client(), &queue, &opts);
-        valkey.client().call("QUEUE.CONFIG", &[&queue, "SET", "soft_cap", &CAP.to_string(), "inventory", "50"]).unwrap();
+        valkey
+            .client()
+            .call("QUEUE.CONFIG", &[&queue, "SET", "soft_cap", &CAP.to_string(), "inventory", "50"])
+            .unwrap();
         let flags = vec!["--valkey-url".to_string(), valkey.url()];
         let mut go = gate_options(&[("/checkout", &queue)]);
         go.extra = ["--straight-through", "true", "--straight-through-per-address", &PER_ADDRESS.to_string()]
@@ -584,7 +587,9 @@ async fn straight_through_the_proxy_nginx_and_caddy() {
                 other => panic!("INFO: {other:?}"),
             };
             let prefix = format!("cmdstat_{command}:calls=");
-            text.lines().find_map(|l| l.strip_prefix(&prefix)).map_or(0, |r| r.split(',').next().unwrap().parse().unwrap())
+            text.lines()
+                .find_map(|l| l.strip_prefix(&prefix))
+                .map_or(0, |r| r.split(',').next().unwrap().parse().unwrap())
         };
         tokio::time::sleep(Duration::from_millis(500)).await;
         valkey.client().call("CONFIG", &["RESETSTAT"]).unwrap();
@@ -602,7 +607,8 @@ async fn straight_through_the_proxy_nginx_and_caddy() {
         };
         assert_eq!(r.status(), 200, "{front:?}: the first request reaches the app");
         let answer: Value = r.json().await.unwrap();
-        let user = answer["user"].as_str().unwrap_or_else(|| panic!("{front:?}: the app saw no X-Queue-User: {answer}"));
+        let user =
+            answer["user"].as_str().unwrap_or_else(|| panic!("{front:?}: the app saw no X-Queue-User: {answer}"));
         assert_eq!(answer["queue"], "drop");
         assert_eq!(calls("queue.pass"), 1, "{front:?}: one Valkey call for the first request");
         for _ in 0..3 {

@@ -337,7 +337,14 @@ impl Gate {
     /// id, the claim time now) kept in the table, so renewed each tick from now on;
     /// its token, the token's expiry, and the Set-Cookie that holds it next to the
     /// request's tokens for other queues.
-    pub fn admit(&self, queue: &str, user: &str, headers: &HeaderMap, https: bool, now: u64) -> (String, u64, HeaderValue) {
+    pub fn admit(
+        &self,
+        queue: &str,
+        user: &str,
+        headers: &HeaderMap,
+        https: bool,
+        now: u64,
+    ) -> (String, u64, HeaderValue) {
         let now_s = now / 1000;
         let exp = self.token_exp(queue, now_s, now);
         let claims = Claims {

@@ -438,7 +438,9 @@ mod tests {
         let public = |u: &str| parse(&["--public-url", u]).map(|c| c.public_url.unwrap());
         assert_eq!(public("https://Shop.Example.com/").unwrap(), "https://shop.example.com");
         assert_eq!(public("http://10.0.0.1:8080").unwrap(), "http://10.0.0.1:8080");
-        for bad in ["shop.example.com", "ftp://x", "https://x/path", "https://x/?q=1", "https://u@x", "javascript:alert(1)"] {
+        for bad in
+            ["shop.example.com", "ftp://x", "https://x/path", "https://x/?q=1", "https://u@x", "javascript:alert(1)"]
+        {
             assert!(public(bad).is_err(), "{bad}");
         }
     }

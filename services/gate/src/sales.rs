@@ -69,7 +69,7 @@ impl Gate {
             Err(why) => {
                 self.metrics.sale("bad_value");
                 let shown = String::from_utf8_lossy(&values.concat()).chars().take(40).collect::<String>();
-                tracing::warn!(queue, user, value = shown, why, "Queue-Sold not a positive integer within the inventory's range; dropped");
+                tracing::warn!(queue, user, value = %shown, why, "Queue-Sold not a positive integer within the inventory's range; dropped");
             }
         }
     }
@@ -84,17 +84,17 @@ pub async fn sale_loop(gate: Arc<Gate>, mut sales: mpsc::Receiver<Sale>, mut sto
         };
         let Some(client) = gate.store.client().await else {
             gate.metrics.sale("unavailable");
-            tracing::warn!(queue = sale.queue, user = sale.user, n = sale.n, "Valkey not connected; sale report lost");
+            tracing::warn!(queue = %sale.queue, user = %sale.user, n = sale.n, "Valkey not connected; sale report lost");
             continue;
         };
         match client.sold(&sale.queue, sale.n, Some(&sale.user)).await {
             Ok(left) => {
                 gate.metrics.sale("reported");
-                tracing::info!(queue = sale.queue, user = sale.user, n = sale.n, left, "sale reported");
+                tracing::info!(queue = %sale.queue, user = %sale.user, n = sale.n, left = ?left, "sale reported");
             }
             Err(e) => {
                 gate.metrics.sale(if e.is_unavailable() { "unavailable" } else { "refused" });
-                tracing::warn!(queue = sale.queue, user = sale.user, n = sale.n, error = %e, "sale report failed");
+                tracing::warn!(queue = %sale.queue, user = %sale.user, n = sale.n, error = %e, "sale report failed");
             }
         }
     }
@@ -106,13 +106,14 @@ mod tests {
 
     #[test]
     fn sold_values() {
-        assert_eq!(parse_sold(&[b"3"]), Ok(3));
-        assert_eq!(parse_sold(&[b" 12 "]), Ok(12));
+        let one = |s: &[u8]| parse_sold(&[s]);
+        assert_eq!(one(b"3"), Ok(3));
+        assert_eq!(one(b" 12 "), Ok(12));
         for bad in [&b"0"[..], b"-1", b"+1", b"1.5", b"", b"1e3", b"x", b"99999999999999999999999", b"\xff"] {
-            assert!(parse_sold(&[bad]).is_err(), "{bad:?}");
+            assert!(one(bad).is_err(), "{bad:?}");
         }
-        assert_eq!(parse_sold(&[b"1", b"2"]), Err("more than one value"));
+        assert_eq!(parse_sold(&[b"1".as_slice(), b"2".as_slice()]), Err("more than one value"));
         let too_large = (queue_core::config::MAX_INVENTORY as u64 + 1).to_string();
-        assert_eq!(parse_sold(&[too_large.as_bytes()]), Err("too large"));
+        assert_eq!(one(too_large.as_bytes()), Err("too large"));
     }
 }
