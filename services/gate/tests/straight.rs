@@ -43,7 +43,8 @@ async fn visit(gate: &Gate, path: &str, addr: &str, cookie: Option<&str>) -> req
     r.send().await.unwrap()
 }
 
-/// The calls of `command` Valkey served (INFO commandstats; the module's commands).
+/// The calls of `command` Valkey served (INFO commandstats; the module's commands, as
+/// the test client of the Lua backend turns queue commands into FCALL).
 fn calls(valkey: &ValkeyServer, command: &str) -> u64 {
     let info = valkey.client().call("INFO", &["commandstats"]).unwrap();
     let text = match info {
@@ -70,7 +71,9 @@ async fn idle_queue_lets_the_first_request_through_the_proxy(b: Backend) {
     // The gate's own calls at start (declaring its queues) are done before counting.
     let _ = visit(&gate, "/about", "198.51.100.1", None).await;
     tokio::time::sleep(Duration::from_millis(300)).await;
-    valkey.client().call("CONFIG", &["RESETSTAT"]).unwrap();
+    if b == Backend::Module {
+        valkey.client().call("CONFIG", &["RESETSTAT"]).unwrap();
+    }
 
     // Nobody waits, a slot is free: the first request reaches the app, admitted.
     let r = visit(&gate, "/checkout/cart", "198.51.100.1", None).await;
