@@ -15,11 +15,16 @@
 #     (target <= 5 us per decision); and the decision alone, in process with no HTTP
 #     (services/gate/examples/decision-cost.rs: a cached token, a few map lookups);
 #  4. Valkey calls per admitted request, from INFO commandstats over every round
-#     (target 0), and the heartbeats (at most one per queue per tick per instance).
+#     (target 0), and the heartbeats (at most one per queue per tick per instance);
+#  5. straight through: the latency a visitor's first request on an idle queue adds
+#     (one QUEUE.PASS, the session made, the cookie set on the app's answer), p50 and
+#     p99 against a request with a token through the same gate, sequential on a
+#     kept-alive connection each (bench/lib/first_request.py), and the QUEUE.PASS
+#     calls counted (exactly one per first request).
 #
 #   bash bench/gate-bench.sh                  # 5 rounds of 10 s
 #   REDUCED=1 bash bench/gate-bench.sh        # CI: 3 short rounds, about a minute
-#   ROUNDS=7 SECS=20 CONNS=64 bash bench/gate-bench.sh
+#   ROUNDS=7 SECS=20 CONNS=64 FIRST=1000 bash bench/gate-bench.sh
 #   GATE=/path/to/an/older/queue-gate bash bench/gate-bench.sh   # another build of the gate
 #
 # Starts its own valkey-server (module), the example upstream app
@@ -36,7 +41,8 @@ SECS=${SECS:-10}
 LAT_SECS=${LAT_SECS:-5}
 CONNS=${CONNS:-32}
 GATE=${GATE:-target/release/queue-gate}
-if [ -n "${REDUCED:-}" ]; then ROUNDS=3; SECS=3; LAT_SECS=2; fi
+FIRST=${FIRST:-500}
+if [ -n "${REDUCED:-}" ]; then ROUNDS=3; SECS=3; LAT_SECS=2; FIRST=100; fi
 TICK_MS=1000
 for tool in wrk nginx curl; do
   command -v "$tool" >/dev/null 2>&1 || [ -x "/usr/sbin/$tool" ] || { echo "$tool is missing: run scripts/install-deps.sh" >&2; exit 2; }
@@ -70,8 +76,11 @@ target/release/examples/gate-upstream --listen "127.0.0.1:$uport" & pids+=($!)
 target/release/queue-gate --write-key "$dir/key.pem" >/dev/null
 # wrk sends the one cookie throughout: tokens (at most the idle time) must outlive the run
 # and never be due for renewal in it.
+# Straight through off: /checkout must send someone without a token to the room.
 gate_flags=(--valkey-url "$url" --key "$dir/key.pem" --route /checkout=bench --tick "${TICK_MS}ms"
   --idle 6h --token-ttl 6h)
+straight=0
+if "$GATE" --help | grep -q -- --straight-through; then straight=1; gate_flags+=(--straight-through false); fi
 RUST_LOG=warn "$GATE" "${gate_flags[@]}" --listen "127.0.0.1:$gport" \
   --upstream "http://127.0.0.1:$uport" >"$dir/gate.log" 2>&1 & gpid=$!; pids+=($gpid)
 RUST_LOG=warn "$GATE" "${gate_flags[@]}" --listen "127.0.0.1:$aport" \
@@ -201,7 +210,34 @@ done
 t_end=$(date +%s.%N)
 stats_after=$(commandstats)
 
-python3 - "$results" "$t_start" "$t_end" "$gate_requests" "$TICK_MS" <<PY
+# 5. Straight through (after the Valkey count above: its calls are the point here). A
+# third gate, proxy mode, on its own idle queue with room for every first request, no
+# per-address limit (every request comes from 127.0.0.1).
+first_results="$dir/first.txt"
+: >"$first_results"
+pass_calls() { commandstats | awk -F'[=,:]' '$1 == "cmdstat_queue.pass" {print $3}' | grep . || echo 0; }
+if [ "$straight" = 1 ]; then
+  fport=$(port)
+  valkey-cli -p "$vport" QUEUE.CONFIG first SET soft_cap 1000000 session_lease 60000 >/dev/null
+  RUST_LOG=warn "$GATE" --valkey-url "$url" --key "$dir/key.pem" --route /first=first --tick "${TICK_MS}ms" \
+    --idle 10m --token-ttl 10m --straight-through true --straight-through-per-address 0 \
+    --listen "127.0.0.1:$fport" --upstream "http://127.0.0.1:$uport" >"$dir/gate-first.log" 2>&1 & pids+=($!)
+  wait_http "http://127.0.0.1:$fport/gate/healthz"
+  ftoken=$(curl -s -o /dev/null -D - -H 'Accept: text/html' "http://127.0.0.1:$fport/first" \
+    | tr -d '\r' | awk -F'[=;]' 'tolower($0) ~ /^set-cookie: queue_admission=/{print $2; exit}')
+  [ -n "$ftoken" ] || { echo "a first request on the idle queue was not let straight in" >&2; exit 1; }
+  p0=$(pass_calls)
+  for r in $(seq "$ROUNDS"); do
+    read -r f50 f99 t50 t99 fn < <(python3 bench/lib/first_request.py "$fport" /first "queue_admission=$ftoken" "$FIRST")
+    echo "$r $f50 $f99 $t50 $t99 $fn" >>"$first_results"
+    echo "round $r: first request on an idle queue p50 $f50 us, p99 $f99 us; with a token p50 $t50 us, p99 $t99 us ($fn each)"
+  done
+  p1=$(pass_calls)
+  expected=$((ROUNDS * (FIRST + 10)))
+  [ $((p1 - p0)) = "$expected" ] || { echo "QUEUE.PASS calls: $((p1 - p0)) for $expected first requests (expected one each)" >&2; exit 1; }
+fi
+
+python3 - "$results" "$t_start" "$t_end" "$gate_requests" "$TICK_MS" "$first_results" <<PY
 import statistics, sys
 rows = [list(map(float, l.split())) for l in open(sys.argv[1])]
 elapsed = float(sys.argv[3]) - float(sys.argv[2])
@@ -223,6 +259,15 @@ show("  per /gate/healthz request (us)", 7, "{:.2f}", "")
 own = [r[6] - r[7] for r in rows]
 print(f"  {'  the decision itself (auth - healthz, us)':<40} median {statistics.median(own):.2f}  (spread {min(own):.2f} .. {max(own):.2f})")
 show("  the decision alone, in process (us)", 9, "{:.3f}", "target <= 5 (no HTTP, no Valkey)")
+first = [list(map(float, l.split())) for l in open(sys.argv[6])]
+if first:
+    for name, i, j in (("p50", 1, 3), ("p99", 2, 4)):
+        v = [r[i] - r[j] for r in first]
+        print(f"  {'first request on an idle queue, ' + name + ' added':<40} median {statistics.median(v):.0f}  (spread {min(v):.0f} .. {max(v):.0f})  us over a request with a token (one QUEUE.PASS each)")
+    for name, i in (("first request p50 / p99 (us)", 1), ("request with a token p50 / p99 (us)", 3)):
+        print(f"  {'  ' + name:<40} median {statistics.median(r[i] for r in first):.0f} / {statistics.median(r[i + 1] for r in first):.0f}")
+else:
+    print("  first request on an idle queue: skipped (this gate has no --straight-through)")
 def parse(text):
     out = {}
     for line in text.strip().splitlines():

@@ -119,6 +119,9 @@ impl System {
             s("127.0.0.11/32"),
             s("--trusted-proxies"),
             s(NGINX_BIND),
+            // Every unadmitted visitor goes to the room (not straight in on the idle queue).
+            s("--straight-through"),
+            s("false"),
         ];
         let gate = harness::start(
             "gate",

@@ -520,3 +520,166 @@ async fn renewed_cookie_reaches_the_browser_through_nginx_and_caddy() {
         eprintln!("{front:?}: {served} requests served over 5 s on 3 s tokens, {renewals} renewals");
     }
 }
+
+/// Straight through while there is room, through each front: the gate's proxy mode,
+/// nginx `auth_request` (the auth answer's Set-Cookie passed on) and Caddy
+/// `forward_auth` (`--renew-redirect`: the cookie set on one redirect to the same URL).
+/// On an idle queue the first request reaches the app admitted (the app's log shows
+/// the person) with ONE Valkey call (QUEUE.PASS, INFO commandstats), none after; a
+/// full room sends the next visitor to the room; a client that never keeps the cookie
+/// takes at most its address's passes; in proxy mode a flood of first requests from
+/// many addresses never passes the cap, and the app's `Queue-Sold` lowers the inventory
+/// without reaching the client.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn straight_through_the_proxy_nginx_and_caddy() {
+    const CAP: u64 = 10;
+    const PER_ADDRESS: usize = 3;
+    let queue = "drop".to_string();
+    let opts = options();
+    for front in [Front::Proxy, Front::Nginx, Front::Caddy] {
+        let valkey = ValkeyServer::start(Backend::Module);
+        configure(&mut valkey.client(), &queue, &opts);
+        valkey
+            .client()
+            .call("QUEUE.CONFIG", &[&queue, "SET", "soft_cap", &CAP.to_string(), "inventory", "50"])
+            .unwrap();
+        let flags = vec!["--valkey-url".to_string(), valkey.url()];
+        let mut go = gate_options(&[("/checkout", &queue)]);
+        go.extra = ["--straight-through", "true", "--straight-through-per-address", &PER_ADDRESS.to_string()]
+            .map(String::from)
+            .to_vec();
+        match front {
+            // The test names each client by X-Forwarded-For.
+            Front::Proxy => go.extra.extend(["--trusted-proxies".to_string(), "127.0.0.1".to_string()]),
+            Front::Caddy => go.extra.push("--renew-redirect".to_string()),
+            Front::Nginx => {}
+        }
+        let stack = GateStack::start("straight", front, &flags, std::slice::from_ref(&queue), &opts, &go).await;
+        let entrance = stack.entrance();
+        let qc = queue_client::QueueClient::connect(&valkey.url()).await.unwrap();
+        let http = reqwest::Client::builder().redirect(reqwest::redirect::Policy::none()).build().unwrap();
+        let get = |path: &str, addr: &str, cookie: Option<&str>| {
+            let mut r = http.get(format!("{entrance}{path}")).header("accept", "text/html");
+            if front == Front::Proxy {
+                r = r.header("x-forwarded-for", addr);
+            }
+            if let Some(c) = cookie {
+                r = r.header("cookie", format!("queue_admission={c}"));
+            }
+            async move { r.send().await.unwrap() }
+        };
+        let set_cookie = |r: &reqwest::Response| {
+            r.headers()
+                .get_all("set-cookie")
+                .iter()
+                .filter_map(|v| v.to_str().ok()?.split(';').next()?.strip_prefix("queue_admission="))
+                .map(str::to_string)
+                .find(|v| !v.is_empty())
+        };
+        let location = |r: &reqwest::Response| {
+            r.headers().get("location").map(|l| l.to_str().unwrap().to_string()).unwrap_or_default()
+        };
+        let calls = |command: &str| -> u64 {
+            let info = valkey.client().call("INFO", &["commandstats"]).unwrap();
+            let text = match info {
+                redis::Value::BulkString(b) => String::from_utf8_lossy(&b).into_owned(),
+                redis::Value::VerbatimString { text, .. } => text,
+                other => panic!("INFO: {other:?}"),
+            };
+            let prefix = format!("cmdstat_{command}:calls=");
+            text.lines()
+                .find_map(|l| l.strip_prefix(&prefix))
+                .map_or(0, |r| r.split(',').next().unwrap().parse().unwrap())
+        };
+        tokio::time::sleep(Duration::from_millis(500)).await;
+        valkey.client().call("CONFIG", &["RESETSTAT"]).unwrap();
+
+        // 1. The first visitor on the idle queue: straight to the app.
+        let addr = "198.51.100.7";
+        let r = get("/checkout", addr, None).await;
+        let token = set_cookie(&r).unwrap_or_else(|| panic!("{front:?}: no cookie on the first answer"));
+        let r = if front == Front::Caddy {
+            // Caddy drops a 200's cookies: the gate sets it on one redirect to the same URL.
+            assert_eq!((r.status().as_u16(), location(&r).as_str()), (302, "/checkout"), "{front:?}");
+            get("/checkout", addr, Some(&token)).await
+        } else {
+            r
+        };
+        assert_eq!(r.status(), 200, "{front:?}: the first request reaches the app");
+        let answer: Value = r.json().await.unwrap();
+        let user =
+            answer["user"].as_str().unwrap_or_else(|| panic!("{front:?}: the app saw no X-Queue-User: {answer}"));
+        assert_eq!(answer["queue"], "drop");
+        assert_eq!(calls("queue.pass"), 1, "{front:?}: one Valkey call for the first request");
+        for _ in 0..3 {
+            let r = get("/checkout", addr, Some(&token)).await;
+            assert_eq!(r.status(), 200);
+        }
+        for c in ["queue.pass", "queue.enter", "ticket.claim"] {
+            assert_eq!(calls(c), u64::from(c == "queue.pass"), "{front:?}: {c} after the first request");
+        }
+        let log = stack.upstream_log().await;
+        assert!(
+            log.iter().any(|l| l["user"] == user && l["uri"].as_str().unwrap_or("").starts_with("/checkout")),
+            "{front:?}: the app's log shows the person: {log:?}"
+        );
+        assert!(
+            log.iter().filter(|l| l["uri"].as_str().unwrap_or("").starts_with("/checkout")).all(|l| l["user"] == user),
+            "{front:?}: nothing unadmitted reached the app"
+        );
+        assert_eq!(qc.info(&queue).await.unwrap().active, 1);
+
+        // 2. The room full (people claiming their tickets): the next visitor goes there.
+        for i in 1..CAP {
+            let t = qc.enter(&queue, &format!("f{i}"), "f").await.unwrap().ticket_id.expect("promoted");
+            qc.claim(&queue, &t).await.unwrap();
+        }
+        let r = get("/checkout", addr, None).await;
+        assert_eq!(r.status(), 302, "{front:?}: the room is full");
+        // (nginx's `return 302` writes the link absolute.)
+        assert!(location(&r).contains("/gate/room/?queue=drop"), "{front:?}: {}", location(&r));
+        assert!(set_cookie(&r).is_none());
+        for i in 1..CAP {
+            qc.end_session(&queue, &format!("f{i}")).await.unwrap();
+        }
+        tokio::time::sleep(Duration::from_millis(400)).await;
+
+        // 3. A crawler that never sends the cookie back, from the same address: what is
+        // left of the address's passes this minute (one), then the room.
+        let mut passes = 0;
+        for _ in 0..8 {
+            let r = get("/checkout", addr, None).await;
+            if set_cookie(&r).is_some() {
+                passes += 1;
+            } else {
+                assert!(location(&r).contains("/gate/room/"), "{front:?}: {} {}", r.status(), location(&r));
+            }
+        }
+        assert_eq!(passes, PER_ADDRESS - 2, "{front:?}: a cookieless client takes at most its address's passes");
+        assert_eq!(qc.info(&queue).await.unwrap().active, 2, "{front:?}");
+
+        if front == Front::Proxy {
+            // 4. A flood of first requests from many addresses: never past the cap.
+            let flood = (0..40).map(|i| get("/checkout", &format!("203.0.113.{i}"), None));
+            let answers = e2e::join_all(flood).await;
+            let through = answers.iter().filter(|r| r.status() == 200).count() as u64;
+            let info = qc.info(&queue).await.unwrap();
+            assert!(info.active <= CAP, "the flood passed the cap: {info:?}");
+            assert_eq!(info.active, 2 + through, "every 200 is a session: {info:?}");
+
+            // 5. The app reports a sale: off the answer, into the queue's inventory.
+            let r = get("/checkout/pay?sold=2", addr, Some(&token)).await;
+            assert_eq!(r.status(), 200);
+            assert!(r.headers().get("queue-sold").is_none(), "Queue-Sold reached the client");
+            let r = get("/checkout/pay?sold=-4", addr, Some(&token)).await;
+            assert!(r.headers().get("queue-sold").is_none());
+            let deadline = Instant::now() + Duration::from_secs(10);
+            while qc.info(&queue).await.unwrap().inventory != Some(48) && Instant::now() < deadline {
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            }
+            tokio::time::sleep(Duration::from_millis(300)).await;
+            assert_eq!(qc.info(&queue).await.unwrap().inventory, Some(48), "the sale counted once, the bad value not");
+        }
+        eprintln!("{front:?}: straight through with one QUEUE.PASS; full room and crawler sent to the room");
+    }
+}

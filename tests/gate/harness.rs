@@ -136,7 +136,9 @@ pub struct GateOptions {
     pub tick_ms: u64,
     pub idle_s: u64,
     pub token_ttl_s: u64,
-    /// More flags for the gate (e.g. --bypass-network).
+    /// More flags for the gate (e.g. --bypass-network). Straight through is off
+    /// (every test visitor goes through the room) unless these name
+    /// `--straight-through`.
     pub extra: Vec<String>,
 }
 
@@ -158,6 +160,9 @@ pub async fn gate(dir: &Scratch, valkey: &[String], api: &str, app: &Proc, front
     args.extend(["--token-ttl".into(), format!("{}s", o.token_ttl_s)]);
     for (path, queue) in &o.routes {
         args.extend(["--route".into(), format!("{path}={queue}")]);
+    }
+    if !o.extra.iter().any(|a| a == "--straight-through") {
+        args.extend(["--straight-through".into(), "false".into()]);
     }
     args.extend(o.extra.iter().cloned());
     match front {

@@ -12,7 +12,8 @@
 //! `queue` are the `X-Queue-User`/`X-Queue-Name` headers the proxy passed and
 //! `tokenSub` the subject of the admission token the request carried (read, not
 //! verified: verifying is the audit's job); `bytes` counts the request body. A query
-//! with `end=1` answers `Queue-Session: end` (the app ends the session).
+//! with `end=1` answers `Queue-Session: end` (the app ends the session); `sold=N`
+//! answers `Queue-Sold: N` (the app reports a sale).
 //!
 //! Log line: `{"us", "method", "uri", "user", "queue", "tokens", "via"}`: `us` is the
 //! arrival time in microseconds since the epoch, `tokens` the admission tokens
@@ -99,6 +100,12 @@ async fn serve(State(app): State<Arc<App>>, req: Request) -> Response {
             .into_response();
     if parts.uri.query().is_some_and(|q| q.split('&').any(|p| p == "end=1")) {
         resp.headers_mut().insert("queue-session", HeaderValue::from_static("end"));
+    }
+    // The app reports a sale: `sold=N` answers `Queue-Sold: N` (the gate takes it off).
+    for n in parts.uri.query().unwrap_or("").split('&').filter_map(|p| p.strip_prefix("sold=")) {
+        if let Ok(v) = HeaderValue::from_str(n) {
+            resp.headers_mut().append("queue-sold", v);
+        }
     }
     resp
 }

@@ -64,7 +64,19 @@ impl Gate {
         format!("{base}/api/queue")
     }
 
-    /// The answer that sends a refused request to the waiting room of `queue`.
+    /// The waiting room's link for a refused request of `queue`: with `--public-url`,
+    /// on that origin when the request's route names no host (`hosted` false) and the
+    /// waiting room is a path; else [`Gate::waiting_room_url`].
+    pub fn room_link(&self, queue: &str, return_path: &str, hosted: bool) -> String {
+        let url = self.waiting_room_url(queue, return_path);
+        match &self.config.public_url {
+            Some(origin) if !hosted && url.starts_with('/') => format!("{origin}{url}"),
+            _ => url,
+        }
+    }
+
+    /// The answer that sends a refused request to the waiting room of `queue`
+    /// (`hosted`: its route names a host, see [`Gate::room_link`]).
     pub fn to_waiting_room(
         &self,
         queue: &str,
@@ -72,8 +84,9 @@ impl Gate {
         return_path: &str,
         headers: &HeaderMap,
         convention: Convention,
+        hosted: bool,
     ) -> Response {
-        let url = self.waiting_room_url(queue, return_path);
+        let url = self.room_link(queue, return_path, hosted);
         let location = HeaderValue::from_str(&url).unwrap_or_else(|_| HeaderValue::from_static("/"));
         if !wants_html(headers) {
             let api = self.api_base();

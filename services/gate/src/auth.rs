@@ -31,6 +31,9 @@ use std::sync::Arc;
 /// Tells the proxy (and tests) what the gate decided.
 pub const DECISION_HEADER: &str = "x-queue-decision";
 
+/// The decision header's value for a visitor let straight in.
+pub const STRAIGHT: &str = "straight_through";
+
 pub async fn auth(State(gate): State<Arc<Gate>>, ConnectInfo(peer): ConnectInfo<SocketAddr>, req: Request) -> Response {
     let headers = req.headers();
     let text = |name: &str| headers.get(name).and_then(|v| v.to_str().ok());
@@ -113,7 +116,42 @@ pub async fn auth(State(gate): State<Arc<Gate>>, ConnectInfo(peer): ConnectInfo<
             resp
         }
         Decision::Pass(_) => StatusCode::OK.into_response(),
-        Decision::Refuse { queue, outcome } => gate.to_waiting_room(&queue, outcome, &original, headers, convention),
+        Decision::Refuse { queue, outcome, hosted } => {
+            // Straight in when there is room: the admission on this 200 (the proxy
+            // copies X-Queue-User upstream and the Set-Cookie to the client). Through
+            // a proxy that drops the 200's cookies (--renew-redirect), a GET or HEAD
+            // is sent once to its own URL with the cookie set on that redirect, and
+            // other methods queue (a redirect would lose their body).
+            let bodiless = method.eq_ignore_ascii_case("GET") || method.eq_ignore_ascii_case("HEAD");
+            let passed = if gate.config.renew_redirect && !bodiless {
+                None
+            } else {
+                gate.straight_through(&queue, outcome, headers, client, https).await
+            };
+            match passed {
+                Some(p) if gate.config.renew_redirect => {
+                    let mut resp = gate.redirect(&original, convention, headers);
+                    resp.headers_mut().insert(header::SET_COOKIE, p.cookie);
+                    resp.headers_mut().insert(DECISION_HEADER, HeaderValue::from_static(STRAIGHT));
+                    answer::no_store(&mut resp);
+                    return resp;
+                }
+                Some(p) => {
+                    let mut resp = StatusCode::OK.into_response();
+                    let h = resp.headers_mut();
+                    let claims = &p.verified.claims;
+                    if let (Ok(u), Ok(q)) = (HeaderValue::from_str(&claims.sub), HeaderValue::from_str(&claims.aud)) {
+                        h.insert(QUEUE_USER, u);
+                        h.insert(QUEUE_NAME, q);
+                    }
+                    h.insert(header::SET_COOKIE, p.cookie);
+                    h.insert(DECISION_HEADER, HeaderValue::from_static(STRAIGHT));
+                    answer::no_store(&mut resp);
+                    return resp;
+                }
+                None => gate.to_waiting_room(&queue, outcome, &original, headers, convention, hosted),
+            }
+        }
         // nginx turns any answer but 2xx, 401 and 403 into a 500.
         Decision::BadPath => {
             let status = if convention == Convention::Nginx { StatusCode::FORBIDDEN } else { StatusCode::BAD_REQUEST };

@@ -116,7 +116,7 @@ fn unavailable(headers: &HeaderMap) -> Response {
 }
 
 /// A new session id: 128 random bits.
-fn new_session_id() -> String {
+pub fn new_session_id() -> String {
     let mut bytes = [0u8; 16];
     ring::rand::SecureRandom::fill(&ring::rand::SystemRandom::new(), &mut bytes).expect("system randomness");
     base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(bytes)
@@ -312,21 +312,8 @@ pub async fn claim(
     };
     gate.health.up();
     gate.metrics.claim("ok");
-    let now_s = now / 1000;
-    let exp = gate.token_exp(queue, now_s, now);
-    let claims = Claims {
-        iss: ISSUER.to_string(),
-        aud: queue.to_string(),
-        sub: claim.user_id.clone(),
-        sid: new_session_id(),
-        iat: now_s,
-        exp,
-        auth_time: now_s,
-    };
-    let token = gate.config.keys.sign(&claims);
-    gate.table.session_for(&claims, now);
+    let (token, exp, cookie) = gate.admit(queue, &claim.user_id, &headers, origin.https, now);
     tracing::info!(queue, user = claim.user_id, "ticket claimed; admitted");
-    let cookie = gate.cookie_with(&headers, queue, Some((token.clone(), exp)), origin.https, now_s);
     let mut resp = if wants_json(&headers) {
         axum::Json(serde_json::json!({
             "queue": queue,
@@ -342,6 +329,38 @@ pub async fn claim(
     resp.headers_mut().insert(header::SET_COOKIE, cookie);
     answer::no_store(&mut resp);
     resp
+}
+
+impl Gate {
+    /// The admission of `user`, whose entry to `queue` was just claimed (TICKET.CLAIM
+    /// at `/gate/claim`, or QUEUE.PASS straight through) at `now`: a new session (its
+    /// id, the claim time now) kept in the table, so renewed each tick from now on;
+    /// its token, the token's expiry, and the Set-Cookie that holds it next to the
+    /// request's tokens for other queues.
+    pub fn admit(
+        &self,
+        queue: &str,
+        user: &str,
+        headers: &HeaderMap,
+        https: bool,
+        now: u64,
+    ) -> (String, u64, HeaderValue) {
+        let now_s = now / 1000;
+        let exp = self.token_exp(queue, now_s, now);
+        let claims = Claims {
+            iss: ISSUER.to_string(),
+            aud: queue.to_string(),
+            sub: user.to_string(),
+            sid: new_session_id(),
+            iat: now_s,
+            exp,
+            auth_time: now_s,
+        };
+        let token = self.config.keys.sign(&claims);
+        self.table.session_for(&claims, now);
+        let cookie = self.cookie_with(headers, queue, Some((token.clone(), exp)), https, now_s);
+        (token, exp, cookie)
+    }
 }
 
 /// `/gate/leave`, GET or POST. Only this site's own pages (or the person, typing it)

@@ -140,6 +140,24 @@ pub struct Flags {
     #[arg(long, env = "GATE_FAST_PATH", default_value = "on", value_name = "on|off", action = clap::ArgAction::Set,
           value_parser = clap::builder::BoolishValueParser::new())]
     pub fast_path: bool,
+    /// Let a visitor without a token straight in while nobody waits in the queue and
+    /// a slot is free (QUEUE.PASS: entered and claimed in one command, the token set
+    /// on that very answer); only when people wait or the room is full does the
+    /// visitor go to the waiting room. On by default; per queue in the rules file.
+    #[arg(long, env = "GATE_STRAIGHT_THROUGH", default_value = "true", value_name = "true|false",
+          action = clap::ArgAction::Set, value_parser = clap::builder::BoolishValueParser::new())]
+    pub straight_through: bool,
+    /// Straight passes per client address per minute (0 to 10000; 0: no limit per
+    /// address). A client that never keeps the cookie (a crawler, a script) takes at
+    /// most this many slots a minute; past it that address goes to the waiting room.
+    #[arg(long, env = "GATE_STRAIGHT_THROUGH_PER_ADDRESS", default_value = "6",
+          value_parser = clap::value_parser!(u32).range(0..=10_000))]
+    pub straight_through_per_address: u32,
+    /// The origin visitors reach this gate at (https://shop.example.com), behind a
+    /// load balancer: the waiting room's link for routes without a host name uses it
+    /// instead of the gate's listening address.
+    #[arg(long, env = "GATE_PUBLIC_URL")]
+    pub public_url: Option<String>,
 }
 
 /// Which forward-auth convention /gate/auth follows (`--auth-convention`).
@@ -179,6 +197,12 @@ pub struct Config {
     /// How durable a claim must be before the gate admits (`--durable-replicas`,
     /// `--durable-timeout-ms`, `--durable-aof`; off by default).
     pub durability: queue_client::Durability,
+    /// Straight passes per client address per minute (0: no limit per address;
+    /// `--straight-through-per-address`).
+    pub straight_per_address: u32,
+    /// The origin visitors reach this gate at, without a trailing slash
+    /// (`--public-url`).
+    pub public_url: Option<String>,
 }
 
 impl Config {
@@ -189,7 +213,7 @@ impl Config {
             limits: HttpLimits::default(),
             upstream: None,
             upstream_timeout: secs(60),
-            rules: Rules::new(QueueSettings { idle: secs(300), max_session: None }),
+            rules: Rules::new(QueueSettings { idle: secs(300), max_session: None, straight_through: true }),
             bypass_secret: None,
             queue_api: None,
             waiting_room: "/gate/room/".into(),
@@ -204,6 +228,8 @@ impl Config {
             renew_redirect: false,
             fast_path: true,
             durability: queue_client::Durability::OFF,
+            straight_per_address: 6,
+            public_url: None,
         }
     }
 }
@@ -236,8 +262,11 @@ impl service_kit::Flags for Flags {
             println!("wrote a new Ed25519 key to {}", path.display());
             std::process::exit(0);
         }
-        let defaults =
-            QueueSettings { idle: self.idle, max_session: (!self.max_session.is_zero()).then_some(self.max_session) };
+        let defaults = QueueSettings {
+            idle: self.idle,
+            max_session: (!self.max_session.is_zero()).then_some(self.max_session),
+            straight_through: self.straight_through,
+        };
         let mut rules = Rules::new(defaults);
         rules.unmatched = rules::parse_unmatched(&self.unmatched)?;
         for r in &self.routes {
@@ -294,6 +323,7 @@ impl service_kit::Flags for Flags {
         }
         let upstream = self.upstream.as_deref().map(|u| parse_base_url("--upstream", u)).transpose()?;
         let client_addrs = client_addrs(self.proxy, |name| std::env::var(name).ok())?;
+        let public_url = self.public_url.as_deref().map(parse_public_url).transpose()?;
         Ok(Config {
             target: self.common.target(),
             limits: self.http,
@@ -314,8 +344,28 @@ impl service_kit::Flags for Flags {
             renew_redirect: self.renew_redirect,
             fast_path: self.fast_path,
             durability: self.durable.durability(),
+            straight_per_address: self.straight_through_per_address,
+            public_url,
         })
     }
+}
+
+/// `--public-url`: an http(s) origin (a host, maybe a port; no path, query or user),
+/// returned without a trailing slash.
+pub fn parse_public_url(s: &str) -> Result<String, String> {
+    let bad = |why: &str| format!("--public-url {s:?}: {why} (expected https://host[:port])");
+    let uri: hyper::Uri = s.trim().parse().map_err(|e| bad(&format!("{e}")))?;
+    if !matches!(uri.scheme_str(), Some("http" | "https")) {
+        return Err(bad("http or https only"));
+    }
+    let Some(authority) = uri.authority() else { return Err(bad("no host")) };
+    if authority.host().is_empty() || authority.as_str().contains('@') {
+        return Err(bad("a host name without a user"));
+    }
+    if uri.query().is_some() || !matches!(uri.path(), "" | "/") {
+        return Err(bad("an origin, without a path or query"));
+    }
+    Ok(format!("{}://{}", uri.scheme_str().unwrap_or("https"), authority.as_str().to_ascii_lowercase()))
 }
 
 /// Who the client is: `proxy`'s flags, with the gate's old variables
@@ -378,6 +428,21 @@ mod tests {
         assert!(!parse(&["--fast-path", "off"]).unwrap().fast_path);
         assert!(parse(&["--fast-path", "on"]).unwrap().fast_path);
         assert!(parse(&["--fast-path", "sometimes"]).is_err());
+        let c = parse(&[]).unwrap();
+        assert!(c.rules.defaults.straight_through && c.straight_per_address == 6 && c.public_url.is_none());
+        assert!(!parse(&["--straight-through", "false"]).unwrap().rules.defaults.straight_through);
+        assert!(parse(&["--straight-through", "perhaps"]).is_err());
+        assert_eq!(parse(&["--straight-through-per-address", "0"]).unwrap().straight_per_address, 0);
+        assert!(parse(&["--straight-through-per-address", "-1"]).is_err());
+        assert!(parse(&["--straight-through-per-address", "10001"]).is_err());
+        let public = |u: &str| parse(&["--public-url", u]).map(|c| c.public_url.unwrap());
+        assert_eq!(public("https://Shop.Example.com/").unwrap(), "https://shop.example.com");
+        assert_eq!(public("http://10.0.0.1:8080").unwrap(), "http://10.0.0.1:8080");
+        for bad in
+            ["shop.example.com", "ftp://x", "https://x/path", "https://x/?q=1", "https://u@x", "javascript:alert(1)"]
+        {
+            assert!(public(bad).is_err(), "{bad}");
+        }
     }
 
     #[test]

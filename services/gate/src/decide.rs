@@ -96,8 +96,9 @@ pub enum Decision {
     /// An admitted person; `renewed` is the Set-Cookie with a fresh token when the
     /// old one nears expiry.
     Admit { verified: Arc<Verified>, token: String, renewed: Option<HeaderValue> },
-    /// Send to the waiting room of `queue`.
-    Refuse { queue: String, outcome: Outcome },
+    /// Send to the waiting room of `queue` (or straight in, when there is room);
+    /// `hosted`: the route names a host (else `--public-url` makes the room's link).
+    Refuse { queue: String, outcome: Outcome, hosted: bool },
     /// The path cannot be read (400).
     BadPath,
 }
@@ -162,7 +163,8 @@ impl Gate {
         if self.health.fail_open(now_ms) {
             return Decision::Pass(Outcome::FailOpen);
         }
-        Decision::Refuse { queue: queue.to_string(), outcome: why }
+        let hosted = route.is_some_and(|r| r.host.is_some());
+        Decision::Refuse { queue: queue.to_string(), outcome: why, hosted }
     }
 
     /// The live admission to `queue` that `headers` carry (Bearer or cookie), as a

@@ -4,9 +4,11 @@
 //! ([`proxy`], with `--upstream`), or a forward-auth endpoint for a proxy already there
 //! ([`auth`], `GET /gate/auth`). Either way a request is decided by [`decide`] from
 //! the rules ([`rules`]) and the admission token ([`token`], cached in [`sessions`])
-//! without any Valkey call; promoted people claim their ticket at `/gate/claim`
-//! ([`claim`]); the leases of the people seen are renewed once per tick per queue
-//! ([`lease`]). See docs/gate.md.
+//! without any Valkey call; a visitor without a token goes straight in while there is
+//! room ([`straight`], one QUEUE.PASS); promoted people claim their ticket at
+//! `/gate/claim` ([`claim`]); the leases of the people seen are renewed once per tick
+//! per queue ([`lease`]); the app's sales reported in proxy mode ([`sales`]). See
+//! docs/gate.md.
 
 pub mod answer;
 pub mod auth;
@@ -23,7 +25,9 @@ pub mod readmit;
 pub mod registry;
 pub mod returns;
 pub mod rules;
+pub mod sales;
 pub mod sessions;
+pub mod straight;
 pub mod token;
 
 pub use config::{Config, Flags};
@@ -79,6 +83,12 @@ pub struct Gate {
     /// The app as proxy mode's fast path reaches it (plain HTTP upstreams; None with
     /// `--fast-path off`).
     pub fast: Option<proxy::fast::Upstream>,
+    /// Straight passes: the per-address limiter and the per-queue busy hint.
+    pub straight: straight::StraightThrough,
+    /// Sales the app reported (`Queue-Sold`), sent by the sale task.
+    pub sales: mpsc::Sender<sales::Sale>,
+    /// The sale task's end of [`Gate::sales`], taken by [`serve`].
+    pub sales_rx: std::sync::Mutex<Option<mpsc::Receiver<sales::Sale>>>,
 }
 
 /// Milliseconds since the epoch.
@@ -95,7 +105,11 @@ impl Gate {
             config.client_addrs = config.client_addrs.trusting_peer();
         }
         let (ends, ended) = mpsc::unbounded_channel();
+        let (sales, sales_rx) = mpsc::channel(sales::SALES_PENDING);
         let gate = Gate {
+            straight: straight::StraightThrough::new(config.straight_per_address),
+            sales,
+            sales_rx: std::sync::Mutex::new(Some(sales_rx)),
             store: LazyClient::connect_durable(config.target.clone(), config.durability),
             table: sessions::Table::default(),
             health: health::StoreHealth::new(config.fail_open, now_ms()),
@@ -203,6 +217,9 @@ pub async fn serve(
     let ticker = tokio::spawn(lease::tick_loop(gate.clone(), stop_rx.clone()));
     tokio::spawn(declare_queues(gate.clone(), stop_rx.clone()));
     let described = tokio::spawn(registry::publish_loop(gate.clone(), listen, stop_rx.clone()));
+    if let Some(sales) = gate.sales_rx.lock().unwrap().take() {
+        tokio::spawn(sales::sale_loop(gate.clone(), sales, stop_rx.clone()));
+    }
     let ender = tokio::spawn(lease::end_loop(gate.clone(), ended, stop_rx));
     tracing::info!(
         mode = if gate.config.upstream.is_some() { "proxy" } else { "forward-auth" },

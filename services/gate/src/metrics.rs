@@ -86,6 +86,26 @@ impl Metrics {
             .increment(1);
     }
 
+    /// A straight pass tried, by outcome (passed, room, limited, no_address,
+    /// unavailable, not_durable, error).
+    pub fn straight(&self, outcome: &'static str) {
+        self.registry
+            .counter_with(
+                "gate_straight_through_total",
+                "Visitors without a token let straight in (passed) or sent to the room, by why.",
+                &[("outcome", outcome)],
+            )
+            .increment(1);
+    }
+
+    /// A `Queue-Sold` header from the app, by outcome (reported, bad_value,
+    /// not_admitted, dropped, unavailable, refused).
+    pub fn sale(&self, outcome: &'static str) {
+        self.registry
+            .counter_with("gate_sales_total", "Queue-Sold headers from the app, by outcome.", &[("outcome", outcome)])
+            .increment(1);
+    }
+
     pub fn ended(&self, reason: EndReason) {
         self.ended[reason as usize].increment(1);
     }

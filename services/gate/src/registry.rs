@@ -42,7 +42,7 @@ fn ms(d: Duration) -> u64 {
 }
 
 fn session(s: &QueueSettings) -> Value {
-    json!({ "idleMs": ms(s.idle), "maxSessionMs": s.max_session.map(ms) })
+    json!({ "idleMs": ms(s.idle), "maxSessionMs": s.max_session.map(ms), "straightThrough": s.straight_through })
 }
 
 /// The description of a gate running with `config`, listening on `listen`, written at
@@ -65,6 +65,7 @@ pub fn describe(config: &Config, instance: &str, listen: &str, started_ms: u64, 
         "version": env!("CARGO_PKG_VERSION"),
         "mode": if config.upstream.is_some() { "proxy" } else { "forward-auth" },
         "listen": listen,
+        "publicUrl": config.public_url,
         "waitingRoom": config.waiting_room,
         "servesRoom": config.queue_api.is_some(),
         "routes": routes,
@@ -169,8 +170,11 @@ mod tests {
         for secret in ["staff-secret", "password", "PRIVATE", "app-user"] {
             assert!(!text.contains(secret), "{secret} in {text}");
         }
+        assert_eq!((&d["publicUrl"], &d["sessions"]["straightThrough"]), (&Value::Null, &json!(true)));
         c.upstream = None;
-        assert_eq!(describe(&c, "h", "l", 1, 1)["mode"], "forward-auth");
+        c.public_url = Some("https://shop.example".into());
+        let d = describe(&c, "h", "l", 1, 1);
+        assert_eq!((d["mode"].as_str(), d["publicUrl"].as_str()), (Some("forward-auth"), Some("https://shop.example")));
     }
 
     #[test]

@@ -55,6 +55,9 @@ pub struct QueueSettings {
     pub idle: Duration,
     /// The longest session (None: no limit); past it the person queues again.
     pub max_session: Option<Duration>,
+    /// Whether a visitor without a token goes straight in while nobody waits and a
+    /// slot is free (`--straight-through`, `straight_through` per queue).
+    pub straight_through: bool,
 }
 
 /// All the rules.
@@ -188,7 +191,8 @@ impl Rules {
             if idle.is_zero() {
                 return Err(format!("queue {name}: idle must be more than 0"));
             }
-            self.queues.insert(name, QueueSettings { idle, max_session });
+            let straight_through = q.straight_through.unwrap_or(self.defaults.straight_through);
+            self.queues.insert(name, QueueSettings { idle, max_session, straight_through });
         }
         Ok(())
     }
@@ -221,6 +225,7 @@ struct RouteEntry {
 struct QueueEntry {
     idle: Option<String>,
     max_session: Option<String>,
+    straight_through: Option<bool>,
 }
 
 fn parse_duration(s: &str) -> Result<Duration, String> {
@@ -395,7 +400,7 @@ mod tests {
     use super::*;
 
     fn settings() -> QueueSettings {
-        QueueSettings { idle: Duration::from_secs(300), max_session: None }
+        QueueSettings { idle: Duration::from_secs(300), max_session: None, straight_through: true }
     }
 
     #[test]
@@ -543,6 +548,8 @@ mod tests {
                 [queue.drop-42]
                 idle = "2m"
                 max_session = "30m"
+                [queue.concert]
+                straight_through = false
                 "#,
             )
             .unwrap();
@@ -554,12 +561,18 @@ mod tests {
         assert!(rules.route_for("a", "/shop/a.css").unwrap().static_assets);
         assert_eq!(
             rules.settings("drop-42"),
-            QueueSettings { idle: Duration::from_secs(120), max_session: Some(Duration::from_secs(1800)) }
+            QueueSettings {
+                idle: Duration::from_secs(120),
+                max_session: Some(Duration::from_secs(1800)),
+                straight_through: true
+            }
         );
-        assert_eq!(rules.settings("concert"), settings());
+        assert_eq!(rules.settings("concert"), QueueSettings { straight_through: false, ..settings() });
+        assert_eq!(rules.settings("other"), settings());
         let mut bad = Rules::new(settings());
         assert!(bad.load_toml("[[route]]\nprefix = \"x\"\nqueue = \"q\"").is_err());
         assert!(bad.load_toml("typo = 1").is_err());
         assert!(bad.load_toml("[queue.q]\nidle = \"soon\"").is_err());
+        assert!(bad.load_toml("[queue.q]\nstraight_through = \"maybe\"").is_err());
     }
 }

@@ -740,10 +740,17 @@ async fn idle_longest_session_and_renewal(b: Backend) {
     let app = Upstream::start().await;
     let mut c = config(&s, Some(app.addr), &key_file(dir.path(), "k.pem"));
     // Idle 2 s: tokens live at most that long (never past the lease), renewed once a second old.
-    c.rules.queues.insert("drop".into(), QueueSettings { idle: Duration::from_secs(2), max_session: None });
+    c.rules.queues.insert(
+        "drop".into(),
+        QueueSettings { idle: Duration::from_secs(2), max_session: None, straight_through: false },
+    );
     c.rules.queues.insert(
         "concert".into(),
-        QueueSettings { idle: Duration::from_secs(60), max_session: Some(Duration::from_secs(2)) },
+        QueueSettings {
+            idle: Duration::from_secs(60),
+            max_session: Some(Duration::from_secs(2)),
+            straight_through: false,
+        },
     );
     c.token_ttl = Duration::from_secs(3);
     let gate = Gate::start(c).await;
@@ -822,7 +829,10 @@ async fn token_dies_before_its_lease_can_lapse(b: Backend) {
     let key = key_file(dir.path(), "k.pem");
     let app = Upstream::start().await;
     let settings = |c: &mut queue_gate::Config| {
-        c.rules.queues.insert("drop".into(), QueueSettings { idle: Duration::from_secs(2), max_session: None });
+        c.rules.queues.insert(
+            "drop".into(),
+            QueueSettings { idle: Duration::from_secs(2), max_session: None, straight_through: false },
+        );
         c.token_ttl = Duration::from_secs(600);
     };
     let mut c = config(&s, Some(app.addr), &key);
@@ -932,7 +942,11 @@ async fn websocket_closed_when_the_session_ends(b: Backend) {
     let mut c = config(&s, Some(app.addr), &key);
     c.rules.queues.insert(
         "drop".into(),
-        QueueSettings { idle: Duration::from_secs(300), max_session: Some(Duration::from_secs(2)) },
+        QueueSettings {
+            idle: Duration::from_secs(300),
+            max_session: Some(Duration::from_secs(2)),
+            straight_through: false,
+        },
     );
     let gate = Gate::start(c).await;
     let cookie = claim(&gate, "drop", &ticket(&qc, "drop", "u-long").await).await;
@@ -1070,7 +1084,10 @@ async fn leave_and_claim_refuse_other_sites() {
 async fn renewal_by_redirect_in_forward_auth() {
     use queue_gate::rules::QueueSettings;
     let Proxied { valkey: _s, qc, gate, .. } = Proxied::with(ValkeyServer::start(Backend::Module), false, |c| {
-        c.rules.queues.insert("drop".into(), QueueSettings { idle: Duration::from_secs(3), max_session: None });
+        c.rules.queues.insert(
+            "drop".into(),
+            QueueSettings { idle: Duration::from_secs(3), max_session: None, straight_through: false },
+        );
         c.renew_redirect = true;
     })
     .await;

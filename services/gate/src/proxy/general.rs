@@ -42,7 +42,7 @@ pub async fn forward(
     let origin = Origin::of(req.headers(), req.uri(), peer, &gate.config.client_addrs);
     let target = req_path(req.uri());
     let upstream = gate.config.upstream.clone().expect("proxy mode has an upstream");
-    match phases::request_filter(&gate, &origin, req.uri().path(), &target, req.headers()) {
+    match phases::request_filter(&gate, &origin, req.uri().path(), &target, req.headers()).await {
         Step::Answer(resp) => resp,
         Step::Forward(ctx) => send(&gate, req, &upstream, target, &origin, &ctx).await,
     }

@@ -3,14 +3,16 @@
 //! `ProxyHttp` phases are called by each of its protocols):
 //!
 //! 1. [`request_filter`]: the decision ([`crate::decide`]): the gate answers itself
-//!    (a path it cannot read, the way to the waiting room) or forwards, with a
+//!    (a path it cannot read, the way to the waiting room) or forwards (an admitted
+//!    person, a visitor let straight in, a request that passes), with a
 //!    [`Ctx`] that the later phases read;
 //! 2. [`Ctx::upstream_request_filter`]: the headers to the app: hop-by-hop headers
 //!    dropped, `X-Forwarded-*` and `X-Real-IP` the gate's own, `X-Queue-User` and
 //!    `X-Queue-Name` for an admitted person (a client's own copies dropped);
 //! 3. [`Ctx::response_filter`]: the app's answer for the client: hop-by-hop headers
-//!    dropped, and for an admitted person the app's `Queue-Session: end` settled (the
-//!    session ended, the cookie cleared) or a renewed token set;
+//!    dropped, the app's `Queue-Sold` taken off (reported for an admitted person,
+//!    [`crate::sales`]), and for an admitted person the app's `Queue-Session: end`
+//!    settled (the session ended, the cookie cleared) or a renewed token set;
 //! 4. [`Ctx::fail_to_proxy`]: the gate's own answer when the app gives none to pass
 //!    on (502, 504), counted, and settled as any other answer to that person.
 //!
@@ -104,8 +106,10 @@ pub struct Ctx {
 }
 
 /// The decision phase: `path` is the request's path as sent (no query), `target` its
-/// path and query (where the waiting room sends the person back to).
-pub fn request_filter(gate: &Gate, origin: &Origin, path: &str, target: &str, headers: &HeaderMap) -> Step {
+/// path and query (where the waiting room sends the person back to). A visitor
+/// without a token is let straight in when there is room ([`crate::straight`]: one
+/// Valkey call), the cookie set on the app's answer.
+pub async fn request_filter(gate: &Gate, origin: &Origin, path: &str, target: &str, headers: &HeaderMap) -> Step {
     let incoming =
         Incoming { host: &origin.host, path, headers, client: origin.client, https: origin.https, renew: true };
     match gate.decide(&incoming, now_ms()) {
@@ -116,8 +120,11 @@ pub fn request_filter(gate: &Gate, origin: &Origin, path: &str, target: &str, he
             Msg::BadPath,
             headers,
         )),
-        Decision::Refuse { queue, outcome } => {
-            Step::Answer(gate.to_waiting_room(&queue, outcome, target, headers, Convention::Redirect))
+        Decision::Refuse { queue, outcome, hosted } => {
+            if let Some(p) = gate.straight_through(&queue, outcome, headers, origin.client, origin.https).await {
+                return Step::Forward(Ctx::new(headers, origin.https, Some((p.verified, Some(p.cookie)))));
+            }
+            Step::Answer(gate.to_waiting_room(&queue, outcome, target, headers, Convention::Redirect, hosted))
         }
         Decision::Pass(_) => Step::Forward(Ctx::new(headers, origin.https, None)),
         Decision::Admit { verified, renewed, .. } => {
@@ -184,8 +191,11 @@ impl Ctx {
 
     /// The app's answer head for the client (`upgrade`: a 101 to a WebSocket, which
     /// keeps `Connection: upgrade` and `Upgrade`). The framing is the transport's.
+    /// The app's `Queue-Sold` is taken off and, for an admitted person, reported.
     pub fn response_filter(&self, gate: &Gate, headers: &mut HeaderMap, upgrade: bool) {
         strip_hop_by_hop(headers, upgrade);
+        let who = self.admitted.as_ref().map(|(v, _)| (v.claims.aud.as_str(), v.claims.sub.as_str()));
+        gate.take_sold(headers, who);
         self.settle(gate, headers);
     }
 

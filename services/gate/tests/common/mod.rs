@@ -116,7 +116,13 @@ impl Upstream {
                 r4(&req);
                 async move {
                     let user = header(req.headers(), "x-queue-user").unwrap_or_default();
-                    Response::new(Body::from(format!("app:{user}")))
+                    let mut resp = Response::new(Body::from(format!("app:{user}")));
+                    // ?sold=V: the app reports a sale (Queue-Sold: V, each value of V).
+                    for v in req.uri().query().unwrap_or("").split('&').filter_map(|p| p.strip_prefix("sold=")) {
+                        let v = percent_encoding::percent_decode_str(v).decode_utf8_lossy().into_owned();
+                        resp.headers_mut().append("queue-sold", v.parse().unwrap());
+                    }
+                    resp
                 }
             });
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
@@ -143,8 +149,11 @@ pub fn key_file(dir: &Path, name: &str) -> PathBuf {
 }
 
 /// The test routes: /checkout, /ws, /upload to `drop`; /tickets/ to `concert`.
+/// Straight through is off: these tests send a visitor without a token to the room
+/// on an idle queue (tests/straight.rs turns it on).
 pub fn config(valkey: &ValkeyServer, upstream: Option<SocketAddr>, key: &Path) -> Config {
     let mut c = Config::new(&valkey.url());
+    c.rules.defaults.straight_through = false;
     c.upstream = upstream.map(|a| format!("http://{a}").parse().unwrap());
     for r in ["/checkout=drop", "/ws=drop", "/upload=drop", "/tickets/=concert"] {
         c.rules.add_route(parse_route(r).unwrap());

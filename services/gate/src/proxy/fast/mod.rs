@@ -144,7 +144,7 @@ async fn serve_one(
     let origin = Origin::of(&head.headers, &Uri::from_static("/"), peer, &gate.config.client_addrs);
     let path = head.target.split('?').next().unwrap_or("/");
     let is_head = head.method == Method::HEAD;
-    let (status, keep) = match phases::request_filter(gate, &origin, path, &head.target, &head.headers) {
+    let (status, keep) = match phases::request_filter(gate, &origin, path, &head.target, &head.headers).await {
         Step::Answer(resp) => write_answer(client, resp, head.close, is_head).await,
         Step::Forward(ctx) => forward(gate, upstream, head, body, &origin, &ctx, client, ubuf).await,
     };
