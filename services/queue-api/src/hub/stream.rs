@@ -90,6 +90,8 @@ struct Follow {
     /// The sale's state as this stream last told it (nothing closed, sold out or
     /// said before the first event: a stream opened later tells the state first).
     sale_sent: QueueState,
+    /// The branding changed since the last `brand` event.
+    brand_new: bool,
     done: bool,
 }
 
@@ -110,7 +112,8 @@ impl Follow {
             if let Some(ev) = sale.and_then(|now| self.sale_event(now)) {
                 return Some(ev);
             }
-            if self.sub.brand.has_changed().unwrap_or(false) {
+            // (`changed()` below marks the branding seen: hence `brand_new`.)
+            if std::mem::take(&mut self.brand_new) || self.sub.brand.has_changed().unwrap_or(false) {
                 let brand = self.sub.brand.borrow_and_update().clone();
                 return Some(wire::brand_event(&self.queue, &brand));
             }
@@ -158,6 +161,7 @@ impl Follow {
                     if changed.is_err() {
                         return None;
                     }
+                    self.brand_new = true;
                 }
                 _ = self.shutdown.changed() => return None,
             }
@@ -211,6 +215,7 @@ pub fn events(
         pending: Some(first),
         last: None,
         sale_sent: QueueState::default(),
+        brand_new: false,
         done: false,
     };
     futures_util::stream::unfold(follow, |mut f| async move {
