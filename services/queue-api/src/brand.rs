@@ -59,10 +59,8 @@ pub const SHOWN: &[&str] = &["title", "message", "logo_url", "accent", "backgrou
 impl Brand {
     /// What a `brand` stream event carries: the shown settings that are set.
     pub fn shown(&self) -> serde_json::Value {
-        let map: serde_json::Map<String, serde_json::Value> = SHOWN
-            .iter()
-            .filter_map(|n| Some((n.to_string(), serde_json::Value::from(self.get(n)?))))
-            .collect();
+        let map: serde_json::Map<String, serde_json::Value> =
+            SHOWN.iter().filter_map(|n| Some((n.to_string(), serde_json::Value::from(self.get(n)?)))).collect();
         serde_json::Value::Object(map)
     }
 }

@@ -161,10 +161,14 @@ impl ApiError {
             }
             ApiError::BadLines(m, _) => (StatusCode::BAD_REQUEST, "bad_lines", m.clone()),
             ApiError::TooMany(m) => (StatusCode::PAYLOAD_TOO_LARGE, "too_large", m.clone()),
-            ApiError::Closed => (StatusCode::GONE, "closed", "the sale has ended: this queue takes no new entries".into()),
-            ApiError::SoldOut => {
-                (StatusCode::CONFLICT, "sold_out", "sold out: nothing is left, so this queue takes no new entries".into())
+            ApiError::Closed => {
+                (StatusCode::GONE, "closed", "the sale has ended: this queue takes no new entries".into())
             }
+            ApiError::SoldOut => (
+                StatusCode::CONFLICT,
+                "sold_out",
+                "sold out: nothing is left, so this queue takes no new entries".into(),
+            ),
         }
     }
 }

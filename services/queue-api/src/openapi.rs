@@ -49,7 +49,9 @@ pub fn document() -> Value {
     // A sale's end: closes_at null never closes; inventory lives apart from the schema.
     if let Some(c) = settings.get_mut("closes_at") {
         c["type"] = json!(["integer", "null"]);
-        c["description"] = json!("ms since the epoch the queue closes at: from then on entries are refused (410 closed); 0 or null: never");
+        c["description"] = json!(
+            "ms since the epoch the queue closes at: from then on entries are refused (410 closed); 0 or null: never"
+        );
     }
     settings.insert(
         "inventory".into(),

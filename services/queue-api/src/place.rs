@@ -126,9 +126,7 @@ fn cookie_value(headers: &HeaderMap, queue: &str, user: &str, secret: Option<&st
     if let Some(s) = secret.filter(|s| is_secret(s) && bound_id_of(s) == user) {
         return Some(s.to_string());
     }
-    raw_cookie(headers, queue)
-        .filter(|v| is_secret(v) && bound_id_of(v) == user)
-        .map(str::to_string)
+    raw_cookie(headers, queue).filter(|v| is_secret(v) && bound_id_of(v) == user).map(str::to_string)
 }
 
 /// `user` when the request may name it ([`may_name`]); else the answer to an id
@@ -173,7 +171,9 @@ pub fn set_cookie(
             .get("x-forwarded-proto")
             .and_then(|v| v.to_str().ok())
             .is_some_and(|p| p.eq_ignore_ascii_case("https"));
-    Some(HeaderValue::from_str(&cookie_header(queue, &value, https)).expect("a cookie of name, UUID and hex characters"))
+    Some(
+        HeaderValue::from_str(&cookie_header(queue, &value, https)).expect("a cookie of name, UUID and hex characters"),
+    )
 }
 
 /// The Set-Cookie's text: over HTTPS the `__Host-` cookie (Secure, Path=/, no
@@ -217,7 +217,10 @@ mod tests {
         // only the old name).
         let (old, new) = (uuid::Uuid::new_v4().to_string(), uuid::Uuid::new_v4().to_string());
         let mut h = HeaderMap::new();
-        h.append(header::COOKIE, HeaderValue::from_str(&format!("queue_place_q={old}; __Host-queue_place_q={new}")).unwrap());
+        h.append(
+            header::COOKIE,
+            HeaderValue::from_str(&format!("queue_place_q={old}; __Host-queue_place_q={new}")).unwrap(),
+        );
         assert_eq!(from_cookie(&h, "q"), Some(new));
         let mut h = HeaderMap::new();
         h.append(header::COOKIE, HeaderValue::from_str(&format!("queue_place_q={old}")).unwrap());

@@ -27,7 +27,9 @@ fn at(status: StatusCode, field: &str, message: impl Into<String>) -> ApiError {
 /// Fields other than `allowed` are refused, so that a typo changes nothing.
 fn only(body: &Map<String, Value>, allowed: &[&str]) -> Result<(), ApiError> {
     match body.keys().find(|k| !allowed.contains(&k.as_str())) {
-        Some(k) => Err(at(StatusCode::BAD_REQUEST, k, format!("unknown field {k}; this body takes {}", allowed.join(", ")))),
+        Some(k) => {
+            Err(at(StatusCode::BAD_REQUEST, k, format!("unknown field {k}; this body takes {}", allowed.join(", "))))
+        }
         None => Ok(()),
     }
 }
@@ -40,7 +42,9 @@ pub async fn sold(AdminQueue { state, queue }: AdminQueue, body: Body) -> Result
     let JsonBody(body) = body?;
     only(&body, &["sold", "userId"])?;
     let n = match body.get("sold") {
-        None | Some(Value::Null) => return Err(at(StatusCode::UNPROCESSABLE_ENTITY, "sold", "sold is required: the units sold")),
+        None | Some(Value::Null) => {
+            return Err(at(StatusCode::UNPROCESSABLE_ENTITY, "sold", "sold is required: the units sold"))
+        }
         Some(v) => integer(v).ok_or_else(|| at(StatusCode::UNPROCESSABLE_ENTITY, "sold", "sold must be an integer"))?,
     };
     if !(0..=MAX_SOLD).contains(&n) {
@@ -49,7 +53,9 @@ pub async fn sold(AdminQueue { state, queue }: AdminQueue, body: Body) -> Result
     let user = match body.get("userId") {
         None | Some(Value::Null) => None,
         Some(Value::String(u)) if queue_core::keys::check_user(u.as_bytes()).is_ok() => Some(u.clone()),
-        Some(_) => return Err(at(StatusCode::UNPROCESSABLE_ENTITY, "userId", "userId must be a userId the queue gave")),
+        Some(_) => {
+            return Err(at(StatusCode::UNPROCESSABLE_ENTITY, "userId", "userId must be a userId the queue gave"))
+        }
     };
     let client = state.valkey.client().await?;
     state.declared.check(&client, &queue).await?;
@@ -65,7 +71,9 @@ pub async fn message(AdminQueue { state, queue }: AdminQueue, body: Body) -> Res
     let JsonBody(body) = body?;
     only(&body, &["text"])?;
     let text = match body.get("text") {
-        None => return Err(at(StatusCode::UNPROCESSABLE_ENTITY, "text", "text is required (empty clears the message)")),
+        None => {
+            return Err(at(StatusCode::UNPROCESSABLE_ENTITY, "text", "text is required (empty clears the message)"))
+        }
         Some(Value::Null) => String::new(),
         Some(Value::String(t)) => t.trim().to_string(),
         Some(_) => return Err(at(StatusCode::UNPROCESSABLE_ENTITY, "text", "text must be a string")),
@@ -78,7 +86,11 @@ pub async fn message(AdminQueue { state, queue }: AdminQueue, body: Body) -> Res
         ));
     }
     if text.chars().any(char::is_control) {
-        return Err(at(StatusCode::UNPROCESSABLE_ENTITY, "text", "the message must not hold control characters (line breaks included)"));
+        return Err(at(
+            StatusCode::UNPROCESSABLE_ENTITY,
+            "text",
+            "the message must not hold control characters (line breaks included)",
+        ));
     }
     let client = state.valkey.client().await?;
     state.declared.check(&client, &queue).await?;

@@ -112,7 +112,8 @@ async fn a_sales_end_reaches_open_streams_on_two_instances(b: Backend) {
     on_b.until("position").await;
 
     // The message: one write, both instances' streams.
-    let (code, v) = admin(&api_a, reqwest::Method::PUT, "default/message", Some(r#"{"text": "Doors at 8 — 残りわずか"}"#)).await;
+    let (code, v) =
+        admin(&api_a, reqwest::Method::PUT, "default/message", Some(r#"{"text": "Doors at 8 — 残りわずか"}"#)).await;
     assert_eq!(code, 200, "{v}");
     assert_eq!(v["counts"]["message"], "Doors at 8 — 残りわずか", "{v}");
     for s in [&mut on_a, &mut on_b] {
@@ -169,7 +170,10 @@ async fn a_sales_end_reaches_open_streams_on_two_instances(b: Backend) {
         assert_eq!(s.until("message").await.0["text"], "");
     }
     let (code, v) = admin(&api_a, reqwest::Method::PUT, "default", Some(r#"{"closes_at": null}"#)).await;
-    assert_eq!((code, v["counts"]["closed"].clone(), v["counts"]["closesAt"].clone()), (200, json!(false), Value::Null));
+    assert_eq!(
+        (code, v["counts"]["closed"].clone(), v["counts"]["closesAt"].clone()),
+        (200, json!(false), Value::Null)
+    );
     for s in [&mut on_a, &mut on_b] {
         assert_eq!(s.until("closed").await.0["closed"], false);
     }
@@ -255,7 +259,9 @@ async fn a_branding_change_reaches_open_streams(b: Backend) {
     let mut on_b = Stream::open(&api_b, ann["userId"].as_str().unwrap()).await;
     on_a.until("position").await;
     on_b.until("position").await;
-    let (code, v) = admin(&api_a, reqwest::Method::PUT, "default/brand", Some(r##"{"title": "Launch", "accent": "#123456"}"##)).await;
+    let (code, v) =
+        admin(&api_a, reqwest::Method::PUT, "default/brand", Some(r##"{"title": "Launch", "accent": "#123456"}"##))
+            .await;
     assert_eq!(code, 200, "{v}");
     for s in [&mut on_a, &mut on_b] {
         let (e, took) = s.until("brand").await;

@@ -295,11 +295,8 @@ impl Hub {
     pub fn subscribe(self: &Arc<Hub>, queue: &str, user: &str) -> Subscription {
         let (watch, updates) = self.register(queue, user, Came::Stream);
         self.metrics.sse_streams.increment(1.0);
-        let summary = watch.summary.subscribe();
-        let sale = watch.sale.subscribe();
-        let brand = watch.brand.subscribe();
         let updates = updates.expect("a stream's receiver");
-        Subscription::new(self.clone(), queue, user, watch, updates, summary, sale, brand)
+        Subscription::new(self.clone(), queue, user, watch, updates)
     }
 
     /// Registers a poller: `user` polled `queue` and the batched read found them

@@ -33,10 +33,8 @@ impl Subscription {
         user: &str,
         watch: Arc<QueueWatch>,
         updates: watch::Receiver<Option<Standing>>,
-        summary: watch::Receiver<Summary>,
-        sale: watch::Receiver<Option<QueueState>>,
-        brand: watch::Receiver<serde_json::Value>,
     ) -> Subscription {
+        let (summary, sale, brand) = (watch.summary.subscribe(), watch.sale.subscribe(), watch.brand.subscribe());
         Subscription { hub, queue: queue.to_string(), user: user.to_string(), watch, updates, summary, sale, brand }
     }
 
