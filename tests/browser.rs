@@ -10,7 +10,9 @@
 //! branded and replaced by a template, axe-core clean; the back office during a swarm.
 //! Behind the gate, Back after admission lands in the app again as the same person.
 //! A formless room (a queue that asks no nickname) enters as it loads, keeps one place
-//! per browser, and goes on to the app the moment the place's turn comes.
+//! per browser, and goes on to the app the moment the place's turn comes. A sale's end
+//! (the operator's message, sold out, closed) shows on open pages without a reload, in
+//! English and Japanese.
 //! Screenshots of both pages at desktop and phone widths are saved under
 //! target/screenshots/<backend>/. Both backends. `scripts/install-deps.sh` installs
 //! Chromium, Node.js and the test's npm packages.
@@ -34,6 +36,7 @@ e2e_tests!(
     back_after_admission_returns_to_the_app,
     the_formless_room_enters_by_itself_and_goes_on_at_once,
     the_back_office_at_phone_width_with_a_gate,
+    a_sales_end_shows_on_open_pages_in_two_languages,
 );
 
 async fn a_person_waits_is_admitted_and_chats_in_a_real_browser(backend: Backend) {
@@ -498,5 +501,33 @@ async fn the_back_office_at_phone_width_with_a_gate(backend: Backend) {
     let room = out.expect("the room through the gate", |l| l.starts_with("ROOM ")).await;
     eprintln!("back office at 360 px: {width}, {axe}, {room}");
     out.expect("the browser to close", |l| l == "CLOSED").await;
+    exits_cleanly(&mut node, &out).await;
+}
+
+/// A sale's end on open pages (tests/browser/sale.mjs), in English and Japanese: the
+/// operator's message shows without a reload; sold out says so and offers to leave;
+/// closed says the sale has ended, to people in line and to a newcomer (no form);
+/// the message cleared is gone. axe-core clean in every state.
+async fn a_sales_end_shows_on_open_pages_in_two_languages(backend: Backend) {
+    let dir = browser_dir();
+    // The script sets soft cap 0 (nobody let in) before anyone enters.
+    let stack = Stack::start(backend, StackOptions::default()).await;
+    let office = ExtraApi::start(&stack, &["--admin-token", e2e::ADMIN_TOKEN]).await;
+    let script = dir.join("sale.mjs").display().to_string();
+    let (mut node, mut out) = start_piped(
+        "node",
+        &[script, office.url.clone(), e2e::ADMIN_TOKEN.into(), stack.queue.clone(), screenshots(backend)],
+    );
+    out.expect("two people waiting", |l| l == "WAITING 1 2").await;
+    let message = out.expect("the message on both pages", |l| l.starts_with("MESSAGE ")).await;
+    let sold_out = out.expect("sold out on both pages", |l| l.starts_with("SOLD_OUT ")).await;
+    out.expect("the English person left", |l| l == "LEFT").await;
+    let closed = out.expect("closed on the pages", |l| l.starts_with("CLOSED ")).await;
+    out.expect("a newcomer told, no form", |l| l == "NEWCOMER").await;
+    assert_eq!(stack.info()["waiting"], 1, "nobody new got in: {:?}", stack.info());
+    out.expect("the message cleared", |l| l.starts_with("CLEARED ")).await;
+    let axe = out.expect("axe-core in every state", |l| l.starts_with("AXE ")).await;
+    eprintln!("a sale's end on open pages: {message}, {sold_out}, {closed}, {axe}");
+    out.expect("the browser to close", |l| l == "DONE").await;
     exits_cleanly(&mut node, &out).await;
 }

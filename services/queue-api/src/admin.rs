@@ -115,6 +115,12 @@ fn counts(queue: &str, info: &QueueInfo, paused_soft_cap: Option<i64>) -> Value 
         "opensAt": Some(info.config.opens_at()).filter(|&t| t > 0),
         "paused": info.config.soft_cap() == 0,
         "pausedSoftCap": paused_soft_cap,
+        "closesAt": Some(info.config.closes_at()).filter(|&t| t > 0),
+        "closed": info.closed,
+        "inventory": info.inventory,
+        "outstanding": info.outstanding,
+        "soldOut": info.sold_out,
+        "message": info.message,
     })
 }
 
@@ -274,7 +280,7 @@ pub async fn delete(AdminQueue { state, queue }: AdminQueue) -> Result<Json<Valu
     Ok(Json(json!({ "queue": queue, "deleted": true })))
 }
 
-async fn queue_body(state: &AppState, client: &QueueClient, queue: &str) -> Result<Value, ApiError> {
+pub(crate) async fn queue_body(state: &AppState, client: &QueueClient, queue: &str) -> Result<Value, ApiError> {
     // Where the waiting room sends the queue's admitted people (`--admit-url`, else
     // `--chat-url`): the back office says when it is a gate's, reachable only there.
     let admit_url = crate::pages::admit_url(state, queue);
@@ -350,7 +356,7 @@ fn live_gates(descriptions: std::collections::HashMap<String, String>, now_ms: u
 }
 
 /// A setting's value: an integer (JSON says 500 and 500.0 alike).
-fn integer(v: &Value) -> Option<i64> {
+pub(crate) fn integer(v: &Value) -> Option<i64> {
     let whole = v.as_f64().filter(|f| f.fract() == 0.0 && f.abs() < 9.0e15).map(|f| f as i64);
     v.as_i64().or(whole)
 }
@@ -404,9 +410,35 @@ pub async fn put(AdminQueue { state, queue }: AdminQueue, body: SettingsBody) ->
             ))
         }
     };
-    let pairs = checked_settings(&settings)?;
+    // `closes_at` null: never closes (0). `inventory` lives apart from the schema's
+    // numbers (the stats hash): null is no limit (-1).
+    if settings.get("closes_at").is_some_and(Value::is_null) {
+        settings.insert("closes_at".into(), json!(0));
+    }
+    let inventory = match settings.remove("inventory") {
+        None => None,
+        Some(Value::Null) => Some(-1),
+        Some(v) => {
+            let at = |status, m: String| ApiError::AtField(status, "inventory".into(), m);
+            let n = integer(&v).ok_or_else(|| {
+                at(StatusCode::UNPROCESSABLE_ENTITY, "inventory must be an integer (null: no limit)".into())
+            })?;
+            queue_core::config::check_inventory(n.to_string().as_bytes())
+                .map_err(|e| at(StatusCode::BAD_REQUEST, e.to_string().trim_start_matches("ERR ").to_string()))?;
+            Some(n)
+        }
+    };
+    let mut pairs = checked_settings(&settings)?;
     let client = state.valkey.client().await?;
     let before = client.config_get(&queue).await?;
+    let inventory_before = match inventory {
+        Some(_) => Some(client.info(&queue).await?.inventory),
+        None => None,
+    };
+    if let Some(n) = inventory {
+        // Set with the others, in the one QUEUE.CONFIG SET (all or none).
+        pairs.push(("inventory".into(), n));
+    }
     let mut lanes_change = None;
     if let Some(l) = &lanes {
         let was = crate::codes::queue_lanes(&client, &queue).await?.join(",");
@@ -433,8 +465,14 @@ pub async fn put(AdminQueue { state, queue }: AdminQueue, body: SettingsBody) ->
     if pairs.iter().any(|(f, n)| f == "soft_cap" && *n > 0) {
         client.forget_pause(&queue).await?;
     }
-    let mut changes: Map<String, Value> =
-        pairs.iter().map(|(f, n)| (f.clone(), json!({ "from": before.get(f), "to": n }))).collect();
+    let mut changes: Map<String, Value> = pairs
+        .iter()
+        .filter(|(f, _)| f != "inventory")
+        .map(|(f, n)| (f.clone(), json!({ "from": before.get(f), "to": n })))
+        .collect();
+    if let (Some(n), Some(was)) = (inventory, inventory_before) {
+        changes.insert("inventory".into(), json!({ "from": was, "to": Some(n).filter(|&n| n >= 0) }));
+    }
     if let Some(c) = entry_change {
         changes.insert("entry".into(), c);
     }
@@ -483,6 +521,11 @@ pub async fn put_brand(AdminQueue { state, queue }: AdminQueue, body: SettingsBo
     let before = Brand::from_stored(&client.brand(&queue).await?);
     let pairs: Vec<(&str, &str)> = set.iter().map(|(n, v)| (*n, v.as_str())).collect();
     client.set_brand(&queue, &pairs, &clear).await?;
+    // Open pages take the change through their streams (one PUBLISH, not one write
+    // per page); a lost announcement leaves them as they were until a reload.
+    if let Err(e) = client.publish_event(&brand::change_notice(&queue)).await {
+        tracing::warn!(queue, error = %e, "announcing a branding change failed");
+    }
     let mut changes = Map::new();
     for (n, v) in &pairs {
         changes.insert(n.to_string(), json!({ "from": before.get(n), "to": v }));

@@ -52,6 +52,36 @@ impl Brand {
     }
 }
 
+/// The settings an open page applies when its stream says the branding changed
+/// (the look: `nickname` matters only before entering).
+pub const SHOWN: &[&str] = &["title", "message", "logo_url", "accent", "background"];
+
+impl Brand {
+    /// What a `brand` stream event carries: the shown settings that are set.
+    pub fn shown(&self) -> serde_json::Value {
+        let map: serde_json::Map<String, serde_json::Value> =
+            SHOWN.iter().filter_map(|n| Some((n.to_string(), serde_json::Value::from(self.get(n)?)))).collect();
+        serde_json::Value::Object(map)
+    }
+}
+
+/// A branding change is announced on the queue's promotion channel (which every
+/// instance's push streams already listen to) as an event that promoted nobody and
+/// whose `waiting` is this mark, never a real count: one PUBLISH per change, however
+/// many pages are open; each instance then reads the branding once.
+pub const CHANGE_MARK: u64 = u64::MAX;
+
+/// The announcement of a branding change of `queue`.
+pub fn change_notice(queue: &str) -> queue_client::events::QueueEvent {
+    let at_ms = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_millis() as u64);
+    queue_client::events::QueueEvent { queue: queue.to_string(), promoted: 0, waiting: CHANGE_MARK, at_ms }
+}
+
+/// Whether an announcement heard is a branding change (see [`change_notice`]).
+pub fn is_change_notice(e: &queue_client::events::QueueEvent) -> bool {
+    e.promoted == 0 && e.waiting == CHANGE_MARK
+}
+
 fn colour(v: &str) -> bool {
     (v.len() == 4 || v.len() == 7) && v.starts_with('#') && v[1..].chars().all(|c| c.is_ascii_hexdigit())
 }

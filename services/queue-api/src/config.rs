@@ -66,6 +66,12 @@ pub struct Config {
     #[arg(long, env = "STATUS_MAX_STALENESS", default_value = "1s",
           value_parser = service_kit::duration(Duration::from_millis(100)..=Duration::from_secs(10)))]
     pub status_max_staleness: Duration,
+    /// Most pollers this instance registers with its push followers (0: no limit);
+    /// past it a poll is answered from Valkey (the batched read) without registering
+    /// its person, so that a flood of made-up pollers cannot grow the instance's
+    /// memory or its QUEUE.WATCH calls without bound.
+    #[arg(long, env = "MAX_POLLERS", default_value_t = 100_000)]
+    pub max_pollers: usize,
     /// Secret proof-of-work challenges are signed with; every instance behind one
     /// load balancer needs the same (default: random bytes at start).
     #[arg(long, env = "POW_SECRET", hide_env_values = true)]
@@ -260,6 +266,8 @@ mod tests {
             (true, Duration::from_secs(30), Duration::from_millis(250))
         );
         assert!(parse::<Config>(&["--status-max-staleness", "50ms"]).is_err());
+        assert_eq!(parse::<Config>(&[]).unwrap().max_pollers, 100_000);
+        assert_eq!(parse::<Config>(&["--max-pollers", "7"]).unwrap().max_pollers, 7);
         assert!(parse::<Config>(&["--poll-grace", "0s"]).is_err());
         assert!(parse::<Config>(&["--status-from-follower", "maybe"]).is_err());
         assert_eq!(

@@ -64,6 +64,12 @@ pub enum ApiError {
     BadLines(String, serde_json::Value),
     /// 413: an upload over its bounds (what and how much in the message).
     TooMany(String),
+    /// 410: the queue's closing time has passed: the sale has ended, nobody new gets
+    /// in (Gone: trying again does not help, unless an operator reopens it).
+    Closed,
+    /// 409: nothing is left to sell (`inventory` 0): nobody new gets in (Conflict
+    /// with the queue's state: more stock from the operator ends it).
+    SoldOut,
 }
 
 /// Seconds a newcomer refused by a full line is asked to wait.
@@ -155,6 +161,14 @@ impl ApiError {
             }
             ApiError::BadLines(m, _) => (StatusCode::BAD_REQUEST, "bad_lines", m.clone()),
             ApiError::TooMany(m) => (StatusCode::PAYLOAD_TOO_LARGE, "too_large", m.clone()),
+            ApiError::Closed => {
+                (StatusCode::GONE, "closed", "the sale has ended: this queue takes no new entries".into())
+            }
+            ApiError::SoldOut => (
+                StatusCode::CONFLICT,
+                "sold_out",
+                "sold out: nothing is left, so this queue takes no new entries".into(),
+            ),
         }
     }
 }
@@ -215,6 +229,8 @@ impl From<ClientError> for ApiError {
             ClientError::InvalidArgument(m) if m.contains("this queue has no lanes") => ApiError::NoLanes,
             ClientError::InvalidArgument(m) => ApiError::BadRequest(m.trim_start_matches("ERR ").to_string()),
             ClientError::Refused(queue_core::QueueError::LineFull) => ApiError::LineFull,
+            ClientError::Refused(queue_core::QueueError::Closed) => ApiError::Closed,
+            ClientError::Refused(queue_core::QueueError::SoldOut) => ApiError::SoldOut,
             e if e.is_unavailable() => ApiError::Unavailable,
             e => {
                 tracing::error!(error = %e, "unexpected reply from the queue store");

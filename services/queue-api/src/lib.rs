@@ -10,7 +10,7 @@
 pub use service_kit::conn_limit;
 mod admin;
 pub mod batch;
-mod brand;
+pub mod brand;
 pub mod codes;
 pub mod config;
 pub mod cors;
@@ -29,6 +29,7 @@ pub mod pages;
 pub mod place;
 pub mod pow;
 mod routes;
+mod sale;
 mod server;
 pub mod templates;
 pub mod valkey;
@@ -98,6 +99,8 @@ pub fn app(state: Arc<AppState>) -> Router {
             get(codes::counts).post(codes::add).layer(DefaultBodyLimit::max(codes::BODY_LIMIT)),
         )
         .route("/api/admin/queues/{queue}/resume", post(admin::resume))
+        .route("/api/admin/queues/{queue}/inventory", post(sale::sold))
+        .route("/api/admin/queues/{queue}/message", axum::routing::put(sale::message))
         .route("/api/queue/entry", post(routes::entry).delete(routes::leave))
         .route("/api/queue/status", get(routes::status))
         .route("/api/queue/stream", get(routes::stream))
@@ -139,13 +142,29 @@ pub async fn serve(
         config.status_max_staleness,
         metrics.clone(),
     );
+    hub.limit_pollers(config.max_pollers);
     let (stop_tx, stop_rx) = watch::channel(false);
     // Promotion announcements wake the matching queue's push streams at once.
     let mut events = queue_client::events::subscribe_target(config.common.target());
     let hub_events = hub.clone();
+    let valkey_events = valkey.clone();
     tokio::spawn(async move {
         while let Some(e) = events.recv().await {
-            hub_events.wake(&e.queue);
+            if !brand::is_change_notice(&e) {
+                hub_events.wake(&e.queue);
+                continue;
+            }
+            // A branding change: read once here for every open page of the queue.
+            if !hub_events.follows(&e.queue) {
+                continue;
+            }
+            let (hub, valkey) = (hub_events.clone(), valkey_events.clone());
+            tokio::spawn(async move {
+                let Ok(client) = valkey.client().await else { return };
+                if let Ok(stored) = client.brand(&e.queue).await {
+                    hub.brand_changed(&e.queue, brand::Brand::from_stored(&stored).shown());
+                }
+            });
         }
     });
     // The change log's entries, as the commands that wrote them publish them.

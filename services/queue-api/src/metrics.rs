@@ -16,6 +16,7 @@ pub struct Metrics {
     pub status_requests: Counter,
     pub status_from_follower: Counter,
     pub status_from_valkey: Counter,
+    pub pollers_refused: Counter,
     pub leave_requests: Counter,
     promoted_users: Counter,
     counted_tickets: Mutex<HashSet<String>>,
@@ -36,6 +37,10 @@ impl Default for Metrics {
         Metrics {
             entry_requests: r.counter("queue_entry_requests_total", "Queue entry requests."),
             status_requests: r.counter("queue_status_requests_total", "Queue status requests."),
+            pollers_refused: r.counter(
+                "queue_api_pollers_refused_total",
+                "Polls whose person was not registered with the push follower: --max-pollers reached.",
+            ),
             status_from_follower: r.counter(
                 "queue_api_status_from_follower_total",
                 "Status polls answered from the push follower (no Valkey call).",

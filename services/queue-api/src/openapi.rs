@@ -46,6 +46,18 @@ pub fn document() -> Value {
         json!({ "type": ["string", "array", "null"], "items": { "type": "string" },
                 "description": "the queue's lanes in admission order: names (1-32 of A-Z a-z 0-9 _ -), comma-separated or a list, 2 to 8; empty or null: none. Changes only while nobody waits" }),
     );
+    // A sale's end: closes_at null never closes; inventory lives apart from the schema.
+    if let Some(c) = settings.get_mut("closes_at") {
+        c["type"] = json!(["integer", "null"]);
+        c["description"] = json!(
+            "ms since the epoch the queue closes at: from then on entries are refused (410 closed); 0 or null: never"
+        );
+    }
+    settings.insert(
+        "inventory".into(),
+        json!({ "type": ["integer", "null"], "minimum": -1, "maximum": queue_core::config::MAX_INVENTORY,
+                "description": "units left to sell; at 0 the queue is sold out (entries refused 409 sold_out, nobody promoted); null or -1: no limit" }),
+    );
     let settings =
         json!({ "type": "object", "properties": settings, "additionalProperties": false, "minProperties": 1 });
     let info = json!({ "description": "{queue, info: the queue's counts, settings and counters, brand, counts: its live counts}", "content": { "application/json": { "schema": { "type": "object" } } } });
@@ -90,8 +102,9 @@ pub fn document() -> Value {
                                "401": err(unauthorized),
                                "403": err("the queue admits by invitation only (error invite_only), or the access code is unknown or used up (error code_invalid: one answer for both)"),
                                "404": err(unknown_queue),
-                               "409": err("this proof of work was used already"),
                                "415": err("the identity token came from the login cookie and the request is not Content-Type: application/json (error json_required): what another site's page could send without a preflight is refused"),
+                               "409": err("this proof of work was used already (error proof_used), or the queue is sold out (error sold_out: nothing is left, nobody new gets in)"),
+                               "410": err("the sale has ended (error closed): the queue's closing time has passed, nobody new gets in"),
                                "422": err("missing (in a queue that asks one), empty or too long nickname"),
                                "428": { "description": "the queue asks a proof of work: solve the challenge given and send the entry again with `pow`",
                                         "content": { "application/json": { "schema": { "allOf": [error, { "type": "object", "properties": { "challenge": challenge } }] } } } },
@@ -114,7 +127,7 @@ pub fn document() -> Value {
                 "responses": { "200": ok_standing, "400": err("missing or bad userId"), "401": err(unauthorized), "404": err("unknown user (error not_found), or no such queue (error unknown_queue)"),
                                "429": err("rate limited"), "503": err("queue store unreachable") } } },
             "/api/queue/stream": { "get": {
-                "summary": "Server-sent events: `position` on every change (with `totalWaiting`, how many wait in all), then `promoted` (with ticketId), `active` or `unknown`, then the stream ends",
+                "summary": "Server-sent events: `position` on every change (with `totalWaiting`, how many wait in all), then `promoted` (with ticketId), `active` or `unknown`, then the stream ends. Beside them, for everyone waiting: `closed` {queue, closed}, `soldOut` {queue, soldOut}, `message` {queue, text} when the sale's state changes (a stream opened later gets the current state first), and `brand` {queue, brand} when the branding changes",
                 "parameters": who, "security": identity,
                 "responses": { "200": { "description": "text/event-stream; each event's data is a Standing" },
                                "400": err("missing or bad userId or queue"), "401": err(unauthorized), "404": err("unknown user (error not_found), or no such queue (error unknown_queue)"), "429": err("rate limited"), "503": err("queue store unreachable") } } },
@@ -148,7 +161,7 @@ pub fn document() -> Value {
                                         "401": err("bad or missing token"), "403": err("admin disabled"), "404": err(unknown_queue),
                                         "409": err("the queue is in use (error queue_in_use: people wait, hold tickets or are inside), or it is default (error conflict)"),
                                         "503": err("queue store unreachable") } },
-                "put": { "summary": "Change settings at runtime (soft_cap, hard_cap, rate, burst, batch_max, ticket_ttl, session_lease, abandon_after, opens_at, pow_difficulty, max_waiting, entry, lanes); creates the queue when it does not exist",
+                "put": { "summary": "Change settings at runtime (soft_cap, hard_cap, rate, burst, batch_max, ticket_ttl, session_lease, abandon_after, opens_at, closes_at, pow_difficulty, max_waiting, entry, lanes, inventory); creates the queue when it does not exist",
                          "parameters": queue_param, "security": [{ "bearer": [] }],
                          "requestBody": { "required": true, "content": { "application/json": { "schema": settings } } },
                          "responses": { "200": info, "400": field_err("malformed JSON, bad queue name, unknown field or value out of range (field names it)"),
@@ -220,6 +233,29 @@ pub fn document() -> Value {
                                          "401": err("bad or missing token"), "403": err("admin disabled"), "404": err(unknown_queue),
                                          "413": err("more than 10000 codes, or a body over 2 MiB (error too_large)"),
                                          "422": field_err("no codes, a bad code, a code twice, uses out of range (field names it)"),
+                                         "503": err("queue store unreachable") } } },
+            "/api/admin/queues/{queue}/inventory": {
+                "post": { "summary": "The app reports units sold: the inventory goes down by `sold`, never below 0 (at 0 the queue is sold out and every open stream is told); with userId, that person inside has bought and no longer counts as outstanding",
+                          "parameters": queue_param, "security": [{ "bearer": [] }],
+                          "requestBody": { "required": true, "content": { "application/json": { "schema": {
+                              "type": "object", "required": ["sold"], "additionalProperties": false,
+                              "properties": { "sold": { "type": "integer", "minimum": 0, "maximum": crate::sale::MAX_SOLD },
+                                              "userId": { "type": ["string", "null"], "pattern": "^[A-Za-z0-9._:@-]{1,64}$" } } } } } },
+                          "responses": { "200": info, "400": field_err("malformed JSON, bad queue name, an unknown field or sold out of range (field names it)"),
+                                         "401": err("bad or missing token"), "403": err("admin disabled"), "404": err(unknown_queue),
+                                         "422": field_err("sold missing or not an integer, or a bad userId (field names it)"),
+                                         "503": err("queue store unreachable") } } },
+            "/api/admin/queues/{queue}/message": {
+                "put": { "summary": "The message to everyone waiting: one write, shown on every open page within a second; empty or null clears it",
+                          "parameters": queue_param, "security": [{ "bearer": [] }],
+                          "requestBody": { "required": true, "content": { "application/json": { "schema": {
+                              "type": "object", "required": ["text"], "additionalProperties": false,
+                              "properties": { "text": { "type": ["string", "null"], "maxLength": queue_core::config::MAX_MESSAGE_LEN,
+                                                        "pattern": "^[^\\u0000-\\u001f\\u007f-\\u009f]*$",
+                                                        "description": "at most 500 bytes of UTF-8, no control characters; trimmed" } } } } } },
+                          "responses": { "200": info, "400": field_err("malformed JSON, bad queue name or an unknown field (field names it)"),
+                                         "401": err("bad or missing token"), "403": err("admin disabled"), "404": err(unknown_queue),
+                                         "422": field_err("text missing, not a string, over 500 bytes or holding a control character (field text)"),
                                          "503": err("queue store unreachable") } } },
             "/api/admin/queues/{queue}/pause": {
                 "post": { "summary": "Pause admission: the soft cap becomes 0, the one it had is remembered for resume",

@@ -73,6 +73,8 @@ fn secured(mut resp: Response, content_type: &'static str, cache: &'static str) 
 }
 
 const HTML: &str = "text/html; charset=utf-8";
+/// The header that keeps the waiting room out of search engines' indexes.
+const ROBOTS: &str = "x-robots-tag";
 const NO_STORE: &str = "no-store";
 /// The page's own scripts and styles change only with a new release; a short cache
 /// keeps a deployment from serving old ones for long.
@@ -105,7 +107,7 @@ pub async fn room(
     let queue = page_queue(q.queue.as_deref())?;
     let accept = headers.get(header::ACCEPT_LANGUAGE).and_then(|v| v.to_str().ok());
     let lang = i18n::choose(q.lang.as_deref(), accept);
-    let (brand, ticket_ttl, waiting) = match state.valkey.client().await {
+    let (brand, ticket_ttl, waiting, sale) = match state.valkey.client().await {
         Ok(c) => {
             if let Ok(false) = state.declared.is_declared(&c, &queue).await {
                 return Ok(no_such_queue(&queue, lang));
@@ -115,11 +117,13 @@ pub async fn room(
             (
                 brand.map(|b| Brand::from_stored(&b)).unwrap_or_default(),
                 info.as_ref().map(|i| i.config.ticket_ttl()),
-                info.map(|i| i.waiting),
+                info.as_ref().map(|i| i.waiting),
+                info.map(|i| (sale_word(i.closed, i.sold_out), i.message)),
             )
         }
-        Err(_) => (Brand::default(), None, None),
+        Err(_) => (Brand::default(), None, None, None),
     };
+    let (sale, notice) = sale.unwrap_or(("", String::new()));
     let msg = |k: &str| lang.messages.get(k).cloned().unwrap_or_default();
     let mut vars: BTreeMap<&str, String> = BTreeMap::new();
     vars.insert("lang", lang.tag.to_string());
@@ -141,12 +145,31 @@ pub async fn room(
     // then asks where the account stands before offering the form.
     let identity = state.identity.is_some() && state.config.identity.cookie.is_some();
     vars.insert("identity", if identity { "cookie" } else { "" }.to_string());
+    // The sale's state as the page loads (`closed`, `sold_out` or empty) and the
+    // operator's message; the push stream tells their changes.
+    vars.insert("sale", sale.to_string());
+    vars.insert("notice", notice);
     vars.insert("languages", i18n::languages().iter().map(|l| l.tag).collect::<Vec<_>>().join(" "));
     let html = pages(&state).room.render(&vars, &lang.messages);
     let mut resp = secured(html.into_response(), HTML, NO_STORE);
+    // A waiting room is no page for a search engine (it enters whoever loads it when
+    // it asks no nickname): kept out of indexes, whatever template is served.
+    resp.headers_mut().insert(ROBOTS, HeaderValue::from_static("noindex"));
     resp.headers_mut().insert(header::CONTENT_LANGUAGE, HeaderValue::from_static(lang.tag));
     resp.headers_mut().insert(header::VARY, HeaderValue::from_static("Accept-Language"));
     Ok(resp)
+}
+
+/// The sale's state as a word for the page: closed wins over sold out (nobody gets
+/// in either way; "the sale has ended" says it all).
+fn sale_word(closed: bool, sold_out: bool) -> &'static str {
+    if closed {
+        "closed"
+    } else if sold_out {
+        "sold_out"
+    } else {
+        ""
+    }
 }
 
 /// The page for a queue nobody declared: 404, in the visitor's language, saying so.

@@ -5,9 +5,15 @@
 //! person, no move to the back of the line): Back after admission, a reload, a
 //! bookmark or a second tab of the same browser stays one person.
 //!
-//! The cookie has no `Path`: a browser then scopes it to the directory of the entry's
-//! URL (`/api/queue`, or `/gate/room/api/queue` under the gate's prefix), so it goes
-//! with the queue API's requests only, wherever the API is mounted. Clients that keep
+//! Over plain HTTP the cookie has no `Path`: a browser then scopes it to the directory
+//! of the entry's URL (`/api/queue`, or `/gate/room/api/queue` under the gate's
+//! prefix), so it goes with the queue API's requests only, wherever the API is
+//! mounted. Over HTTPS (as a trusted proxy says) it is named with the `__Host-`
+//! prefix (`__Host-queue_place_<queue>`, `Secure`, `Path=/`, no `Domain`): a browser
+//! takes such a cookie only from this very host over HTTPS, so a page on a sibling
+//! subdomain cannot plant a place of its choosing in it (cookie fixation). The old
+//! name is still read when no `__Host-` cookie is there, so places entered before keep
+//! working; the `__Host-` cookie wins when both are sent. Clients that keep
 //! no cookies (apps, `queue-cli`) are unaffected: they name their own userId, and an
 //! entry naming it moves that person to the back as before.
 //!
@@ -35,10 +41,26 @@ pub const COOKIE_PREFIX: &str = "queue_place_";
 /// queue's settings say; a cookie naming a person who is gone is ignored.
 pub const MAX_AGE_S: u64 = 24 * 60 * 60;
 
+/// The prefix a browser holds to this host, HTTPS and `Path=/` (no sibling
+/// subdomain can set such a cookie).
+pub const HOST_PREFIX: &str = "__Host-";
+
 /// The cookie's name for `queue`: queue names are cookie-name characters, but for
 /// `:`, written `%3A` (`%` is in no queue name, so no two queues share a cookie).
 pub fn cookie_name(queue: &str) -> String {
     format!("{COOKIE_PREFIX}{}", queue.replace(':', "%3A"))
+}
+
+/// The cookie's name over HTTPS: [`cookie_name`] with the `__Host-` prefix.
+pub fn host_cookie_name(queue: &str) -> String {
+    format!("{HOST_PREFIX}{}", cookie_name(queue))
+}
+
+/// The place cookie's value as the request carries it: the `__Host-` one first, else
+/// the old name (places entered before the prefix, or over plain HTTP).
+fn raw_cookie<'a>(headers: &'a HeaderMap, queue: &str) -> Option<&'a str> {
+    service_kit::http::cookie(headers, &host_cookie_name(queue))
+        .or_else(|| service_kit::http::cookie(headers, &cookie_name(queue)))
 }
 
 /// The userId the request's place cookie names for `queue`, if it names one this
@@ -46,7 +68,7 @@ pub fn cookie_name(queue: &str) -> String {
 /// holds, or a plain (version 4) UUID. A cookie naming a version-8 id itself names
 /// nobody: only the secret stands for a bound place.
 pub fn from_cookie(headers: &HeaderMap, queue: &str) -> Option<String> {
-    let value = service_kit::http::cookie(headers, &cookie_name(queue))?;
+    let value = raw_cookie(headers, queue)?;
     if is_secret(value) {
         return Some(bound_id_of(value));
     }
@@ -104,9 +126,7 @@ fn cookie_value(headers: &HeaderMap, queue: &str, user: &str, secret: Option<&st
     if let Some(s) = secret.filter(|s| is_secret(s) && bound_id_of(s) == user) {
         return Some(s.to_string());
     }
-    service_kit::http::cookie(headers, &cookie_name(queue))
-        .filter(|v| is_secret(v) && bound_id_of(v) == user)
-        .map(str::to_string)
+    raw_cookie(headers, queue).filter(|v| is_secret(v) && bound_id_of(v) == user).map(str::to_string)
 }
 
 /// `user` when the request may name it ([`may_name`]); else the answer to an id
@@ -133,8 +153,9 @@ pub async fn held(
     Ok((standing.status != Status::Unknown).then_some(standing))
 }
 
-/// The Set-Cookie naming `user`'s place in `queue`: `Secure` when the request came
-/// over HTTPS as a proxy in front says (`--trusted-proxies` or `--trust-proxy` given,
+/// The Set-Cookie naming `user`'s place in `queue`: `Secure`, and named with the
+/// `__Host-` prefix (`Path=/`, no `Domain`), when the request came over HTTPS as a
+/// proxy in front says (`--trusted-proxies` or `--trust-proxy` given,
 /// `X-Forwarded-Proto`). A client that says so itself only loses its own cookie over
 /// plain HTTP.
 pub fn set_cookie(
@@ -150,9 +171,19 @@ pub fn set_cookie(
             .get("x-forwarded-proto")
             .and_then(|v| v.to_str().ok())
             .is_some_and(|p| p.eq_ignore_ascii_case("https"));
-    let secure = if https { "; Secure" } else { "" };
-    let cookie = format!("{}={value}; Max-Age={MAX_AGE_S}; HttpOnly; SameSite=Lax{secure}", cookie_name(queue));
-    Some(HeaderValue::from_str(&cookie).expect("a cookie of name, UUID and hex characters"))
+    Some(
+        HeaderValue::from_str(&cookie_header(queue, &value, https)).expect("a cookie of name, UUID and hex characters"),
+    )
+}
+
+/// The Set-Cookie's text: over HTTPS the `__Host-` cookie (Secure, Path=/, no
+/// Domain), else the old one, scoped by the browser to the entry URL's directory.
+fn cookie_header(queue: &str, value: &str, https: bool) -> String {
+    if https {
+        format!("{}={value}; Path=/; Max-Age={MAX_AGE_S}; HttpOnly; SameSite=Lax; Secure", host_cookie_name(queue))
+    } else {
+        format!("{}={value}; Max-Age={MAX_AGE_S}; HttpOnly; SameSite=Lax", cookie_name(queue))
+    }
 }
 
 #[cfg(test)]
@@ -173,6 +204,27 @@ mod tests {
         assert_eq!(from_cookie(&h, "other"), None, "not a UUID");
         assert_eq!(from_cookie(&h, "a_b"), None);
         assert_eq!(from_cookie(&HeaderMap::new(), "a:b"), None);
+    }
+
+    #[test]
+    fn over_https_the_cookie_is_held_to_this_host() {
+        let c = cookie_header("a:b", "v", true);
+        assert!(c.starts_with("__Host-queue_place_a%3Ab=v;"), "{c}");
+        assert!(c.contains("; Path=/;") && c.ends_with("; Secure") && !c.contains("Domain"), "{c}");
+        let c = cookie_header("a:b", "v", false);
+        assert!(c.starts_with("queue_place_a%3Ab=v;") && !c.contains("Path") && !c.contains("Secure"), "{c}");
+        // Read under either name; the __Host- one wins (a sibling subdomain can set
+        // only the old name).
+        let (old, new) = (uuid::Uuid::new_v4().to_string(), uuid::Uuid::new_v4().to_string());
+        let mut h = HeaderMap::new();
+        h.append(
+            header::COOKIE,
+            HeaderValue::from_str(&format!("queue_place_q={old}; __Host-queue_place_q={new}")).unwrap(),
+        );
+        assert_eq!(from_cookie(&h, "q"), Some(new));
+        let mut h = HeaderMap::new();
+        h.append(header::COOKIE, HeaderValue::from_str(&format!("queue_place_q={old}")).unwrap());
+        assert_eq!(from_cookie(&h, "q"), Some(old), "a place entered before keeps working");
     }
 
     #[test]

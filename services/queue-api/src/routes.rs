@@ -427,8 +427,9 @@ pub async fn stream(
     })?;
     let (queue, first) = lookup(&state, &headers, &q).await?;
     let sub = state.hub.subscribe(&queue, &first.user_id);
-    if sub.total_waiting().is_none() {
-        // The queue's first stream here: its follower has not read the total yet.
+    if sub.total_waiting().is_none() || !sub.sale_known() {
+        // The queue's first stream here: its follower has not read the total (nor
+        // the sale's state) yet.
         if let Ok(Ok(info)) = async { Ok::<_, ApiError>(state.valkey.client().await?.info(&queue).await) }.await {
             sub.note(&info);
         }

@@ -26,6 +26,8 @@ pub const VARIABLES: &[&str] = &[
     "languages",
     "identity",
     "nickname",
+    "sale",
+    "notice",
 ];
 
 /// The built-in page.

@@ -35,7 +35,11 @@
   const BRAND = [
     ["title", "Title", "text"], ["message", "Message", "textarea"], ["logo_url", "Logo URL (a path on this site)", "text"],
     ["accent", "Accent colour (#rrggbb)", "text"], ["background", "Background colour (#rrggbb)", "text"],
+    ["nickname", "Ask a nickname", "select"],
   ];
+  // The page's `nickname` setting: whether it asks one before entering.
+  const NICKNAME = [["", "As the queue's default (none with an admit URL, else ask)"], ["ask", "Ask a nickname"],
+    ["none", "Ask nothing: the page enters as it loads"]];
   const number = (n) => (n == null ? "—" : new Intl.NumberFormat().format(n));
   // A duration in ms as "1 h 2 min 3 s" (exact: every unit that is not zero).
   const UNITS = [["d", 86_400_000], ["h", 3_600_000], ["min", 60_000], ["s", 1000], ["ms", 1]];
@@ -248,7 +252,8 @@
     $("pause-state").textContent = c.pausedSoftCap != null
       ? "Paused: resuming restores a soft cap of " + number(c.pausedSoftCap) + "."
       : c.paused ? "The soft cap is 0: nobody is admitted." : "Admitting up to a soft cap of " + number(c.softCap) + ".";
-    if (fill) { fillSettings(); fillBrand(); fillOpening(); }
+    if (fill) { fillSettings(); fillBrand(); fillOpening(); fillSale(); }
+    showSale();
     showRoutes();
     showOpening();
     showCodes();
@@ -328,7 +333,82 @@
   function fillBrand() {
     const box = $("brand-fields");
     box.textContent = "";
-    for (const [name, label, kind] of BRAND) field(box, name, label, kind, shown.brand[name], "");
+    for (const [name, label, kind] of BRAND) {
+      field(box, name, label, kind === "select" ? "text" : kind, shown.brand[name], "");
+      if (kind === "select") choice(name, NICKNAME, shown.brand[name] || "");
+    }
+  }
+
+  // A text field made a choice of `options` ([value, label]).
+  function choice(name, options, value) {
+    const input = $("f-" + name);
+    const select = document.createElement("select");
+    for (const a of ["id", "name", "aria-describedby"]) select.setAttribute(a, input.getAttribute(a));
+    for (const [v, label] of options) {
+      const o = document.createElement("option");
+      o.value = v;
+      o.textContent = label;
+      select.append(o);
+    }
+    select.value = value;
+    input.replaceWith(select);
+  }
+
+  // A time in ms as the value of a datetime-local input (local time), "" for none.
+  const localInput = (at) => {
+    if (!at) return "";
+    const d = new Date(at);
+    return d.getFullYear() + "-" + pad(d.getMonth() + 1) + "-" + pad(d.getDate()) + "T" +
+      pad(d.getHours()) + ":" + pad(d.getMinutes()) + ":" + pad(d.getSeconds());
+  };
+
+  // The sale: closing time, units left, outstanding, sold out, the message.
+  function fillSale() {
+    const c = shown.counts;
+    $("closes-at").value = localInput(c.closesAt);
+    $("f-inventory").value = c.inventory == null ? "" : String(c.inventory);
+    $("f-text").value = c.message || "";
+  }
+  function showSale() {
+    const c = shown.counts;
+    const parts = [];
+    parts.push(c.closed ? "Closed: the sale has ended, nobody new can join." : c.closesAt ? "Open until " + when(c.closesAt) + "." : "Open (no closing time).");
+    parts.push(c.inventory == null ? "No unit limit." : c.soldOut ? "Sold out (0 units left)." : number(c.inventory) + " units left.");
+    parts.push(number(c.outstanding) + " people hold a ticket or are inside and have not bought yet.");
+    if (c.message) parts.push("Message shown: “" + c.message + "”.");
+    $("sale-state").textContent = parts.join(" ");
+  }
+
+  async function saveSale(e) {
+    e.preventDefault();
+    const form = $("sale-form");
+    clearErrors(form);
+    const body = {};
+    const v = $("closes-at").value;
+    const at = v ? new Date(v).getTime() : null;
+    if (v && Number.isNaN(at)) {
+      $("error-closes_at").textContent = "Choose a date and time, or leave it empty.";
+      $("closes-at").setAttribute("aria-invalid", "true");
+      return;
+    }
+    if ((at || null) !== (shown.counts.closesAt || null)) body.closes_at = at;
+    const raw = $("f-inventory").value.trim();
+    const inv = raw === "" ? null : Number(raw);
+    if (raw !== "" && !Number.isInteger(inv)) {
+      $("error-inventory").textContent = "Units left: a whole number, or empty for no limit.";
+      $("f-inventory").setAttribute("aria-invalid", "true");
+      $("f-inventory").focus();
+      return;
+    }
+    if (inv !== (shown.counts.inventory ?? null)) body.inventory = inv;
+    if (!Object.keys(body).length) { say("Nothing changed."); return; }
+    await send(form, "PUT", "", body, "The sale's settings saved.");
+  }
+
+  async function saveMessage(text) {
+    const form = $("message-form");
+    clearErrors(form);
+    await send(form, "PUT", "/message", { text }, text.trim() ? "Message sent to everyone waiting." : "Message cleared.");
   }
 
   const pad = (n) => String(n).padStart(2, "0");
@@ -460,7 +540,7 @@
     const err = name && form.querySelector("#error-" + CSS.escape(name));
     if (err) {
       err.textContent = r.data.message;
-      const input = form.querySelector("[name='" + CSS.escape(name) + "'], #opens-at");
+      const input = form.querySelector("[name='" + CSS.escape(name) + "'], #opens-at, #closes-at");
       if (input) { input.setAttribute("aria-invalid", "true"); input.focus(); }
     } else {
       say(r.data.message || "The change was refused (" + r.status + ").");
@@ -742,6 +822,9 @@
   $("codes-form").addEventListener("submit", addCodes);
   $("brand-form").addEventListener("submit", saveBrand);
   $("opening-form").addEventListener("submit", scheduleOpening);
+  $("sale-form").addEventListener("submit", saveSale);
+  $("message-form").addEventListener("submit", (e) => { e.preventDefault(); saveMessage($("f-text").value); });
+  $("clear-message").addEventListener("click", () => saveMessage(""));
   $("cancel-opening").addEventListener("click", () => send($("opening-form"), "PUT", "", { opens_at: 0 }, "No opening scheduled."));
   $("pause").addEventListener("click", () => action("pause"));
   $("resume").addEventListener("click", () => action("resume"));

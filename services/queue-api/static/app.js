@@ -65,6 +65,11 @@
   let total = null;
   let paused = false;
   let lastAnnounced = "";
+  // The sale's state: "" (on), "closed" (ended) or "sold_out"; from the page as it
+  // came, then from the stream's closed and soldOut events.
+  let sale = data.sale || "";
+  let closed = sale === "closed";
+  let soldOut = sale === "sold_out";
 
   const who = (userId) => (userId ? "userId=" + encodeURIComponent(userId) + "&" : "") + "queue=" + encodeURIComponent(queue);
   const show_ = (el, on) => { el.hidden = !on; };
@@ -209,6 +214,7 @@
   function settle(standing, headline) {
     stopFollowing();
     settled = true;
+    show_($("sale"), false);
     kept.set(saved, standing.userId);
     kept.remove(savedEntry);
     show_($("enter"), false);
@@ -248,6 +254,39 @@
     }
   }
 
+  // The sale's state shown: ended or sold out says so in place of the form (nobody
+  // new gets in); sold out offers to leave to whoever still waits.
+  function showSale() {
+    sale = closed ? "closed" : soldOut ? "sold_out" : "";
+    const box = $("sale");
+    const waiting = !!kept.get(saved) && !settled;
+    box.textContent = closed ? t("sale_closed") : soldOut ? t(waiting ? "sold_out_waiting" : "sold_out") : "";
+    show_(box, !!sale);
+    if (sale && !waiting) show_($("enter"), false);
+    document.body.dataset.sale = sale;
+  }
+
+  // The operator's message: shown as it changes, gone when cleared.
+  function showNotice(text) {
+    $("notice-text").textContent = text || "";
+    show_($("notice"), !!text);
+  }
+
+  // A branding change while the page is open: the new title, text, logo and colours.
+  function applyBrand(brand) {
+    const title = brand.title || t("title");
+    $("title").textContent = title;
+    document.title = title;
+    if (brand.message) $("intro").textContent = brand.message;
+    const logo = $("logo");
+    if (brand.logo_url) { logo.setAttribute("src", brand.logo_url); show_(logo, true); }
+    else { logo.removeAttribute("src"); show_(logo, false); }
+    const root = document.documentElement.style;
+    for (const [k, v] of [["accent", "--accent"], ["background", "--background"]]) {
+      if (brand[k]) root.setProperty(v, brand[k]); else root.removeProperty(v);
+    }
+  }
+
   function outOfLine(message) {
     stopFollowing();
     settled = false;
@@ -259,7 +298,8 @@
     $("total").textContent = "";
     $("eta").textContent = "";
     $("state").textContent = message;
-    show_($("enter"), true);
+    show_($("enter"), !sale);
+    showSale();
   }
 
   const lost = () => outOfLine(t("lost"));
@@ -281,6 +321,10 @@
     es.addEventListener("promoted", (e) => admitted(JSON.parse(e.data)));
     es.addEventListener("unknown", () => lost());
     es.addEventListener("active", (e) => inside(JSON.parse(e.data)));
+    es.addEventListener("closed", (e) => { closed = !!JSON.parse(e.data).closed; showSale(); });
+    es.addEventListener("soldOut", (e) => { soldOut = !!JSON.parse(e.data).soldOut; showSale(); });
+    es.addEventListener("message", (e) => showNotice(JSON.parse(e.data).text));
+    es.addEventListener("brand", (e) => applyBrand(JSON.parse(e.data).brand || {}));
     es.onerror = () => {
       if (stream !== es) return;
       es.close();
@@ -340,6 +384,8 @@
     line_full: "error_line_full",
     proof_required: "error_proof",
     proof_used: "error_proof",
+    closed: "sale_closed",
+    sold_out: "sold_out",
   };
   function errorMessage(body, fallback) {
     const login = loginMessage(body || {});
@@ -395,6 +441,14 @@
       }
       $("state").textContent = "";
       if (!r.ok) {
+        // Closed or sold out meanwhile: the page says so in place of the form.
+        if (body.error === "closed") closed = true;
+        if (body.error === "sold_out") soldOut = true;
+        if (closed || soldOut) {
+          show_($("wait"), false);
+          showSale();
+          return;
+        }
         $("error").textContent = errorMessage(body, "error_join");
         show_($("enter"), true);
         return;
@@ -408,6 +462,17 @@
       $("error").textContent = t("error_network");
       show_($("enter"), true);
     }
+  }
+
+  // A page the browser prerenders (speculation rules, a guessed next page) runs its
+  // script before anyone looks at it: a formless page waits until it is really shown
+  // (document.prerendering false, prerenderingchange) before it enters, so that a
+  // prerender nobody opens takes no place in line.
+  function untilShown() {
+    if (!document.prerendering) return Promise.resolve();
+    return new Promise((resolve) => {
+      document.addEventListener("prerenderingchange", () => resolve(), { once: true });
+    });
   }
 
   // A formless page enters as it loads, one tab at a time (Web Locks, where the
@@ -533,10 +598,14 @@
       show_(logo, true);
     }
     languages();
+    show_($("notice"), !!$("notice-text").textContent);
     messages.then(async () => {
       const resumed = kept.get(saved);
+      showSale();
+      // Ended or sold out with no place kept here: nothing to enter; the page says so.
+      if (sale && !resumed && !identity) { document.body.dataset.ready = "true"; return; }
       if (identity) await resumeAccount();
-      else if (formless) await enterOnce();
+      else if (formless) { await untilShown(); await enterOnce(); }
       else if (resumed) await resume(resumed);
       document.body.dataset.ready = "true";
     });

@@ -94,6 +94,7 @@ impl Follower {
             shared.users.retain(|u, p| {
                 let keep = p.streams > 0 || p.polling(now, grace);
                 if !keep {
+                    hub.forget(p);
                     shared.closed.push(u.clone());
                 }
                 keep
@@ -126,8 +127,10 @@ impl Follower {
         self.apply_published(client).await?;
         if tick_due {
             self.last_tick = Some(Instant::now());
+            let seq = self.watch.sale_seq.load(std::sync::atomic::Ordering::Relaxed);
             let info = client.info(&q).await?;
             self.watch.note_paused(info.config.soft_cap() == 0);
+            self.watch.note_info_sale(seq, &info);
             let opens_at = Some(info.config.0.opens_at()).filter(|&t| t > 0);
             self.ledger.tick(info.waiting, info.admission_rate_per_min as i64, opens_at);
             self.deliver();
@@ -227,6 +230,12 @@ impl Follower {
             let Some(from) = self.ledger.cursor().map(str::to_string) else { return Ok(()) };
             self.hub.metrics.log_reads.increment(1);
             let entries = client.log_after(&self.queue, &from, LOG_PAGE).await?;
+            // State entries the channel lost reach the streams from the log.
+            for e in &entries {
+                if let Some(state) = &e.state {
+                    self.watch.note_state_entry(e.n, state);
+                }
+            }
             let follows = self.ledger.read(&entries);
             self.deliver();
             if !follows || entries.len() < LOG_PAGE {

@@ -31,9 +31,9 @@ pub mod wire;
 
 use crate::metrics::Metrics;
 use crate::valkey::Valkey;
-use queue_client::{LogEntry, Standing};
+use queue_client::{LogEntry, QueueState, Standing};
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 use tokio::sync::{watch, Notify};
@@ -53,11 +53,13 @@ struct Person {
     /// person out of line (promoted, inside, unknown): the log does not tell all that
     /// may happen to them next (entering again at the back, say).
     current: bool,
+    /// Registered by a poll (counted in the hub's pollers until they leave).
+    by_poll: bool,
 }
 
 impl Person {
     fn new() -> Person {
-        Person { tx: watch::channel(None).0, streams: 0, polled: None, current: false }
+        Person { tx: watch::channel(None).0, streams: 0, polled: None, current: false, by_poll: false }
     }
 
     /// Whether they still count as polling (polled within `grace`).
@@ -96,6 +98,18 @@ struct QueueWatch {
     /// moved noticeably ([`noticeable`]) or the pause flipped, so that a stream tells
     /// its person even when their own rank stayed.
     summary: watch::Sender<Summary>,
+    /// The sale's state (closed, sold out, the operator's message) as last heard:
+    /// None until read. Every stream of the queue tells its changes.
+    sale: watch::Sender<Option<QueueState>>,
+    /// The log number of the last `state` entry taken (0: none yet); an entry at or
+    /// below it is old news (one read from the log after it came on the channel).
+    sale_n: AtomicU64,
+    /// Counts the state entries taken, so that a QUEUE.INFO read across one does
+    /// not put its older state back ([`QueueWatch::note_info_sale`]).
+    sale_seq: AtomicU64,
+    /// The branding as last changed here (Null before any change was heard): a
+    /// change reaches every stream of the queue.
+    brand: watch::Sender<serde_json::Value>,
 }
 
 const UNKNOWN: u64 = u64::MAX;
@@ -122,7 +136,42 @@ impl QueueWatch {
             waiting: AtomicU64::new(UNKNOWN),
             paused: AtomicBool::new(false),
             summary: watch::channel(Summary { total: None, paused: false }).0,
+            sale: watch::channel(None).0,
+            sale_n: AtomicU64::new(0),
+            sale_seq: AtomicU64::new(0),
+            brand: watch::channel(serde_json::Value::Null).0,
         }
+    }
+
+    /// Takes a `state` entry of the change log (one write in Valkey per change,
+    /// however many streams show it): newer than the last taken, it becomes the
+    /// state every stream shows.
+    fn note_state_entry(&self, n: u64, state: &QueueState) {
+        if self.sale_n.fetch_max(n, Ordering::Relaxed) >= n {
+            return;
+        }
+        self.sale_seq.fetch_add(1, Ordering::Relaxed);
+        self.set_sale(state.clone());
+    }
+
+    /// The state a QUEUE.INFO read shows (from the clock: a closing time passed shows
+    /// before any entry says so), unless a state entry was taken since `seq` (the
+    /// count when the read was sent): then the entry is newer.
+    fn note_info_sale(&self, seq: u64, info: &queue_client::QueueInfo) {
+        if self.sale_seq.load(Ordering::Relaxed) != seq {
+            return;
+        }
+        self.set_sale(QueueState { closed: info.closed, sold_out: info.sold_out, message: info.message.clone() });
+    }
+
+    fn set_sale(&self, state: QueueState) {
+        self.sale.send_if_modified(|s| {
+            if s.as_ref() == Some(&state) {
+                return false;
+            }
+            *s = Some(state);
+            true
+        });
     }
 
     fn note_waiting(&self, waiting: u64) {
@@ -172,6 +221,10 @@ pub struct Hub {
     /// people it streams to).
     instance: String,
     metrics: Arc<Metrics>,
+    /// People registered by a poll, here in all queues, and the most allowed
+    /// (`--max-pollers`; 0: no limit).
+    pollers: AtomicUsize,
+    max_pollers: AtomicUsize,
 }
 
 /// A process's instance name: the host's name (in the characters a userId may hold)
@@ -215,16 +268,35 @@ impl Hub {
             max_staleness,
             instance: instance_name(),
             metrics,
+            pollers: AtomicUsize::new(0),
+            max_pollers: AtomicUsize::new(0),
         })
+    }
+
+    /// Registers at most `max` pollers (0: no limit); past it, polls are answered
+    /// from Valkey without registering their people.
+    pub fn limit_pollers(&self, max: usize) {
+        self.max_pollers.store(max, Ordering::Relaxed);
+    }
+
+    /// People registered by a poll here now.
+    pub fn pollers(&self) -> usize {
+        self.pollers.load(Ordering::Relaxed)
+    }
+
+    /// A person leaves the registry (counted out of the pollers if a poll brought them).
+    fn forget(&self, person: &Person) {
+        if person.by_poll {
+            self.pollers.fetch_sub(1, Ordering::Relaxed);
+        }
     }
 
     /// Registers a stream for `user` on `queue`; its standing is checked at once.
     pub fn subscribe(self: &Arc<Hub>, queue: &str, user: &str) -> Subscription {
         let (watch, updates) = self.register(queue, user, Came::Stream);
         self.metrics.sse_streams.increment(1.0);
-        let summary = watch.summary.subscribe();
         let updates = updates.expect("a stream's receiver");
-        Subscription::new(self.clone(), queue, user, watch, updates, summary)
+        Subscription::new(self.clone(), queue, user, watch, updates)
     }
 
     /// Registers a poller: `user` polled `queue` and the batched read found them
@@ -232,7 +304,19 @@ impl Hub {
     /// cycle) unless the ledger keeps them current already, and stay registered while
     /// they poll (`--poll-grace`).
     pub fn watch_poller(self: &Arc<Hub>, queue: &str, user: &str) {
+        let max = self.max_pollers.load(Ordering::Relaxed);
+        if max > 0 && self.pollers() >= max && !self.knows(queue, user) {
+            // Full: this poll was answered from Valkey, and so are the next ones.
+            self.metrics.pollers_refused.increment(1);
+            return;
+        }
         self.register(queue, user, Came::Poll);
+    }
+
+    /// Whether `user` of `queue` is registered here already.
+    fn knows(&self, queue: &str, user: &str) -> bool {
+        let w = self.queues.lock().unwrap().get(queue).cloned();
+        w.is_some_and(|w| w.shared.lock().unwrap().users.contains_key(user))
     }
 
     fn register(
@@ -259,7 +343,12 @@ impl Hub {
                 let mut fresh = false;
                 let person = shared.users.entry(user.to_string()).or_insert_with(|| {
                     fresh = true;
-                    Person::new()
+                    let mut p = Person::new();
+                    if matches!(came, Came::Poll) {
+                        p.by_poll = true;
+                        self.pollers.fetch_add(1, Ordering::Relaxed);
+                    }
+                    p
                 });
                 let updates = match came {
                     Came::Stream => {
@@ -318,7 +407,9 @@ impl Hub {
                 person.streams -= 1;
                 // A person still polling stays until the follower's sweep.
                 if person.streams == 0 && !person.polling(Instant::now(), grace) {
-                    shared.users.remove(user);
+                    if let Some(p) = shared.users.remove(user) {
+                        self.forget(&p);
+                    }
                     shared.closed.push(user.to_string());
                     w.wake.notify_one();
                 }
@@ -326,9 +417,13 @@ impl Hub {
         }
     }
 
-    /// Takes a change log entry of `queue` as its command published it.
+    /// Takes a change log entry of `queue` as its command published it. A `state`
+    /// entry (closed, sold out, message) goes to every stream of the queue at once.
     pub fn change(&self, queue: &str, entry: LogEntry) {
         if let Some(w) = self.queues.lock().unwrap().get(queue) {
+            if let Some(state) = &entry.state {
+                w.note_state_entry(entry.n, state);
+            }
             w.shared.lock().unwrap().pushed.push(entry);
             w.wake.notify_one();
         }
@@ -338,6 +433,19 @@ impl Hub {
     pub fn wake(&self, queue: &str) {
         if let Some(w) = self.queues.lock().unwrap().get(queue) {
             w.wake.notify_one();
+        }
+    }
+
+    /// Whether `queue` has open streams or pollers here.
+    pub fn follows(&self, queue: &str) -> bool {
+        self.queues.lock().unwrap().contains_key(queue)
+    }
+
+    /// The queue's branding changed (announced on its channel by the instance that
+    /// wrote it, read once here): every open stream of it here sends it to its page.
+    pub fn brand_changed(&self, queue: &str, brand: serde_json::Value) {
+        if let Some(w) = self.queues.lock().unwrap().get(queue) {
+            w.brand.send_replace(brand);
         }
     }
 

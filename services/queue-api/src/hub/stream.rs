@@ -7,7 +7,7 @@ use super::{wire, Hub, QueueWatch, Summary};
 use crate::conn_limit::Permit;
 use axum::response::sse::Event;
 use futures_util::Stream;
-use queue_client::{Standing, Status};
+use queue_client::{QueueState, Standing, Status};
 use std::sync::Arc;
 use tokio::sync::watch;
 
@@ -20,6 +20,10 @@ pub struct Subscription {
     pub updates: watch::Receiver<Option<Standing>>,
     /// Changes when the queue's total or pause changed noticeably.
     pub summary: watch::Receiver<Summary>,
+    /// The sale's state: closed, sold out, the operator's message (None: not read yet).
+    pub sale: watch::Receiver<Option<QueueState>>,
+    /// Changes when the queue's branding changed (the new branding).
+    pub brand: watch::Receiver<serde_json::Value>,
 }
 
 impl Subscription {
@@ -29,9 +33,14 @@ impl Subscription {
         user: &str,
         watch: Arc<QueueWatch>,
         updates: watch::Receiver<Option<Standing>>,
-        summary: watch::Receiver<Summary>,
     ) -> Subscription {
-        Subscription { hub, queue: queue.to_string(), user: user.to_string(), watch, updates, summary }
+        let (summary, sale, brand) = (watch.summary.subscribe(), watch.sale.subscribe(), watch.brand.subscribe());
+        Subscription { hub, queue: queue.to_string(), user: user.to_string(), watch, updates, summary, sale, brand }
+    }
+
+    /// Whether the sale's state is known here yet (else the stream reads QUEUE.INFO).
+    pub fn sale_known(&self) -> bool {
+        self.watch.sale.borrow().is_some()
     }
 
     /// How many wait in the queue, as last heard (seed 001's total), if known.
@@ -50,6 +59,10 @@ impl Subscription {
         if self.watch.total().is_none() {
             self.watch.note_waiting(info.waiting);
             self.watch.note_paused(info.config.soft_cap() == 0);
+        }
+        if !self.sale_known() {
+            let seq = self.watch.sale_seq.load(std::sync::atomic::Ordering::Relaxed);
+            self.watch.note_info_sale(seq, info);
         }
         self.watch.publish();
     }
@@ -72,6 +85,11 @@ struct Follow {
     pending: Option<Standing>,
     /// The last standing sent, and the total and pause sent with it.
     last: Option<(Standing, Summary)>,
+    /// The sale's state as this stream last told it (nothing closed, sold out or
+    /// said before the first event: a stream opened later tells the state first).
+    sale_sent: QueueState,
+    /// The branding changed since the last `brand` event.
+    brand_new: bool,
     done: bool,
 }
 
@@ -87,6 +105,16 @@ impl Follow {
             return None;
         }
         loop {
+            // The sale's state goes first: one event per part that changed.
+            let sale = self.sub.sale.borrow_and_update().clone();
+            if let Some(ev) = sale.and_then(|now| self.sale_event(now)) {
+                return Some(ev);
+            }
+            // (`changed()` below marks the branding seen: hence `brand_new`.)
+            if std::mem::take(&mut self.brand_new) || self.sub.brand.has_changed().unwrap_or(false) {
+                let brand = self.sub.brand.borrow_and_update().clone();
+                return Some(wire::brand_event(&self.queue, &brand));
+            }
             if let Some(s) = self.pending.take() {
                 if self.last.as_ref().map(|(l, _)| l) != Some(&s) {
                     return Some(self.send(s));
@@ -122,9 +150,40 @@ impl Follow {
                         }
                     }
                 }
+                changed = self.sub.sale.changed() => {
+                    if changed.is_err() {
+                        return None;
+                    }
+                }
+                changed = self.sub.brand.changed() => {
+                    if changed.is_err() {
+                        return None;
+                    }
+                    self.brand_new = true;
+                }
                 _ = self.shutdown.changed() => return None,
             }
         }
+    }
+
+    /// The event for the first part of the sale's state that differs from what was
+    /// told (closed, then sold out, then the message), if any.
+    fn sale_event(&mut self, now: QueueState) -> Option<Event> {
+        let mut sent = self.sale_sent.clone();
+        let ev = if now.closed != sent.closed {
+            sent.closed = now.closed;
+            wire::closed_event(&self.queue, now.closed)
+        } else if now.sold_out != sent.sold_out {
+            sent.sold_out = now.sold_out;
+            wire::sold_out_event(&self.queue, now.sold_out)
+        } else if now.message != sent.message {
+            sent.message = now.message.clone();
+            wire::message_event(&self.queue, &now.message)
+        } else {
+            return None;
+        };
+        self.sale_sent = sent;
+        Some(ev)
     }
 
     fn send(&mut self, s: Standing) -> Event {
@@ -146,7 +205,17 @@ pub fn events(
     queue: String,
     first: Standing,
 ) -> impl Stream<Item = Result<Event, std::convert::Infallible>> {
-    let follow = Follow { sub, _permit: permit, shutdown, queue, pending: Some(first), last: None, done: false };
+    let follow = Follow {
+        sub,
+        _permit: permit,
+        shutdown,
+        queue,
+        pending: Some(first),
+        last: None,
+        sale_sent: QueueState::default(),
+        brand_new: false,
+        done: false,
+    };
     futures_util::stream::unfold(follow, |mut f| async move {
         let ev = f.next().await?;
         Some((Ok(ev), f))

@@ -27,3 +27,28 @@ pub fn event_for(s: &Standing, queue: &str, summary: Summary) -> Event {
     }
     Event::default().event(name).data(v.to_string())
 }
+
+/// `closed`: the sale has ended (`closed: true`: nobody new gets in; false: it is
+/// open again). Sent on every stream of the queue when it changes, and first on a
+/// stream opened while closed.
+pub fn closed_event(queue: &str, closed: bool) -> Event {
+    Event::default().event("closed").data(json!({ "queue": queue, "closed": closed }).to_string())
+}
+
+/// `soldOut`: nothing is left to sell (`soldOut: true`: nobody more gets in; false:
+/// stock came back).
+pub fn sold_out_event(queue: &str, sold_out: bool) -> Event {
+    Event::default().event("soldOut").data(json!({ "queue": queue, "soldOut": sold_out }).to_string())
+}
+
+/// `message`: the operator's message to everyone waiting (`text` empty: cleared).
+pub fn message_event(queue: &str, text: &str) -> Event {
+    Event::default().event("message").data(json!({ "queue": queue, "text": text }).to_string())
+}
+
+/// `brand`: the queue's branding changed; `brand` holds the settings the page shows
+/// (title, message, logo_url, accent, background; one absent is unset), which the
+/// page applies without a reload.
+pub fn brand_event(queue: &str, brand: &serde_json::Value) -> Event {
+    Event::default().event("brand").data(json!({ "queue": queue, "brand": brand }).to_string())
+}
