@@ -17,7 +17,7 @@ e2e_tests!(each_service_under_its_own_rule, each_service_under_its_own_rule_on_a
 /// queue command's key is the bare queue name; the module touches only that queue's
 /// `queue:{Q}:*` keys).
 const MODULE_RULES: [(&str, &str); 3] = [
-    ("queue-api", "-@all +ping +sadd +sismember +exists +set +hget +hgetall +psubscribe +xrange +xrevrange ~queue:* ~queue-registry resetchannels &queue:{*}:promoted &queue:{*}:changes (+@queue ~*)"),
+    ("queue-api", "-@all +ping +sadd +sismember +exists +set +hget +hgetall +publish +psubscribe +xrange +xrevrange ~queue:* ~queue-registry resetchannels &queue:{*}:promoted &queue:{*}:changes (+@queue ~*)"),
     (
         "queue-manager",
         "-@all +ping +get +set +eval +pexpire +del +scan +smembers +hgetall +publish ~queue:* ~queue-registry ~queue-manager:leader resetchannels &queue:{*}:promoted (+@queue ~*)",

@@ -34,6 +34,11 @@ pub struct QueueEvent {
     pub waiting: u64,
     /// When (Unix ms).
     pub at_ms: u64,
+    /// An announcement that the queue's branding changed (queue-api sends it; nobody
+    /// was promoted): absent from the payload otherwise, so older readers see an event
+    /// that promoted nobody.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub branding: bool,
 }
 
 impl QueueClient {
@@ -218,7 +223,7 @@ mod tests {
     fn the_engines_announcement_reads_as_an_event() {
         let payload = queue_core::engine::announcement("q-1", 2, 40, 1_700_000_000_000);
         let e: QueueEvent = serde_json::from_str(&payload).unwrap();
-        assert_eq!(e, QueueEvent { queue: "q-1".into(), promoted: 2, waiting: 40, at_ms: 1_700_000_000_000 });
+        assert_eq!(e, QueueEvent { queue: "q-1".into(), promoted: 2, waiting: 40, at_ms: 1_700_000_000_000, branding: false });
         assert_eq!(serde_json::to_string(&e).unwrap(), payload);
     }
 

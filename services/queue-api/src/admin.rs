@@ -334,7 +334,7 @@ fn live_gates(descriptions: std::collections::HashMap<String, String>, now_ms: u
         for r in d["routes"].as_array().into_iter().flatten() {
             let Some(queue) = r["queue"].as_str() else { continue };
             routes.push(json!({ "queue": queue, "host": r["host"], "prefix": r["prefix"], "gate": id,
-                                "mode": d["mode"], "listen": d["listen"], "waitingRoom": d["waitingRoom"],
+                                "mode": d["mode"], "listen": d["listen"], "publicUrl": d["publicUrl"], "waitingRoom": d["waitingRoom"],
                                 "servesRoom": d["servesRoom"] }));
         }
     }

@@ -66,20 +66,17 @@ impl Brand {
 }
 
 /// A branding change is announced on the queue's promotion channel (which every
-/// instance's push streams already listen to) as an event that promoted nobody and
-/// whose `waiting` is this mark, never a real count: one PUBLISH per change, however
-/// many pages are open; each instance then reads the branding once.
-pub const CHANGE_MARK: u64 = u64::MAX;
-
-/// The announcement of a branding change of `queue`.
+/// instance's push streams already listen to) as an event marked `branding` that
+/// promoted nobody: one PUBLISH per change, however many pages are open; each
+/// instance then reads the branding once.
 pub fn change_notice(queue: &str) -> queue_client::events::QueueEvent {
     let at_ms = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_millis() as u64);
-    queue_client::events::QueueEvent { queue: queue.to_string(), promoted: 0, waiting: CHANGE_MARK, at_ms }
+    queue_client::events::QueueEvent { queue: queue.to_string(), promoted: 0, waiting: 0, at_ms, branding: true }
 }
 
 /// Whether an announcement heard is a branding change (see [`change_notice`]).
 pub fn is_change_notice(e: &queue_client::events::QueueEvent) -> bool {
-    e.promoted == 0 && e.waiting == CHANGE_MARK
+    e.branding
 }
 
 fn colour(v: &str) -> bool {

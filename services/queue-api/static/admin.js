@@ -662,8 +662,9 @@
     if (shown) showRoutes();
   }
 
-  // Where a gate is reached when its route names no host: the address it listens on
-  // (this page's host name when it listens on every interface).
+  // Where a gate is reached when its route names no host and it was given no public
+  // URL: the address it listens on (this page's host name when it listens on every
+  // interface).
   function gateBase(listen) {
     const m = /^(.*):(\d+)$/.exec(listen || "");
     if (!m) return null;
@@ -680,7 +681,7 @@
     const params = "queue=" + encodeURIComponent(q) + "&return=" + encodeURIComponent(r.prefix || "/");
     if (/^https?:\/\//i.test(room)) return room + (room.includes("?") ? "&" : "?") + params;
     if (!r.servesRoom) return null;
-    const base = r.host ? location.protocol + "//" + r.host : gateBase(r.listen);
+    const base = r.host ? location.protocol + "//" + r.host : (r.publicUrl ? r.publicUrl.replace(/\/+$/, "") : gateBase(r.listen));
     return base ? base + room + "?" + params : null;
   }
 
@@ -752,6 +753,7 @@
       const dur = g.durability || {};
       row("Mode", g.mode === "proxy" ? "Reverse proxy: the gate is in front of the app" : "Forward auth: your proxy asks the gate about each request");
       row("Listening on", g.listen || "—");
+      row("Public address", g.publicUrl || "not set: links use the address it listens on");
       row("Routes", (g.routes || []).map((r) => where(r) + " → queue " + r.queue + (r.staticAssets ? " (static files wait too)" : "")).join("; ") || "none");
       row("Requests no route matches", g.unmatched ? "wait in queue " + g.unmatched : "pass without waiting");
       row("Waiting room", g.waitingRoom + (g.servesRoom ? " (served by the gate)" : ""));
