@@ -223,7 +223,10 @@ mod tests {
     fn the_engines_announcement_reads_as_an_event() {
         let payload = queue_core::engine::announcement("q-1", 2, 40, 1_700_000_000_000);
         let e: QueueEvent = serde_json::from_str(&payload).unwrap();
-        assert_eq!(e, QueueEvent { queue: "q-1".into(), promoted: 2, waiting: 40, at_ms: 1_700_000_000_000, branding: false });
+        assert_eq!(
+            e,
+            QueueEvent { queue: "q-1".into(), promoted: 2, waiting: 40, at_ms: 1_700_000_000_000, branding: false }
+        );
         assert_eq!(serde_json::to_string(&e).unwrap(), payload);
     }
 

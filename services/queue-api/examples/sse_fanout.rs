@@ -126,7 +126,13 @@ async fn main() {
     let calls_before = watch_calls(&api).await;
     let start = Instant::now();
     qc.leave(queue, &users[0]).await.unwrap();
-    let event = queue_client::events::QueueEvent { queue: queue.into(), promoted: 0, waiting: n as u64, at_ms: 0, branding: false };
+    let event = queue_client::events::QueueEvent {
+        queue: queue.into(),
+        promoted: 0,
+        waiting: n as u64,
+        at_ms: 0,
+        branding: false,
+    };
     qc.publish_event(&event).await.unwrap();
     while second.load(Ordering::Relaxed) < n {
         assert!(start.elapsed() < Duration::from_secs(60), "only {} updates arrived", second.load(Ordering::Relaxed));

@@ -343,7 +343,13 @@ async fn sse_delivers_position_and_ticket(b: Backend) {
     // The first leaves: with the 60 s tick, only the change log (read every 50 ms and
     // at once on an announcement) can refresh us.
     qc.leave("default", a["userId"].as_str().unwrap()).await.unwrap();
-    let event = queue_client::events::QueueEvent { queue: "default".into(), promoted: 0, waiting: 1, at_ms: 0, branding: false };
+    let event = queue_client::events::QueueEvent {
+        queue: "default".into(),
+        promoted: 0,
+        waiting: 1,
+        at_ms: 0,
+        branding: false,
+    };
     assert!(qc.publish_event(&event).await.unwrap() >= 1, "the api subscribes to announcements");
     let pos = next_event("position").await;
     assert_eq!(pos["rank"], 1);
@@ -730,7 +736,13 @@ async fn instances_side_by_side_share_everything() {
     let (code, st) = get_json(&b.url(&format!("/api/queue/status?userId={}", x["userId"].as_str().unwrap()))).await;
     assert_eq!((code, st["rank"].clone()), (200, json!(1)));
     // Both subscribe to announcements (each instance once).
-    let event = queue_client::events::QueueEvent { queue: "default".into(), promoted: 0, waiting: 2, at_ms: 0, branding: false };
+    let event = queue_client::events::QueueEvent {
+        queue: "default".into(),
+        promoted: 0,
+        waiting: 2,
+        at_ms: 0,
+        branding: false,
+    };
     let deadline = Instant::now() + Duration::from_secs(10);
     while qc.publish_event(&event).await.unwrap() < 2 {
         assert!(Instant::now() < deadline, "both instances subscribe");

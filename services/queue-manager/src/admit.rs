@@ -90,8 +90,13 @@ async fn round(
         return Ok(());
     }
     debug!(queue, ?report, "promoted");
-    let event =
-        QueueEvent { queue: queue.to_string(), promoted: report.promoted, waiting: report.waiting, at_ms: unix_ms(), branding: false };
+    let event = QueueEvent {
+        queue: queue.to_string(),
+        promoted: report.promoted,
+        waiting: report.waiting,
+        at_ms: unix_ms(),
+        branding: false,
+    };
     if let Err(e) = client.publish_event(&event).await {
         // The api instances also refresh on a timer: a lost event only delays them.
         warn!(queue, "could not publish the promotion event: {e}");
