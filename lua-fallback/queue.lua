@@ -2093,11 +2093,15 @@ function Q:claim_seq(user, seq, nickname, ticket, holder, now)
 end
 
 -- Whether QUEUE.PASS lets `user` in at `now`, read without writing (engine::passes):
--- entry open, not closed or sold out, no opening scheduled or due, nobody waiting,
+-- entry open, not closed or sold out, no proof of work asked, no opening scheduled
+-- or due, nobody waiting,
 -- the user not in line and not inside, the hard cap not reached, and ENTER's own
 -- decision for what housekeeping would leave.
 function Q:passes(user, now)
   if self:entry_mode() ~= ENTRY_MODES[1] or self:closed(now) or self:sold_out() then
+    return false
+  end
+  if self:setting(POW_DIFFICULTY) > 0 then
     return false
   end
   if self:opening_pending() or self:before_opening(now) then

@@ -1776,6 +1776,13 @@ fn pass_lets_in_while_there_is_room_and_else_changes_nothing(b: Backend) {
     assert_eq!(c.call("QUEUE.PASS", &["q", "x", "n"]).unwrap(), redis::Value::Nil, "w waits: nobody jumps it");
     assert_eq!(dump_queue(&mut c, "q"), before);
     log.expect(&mut c, "refused passes", &[]);
+    // A queue that asks for proof of work lets nobody straight past it.
+    c.config_set("p", &[("soft_cap", 5), ("pow_difficulty", 1)]);
+    let before_p = dump_queue(&mut c, "p");
+    assert_eq!(c.call("QUEUE.PASS", &["p", "y", "n"]).unwrap(), redis::Value::Nil, "proof of work asked");
+    assert_eq!(dump_queue(&mut c, "p"), before_p);
+    c.config_set("p", &[("pow_difficulty", 0)]);
+    assert!(c.call("QUEUE.PASS", &["p", "y", "n"]).is_ok_and(|v| v != redis::Value::Nil), "none asked");
     // Bad arguments: refused before anything is read.
     for (args, want) in [
         (vec!["q", "u"], "ERR wrong number of arguments for 'queue.pass' command"),

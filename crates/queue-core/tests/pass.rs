@@ -78,8 +78,9 @@ fn a_pass_takes_a_rate_token() {
 #[test]
 fn a_queue_not_open_to_plain_entries_refuses_passes() {
     type Setup = fn(&mut MemoryStore);
-    let setups: [(&str, Setup); 6] = [
+    let setups: [(&str, Setup); 7] = [
         ("closed", |s| s.configure_sale(Some(T0), None, None).unwrap()),
+        ("proof of work", |s| s.configure(&[("pow_difficulty", 1)]).unwrap()),
         ("sold out", |s| s.configure_sale(None, Some(0), None).unwrap()),
         ("invite", |s| s.set_entry(b"invite").unwrap()),
         ("identified", |s| s.set_entry(b"identified").unwrap()),

@@ -130,7 +130,11 @@ pub async fn auth(State(gate): State<Arc<Gate>>, ConnectInfo(peer): ConnectInfo<
             };
             match passed {
                 Some(p) if gate.config.renew_redirect => {
-                    let mut resp = gate.redirect(&original, convention, headers);
+                    // Back to the page asked for, as a same-site path only: the proxy's
+                    // original URI may be `//other.example/...`, which a browser reads
+                    // as another site.
+                    let back = crate::returns::return_or_root(Some(&original));
+                    let mut resp = gate.redirect(&back, convention, headers);
                     resp.headers_mut().insert(header::SET_COOKIE, p.cookie);
                     resp.headers_mut().insert(DECISION_HEADER, HeaderValue::from_static(STRAIGHT));
                     answer::no_store(&mut resp);

@@ -86,8 +86,8 @@ impl Metrics {
             .increment(1);
     }
 
-    /// A straight pass tried, by outcome (passed, room, limited, no_address,
-    /// unavailable, not_durable, error).
+    /// A straight pass tried, by outcome (passed, room, limited, cross_site,
+    /// no_address, unavailable, not_durable, error).
     pub fn straight(&self, outcome: &'static str) {
         self.registry
             .counter_with(

@@ -143,6 +143,24 @@ pub fn eligible(outcome: Outcome) -> bool {
     matches!(outcome, Outcome::Waiting | Outcome::OtherQueue | Outcome::Invalid | Outcome::Expired | Outcome::Lapsed)
 }
 
+/// Whether the request can carry a straight pass's cookie back: not a CORS preflight
+/// (it never carries cookies), and not a request another site's page makes for an
+/// image, a script or a fetch (`Sec-Fetch-Site: cross-site` with any mode but a
+/// top-level navigation): such a request comes without the SameSite=Lax cookie and
+/// the browser would not keep the one set on its answer, so each would take a slot
+/// for nothing, and a popular page of another site embedding a gated path would
+/// fill the room through its visitors' browsers (each from its own address, past
+/// the per-address limit). Clients that send no `Sec-Fetch-*` (scripts, crawlers,
+/// older browsers) are held by the per-address limit.
+pub fn may_keep_cookie(headers: &HeaderMap) -> bool {
+    if headers.contains_key("access-control-request-method") {
+        return false;
+    }
+    let value = |name: &str| headers.get(name).and_then(|v| v.to_str().ok()).unwrap_or("");
+    !(value("sec-fetch-site").eq_ignore_ascii_case("cross-site")
+        && !value("sec-fetch-mode").eq_ignore_ascii_case("navigate"))
+}
+
 impl Gate {
     /// Lets the visitor of a request refused with `outcome` straight in to `queue` when
     /// there is room (one QUEUE.PASS); None sends them to the waiting room. `client`
@@ -156,6 +174,10 @@ impl Gate {
         https: bool,
     ) -> Option<Passed> {
         if !eligible(outcome) || !self.config.rules.settings(queue).straight_through {
+            return None;
+        }
+        if !may_keep_cookie(headers) {
+            self.metrics.straight("cross_site");
             return None;
         }
         let now = now_ms();
@@ -219,6 +241,40 @@ impl Gate {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn requests_that_cannot_keep_the_cookie_get_no_pass() {
+        let h = |pairs: &[(&'static str, &'static str)]| {
+            let mut m = HeaderMap::new();
+            for (k, v) in pairs {
+                m.insert(*k, HeaderValue::from_static(v));
+            }
+            m
+        };
+        assert!(may_keep_cookie(&h(&[])), "a script or crawler: the per-address limit holds it");
+        assert!(may_keep_cookie(&h(&[("sec-fetch-site", "none"), ("sec-fetch-mode", "navigate")])));
+        assert!(
+            may_keep_cookie(&h(&[("sec-fetch-site", "cross-site"), ("sec-fetch-mode", "navigate")])),
+            "a link from another site"
+        );
+        assert!(
+            may_keep_cookie(&h(&[("sec-fetch-site", "same-origin"), ("sec-fetch-mode", "cors")])),
+            "the app's own fetch"
+        );
+        assert!(
+            !may_keep_cookie(&h(&[
+                ("sec-fetch-site", "cross-site"),
+                ("sec-fetch-mode", "no-cors"),
+                ("sec-fetch-dest", "image")
+            ])),
+            "another site's <img>"
+        );
+        assert!(
+            !may_keep_cookie(&h(&[("sec-fetch-site", "Cross-Site"), ("sec-fetch-mode", "cors")])),
+            "another site's fetch"
+        );
+        assert!(!may_keep_cookie(&h(&[("access-control-request-method", "POST")])), "a CORS preflight");
+    }
 
     #[test]
     fn passes_per_address_per_minute() {

@@ -19,6 +19,8 @@ testkit::backend_tests!(
     full_room_crawler_and_flood,
     the_app_reports_sales,
     public_url_makes_the_room_link,
+    a_straight_redirect_stays_on_this_site,
+    requests_that_cannot_keep_the_cookie_take_no_slot,
 );
 
 /// Straight through on, `per_address` passes per address a minute, and every peer a
@@ -285,4 +287,69 @@ async fn public_url_makes_the_room_link(b: Backend) {
     let r = client().get(gate.url("/t")).header("host", "tickets.example").header("accept", HTML).send().await.unwrap();
     assert_eq!(r.status(), 302);
     assert_eq!(r.headers()["location"], "/gate/room/?queue=concert&return=%2Ft");
+}
+
+/// Through a proxy that drops the 200's cookies, a straight pass is a redirect back to
+/// the page asked for: a same-site path only. An original URI of `//host/...` (which
+/// the gate's path rules read as `/host/...`) must not send the browser to `host`.
+async fn a_straight_redirect_stays_on_this_site(b: Backend) {
+    let Proxied { valkey: _v, qc, dir: _dir, gate, .. } = Proxied::with(ValkeyServer::start(b), false, |c| {
+        straight(6)(c);
+        c.renew_redirect = true;
+    })
+    .await;
+    let r = client()
+        .get(gate.url("/gate/auth"))
+        .header("x-forwarded-uri", "//checkout.evil.example/")
+        .header("x-forwarded-method", "GET")
+        .header("x-forwarded-for", "198.51.100.9")
+        .header("accept", HTML)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 302);
+    assert_eq!(r.headers()["x-queue-decision"], "straight_through", "the path is gated: it passes");
+    let to = r.headers()["location"].to_str().unwrap();
+    assert!(to.starts_with('/') && !to.starts_with("//") && !to.contains("evil"), "redirected off the site: {to}");
+    assert_eq!(qc.info("drop").await.unwrap().active, 1);
+}
+
+/// A CORS preflight and another site's image or fetch of a gated path cannot keep the
+/// cookie: they go to the room without a Valkey call, and take no slot.
+async fn requests_that_cannot_keep_the_cookie_take_no_slot(b: Backend) {
+    let Proxied { valkey, qc, dir: _dir, gate, .. } = Proxied::with(ValkeyServer::start(b), true, straight(0)).await;
+    let before = (b == Backend::Module).then(|| calls(&valkey, "queue.pass"));
+    for (i, extra) in [
+        [("sec-fetch-site", "cross-site"), ("sec-fetch-mode", "no-cors")],
+        [("sec-fetch-site", "cross-site"), ("sec-fetch-mode", "cors")],
+        [("access-control-request-method", "POST"), ("sec-fetch-mode", "cors")],
+    ]
+    .iter()
+    .enumerate()
+    {
+        let mut r = client().get(gate.url("/checkout")).header("x-forwarded-for", format!("198.51.100.{}", 20 + i));
+        for (k, v) in extra {
+            r = r.header(*k, *v);
+        }
+        let r = r.send().await.unwrap();
+        assert_ne!(r.status(), 200, "{extra:?} let in");
+        assert!(admission(&r).is_none());
+    }
+    assert_eq!(qc.info("drop").await.unwrap().active, 0);
+    assert_eq!(metric(&gate, "gate_straight_through_total{outcome=\"cross_site\"}").await, 3);
+    if let Some(before) = before {
+        assert_eq!(calls(&valkey, "queue.pass"), before, "no Valkey call for them");
+    }
+    // A link from another site is a page load: it passes.
+    let r = client()
+        .get(gate.url("/checkout"))
+        .header("x-forwarded-for", "198.51.100.30")
+        .header("sec-fetch-site", "cross-site")
+        .header("sec-fetch-mode", "navigate")
+        .header("accept", HTML)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 200);
+    assert_eq!(qc.info("drop").await.unwrap().active, 1);
 }

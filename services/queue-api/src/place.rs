@@ -56,19 +56,35 @@ pub fn host_cookie_name(queue: &str) -> String {
     format!("{HOST_PREFIX}{}", cookie_name(queue))
 }
 
-/// The place cookie's value as the request carries it: the `__Host-` one first, else
-/// the old name (places entered before the prefix, or over plain HTTP).
-fn raw_cookie<'a>(headers: &'a HeaderMap, queue: &str) -> Option<&'a str> {
-    service_kit::http::cookie(headers, &host_cookie_name(queue))
-        .or_else(|| service_kit::http::cookie(headers, &cookie_name(queue)))
+/// The place cookie's value as the request carries it: over HTTPS ([`over_https`])
+/// only the `__Host-` one, which a sibling subdomain cannot set (an old-named cookie
+/// there could be one such a site planted, to give its own place to a new visitor);
+/// over plain HTTP the old name.
+fn raw_cookie<'a>(headers: &'a HeaderMap, queue: &str, https: bool) -> Option<&'a str> {
+    if https {
+        service_kit::http::cookie(headers, &host_cookie_name(queue))
+    } else {
+        service_kit::http::cookie(headers, &cookie_name(queue))
+    }
+}
+
+/// Whether the request came over HTTPS as a proxy in front says (`--trusted-proxies`
+/// or `--trust-proxy` given, `X-Forwarded-Proto: https`): the place cookie is then
+/// the `__Host-` one. A client that says so itself only loses its own cookie.
+pub fn over_https(state: &AppState, headers: &HeaderMap) -> bool {
+    state.client_addrs.any_trusted()
+        && headers
+            .get("x-forwarded-proto")
+            .and_then(|v| v.to_str().ok())
+            .is_some_and(|p| p.eq_ignore_ascii_case("https"))
 }
 
 /// The userId the request's place cookie names for `queue`, if it names one this
 /// service could have issued: a bound person's, derived from the secret the cookie
 /// holds, or a plain (version 4) UUID. A cookie naming a version-8 id itself names
 /// nobody: only the secret stands for a bound place.
-pub fn from_cookie(headers: &HeaderMap, queue: &str) -> Option<String> {
-    let value = raw_cookie(headers, queue)?;
+pub fn from_cookie(headers: &HeaderMap, queue: &str, https: bool) -> Option<String> {
+    let value = raw_cookie(headers, queue, https)?;
     if is_secret(value) {
         return Some(bound_id_of(value));
     }
@@ -108,31 +124,31 @@ pub fn is_bound(user: &str) -> bool {
 
 /// Whether the request may name `user` in `queue`: any id but a bound one, which
 /// only with the place cookie naming it.
-pub fn may_name(headers: &HeaderMap, queue: &str, user: &str) -> bool {
+pub fn may_name(headers: &HeaderMap, queue: &str, user: &str, https: bool) -> bool {
     if !is_bound(user) {
         return true;
     }
     let named = uuid::Uuid::parse_str(user).map(|u| u.hyphenated().to_string()).ok();
-    named.is_some() && from_cookie(headers, queue) == named
+    named.is_some() && from_cookie(headers, queue, https) == named
 }
 
 /// What the place cookie for `user` holds: a plain id itself; a bound id's secret,
 /// given (a new person) or the one the request's cookie holds for that id. None when
 /// the secret is not at hand (no cookie is set then).
-fn cookie_value(headers: &HeaderMap, queue: &str, user: &str, secret: Option<&str>) -> Option<String> {
+fn cookie_value(headers: &HeaderMap, queue: &str, user: &str, secret: Option<&str>, https: bool) -> Option<String> {
     if !is_bound(user) {
         return Some(user.to_string());
     }
     if let Some(s) = secret.filter(|s| is_secret(s) && bound_id_of(s) == user) {
         return Some(s.to_string());
     }
-    raw_cookie(headers, queue).filter(|v| is_secret(v) && bound_id_of(v) == user).map(str::to_string)
+    raw_cookie(headers, queue, https).filter(|v| is_secret(v) && bound_id_of(v) == user).map(str::to_string)
 }
 
 /// `user` when the request may name it ([`may_name`]); else the answer to an id
 /// nobody holds (404), so that a copied id tells nothing.
-pub fn named(headers: &HeaderMap, queue: &str, user: String) -> Result<String, ApiError> {
-    if may_name(headers, queue, &user) {
+pub fn named(headers: &HeaderMap, queue: &str, user: String, https: bool) -> Result<String, ApiError> {
+    if may_name(headers, queue, &user, https) {
         Ok(user)
     } else {
         Err(ApiError::NotFound("unknown user: not waiting, promoted or inside".into()))
@@ -148,7 +164,7 @@ pub async fn held(
     queue: &str,
     headers: &HeaderMap,
 ) -> Result<Option<Standing>, queue_client::ClientError> {
-    let Some(user) = from_cookie(headers, queue) else { return Ok(None) };
+    let Some(user) = from_cookie(headers, queue, over_https(state, headers)) else { return Ok(None) };
     let standing = state.statuses.status(client, queue, user).await?;
     Ok((standing.status != Status::Unknown).then_some(standing))
 }
@@ -165,12 +181,8 @@ pub fn set_cookie(
     user: &str,
     secret: Option<&str>,
 ) -> Option<HeaderValue> {
-    let value = cookie_value(headers, queue, user, secret)?;
-    let https = state.client_addrs.any_trusted()
-        && headers
-            .get("x-forwarded-proto")
-            .and_then(|v| v.to_str().ok())
-            .is_some_and(|p| p.eq_ignore_ascii_case("https"));
+    let https = over_https(state, headers);
+    let value = cookie_value(headers, queue, user, secret, https)?;
     Some(
         HeaderValue::from_str(&cookie_header(queue, &value, https)).expect("a cookie of name, UUID and hex characters"),
     )
@@ -200,10 +212,10 @@ mod tests {
             HeaderValue::from_str(&format!("x=1; queue_place_a%3Ab={id}; queue_place_other=junk")).unwrap(),
         );
         assert_eq!(cookie_name("a:b"), "queue_place_a%3Ab");
-        assert_eq!(from_cookie(&h, "a:b").as_deref(), Some(id));
-        assert_eq!(from_cookie(&h, "other"), None, "not a UUID");
-        assert_eq!(from_cookie(&h, "a_b"), None);
-        assert_eq!(from_cookie(&HeaderMap::new(), "a:b"), None);
+        assert_eq!(from_cookie(&h, "a:b", false).as_deref(), Some(id));
+        assert_eq!(from_cookie(&h, "other", false), None, "not a UUID");
+        assert_eq!(from_cookie(&h, "a_b", false), None);
+        assert_eq!(from_cookie(&HeaderMap::new(), "a:b", false), None);
     }
 
     #[test]
@@ -213,18 +225,22 @@ mod tests {
         assert!(c.contains("; Path=/;") && c.ends_with("; Secure") && !c.contains("Domain"), "{c}");
         let c = cookie_header("a:b", "v", false);
         assert!(c.starts_with("queue_place_a%3Ab=v;") && !c.contains("Path") && !c.contains("Secure"), "{c}");
-        // Read under either name; the __Host- one wins (a sibling subdomain can set
-        // only the old name).
+        // Over HTTPS only the __Host- name is read: a sibling subdomain can set the
+        // old name, and a new visitor would take the place it planted.
         let (old, new) = (uuid::Uuid::new_v4().to_string(), uuid::Uuid::new_v4().to_string());
         let mut h = HeaderMap::new();
         h.append(
             header::COOKIE,
             HeaderValue::from_str(&format!("queue_place_q={old}; __Host-queue_place_q={new}")).unwrap(),
         );
-        assert_eq!(from_cookie(&h, "q"), Some(new));
+        assert_eq!(from_cookie(&h, "q", true), Some(new));
+        assert_eq!(from_cookie(&h, "q", false), Some(old.clone()), "over plain HTTP the old name");
+        let (planted, secret) = new_bound();
         let mut h = HeaderMap::new();
-        h.append(header::COOKIE, HeaderValue::from_str(&format!("queue_place_q={old}")).unwrap());
-        assert_eq!(from_cookie(&h, "q"), Some(old), "a place entered before keeps working");
+        h.append(header::COOKIE, HeaderValue::from_str(&format!("queue_place_q={secret}")).unwrap());
+        assert_eq!(from_cookie(&h, "q", true), None, "a planted old-named cookie names nobody over HTTPS");
+        assert!(!may_name(&h, "q", &planted, true));
+        assert_eq!(cookie_value(&h, "q", &planted, None, true), None, "nor is its secret carried over");
     }
 
     #[test]
@@ -239,23 +255,23 @@ mod tests {
             h.append(header::COOKIE, HeaderValue::from_str(&format!("queue_place_q={cookie}")).unwrap());
             h
         };
-        assert!(may_name(&with(&secret), "q", &id));
-        assert!(may_name(&with(&secret), "q", &id.to_uppercase()));
-        assert_eq!(from_cookie(&with(&secret), "q"), Some(id.clone()));
-        assert!(!may_name(&HeaderMap::new(), "q", &id), "a copied id alone");
-        assert!(!may_name(&with(&id), "q", &id), "a cookie forged from the copied id");
-        assert_eq!(from_cookie(&with(&id), "q"), None, "a version-8 id in a cookie names nobody");
-        assert!(!may_name(&with(&new_bound().1), "q", &id), "another place's cookie");
-        assert!(!may_name(&with(&secret), "other", &id), "another queue's cookie");
-        assert!(!may_name(&with(&secret.to_uppercase()), "q", &id), "only the secret as given");
+        assert!(may_name(&with(&secret), "q", &id, false));
+        assert!(may_name(&with(&secret), "q", &id.to_uppercase(), false));
+        assert_eq!(from_cookie(&with(&secret), "q", false), Some(id.clone()));
+        assert!(!may_name(&HeaderMap::new(), "q", &id, false), "a copied id alone");
+        assert!(!may_name(&with(&id), "q", &id, false), "a cookie forged from the copied id");
+        assert_eq!(from_cookie(&with(&id), "q", false), None, "a version-8 id in a cookie names nobody");
+        assert!(!may_name(&with(&new_bound().1), "q", &id, false), "another place's cookie");
+        assert!(!may_name(&with(&secret), "other", &id, false), "another queue's cookie");
+        assert!(!may_name(&with(&secret.to_uppercase()), "q", &id, false), "only the secret as given");
         let plain = uuid::Uuid::new_v4().to_string();
-        assert!(may_name(&HeaderMap::new(), "q", &plain), "seed 000's ids as before");
-        assert!(named(&HeaderMap::new(), "q", id.clone()).is_err());
+        assert!(may_name(&HeaderMap::new(), "q", &plain, false), "seed 000's ids as before");
+        assert!(named(&HeaderMap::new(), "q", id.clone(), false).is_err());
         // The cookie an answer sets: the secret for a bound id (given, or the
         // request's own), never the id; the id itself for a plain one.
-        assert_eq!(cookie_value(&HeaderMap::new(), "q", &id, Some(&secret)), Some(secret.clone()));
-        assert_eq!(cookie_value(&with(&secret), "q", &id, None), Some(secret.clone()));
-        assert_eq!(cookie_value(&with(&id), "q", &id, None), None);
-        assert_eq!(cookie_value(&HeaderMap::new(), "q", &plain, None), Some(plain.clone()));
+        assert_eq!(cookie_value(&HeaderMap::new(), "q", &id, Some(&secret), false), Some(secret.clone()));
+        assert_eq!(cookie_value(&with(&secret), "q", &id, None, false), Some(secret.clone()));
+        assert_eq!(cookie_value(&with(&id), "q", &id, None, false), None);
+        assert_eq!(cookie_value(&HeaderMap::new(), "q", &plain, None, false), Some(plain.clone()));
     }
 }

@@ -146,7 +146,8 @@ pub async fn entry(
         // A bound id named without its place cookie (a copied id), or a formless entry
         // naming an id not bound: a new person, bound; nobody else moves.
         (None, Field::Given(u))
-            if !crate::place::may_name(&headers, &queue, u) || (formless && !crate::place::is_bound(u)) =>
+            if !crate::place::may_name(&headers, &queue, u, crate::place::over_https(&state, &headers))
+                || (formless && !crate::place::is_bound(u)) =>
         {
             (new_user(formless), false)
         }
@@ -315,7 +316,9 @@ async fn who(
     let named = match (&identity, q.user_id.as_deref()) {
         (_, None) => None,
         (Some(_), Some(u)) => Some(user_id(Some(u))?),
-        (None, Some(u)) => Some(crate::place::named(headers, &queue, named_alone(u)?)?),
+        (None, Some(u)) => {
+            Some(crate::place::named(headers, &queue, named_alone(u)?, crate::place::over_https(state, headers))?)
+        }
     };
     let client = state.valkey.client().await?;
     state.declared.check(&client, &queue).await?;

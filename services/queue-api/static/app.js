@@ -214,7 +214,7 @@
   function settle(standing, headline) {
     stopFollowing();
     settled = true;
-    show_($("sale"), false);
+    if ($("sale")) show_($("sale"), false);
     kept.set(saved, standing.userId);
     kept.remove(savedEntry);
     show_($("enter"), false);
@@ -260,27 +260,32 @@
     sale = closed ? "closed" : soldOut ? "sold_out" : "";
     const box = $("sale");
     const waiting = !!kept.get(saved) && !settled;
-    box.textContent = closed ? t("sale_closed") : soldOut ? t(waiting ? "sold_out_waiting" : "sold_out") : "";
-    show_(box, !!sale);
+    // A replaced template made before the sale's states may lack the box.
+    if (box) {
+      box.textContent = closed ? t("sale_closed") : soldOut ? t(waiting ? "sold_out_waiting" : "sold_out") : "";
+      show_(box, !!sale);
+    }
     if (sale && !waiting) show_($("enter"), false);
     document.body.dataset.sale = sale;
   }
 
   // The operator's message: shown as it changes, gone when cleared.
   function showNotice(text) {
-    $("notice-text").textContent = text || "";
-    show_($("notice"), !!text);
+    const box = $("notice"), line = $("notice-text");
+    if (!box || !line) return; // a replaced template without the message's box
+    line.textContent = text || "";
+    show_(box, !!text);
   }
 
   // A branding change while the page is open: the new title, text, logo and colours.
   function applyBrand(brand) {
     const title = brand.title || t("title");
-    $("title").textContent = title;
+    const heading = $("title"), intro = $("intro"), logo = $("logo");
+    if (heading) heading.textContent = title;
     document.title = title;
-    if (brand.message) $("intro").textContent = brand.message;
-    const logo = $("logo");
-    if (brand.logo_url) { logo.setAttribute("src", brand.logo_url); show_(logo, true); }
-    else { logo.removeAttribute("src"); show_(logo, false); }
+    if (brand.message && intro) intro.textContent = brand.message;
+    if (logo && brand.logo_url) { logo.setAttribute("src", brand.logo_url); show_(logo, true); }
+    else if (logo) { logo.removeAttribute("src"); show_(logo, false); }
     const root = document.documentElement.style;
     for (const [k, v] of [["accent", "--accent"], ["background", "--background"]]) {
       if (brand[k]) root.setProperty(v, brand[k]); else root.removeProperty(v);
@@ -598,7 +603,7 @@
       show_(logo, true);
     }
     languages();
-    show_($("notice"), !!$("notice-text").textContent);
+    if ($("notice") && $("notice-text")) show_($("notice"), !!$("notice-text").textContent);
     messages.then(async () => {
       const resumed = kept.get(saved);
       showSale();

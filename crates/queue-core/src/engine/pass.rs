@@ -47,13 +47,18 @@ pub fn pass<S: Store>(
 }
 
 /// Whether QUEUE.PASS lets `user` in at `now`, read without writing: the queue is open
-/// to plain entries (entry `open`, not closed, not sold out, no opening scheduled or
-/// due), nobody waits, the user neither waits, holds a ticket nor has a live session,
+/// to plain entries (entry `open`, not closed, not sold out, no proof of work asked,
+/// no opening scheduled or due), nobody waits, the user neither waits, holds a ticket nor has a live session,
 /// the hard cap leaves room for one more session, and ENTER's own decision
 /// ([`room_at_once`]: a free slot, a unit to sell, a rate token) holds for the counts
 /// housekeeping would leave.
 pub fn passes<S: Store>(s: &S, user: &S::User, now: i64) -> bool {
     if s.entry_mode() != EntryMode::Open || sale::closed(s, now) || sale::sold_out(s) {
+        return false;
+    }
+    // A queue that asks for proof of work asks it of everyone: an entry through the
+    // API pays it, so nobody is let straight past it.
+    if config(s).pow_difficulty() > 0 {
         return false;
     }
     if opening::pending(s) || opening::before_opening(s, now) {
