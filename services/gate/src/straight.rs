@@ -157,8 +157,8 @@ pub fn may_keep_cookie(headers: &HeaderMap) -> bool {
         return false;
     }
     let value = |name: &str| headers.get(name).and_then(|v| v.to_str().ok()).unwrap_or("");
-    !(value("sec-fetch-site").eq_ignore_ascii_case("cross-site")
-        && !value("sec-fetch-mode").eq_ignore_ascii_case("navigate"))
+    !value("sec-fetch-site").eq_ignore_ascii_case("cross-site")
+        || value("sec-fetch-mode").eq_ignore_ascii_case("navigate")
 }
 
 impl Gate {
