@@ -561,6 +561,10 @@ class Play:
                     raise Failure(f"env valueFrom not played here: {vf}")
             else:
                 env[e["name"]] = ""
+        if "GATE_ROUTES" in env:
+            # The played swarm walks the waiting room's path (sent to the room, claimed),
+            # so the gate's straight pass on an idle queue is turned off here only.
+            env.setdefault("GATE_STRAIGHT_THROUGH", "false")
         return env
 
     def volume_dirs(self, workload, pod_name, fs_group):
