@@ -6,7 +6,7 @@ use crate::server::{Server, Str, Val};
 use crate::state::Queue;
 use queue_core::admission::MAX_PROMOTE;
 use queue_core::engine::{self, Invitation, Standing, Store};
-use queue_core::keys::{check_holder, check_nickname, check_user};
+use queue_core::keys::{check_nickname, check_user};
 use queue_core::lanes::{check_code, Lanes};
 use queue_core::replies;
 use queue_core::QueueError;
@@ -94,15 +94,7 @@ pub fn pass(srv: &Server, args: &[Str]) -> Result<(), QueueError> {
     let user = args[2];
     check_user(user.bytes())?;
     let nickname = check_nickname(args[3].bytes())?;
-    let holder = match args.get(4..6) {
-        Some([option, holder]) => {
-            if !option.bytes().eq_ignore_ascii_case(b"HOLDER") {
-                return Err(QueueError::Syntax);
-            }
-            Some(check_holder(holder.bytes())?.as_bytes())
-        }
-        _ => None,
-    };
+    let holder = crate::ticket::holder_option(args.get(4..6))?;
     let mut q = Queue::open(srv, args[1], true)?;
     let result = engine::pass(&mut q, &user, nickname, holder);
     q.finish(c"queue.pass");
