@@ -14,6 +14,7 @@
 //! - [`http`]: how long a request head and a whole request may take (slow clients),
 //!   the accept loop, and the peek-then-serve loop (a connection's first request line
 //!   read, then served by hyper or by the caller);
+//! - [`lang`]: a page's language from `Accept-Language` and a tag's best match;
 //! - [`rewind`]: a connection with the bytes already read from it put back in front;
 //! - [`metrics`]: Prometheus metrics (the `metrics` crate with its Prometheus
 //!   exporter), one registry per service instance, the HTTP request histogram and
@@ -35,6 +36,7 @@ pub mod conn_limit;
 pub mod flags;
 pub mod html;
 pub mod http;
+pub mod lang;
 pub mod logging;
 pub mod metrics;
 pub mod rewind;

@@ -134,27 +134,7 @@ pub fn english() -> &'static Language {
 /// its primary subtag; Chinese by script, else region (`zh-TW`, `zh-HK`, `zh-MO`,
 /// `zh-Hant`: Traditional; `zh-CN`, `zh-SG`, `zh-Hans`, bare `zh`: Simplified).
 pub fn find(tag: &str) -> Option<&'static Language> {
-    let tag = tag.trim().replace('_', "-");
-    let exact = |t: &str| LANGUAGES.iter().find(|l| l.tag.eq_ignore_ascii_case(t));
-    if let Some(l) = exact(&tag) {
-        return Some(l);
-    }
-    let lower = tag.to_ascii_lowercase();
-    let mut subtags = lower.split('-');
-    let primary = subtags.next()?;
-    if primary != "zh" {
-        return exact(primary);
-    }
-    let mut traditional = false;
-    for s in subtags {
-        match s {
-            "hant" => return exact("zh-Hant"),
-            "hans" => return exact("zh-Hans"),
-            "tw" | "hk" | "mo" => traditional = true,
-            _ => {}
-        }
-    }
-    exact(if traditional { "zh-Hant" } else { "zh-Hans" })
+    service_kit::lang::resolve(tag, |t| LANGUAGES.iter().find(|l| l.tag.eq_ignore_ascii_case(t)))
 }
 
 /// The language of a page for this request: the `lang` cookie, else the
@@ -165,21 +145,7 @@ pub fn choose(headers: &HeaderMap) -> &'static Language {
         return l;
     }
     let accept = headers.get(header::ACCEPT_LANGUAGE).and_then(|v| v.to_str().ok()).unwrap_or("");
-    let mut wanted: Vec<(f32, usize, &str)> = accept
-        .split(',')
-        .take(32)
-        .enumerate()
-        .filter_map(|(i, item)| {
-            let mut parts = item.split(';');
-            let tag = parts.next()?.trim();
-            let q = parts
-                .find_map(|p| p.trim().strip_prefix("q=").map(|q| q.trim().parse::<f32>().unwrap_or(0.0)))
-                .unwrap_or(1.0);
-            (!tag.is_empty() && q > 0.0).then_some((q, i, tag))
-        })
-        .collect();
-    wanted.sort_by(|a, b| b.0.total_cmp(&a.0).then(a.1.cmp(&b.1)));
-    wanted.iter().find_map(|(_, _, tag)| find(tag)).unwrap_or_else(english)
+    service_kit::lang::preferred(accept).into_iter().find_map(find).unwrap_or_else(english)
 }
 
 const EN: &[(Msg, &str)] = &[

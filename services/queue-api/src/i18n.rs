@@ -42,37 +42,7 @@ pub fn languages() -> &'static [Language] {
 /// (`zh-Hant.json`); `zh-Hans`, `zh-CN`, `zh-SG` and bare `zh` are Simplified
 /// (`zh-Hans.json`).
 pub fn find(tag: &str) -> Option<&'static Language> {
-    let tag = tag.trim().replace('_', "-");
-    let exact = |t: &str| languages().iter().find(|l| l.tag.eq_ignore_ascii_case(t));
-    if let Some(l) = exact(&tag) {
-        return Some(l);
-    }
-    let lower = tag.to_ascii_lowercase();
-    let mut subtags = lower.split('-');
-    let primary = subtags.next()?;
-    if primary == "zh" {
-        return exact(chinese_script(subtags));
-    }
-    exact(primary)
-}
-
-/// `zh-Hans` or `zh-Hant` for the subtags after `zh` (lower case): the script when
-/// one is named, else the region's usual script, else Simplified.
-fn chinese_script<'a>(subtags: impl Iterator<Item = &'a str>) -> &'static str {
-    let mut region_traditional = false;
-    for s in subtags {
-        match s {
-            "hant" => return "zh-Hant",
-            "hans" => return "zh-Hans",
-            "tw" | "hk" | "mo" => region_traditional = true,
-            _ => {}
-        }
-    }
-    if region_traditional {
-        "zh-Hant"
-    } else {
-        "zh-Hans"
-    }
+    service_kit::lang::resolve(tag, |t| languages().iter().find(|l| l.tag.eq_ignore_ascii_case(t)))
 }
 
 /// The fallback language.
@@ -87,21 +57,8 @@ pub fn choose(query: Option<&str>, accept_language: Option<&str>) -> &'static La
     if let Some(l) = query.and_then(find) {
         return l;
     }
-    let mut wanted: Vec<(f32, usize, &str)> = accept_language
-        .unwrap_or("")
-        .split(',')
-        .enumerate()
-        .filter_map(|(i, item)| {
-            let mut parts = item.split(';');
-            let tag = parts.next()?.trim();
-            let q = parts
-                .find_map(|p| p.trim().strip_prefix("q=").map(|q| q.trim().parse::<f32>().unwrap_or(0.0)))
-                .unwrap_or(1.0);
-            (!tag.is_empty() && q > 0.0).then_some((q, i, tag))
-        })
-        .collect();
-    wanted.sort_by(|a, b| b.0.total_cmp(&a.0).then(a.1.cmp(&b.1)));
-    wanted.iter().find_map(|(_, _, tag)| find(tag)).unwrap_or_else(default_language)
+    let accept = accept_language.unwrap_or("");
+    service_kit::lang::preferred(accept).into_iter().find_map(find).unwrap_or_else(default_language)
 }
 
 #[cfg(test)]
