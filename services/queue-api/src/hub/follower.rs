@@ -288,11 +288,15 @@ impl Follower {
 
     fn hand_out(&mut self, effects: Vec<Effect>, shared: &mut super::Shared) {
         let users = &mut shared.users;
+        // People to ask again since this cycle began (they entered again or left
+        // through this instance): a reply sent before that does not make them current.
+        let asked = &shared.fresh;
         for effect in effects {
             match effect {
                 Effect::Standing(user, st) => {
                     if let Some(p) = users.get_mut(&user) {
-                        p.current = st.status == Status::Waiting && self.ledger.tracks(&user);
+                        p.current =
+                            st.status == Status::Waiting && self.ledger.tracks(&user) && !asked.contains(&user);
                         send(&self.hub, &p.tx, st);
                     }
                 }

@@ -244,6 +244,9 @@ fn instance_name() -> String {
 enum Came {
     Stream,
     Poll,
+    /// They entered (or entered again) through this instance and wait: registered
+    /// like a poller before their first poll, and asked again whatever was known.
+    Entry,
 }
 
 impl Hub {
@@ -313,6 +316,44 @@ impl Hub {
         self.register(queue, user, Came::Poll);
     }
 
+    /// `user` entered `queue` through this instance and waits (the entry's reply
+    /// said so): registered with the follower at once, in its next cycle's
+    /// `QUEUE.WATCH` with everyone else who entered meanwhile, so that their first
+    /// poll is answered from the ledger with no read of their own. Whatever was known
+    /// of them before (an earlier place, re-entered now) is not answered from until
+    /// that registration's checkpoint is applied.
+    pub fn entered(self: &Arc<Hub>, queue: &str, user: &str) {
+        let max = self.max_pollers.load(Ordering::Relaxed);
+        if max > 0 && self.pollers() >= max && !self.knows(queue, user) {
+            self.metrics.pollers_refused.increment(1);
+            return;
+        }
+        self.register(queue, user, Came::Entry);
+    }
+
+    /// `user` left `queue` through this instance: polls here read Valkey from now on
+    /// (read-your-writes here). A person polling only is forgotten and unregistered
+    /// at once; one with streams here is asked again (their streams end with
+    /// `unknown`).
+    pub fn left(&self, queue: &str, user: &str) {
+        let queues = self.queues.lock().unwrap();
+        let Some(w) = queues.get(queue) else { return };
+        let mut shared = w.shared.lock().unwrap();
+        let shared = &mut *shared;
+        let Some(person) = shared.users.get_mut(user) else { return };
+        person.current = false;
+        if person.streams == 0 {
+            // Leaving removed their registration in Valkey: nothing to unregister
+            // (the ledger forgets them when the log tells it, or asks nobody).
+            if let Some(p) = shared.users.remove(user) {
+                self.forget(&p);
+            }
+        } else {
+            shared.fresh.push(user.to_string());
+        }
+        w.wake.notify_one();
+    }
+
     /// Whether `user` of `queue` is registered here already.
     fn knows(&self, queue: &str, user: &str) -> bool {
         let w = self.queues.lock().unwrap().get(queue).cloned();
@@ -344,7 +385,7 @@ impl Hub {
                 let person = shared.users.entry(user.to_string()).or_insert_with(|| {
                     fresh = true;
                     let mut p = Person::new();
-                    if matches!(came, Came::Poll) {
+                    if matches!(came, Came::Poll | Came::Entry) {
                         p.by_poll = true;
                         self.pollers.fetch_add(1, Ordering::Relaxed);
                     }
@@ -362,6 +403,16 @@ impl Hub {
                         // Known but not kept current (say promoted before and in
                         // line again): asked again.
                         fresh |= !person.current;
+                        None
+                    }
+                    Came::Entry => {
+                        // Counted as polling from the entry on: unregistered after
+                        // the grace period if they never poll.
+                        let now = Instant::now();
+                        person.polled = Some(now);
+                        shared.last_poll = Some(now);
+                        person.current = false;
+                        fresh = true;
                         None
                     }
                 };
