@@ -354,11 +354,7 @@ async fn an_entry_here_is_answered_from_the_follower(b: Backend) {
     polls_agree(&on, &off, &users, Duration::from_secs(3), "a re-entry").await;
     // The second one leaves through the instance: unknown at once.
     let gone = users[1].clone();
-    let resp = reqwest::Client::new()
-        .delete(on.url(&format!("/api/queue/entry?userId={gone}")))
-        .send()
-        .await
-        .unwrap();
+    let resp = reqwest::Client::new().delete(on.url(&format!("/api/queue/entry?userId={gone}"))).send().await.unwrap();
     assert_eq!(resp.status().as_u16(), 200);
     assert_eq!(poll(&on, &gone).await.0, 404, "left, yet answered as waiting");
     polls_agree(&on, &off, &users, Duration::from_secs(3), "a leave").await;

@@ -295,8 +295,7 @@ impl Follower {
             match effect {
                 Effect::Standing(user, st) => {
                     if let Some(p) = users.get_mut(&user) {
-                        p.current =
-                            st.status == Status::Waiting && self.ledger.tracks(&user) && !asked.contains(&user);
+                        p.current = st.status == Status::Waiting && self.ledger.tracks(&user) && !asked.contains(&user);
                         send(&self.hub, &p.tx, st);
                     }
                 }

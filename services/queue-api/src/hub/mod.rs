@@ -13,8 +13,9 @@
 //! when a person's last stream closes starts their usual abandon_after.
 //!
 //! Status polls are answered from the same ledger ([`Hub::poll`]): a person who
-//! polls is registered like a streamed one (their first answer is the batched read,
-//! src/batch.rs) and kept registered while they poll, then unregistered after the
+//! enters through this instance is registered from the entry ([`Hub::entered`]), one
+//! who polls otherwise like a streamed one (their first answer is the batched read,
+//! src/batch.rs); both are kept registered while they poll, then unregistered after the
 //! grace period (`--poll-grace`) with nobody polling or streaming. An answer comes
 //! from here only while the follower is confirmed current within `--status-max-staleness`
 //! (a `QUEUE.WATCH` reply whose log number was applied); otherwise the batched read
