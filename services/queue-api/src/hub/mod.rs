@@ -83,6 +83,9 @@ struct Shared {
     fresh: Vec<String>,
     /// Users whose last stream here closed.
     closed: Vec<String>,
+    /// Users who entered again or left through this instance since the follower's
+    /// cycle began: a registration reply sent before that does not make them current.
+    changed_here: std::collections::HashSet<String>,
     /// Log entries as published on the queue's changes channel, not taken yet.
     pushed: Vec<LogEntry>,
 }
@@ -343,6 +346,7 @@ impl Hub {
         let shared = &mut *shared;
         let Some(person) = shared.users.get_mut(user) else { return };
         person.current = false;
+        shared.changed_here.insert(user.to_string());
         if person.streams == 0 {
             // Leaving removed their registration in Valkey: nothing to unregister
             // (the ledger forgets them when the log tells it, or asks nobody).
@@ -414,6 +418,7 @@ impl Hub {
                         shared.last_poll = Some(now);
                         person.current = false;
                         fresh = true;
+                        shared.changed_here.insert(user.to_string());
                         None
                     }
                 };
