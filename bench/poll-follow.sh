@@ -1,16 +1,22 @@
 #!/usr/bin/env bash
 # poll-follow.sh -- status polls answered from the push follower: what a poll costs
 # Valkey and how far behind Valkey its answers are. One valkey-server (the module),
-# INSTANCES queue-api instances, USERS people in a closed queue polled round robin
-# across the instances by POLLERS threads for SECS seconds, while CHURN times a second
-# someone leaves and someone new enters (every poller's rank moves).
+# INSTANCES queue-api instances, USERS people who entered through queue-api
+# (POST /api/queue/entry) in a closed queue, polled round robin across the instances
+# by `queue-cli poll-load` over CONNS keep-alive connections for SECS seconds, while
+# CHURN times a second someone leaves and enters again (every poller behind them
+# moves): through queue-api's HTTP entry and leave, as people do (CHURN_VIA=api,
+# the default), or by raw QUEUE.LEAVE / QUEUE.ENTER on Valkey (CHURN_VIA=valkey: a
+# change the instances learn only from the change log).
 #
 # - Valkey time per poll: INFO commandstats after the round (reset before it), the
-#   usec of the commands queue-api sends (QUEUE.* but the bench's own QUEUE.ENTER,
-#   QUEUE.LEAVE and QUEUE.STATUS, and the log reads XRANGE, XREVRANGE) divided by the
-#   number of polls. The commands these call inside (ZRANK, XADD) count in theirs. Goal with the follower: <= 50 ns, flat with 1 and
-#   3 instances.
-# - Lag: for SAMPLE polls a second, QUEUE.STATUS is read just before and after; an
+#   usec of the commands queue-api sends (QUEUE.* but QUEUE.ENTER and QUEUE.LEAVE,
+#   the people's own writes, and the bench's QUEUE.STATUS; and the log reads XRANGE,
+#   XREVRANGE) divided by the number of polls. The commands these call inside
+#   (ZRANK, XADD) count in theirs. Goal with the follower: <= 50 ns, flat with 1 and
+#   3 instances. The ratio polls:changes (polls per leave-and-enter) is printed with
+#   it: a real line has hundreds (a poll every 3-5 s for many minutes per entry).
+# - Lag: SAMPLERS threads poll too, reading QUEUE.STATUS just before and after; an
 #   answer that is neither is polled again every 5 ms until it agrees with Valkey:
 #   the time that took is how far behind it was (0 when it agreed). p99 goal <= 100 ms.
 #
@@ -18,17 +24,19 @@
 # interleaved, ROUNDS of each per instance count; the median and the spread
 # (min..max) are printed.
 #
-#   bash bench/poll-follow.sh                  # USERS=2000 POLLERS=16 SECS=20 ROUNDS=3
+#   bash bench/poll-follow.sh                  # USERS=2000 CONNS=64 SECS=20 ROUNDS=3
 #   REDUCED=1 bash bench/poll-follow.sh        # < 60 s; fails only when an answer
 #                                              # never agreed with Valkey (2 s)
 set -euo pipefail
 root="$(cd "$(dirname "$0")/.." && pwd)"
 REDUCED=${REDUCED:-0}
 if [ "$REDUCED" = 1 ]; then
-  USERS=${USERS:-300}; POLLERS=${POLLERS:-4}; SECS=${SECS:-6}; ROUNDS=${ROUNDS:-1}; CHURN=${CHURN:-20}
+  USERS=${USERS:-300}; CONNS=${CONNS:-16}; SECS=${SECS:-6}; ROUNDS=${ROUNDS:-1}; CHURN=${CHURN:-20}
 else
-  USERS=${USERS:-2000}; POLLERS=${POLLERS:-16}; SECS=${SECS:-20}; ROUNDS=${ROUNDS:-3}; CHURN=${CHURN:-50}
+  USERS=${USERS:-2000}; CONNS=${CONNS:-64}; SECS=${SECS:-20}; ROUNDS=${ROUNDS:-3}; CHURN=${CHURN:-50}
 fi
+SAMPLERS=${SAMPLERS:-2}; CHURN_VIA=${CHURN_VIA:-api}
+case "$CHURN_VIA" in api|valkey) ;; *) echo "CHURN_VIA must be api or valkey" >&2; exit 2 ;; esac
 . "$root/bench/lib/valkey.sh"
 pids=()
 cleanup() { for p in "${pids[@]}" ${vpid:-}; do kill "$p" 2>/dev/null || true; done; wait 2>/dev/null; rm -rf "${dir:-}"; }
@@ -38,6 +46,7 @@ command -v valkey-server >/dev/null 2>&1 || bash "$root/scripts/install-deps.sh"
 # package at a time, as the tests build them (no features unified anew).
 [ -e "$root/target/release/libvalkey_queue.so" ] || (cd "$root" && cargo build --release -q -p valkey-queue)
 [ -e "$root/target/release/queue-api" ] || (cd "$root" && cargo build --release -q -p queue-api)
+[ -e "$root/target/release/queue-cli" ] || (cd "$root" && cargo build --release -q -p queue-cli)
 start_valkey
 valkey-cli -p "$vport" QUEUE.CONFIG default SET soft_cap 0 abandon_after 600000 >/dev/null
 api_ports=()
@@ -52,11 +61,12 @@ done
 for entry in "${api_ports[@]}"; do
   for _ in $(seq 100); do curl -sf "http://127.0.0.1:${entry#*:}/healthz" | grep -q '"up"' && break; sleep 0.1; done
 done
-python3 - "$vport" "$USERS" "$POLLERS" "$SECS" "$ROUNDS" "$CHURN" "$REDUCED" "${api_ports[@]}" <<'EOF'
-import json, random, socket, statistics, sys, threading, time, urllib.request
-vport, users, pollers, secs, rounds, churn, reduced = (int(a) for a in sys.argv[1:8])
+python3 - "$vport" "$USERS" "$CONNS" "$SECS" "$ROUNDS" "$CHURN" "$SAMPLERS" "$CHURN_VIA" "$root/target/release/queue-cli" "$dir" "${api_ports[@]}" <<'EOF'
+import json, random, socket, statistics, subprocess, sys, threading, time, urllib.request
+vport, users, conns, secs, rounds, churn, samplers = (int(a) for a in sys.argv[1:8])
+churn_via, cli, tmp = sys.argv[8:11]
 apis = {"true": [], "false": []}
-for a in sys.argv[8:]:
+for a in sys.argv[11:]:
     mode, port = a.split(":")
     apis[mode].append(f"http://127.0.0.1:{port}")
 
@@ -84,9 +94,11 @@ class Resp:
         if t == b"_": return None
         return rest.decode()
 
-def get(url):
+def get(url, method="GET", body=None):
+    data = None if body is None else json.dumps(body).encode()
+    req = urllib.request.Request(url, data=data, method=method, headers={"Content-Type": "application/json"})
     try:
-        with urllib.request.urlopen(url, timeout=10) as r: return r.status, json.loads(r.read())
+        with urllib.request.urlopen(req, timeout=10) as r: return r.status, json.loads(r.read())
     except urllib.error.HTTPError as e: return e.code, json.loads(e.read() or b"{}")
 
 def truth(r, u):
@@ -98,9 +110,15 @@ def answer(body):
     return (str(body.get("status", "UNKNOWN")).upper(), int(body.get("rank", 0) or 0))
 
 admin = Resp()
-people = [f"pf{i:06d}" for i in range(users)]
-for u in people: admin.call("QUEUE.ENTER", "default", u, "n")
-fresh = [users]
+# Everyone enters through queue-api (an instance reading from Valkey: no instance
+# knows anyone before the rounds' first polls).
+people = []
+for _ in range(users):
+    code, body = get(f"{apis['false'][0]}/api/queue/entry", "POST", {"nickname": "n"})
+    assert code == 200, (code, body)
+    people.append(body["userId"])
+users_file = f"{tmp}/users.txt"
+with open(users_file, "w") as f: f.write("\n".join(people) + "\n")
 
 def round_once(mode, n_inst):
     bases = apis[mode][:n_inst]
@@ -109,17 +127,13 @@ def round_once(mode, n_inst):
         for base in bases: get(f"{base}/api/queue/status?userId={u}")
     time.sleep(1.5)  # registered with the followers
     admin.call("CONFIG", "RESETSTAT")
-    stop = time.time() + secs; polls = [0]; lags = []; errors = []; lock = threading.Lock()
-    def poller(k):
-        r = Resp(); i = k; n = 0
-        sample_every = max(1, 20)
+    stop = time.time() + secs; polls = [0]; lags = []; errors = []; lock = threading.Lock(); changes = [0]
+    def sampler(k):
+        r = Resp(); n = 0
         while time.time() < stop:
-            u = people[i % len(people)]; i += pollers; base = bases[i % n_inst]; n += 1
-            if n % sample_every:
-                code, body = get(f"{base}/api/queue/status?userId={u}")
-                if code not in (200, 404): errors.append((code, body))
-                continue
+            u = random.choice(people); base = random.choice(bases); n += 1
             before = truth(r, u); code, body = get(f"{base}/api/queue/status?userId={u}"); after = truth(r, u)
+            if code not in (200, 404): errors.append((code, body))
             got = answer(body) if code == 200 else ("UNKNOWN", 0)
             lo, hi = sorted((before[1], after[1]))
             if got == before or got == after or (got[0] == before[0] == after[0] and lo <= got[1] <= hi):
@@ -127,7 +141,7 @@ def round_once(mode, n_inst):
             else:
                 t0 = time.time(); lag = None
                 while time.time() - t0 < 2.0:
-                    now = truth(r, u); code, body = get(f"{base}/api/queue/status?userId={u}")
+                    now = truth(r, u); code, body = get(f"{base}/api/queue/status?userId={u}"); n += 1
                     got = answer(body) if code == 200 else ("UNKNOWN", 0)
                     if got == now or got == truth(r, u): lag = time.time() - t0; break
                     time.sleep(0.005)
@@ -138,11 +152,25 @@ def round_once(mode, n_inst):
         r = Resp(); k = 0
         while time.time() < stop:
             out = people[random.randrange(len(people))]
-            r.call("QUEUE.LEAVE", "default", out); r.call("QUEUE.ENTER", "default", out, "n")
+            if churn_via == "api":
+                base = bases[k % len(bases)]
+                code, body = get(f"{base}/api/queue/entry?userId={out}", "DELETE")
+                if code != 200: errors.append(("leave", code, body))
+                code, body = get(f"{base}/api/queue/entry", "POST", {"nickname": "n", "userId": out})
+                if code != 200 or body.get("userId") != out: errors.append(("enter", code, body))
+            else:
+                r.call("QUEUE.LEAVE", "default", out); r.call("QUEUE.ENTER", "default", out, "n")
             k += 1; time.sleep(1.0 / churn)
-    ts = [threading.Thread(target=poller, args=(k,)) for k in range(pollers)] + [threading.Thread(target=churner)]
+        changes[0] = k
+    load = subprocess.Popen([cli, "poll-load", "--users-file", users_file, "--conns", str(conns), "--secs", str(secs)]
+                            + [a for b in bases for a in ("--api", b)], stdout=subprocess.PIPE, text=True)
+    ts = [threading.Thread(target=sampler, args=(k,)) for k in range(samplers)] + [threading.Thread(target=churner)]
     for t in ts: t.start()
     for t in ts: t.join()
+    out, _ = load.communicate()
+    got = json.loads(out.strip().splitlines()[-1])
+    polls[0] += got["polls"]
+    if got["other"] or got["failed"]: errors.append(("poll-load", got))
     stats = admin.call("INFO", "commandstats")
     usec = 0; by = {}
     for line in stats.splitlines():
@@ -155,26 +183,29 @@ def round_once(mode, n_inst):
         f = dict(kv.split("=") for kv in rest.split(","))
         usec += int(f["usec"]); by[name] = (int(f["usec"]), int(f["calls"]))
     top = sorted(by.items(), key=lambda kv: -kv[1][0])[:4]
-    print(f"  round instances={n_inst} from_follower={mode}: " + ", ".join(
-        f"{k} {u * 1000.0 / max(1, polls[0]):.0f} ns/poll ({c} calls)" for k, (u, c) in top), flush=True)
+    print(f"  round instances={n_inst} from_follower={mode}: {polls[0]} polls, {changes[0]} re-entries "
+          f"(polls:changes {polls[0] / max(1, changes[0]):.0f}:1): " + ", ".join(
+        f"{k} {u * 1000.0 / max(1, polls[0]):.1f} ns/poll ({c} calls)" for k, (u, c) in top), flush=True)
     lags.sort()
     p99 = lags[min(len(lags) - 1, int(len(lags) * 0.99))] if lags else 0.0
-    return usec * 1000.0 / max(1, polls[0]), p99 * 1000, polls[0], errors
+    return usec * 1000.0 / max(1, polls[0]), p99 * 1000, polls[0], errors, polls[0] / max(1, changes[0])
 
 results = {}
 failed = []
 for _ in range(rounds):
     for n_inst in (1, 3):
         for mode in ("true", "false"):
-            ns, p99, n, errors = round_once(mode, n_inst)
-            results.setdefault((n_inst, mode), []).append((ns, p99, n))
+            ns, p99, n, errors, ratio = round_once(mode, n_inst)
+            results.setdefault((n_inst, mode), []).append((ns, p99, n, ratio))
             if errors: failed.append(((n_inst, mode), errors[:5]))
-print(f"{users} people, {pollers} pollers, {churn} changes/s, {secs} s a round, {rounds} round(s)")
+print(f"{users} people, {conns} connections polling + {samplers} lag samplers, {churn} re-entries/s "
+      f"(through {churn_via}), {secs} s a round, {rounds} round(s)")
 for (n_inst, mode), rs in sorted(results.items()):
     ns = [r[0] for r in rs]; p99 = [r[1] for r in rs]; n = [r[2] for r in rs]
     print(f"instances={n_inst} from_follower={mode:5}  Valkey ns/poll median {statistics.median(ns):8.1f} "
           f"({min(ns):.1f}..{max(ns):.1f})  lag p99 ms median {statistics.median(p99):6.1f} "
-          f"({min(p99):.1f}..{max(p99):.1f})  polls/round {int(statistics.median(n))}")
+          f"({min(p99):.1f}..{max(p99):.1f})  polls/round {int(statistics.median(n))}  "
+          f"polls:changes {statistics.median(r[3] for r in rs):.0f}:1")
 if failed:
     print("FAIL: answers that never agreed with Valkey or errors:", failed); sys.exit(1)
 print("ok: every answer agreed with Valkey")

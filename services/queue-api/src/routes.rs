@@ -213,6 +213,12 @@ pub async fn entry(
         ApiError::from(e)
     })?;
     state.metrics.promoted(&standing);
+    if state.config.status_from_follower && standing.status == Status::Waiting {
+        // Known to this instance's follower from here on: registered in its next
+        // cycle with everyone else who entered meanwhile, so that their polls are
+        // answered from it, the first one too (hub/mod.rs, `Hub::entered`).
+        state.hub.entered(&queue, &user);
+    }
     if who.is_some() {
         // The identity is the place: no place cookie.
         return Ok(Json(StandingBody::new(&standing, &queue)).into_response());
@@ -403,8 +409,9 @@ pub async fn leave(
         return Err(ApiError::NotFound("not waiting and holding no ticket: nothing to leave".into()));
     }
     // Open streams of this user here end with `unknown` now (the change log tells
-    // other instances of a place in line; a pre-queue place only this one).
-    state.hub.recheck(&queue, &user);
+    // other instances of a place in line; a pre-queue place only this one), and their
+    // polls here are read from Valkey again at once.
+    state.hub.left(&queue, &user);
     Ok(Json(json!({ "userId": user, "queue": queue, "left": true })))
 }
 

@@ -4,8 +4,9 @@
 //! from Valkey (`--status-from-follower false`) answers at the same time: after each
 //! change of the line (someone ahead leaving, promotions, newcomers), an unknown
 //! person, a person just promoted, a change whose message was lost (the follower reads
-//! the log), a restart of queue-api, and a poller who stops polling (unregistered
-//! after the grace period, then dropped as usual).
+//! the log), a restart of queue-api, a poller who stops polling (unregistered
+//! after the grace period, then dropped as usual), and people who enter, enter again
+//! and leave through queue-api (known from the entry: no read of their own).
 
 use queue_client::QueueClient;
 use serde_json::Value;
@@ -23,6 +24,7 @@ testkit::backend_tests!(
     a_restart_answers_at_once,
     a_log_moved_back_is_not_answered_from,
     a_poller_who_stops_is_unregistered,
+    an_entry_here_is_answered_from_the_follower,
 );
 
 async fn counter(api: &Api, name: &str) -> f64 {
@@ -289,4 +291,77 @@ async fn a_poller_who_stops_is_unregistered(b: Backend) {
         assert!(Instant::now() < deadline, "a poller who stopped was never dropped");
     }
     on.stop().await;
+}
+
+/// Calls of the batched read (QUEUE.RANKS) Valkey served so far (the module; the Lua
+/// library's go through FCALL, counted by the metrics instead).
+fn ranks_calls(s: &ValkeyServer) -> u64 {
+    let info: String = redis::cmd("INFO").arg("commandstats").query(&mut s.conn()).unwrap();
+    info.lines()
+        .find_map(|l| l.strip_prefix("cmdstat_queue.ranks:calls="))
+        .map_or(0, |rest| rest.split(',').next().unwrap().parse().unwrap())
+}
+
+/// Enters through `api` (a new person, or `again` naming the userId it gave).
+async fn enter(api: &Api, again: Option<&str>) -> Value {
+    let mut body = serde_json::json!({ "nickname": "n" });
+    if let Some(u) = again {
+        body["userId"] = u.into();
+    }
+    let resp = reqwest::Client::new().post(api.url("/api/queue/entry")).json(&body).send().await.unwrap();
+    assert_eq!(resp.status().as_u16(), 200);
+    resp.json().await.unwrap()
+}
+
+/// People who enter through the instance are known to its follower from the entry:
+/// registered in its next cycle, their first poll is answered from it (no batched
+/// read); someone ahead entering again moves everyone behind; a re-entry and a leave
+/// through the instance are in its very next answer (read-your-writes here).
+async fn an_entry_here_is_answered_from_the_follower(b: Backend) {
+    let (s, qc) = closed_queue(b, 600_000).await;
+    let on = follows(&s, Duration::from_secs(60), Duration::from_secs(2)).await;
+    let off = reads(&s).await;
+    // Someone entered elsewhere, so the line has a head the log moves.
+    qc.enter(Q, "first", "n").await.unwrap();
+    let mut users = Vec::new();
+    let watches = counter(&on, "queue_api_watch_calls_total").await;
+    for _ in 0..5 {
+        users.push(enter(&on, None).await["userId"].as_str().unwrap().to_string());
+    }
+    // Registered by the follower (one QUEUE.WATCH for all or a few), then answered.
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while counter(&on, "queue_api_watch_calls_total").await <= watches {
+        assert!(Instant::now() < deadline, "the entries were never registered");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let (ranks, from_valkey) = (ranks_calls(&s), valkey_answers(&on).await);
+    for u in &users {
+        assert_eq!(poll(&on, u).await, poll(&off, u).await, "{u}: the first poll");
+    }
+    assert_eq!(valkey_answers(&on).await, from_valkey, "the first polls were read from Valkey");
+    assert_eq!(follower_answers(&on).await, users.len() as f64, "the first polls came from the follower");
+    // The instance reading from Valkey sent its own QUEUE.RANKS: one per poll of it.
+    if b == Backend::Module {
+        assert_eq!(ranks_calls(&s), ranks + users.len() as u64, "no batched read for the follower's answers");
+    }
+    // The first one enters again at the back (through the instance): their own next
+    // answer is the new place, and everyone behind moves up.
+    let again = users[0].clone();
+    enter(&on, Some(&again)).await;
+    assert_eq!(poll(&on, &again).await, poll(&off, &again).await, "the re-entered person's next answer");
+    assert_eq!(poll(&on, &again).await.1["rank"], 6);
+    polls_agree(&on, &off, &users, Duration::from_secs(3), "a re-entry").await;
+    // The second one leaves through the instance: unknown at once.
+    let gone = users[1].clone();
+    let resp = reqwest::Client::new().delete(on.url(&format!("/api/queue/entry?userId={gone}"))).send().await.unwrap();
+    assert_eq!(resp.status().as_u16(), 200);
+    assert_eq!(poll(&on, &gone).await.0, 404, "left, yet answered as waiting");
+    polls_agree(&on, &off, &users, Duration::from_secs(3), "a leave").await;
+    // Entering again after leaving: known from that entry again.
+    enter(&on, Some(&gone)).await;
+    assert_eq!(poll(&on, &gone).await, poll(&off, &gone).await, "back after leaving");
+    polls_agree(&on, &off, &users, Duration::from_secs(3), "back in line").await;
+    on.stop().await;
+    off.stop().await;
 }

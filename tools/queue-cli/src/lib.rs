@@ -12,6 +12,7 @@ pub mod gate;
 pub mod history;
 pub mod join;
 pub mod outage;
+pub mod poll_load;
 pub mod push_scale;
 pub mod sse;
 pub mod stats;

@@ -31,6 +31,9 @@ enum Command {
     /// tickets minted in Valkey, then claimed through the service (exit 1 when a claim
     /// was refused or got no answer).
     ClaimRate(queue_cli::claim_rate::ClaimRateArgs),
+    /// Status polls as fast as many keep-alive connections make them, for
+    /// bench/poll-follow.sh (load, not a person).
+    PollLoad(queue_cli::poll_load::PollLoadArgs),
     /// Push streams at scale and probes for bench/push-scale.sh (load, not a person).
     Watch(queue_cli::push_scale::WatchArgs),
     /// One person: enter, watch the position, then chat with the ticket (lines from stdin;
@@ -411,6 +414,7 @@ async fn main() -> ExitCode {
         }
         Command::Watch(args) => queue_cli::push_scale::run(args).await,
         Command::ClaimRate(args) => ExitCode::from(queue_cli::claim_rate::main(args).await),
+        Command::PollLoad(args) => ExitCode::from(queue_cli::poll_load::main(args).await),
         Command::History(cmd) => ExitCode::from(queue_cli::history::main(cmd).await),
         Command::Verify { api, queue, user_id } => ExitCode::from(verify::run(&api, &queue, user_id.as_deref()).await),
         Command::Swarm {

@@ -108,6 +108,8 @@ impl Follower {
         for u in std::mem::take(&mut shared.fresh) {
             self.ledger.ask(u);
         }
+        // Asked again from here on: only a reply sent after this counts for them.
+        shared.changed_here.clear();
         self.ledger.published(std::mem::take(&mut shared.pushed));
         if shared.users.is_empty() && !self.ledger.unwatching() {
             queues.remove(&self.queue);
@@ -288,11 +290,14 @@ impl Follower {
 
     fn hand_out(&mut self, effects: Vec<Effect>, shared: &mut super::Shared) {
         let users = &mut shared.users;
+        // People who entered again or left through this instance since this cycle
+        // began: a reply sent before that does not make them current.
+        let asked = &shared.changed_here;
         for effect in effects {
             match effect {
                 Effect::Standing(user, st) => {
                     if let Some(p) = users.get_mut(&user) {
-                        p.current = st.status == Status::Waiting && self.ledger.tracks(&user);
+                        p.current = st.status == Status::Waiting && self.ledger.tracks(&user) && !asked.contains(&user);
                         send(&self.hub, &p.tx, st);
                     }
                 }

@@ -13,8 +13,9 @@
 //! when a person's last stream closes starts their usual abandon_after.
 //!
 //! Status polls are answered from the same ledger ([`Hub::poll`]): a person who
-//! polls is registered like a streamed one (their first answer is the batched read,
-//! src/batch.rs) and kept registered while they poll, then unregistered after the
+//! enters through this instance is registered from the entry ([`Hub::entered`]), one
+//! who polls otherwise like a streamed one (their first answer is the batched read,
+//! src/batch.rs); both are kept registered while they poll, then unregistered after the
 //! grace period (`--poll-grace`) with nobody polling or streaming. An answer comes
 //! from here only while the follower is confirmed current within `--status-max-staleness`
 //! (a `QUEUE.WATCH` reply whose log number was applied); otherwise the batched read
@@ -82,6 +83,9 @@ struct Shared {
     fresh: Vec<String>,
     /// Users whose last stream here closed.
     closed: Vec<String>,
+    /// Users who entered again or left through this instance since the follower's
+    /// cycle began: a registration reply sent before that does not make them current.
+    changed_here: std::collections::HashSet<String>,
     /// Log entries as published on the queue's changes channel, not taken yet.
     pushed: Vec<LogEntry>,
 }
@@ -244,6 +248,9 @@ fn instance_name() -> String {
 enum Came {
     Stream,
     Poll,
+    /// They entered (or entered again) through this instance and wait: registered
+    /// like a poller before their first poll, and asked again whatever was known.
+    Entry,
 }
 
 impl Hub {
@@ -313,6 +320,45 @@ impl Hub {
         self.register(queue, user, Came::Poll);
     }
 
+    /// `user` entered `queue` through this instance and waits (the entry's reply
+    /// said so): registered with the follower at once, in its next cycle's
+    /// `QUEUE.WATCH` with everyone else who entered meanwhile, so that their first
+    /// poll is answered from the ledger with no read of their own. Whatever was known
+    /// of them before (an earlier place, re-entered now) is not answered from until
+    /// that registration's checkpoint is applied.
+    pub fn entered(self: &Arc<Hub>, queue: &str, user: &str) {
+        let max = self.max_pollers.load(Ordering::Relaxed);
+        if max > 0 && self.pollers() >= max && !self.knows(queue, user) {
+            self.metrics.pollers_refused.increment(1);
+            return;
+        }
+        self.register(queue, user, Came::Entry);
+    }
+
+    /// `user` left `queue` through this instance: polls here read Valkey from now on
+    /// (read-your-writes here). A person polling only is forgotten and unregistered
+    /// at once; one with streams here is asked again (their streams end with
+    /// `unknown`).
+    pub fn left(&self, queue: &str, user: &str) {
+        let queues = self.queues.lock().unwrap();
+        let Some(w) = queues.get(queue) else { return };
+        let mut shared = w.shared.lock().unwrap();
+        let shared = &mut *shared;
+        let Some(person) = shared.users.get_mut(user) else { return };
+        person.current = false;
+        shared.changed_here.insert(user.to_string());
+        if person.streams == 0 {
+            // Leaving removed their registration in Valkey: nothing to unregister
+            // (the ledger forgets them when the log tells it, or asks nobody).
+            if let Some(p) = shared.users.remove(user) {
+                self.forget(&p);
+            }
+        } else {
+            shared.fresh.push(user.to_string());
+        }
+        w.wake.notify_one();
+    }
+
     /// Whether `user` of `queue` is registered here already.
     fn knows(&self, queue: &str, user: &str) -> bool {
         let w = self.queues.lock().unwrap().get(queue).cloned();
@@ -344,7 +390,7 @@ impl Hub {
                 let person = shared.users.entry(user.to_string()).or_insert_with(|| {
                     fresh = true;
                     let mut p = Person::new();
-                    if matches!(came, Came::Poll) {
+                    if matches!(came, Came::Poll | Came::Entry) {
                         p.by_poll = true;
                         self.pollers.fetch_add(1, Ordering::Relaxed);
                     }
@@ -362,6 +408,17 @@ impl Hub {
                         // Known but not kept current (say promoted before and in
                         // line again): asked again.
                         fresh |= !person.current;
+                        None
+                    }
+                    Came::Entry => {
+                        // Counted as polling from the entry on: unregistered after
+                        // the grace period if they never poll.
+                        let now = Instant::now();
+                        person.polled = Some(now);
+                        shared.last_poll = Some(now);
+                        person.current = false;
+                        fresh = true;
+                        shared.changed_here.insert(user.to_string());
                         None
                     }
                 };
