@@ -4,8 +4,9 @@
 # line builds and drains. The swarm grades every estimate against the wait that
 # followed: |predicted - actual| / actual of every figure shown, per person-second,
 # at entry and at rank 10 (waits under a second count as one second), and how many
-# figures a person saw per minute of waiting. Prints each round's p50/p90 and the median of the
-# rounds' p50s with their spread; exits 1 if an audit failed.
+# figures a person saw per minute of waiting. Prints each round's p50/p90 (and the error
+# by the time still to wait) and the median of the rounds' p50s with their spread; exits 1
+# if an audit failed, 2 if a stack did not come up.
 #
 #   bash bench/eta.sh      # ROUNDS=3 USERS=2000 RATE=40 SOFT_CAP=200 STAY=10
 #   BACKEND=--lua bash bench/eta.sh
@@ -22,14 +23,19 @@ out=$(mktemp -d)
 trap 'rm -rf "$out"' EXIT
 status=0
 for round in $(seq "$ROUNDS"); do
-  export VALKEY_PORT=$(port) API_PORT=$(port) CHAT_PORT=$(port) MANAGER_PORT=$(port)
+  # Every port free (the gate's and the example app's too: a port already taken ends the
+  # whole stack).
+  export VALKEY_PORT=$(port) API_PORT=$(port) CHAT_PORT=$(port) MANAGER_PORT=$(port) GATE_PORT=$(port) APP_PORT=$(port)
   # shellcheck disable=SC2086
   bash "$root/scripts/run-local.sh" --soft-cap "$SOFT_CAP" $BACKEND >"$out/stack.log" 2>&1 & stack=$!
+  up=0
   for _ in $(seq 600); do
-    curl -sf "http://127.0.0.1:$API_PORT/healthz" 2>/dev/null | grep -q '"up"' && break
+    curl -sf "http://127.0.0.1:$API_PORT/healthz" 2>/dev/null | grep -q '"up"' && { up=1; break; }
     kill -0 $stack 2>/dev/null || { cat "$out/stack.log"; exit 2; }
     sleep 0.5
   done
+  # A stack that never came up would grade nobody and print zeros as if measured.
+  [ $up = 1 ] || { echo "round $round: the stack did not come up in 5 minutes" >&2; cat "$out/stack.log"; kill $stack; exit 2; }
   set +e
   "$root/target/release/queue-cli" swarm --api "http://127.0.0.1:$API_PORT" --chat "http://127.0.0.1:$CHAT_PORT" \
     --users "$USERS" --rate "$RATE" --stay-secs "$STAY" --admin-token "${ADMIN_TOKEN:-local-admin}" \
@@ -49,6 +55,9 @@ print(f"round {sys.argv[2]}: as shown p50 {s['p50']:.3f} p90 {s['p90']:.3f} (non
       f"rank 10 p50 {t['p50']:.3f} p90 {t['p90']:.3f} (n={t['count']}); missing {r['eta_missing']}; "
       f"wait p50 {r['wait_seconds']['p50']:.1f} s max {r['wait_seconds']['max']:.1f} s; "
       f"audits fifo {r['fifo_inversions']} cap {r['over_capacity']}+{r['server_over_capacity']} claims {r['double_claims']}")
+for b in r.get("eta_error_by_remaining", []):
+    print(f"  {b['remaining']:<14} {b['share'] * 100:5.1f} % of seconds, error p50 {b['error']['p50']:.3f} "
+          f"p90 {b['error']['p90']:.3f}, too long {b['too_long_share'] * 100:.0f} %")
 PY
 done
 python3 - "$out" "$ROUNDS" <<'PY'

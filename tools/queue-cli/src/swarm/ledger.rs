@@ -107,8 +107,10 @@ fn eta_error(predicted: u64, actual: f64) -> f64 {
 /// many people and seconds), exact above 10 (rare) in a list.
 #[derive(Default)]
 pub(super) struct ShownGrades {
-    buckets: Vec<u64>,
-    above: Vec<f64>,
+    all: ErrorHistogram,
+    /// The same seconds split by the time still to wait (see [`REMAINING_BANDS`]),
+    /// with how many of them showed more than that time (an estimate too long).
+    bands: [(ErrorHistogram, u64); REMAINING_BANDS.len()],
     /// Person-seconds with a figure shown, and with none (null: no estimate).
     pub(super) seconds: u64,
     pub(super) missing_seconds: u64,
@@ -118,10 +120,25 @@ pub(super) struct ShownGrades {
     pub(super) per_minute: Vec<f64>,
 }
 
+/// The bands of the time still to wait the error is broken down by (lower bounds in
+/// seconds): which part of a wait the error comes from.
+pub(super) const REMAINING_BANDS: [(u64, &str); 5] =
+    [(0, "under 10 s"), (10, "10-30 s"), (30, "30-60 s"), (60, "1-2 min"), (120, "2 min or more")];
+
+/// Errors in a histogram of thousandths (memory bounded however many people and
+/// seconds), exact above 10 (rare) in a list.
+#[derive(Default)]
+struct ErrorHistogram {
+    buckets: Vec<u64>,
+    above: Vec<f64>,
+    count: u64,
+}
+
 const SHOWN_BUCKETS: usize = 10_000;
 
-impl ShownGrades {
+impl ErrorHistogram {
     fn add(&mut self, error: f64) {
+        self.count += 1;
         let i = (error * 1000.0).round();
         if i < SHOWN_BUCKETS as f64 {
             if self.buckets.is_empty() {
@@ -133,33 +150,8 @@ impl ShownGrades {
         }
     }
 
-    /// Grades one person's readings (time order) against a promotion at `end`.
-    pub(super) fn grade(&mut self, readings: &[(Instant, Option<u64>)], end: Instant) {
-        let Some(&(start, _)) = readings.first() else { return };
-        let mut i = 0;
-        let mut at = start;
-        while at < end {
-            while i + 1 < readings.len() && readings[i + 1].0 <= at {
-                i += 1;
-            }
-            match readings[i].1 {
-                Some(eta) => {
-                    self.seconds += 1;
-                    self.add(eta_error(eta, end.duration_since(at).as_secs_f64()));
-                }
-                None => self.missing_seconds += 1,
-            }
-            at += std::time::Duration::from_secs(1);
-        }
-        let mut figures: Vec<Option<u64>> = readings.iter().filter(|r| r.0 <= end).map(|r| r.1).collect();
-        figures.dedup();
-        let minutes = (end.duration_since(start).as_secs_f64() / 60.0).max(1.0);
-        self.per_minute.push(figures.len() as f64 / minutes);
-    }
-
-    /// The errors' percentiles (n: person-seconds graded).
-    pub(super) fn percentiles(&self) -> crate::stats::Percentiles {
-        let count = self.seconds as usize;
+    fn percentiles(&self) -> crate::stats::Percentiles {
+        let count = self.count as usize;
         if count == 0 {
             return crate::stats::Percentiles::default();
         }
@@ -177,6 +169,60 @@ impl ShownGrades {
             above[(rank - seen - 1) as usize]
         };
         crate::stats::Percentiles { count, p50: at(50.0), p90: at(90.0), p99: at(99.0), max: at(100.0) }
+    }
+}
+
+impl ShownGrades {
+    /// Grades one person's readings (time order) against a promotion at `end`.
+    pub(super) fn grade(&mut self, readings: &[(Instant, Option<u64>)], end: Instant) {
+        let Some(&(start, _)) = readings.first() else { return };
+        let mut i = 0;
+        let mut at = start;
+        while at < end {
+            while i + 1 < readings.len() && readings[i + 1].0 <= at {
+                i += 1;
+            }
+            match readings[i].1 {
+                Some(eta) => {
+                    self.seconds += 1;
+                    let remaining = end.duration_since(at).as_secs_f64();
+                    let error = eta_error(eta, remaining);
+                    self.all.add(error);
+                    let band = REMAINING_BANDS.iter().rposition(|b| remaining >= b.0 as f64).unwrap_or(0);
+                    self.bands[band].0.add(error);
+                    if eta as f64 > remaining.max(1.0) {
+                        self.bands[band].1 += 1;
+                    }
+                }
+                None => self.missing_seconds += 1,
+            }
+            at += std::time::Duration::from_secs(1);
+        }
+        let mut figures: Vec<Option<u64>> = readings.iter().filter(|r| r.0 <= end).map(|r| r.1).collect();
+        figures.dedup();
+        let minutes = (end.duration_since(start).as_secs_f64() / 60.0).max(1.0);
+        self.per_minute.push(figures.len() as f64 / minutes);
+    }
+
+    /// The errors' percentiles (n: person-seconds graded).
+    pub(super) fn percentiles(&self) -> crate::stats::Percentiles {
+        self.all.percentiles()
+    }
+
+    /// The error by the time still to wait: each band's share of the graded seconds,
+    /// its percentiles, and the share of its seconds that showed too long a wait.
+    pub(super) fn by_remaining(&self) -> Vec<super::report::EtaBand> {
+        let total = self.seconds.max(1) as f64;
+        REMAINING_BANDS
+            .iter()
+            .zip(&self.bands)
+            .map(|(&(_, name), (h, over))| super::report::EtaBand {
+                remaining: name.to_string(),
+                share: h.count as f64 / total,
+                error: h.percentiles(),
+                too_long_share: *over as f64 / h.count.max(1) as f64,
+            })
+            .collect()
     }
 }
 
@@ -402,6 +448,23 @@ mod tests {
         assert_eq!(l.eta_rank10_errors, vec![0.5]);
         assert_eq!(l.report.eta_missing, 1);
         assert_eq!(eta_error(1, 0.2), 0.0, "a wait under a second counts as one");
+    }
+
+    #[test]
+    fn the_error_is_broken_down_by_the_time_still_to_wait() {
+        // "20 s" shown for the last 20 s of a wait: remaining 20..10 s falls in the
+        // 10-30 s band (too long from 19 s on), 9..1 s under 10 s (all too long).
+        let t0 = Instant::now();
+        let mut g = ShownGrades::default();
+        g.grade(&[(t0, Some(20))], t0 + Duration::from_secs(20));
+        let bands = g.by_remaining();
+        assert_eq!(bands.len(), REMAINING_BANDS.len());
+        assert_eq!((bands[0].error.count, bands[1].error.count), (9, 11));
+        assert!(bands[2..].iter().all(|b| b.error.count == 0));
+        assert_eq!((bands[0].share, bands[1].share), (9.0 / 20.0, 11.0 / 20.0));
+        assert_eq!(bands[0].too_long_share, 1.0);
+        assert_eq!(bands[1].too_long_share, 10.0 / 11.0);
+        assert!((bands[1].error.p50 - eta_error(20, 15.0)).abs() <= 0.0005);
     }
 
     #[test]

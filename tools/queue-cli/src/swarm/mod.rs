@@ -367,6 +367,7 @@ pub async fn run_through(
     report.eta_error_at_entry = Percentiles::of(std::mem::take(&mut l.eta_entry_errors));
     report.eta_error_at_rank10 = Percentiles::of(std::mem::take(&mut l.eta_rank10_errors));
     report.eta_error_shown = l.eta_shown.percentiles();
+    report.eta_error_by_remaining = l.eta_shown.by_remaining();
     let (shown, none) = (l.eta_shown.seconds, l.eta_shown.missing_seconds);
     report.eta_shown_missing_share = if shown + none > 0 { none as f64 / (shown + none) as f64 } else { 0.0 };
     report.eta_figures_per_minute = Percentiles::of(std::mem::take(&mut l.eta_shown.per_minute));

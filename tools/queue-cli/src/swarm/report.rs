@@ -6,6 +6,17 @@ use crate::gate::GateReport;
 use crate::stats::Percentiles;
 use serde::Serialize;
 
+/// One band of the time still to wait (see `Report::eta_error_by_remaining`).
+#[derive(Debug, Clone, Default, Serialize)]
+pub struct EtaBand {
+    pub remaining: String,
+    /// Its share of the person-seconds graded.
+    pub share: f64,
+    pub error: Percentiles,
+    /// The share of its seconds whose figure was longer than the time still to wait.
+    pub too_long_share: f64,
+}
+
 /// The end-of-run report. `fifo_inversions` (within each lane), `over_capacity` and
 /// `double_claims` must be 0, and the `lanes` audits clean.
 #[derive(Debug, Clone, Default, Serialize)]
@@ -60,6 +71,9 @@ pub struct Report {
     /// Figures a person saw per minute of waiting (n: people), counting each change.
     /// Goal: p50 at most 3.
     pub eta_figures_per_minute: Percentiles,
+    /// `eta_error_shown` broken down by the time still to wait: where the error comes
+    /// from (the last seconds of a wait, or its long middle).
+    pub eta_error_by_remaining: Vec<EtaBand>,
     pub duration_seconds: f64,
     /// This process's own CPU time (user + system) over the run, in seconds.
     pub own_cpu_seconds: f64,
@@ -307,6 +321,17 @@ impl std::fmt::Display for Report {
             self.eta_figures_per_minute,
             if self.eta_figures_per_minute.p50 <= 3.0 { "ok" } else { "above 3" }
         )?;
+        for b in &self.eta_error_by_remaining {
+            writeln!(
+                f,
+                "    {:<14} {:>5.1} % of seconds, error p50 {:.3} p90 {:.3}, too long {:.0} %",
+                b.remaining,
+                b.share * 100.0,
+                b.error.p50,
+                b.error.p90,
+                b.too_long_share * 100.0
+            )?;
+        }
         if let Some(l) = &self.lanes {
             write!(f, "{l}")?;
         }
