@@ -374,18 +374,22 @@ pub(super) async fn drive(a: DriveArgs) -> Result<(), String> {
     // 10 s.
     let deadline = Instant::now() + Duration::from_secs(10);
     let (turn_ms, turn_timeouts) = loop {
-        let t = turns.lock().unwrap();
-        let inside: Vec<&Turn> = t.iter().filter(|t| t.promoted_at.is_some_and(|at| win.inside(at))).collect();
-        if Instant::now() < deadline && inside.iter().any(|t| t.event_at.is_none() && !t.gone) {
-            drop(t);
-            tokio::time::sleep(Duration::from_millis(100)).await;
-            continue;
+        let done = {
+            let t = turns.lock().unwrap();
+            let inside: Vec<&Turn> = t.iter().filter(|t| t.promoted_at.is_some_and(|at| win.inside(at))).collect();
+            let waiting = inside.iter().filter(|t| t.event_at.is_none() && !t.gone).count();
+            (Instant::now() >= deadline || waiting == 0).then(|| {
+                let ms: Vec<f64> = inside
+                    .iter()
+                    .filter_map(|t| Some(t.event_at?.saturating_duration_since(t.promoted_at?).as_secs_f64() * 1e3))
+                    .collect();
+                (ms, waiting)
+            })
+        };
+        match done {
+            Some(r) => break r,
+            None => tokio::time::sleep(Duration::from_millis(100)).await,
         }
-        let ms: Vec<f64> = inside
-            .iter()
-            .filter_map(|t| Some(t.event_at?.saturating_duration_since(t.promoted_at?).as_secs_f64() * 1e3))
-            .collect();
-        break (ms, inside.iter().filter(|t| t.event_at.is_none() && !t.gone).count());
     };
     let mut promote = promote_out.lock().unwrap();
     for (_, w) in &watchers {
