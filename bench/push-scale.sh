@@ -19,7 +19,11 @@
 #      command and summed, and `INFO cpu`'s main thread) per second and per watched
 #      person, and the change-to-stream latency: from the reply of a command that
 #      changed a watched person's standing (a LEAVE of the person right ahead of
-#      them; a PROMOTE) to the event on their stream, p50/p99.
+#      them; a PROMOTE moving the promote probe's watchers at the back) to the event
+#      on their stream, p50/p99 (rank events: paced by queue-api's --push-interval,
+#      API_FLAGS='--push-interval 0s' for every change at once); and the turn probes:
+#      from the reply of the PROMOTE that promoted a person of the line to the
+#      `promoted` event on their stream (never paced), p50/p99.
 # Configurations: for each of ROUNDS rounds, I = 1 3 6 (INSTANCES), interleaved;
 # printed as a table of medians with the spread (min-max over rounds) and the ratio
 # 6 instances / 1, then as JSON lines (one per configuration, phase and round, and one
@@ -204,12 +208,12 @@ for line in open(sys.argv[1]):
         continue
     r = json.loads(line)
     where = "%s I=%s round %s" % (r["phase"], r["instances"], r["round"])
-    if r.get("leave_timeouts") or r.get("promote_timeouts"):
-        bad.append("%s: %s leave and %s promote probes never saw their event" % (where, r.get("leave_timeouts"), r.get("promote_timeouts")))
+    if r.get("leave_timeouts") or r.get("promote_timeouts") or r.get("turn_timeouts"):
+        bad.append("%s: %s leave, %s promote and %s turn probes never saw their event" % (where, r.get("leave_timeouts"), r.get("promote_timeouts"), r.get("turn_timeouts")))
     if not r.get("leave_n"):
         bad.append("%s: no leave probe measured" % where)
-    if r["phase"] == "churn" and not (r.get("events_per_s") and r.get("promote_n")):
-        bad.append("%s: no events or no promote probe under churn" % where)
+    if r["phase"] == "churn" and not (r.get("events_per_s") and r.get("promote_n") and r.get("turn_n")):
+        bad.append("%s: no events, no promote or no turn probe under churn" % where)
 for b in bad:
     print("push-scale check failed: " + b, file=sys.stderr)
 sys.exit(1 if bad else 0)

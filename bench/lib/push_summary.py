@@ -66,6 +66,8 @@ def derive(r):
         "leave_timeouts": r.get("leave_timeouts", 0),
         "promote_p50_ms": pct(lat_p, 50), "promote_p99_ms": pct(lat_p, 99), "promote_n": len(lat_p),
         "promote_timeouts": r.get("promote_timeouts", 0),
+        "turn_p50_ms": pct(r.get("lat_turn_ms") or [], 50), "turn_p99_ms": pct(r.get("lat_turn_ms") or [], 99),
+        "turn_n": len(r.get("lat_turn_ms") or []), "turn_timeouts": r.get("turn_timeouts", 0),
         "entered_per_s": round(ch["entered"] / secs), "leaves_per_s": round(ch["leaves"] / secs),
         "left_per_s": round(ch["left"] / secs),
         "promoted_per_s": round(ch["promoted"] / secs),
@@ -92,6 +94,7 @@ def main(path):
             ("churn_ms_per_s", "churn ms/s", 2), ("main_thread_ms_per_s", "main thr ms/s", 1),
             ("events_per_s", "events/s", 0), ("leave_p50_ms", "leave p50 ms", 1), ("leave_p99_ms", "leave p99 ms", 1),
             ("promote_p50_ms", "promote p50 ms", 1), ("promote_p99_ms", "promote p99 ms", 1),
+            ("turn_p50_ms", "turn p50 ms", 1), ("turn_p99_ms", "turn p99 ms", 1),
             ("promoted_per_s", "promoted/s", 0)]
     groups = {}
     for r in runs:

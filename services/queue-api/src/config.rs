@@ -49,6 +49,13 @@ pub struct Config {
     #[arg(long, env = "PUSH_TICK", default_value = "1s",
           value_parser = service_kit::duration(Duration::from_millis(100)..=Duration::from_secs(60)))]
     pub push_tick: Duration,
+    /// A push stream tells a change of rank, total or estimate at most once per this
+    /// interval, the latest standing (0 to 60s; 0: every change at once). A promotion,
+    /// a ticket, leaving, sold out, closed, a message, branding and a pause go out at
+    /// once (docs/http-api.md, "Paced rank events").
+    #[arg(long, env = "PUSH_INTERVAL", default_value = "2s",
+          value_parser = service_kit::duration(Duration::ZERO..=Duration::from_secs(60)))]
+    pub push_interval: Duration,
     /// Answer status polls from what this instance's push follower knows (no Valkey
     /// call per poll, answers up to --status-max-staleness behind; docs/http-api.md,
     /// "Status from the push follower"); off by default: every poll is read from Valkey
@@ -277,6 +284,18 @@ mod tests {
         );
         for bad in ["99ms", "61s", "1000"] {
             assert!(parse::<Config>(&["--push-tick", bad]).is_err(), "{bad}");
+        }
+    }
+
+    #[test]
+    fn push_interval() {
+        assert_eq!(parse::<Config>(&[]).unwrap().push_interval, Duration::from_secs(2));
+        for (text, want) in [("0s", 0), ("0", 0), ("500ms", 500), ("60s", 60_000)] {
+            let c = parse::<Config>(&["--push-interval", text]).unwrap();
+            assert_eq!(c.push_interval, Duration::from_millis(want), "{text}");
+        }
+        for bad in ["61s", "-1s", "1000", "soon", ""] {
+            assert!(parse::<Config>(&["--push-interval", bad]).is_err(), "{bad}");
         }
     }
     #[tokio::test]

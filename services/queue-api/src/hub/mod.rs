@@ -229,6 +229,9 @@ pub struct Hub {
     /// (`--max-pollers`; 0: no limit).
     pollers: AtomicUsize,
     max_pollers: AtomicUsize,
+    /// A stream tells a mere rank change at most once per this many milliseconds
+    /// (`--push-interval`; 0: every change at once).
+    push_interval_ms: AtomicU64,
 }
 
 /// A process's instance name: the host's name (in the characters a userId may hold)
@@ -277,6 +280,7 @@ impl Hub {
             metrics,
             pollers: AtomicUsize::new(0),
             max_pollers: AtomicUsize::new(0),
+            push_interval_ms: AtomicU64::new(0),
         })
     }
 
@@ -284,6 +288,17 @@ impl Hub {
     /// from Valkey without registering their people.
     pub fn limit_pollers(&self, max: usize) {
         self.max_pollers.store(max, Ordering::Relaxed);
+    }
+
+    /// Streams tell a change of rank, total or estimate alone at most once per
+    /// `interval` (zero: at once); stream.rs, "Paced push".
+    pub fn pace_pushes(&self, interval: Duration) {
+        self.push_interval_ms.store(interval.as_millis() as u64, Ordering::Relaxed);
+    }
+
+    /// The pace of [`Hub::pace_pushes`].
+    pub fn push_interval(&self) -> Duration {
+        Duration::from_millis(self.push_interval_ms.load(Ordering::Relaxed))
     }
 
     /// People registered by a poll here now.

@@ -8,8 +8,11 @@ use crate::conn_limit::Permit;
 use axum::response::sse::Event;
 use futures_util::Stream;
 use queue_client::{QueueState, Standing, Status};
+use std::pin::Pin;
 use std::sync::Arc;
+use std::time::{Duration, Instant};
 use tokio::sync::watch;
+use tokio::time::Sleep;
 
 /// Keeps a stream's registration; unregisters on drop.
 pub struct Subscription {
@@ -76,6 +79,15 @@ impl Drop for Subscription {
 }
 
 /// One push stream's state between events.
+///
+/// Paced push: a change of rank, total or estimate alone is told at most once per
+/// `gap` (the hub's push interval plus this stream's own share of a quarter of it, so
+/// that the streams one promotion moved do not all speak again at the same instant):
+/// a change that comes sooner only marks the stream `held`, without copying or
+/// serialising the standing, and when the gap has passed the latest standing goes
+/// out (never an older one). Everything else goes out at once: the first standing, a
+/// change of status (promoted, inside, unknown), the sale's state (closed, sold out,
+/// the message), the branding, and the pause flipping.
 struct Follow {
     sub: Subscription,
     _permit: Permit,
@@ -91,11 +103,48 @@ struct Follow {
     /// The branding changed since the last `brand` event.
     brand_new: bool,
     done: bool,
+    /// The least time between two `position` events (zero: no pacing).
+    gap: Duration,
+    /// When the last `position` event went out.
+    told_at: Option<Instant>,
+    /// A change of rank, total or estimate waits for the gap to pass (the timer).
+    held: Option<Pin<Box<Sleep>>>,
 }
 
 impl Follow {
     fn summary(&self) -> Summary {
         Summary { total: self.sub.total_waiting(), paused: self.sub.paused() }
+    }
+
+    /// When a `position` event may go out next, if not now.
+    fn paced_until(&self) -> Option<Instant> {
+        let at = self.told_at? + self.gap;
+        (self.gap > Duration::ZERO && Instant::now() < at).then_some(at)
+    }
+
+    /// Holds a change of rank, total or estimate until the gap has passed; false when
+    /// it may go out now.
+    fn hold(&mut self) -> bool {
+        let Some(at) = self.paced_until() else { return false };
+        if self.held.is_none() {
+            self.held = Some(Box::pin(tokio::time::sleep_until(at.into())));
+        }
+        true
+    }
+
+    /// Looks at the follower's newest standing: a copy to consider sending now, or
+    /// None when it is a change of rank or estimate alone and the stream is paced
+    /// (then only marked held: nothing is copied or serialised).
+    fn look(&mut self) -> Option<Option<Standing>> {
+        let paced = self.paced_until().is_some();
+        let s = self.sub.updates.borrow_and_update();
+        let last = self.last.as_ref().map(|(l, _)| l);
+        if paced && matches!((last, s.as_ref()), (Some(l), Some(n)) if rank_only(l, n)) {
+            drop(s);
+            self.hold();
+            return None;
+        }
+        Some(s.clone())
     }
 
     /// The next event: a changed standing, or the last one again when the queue's
@@ -120,12 +169,17 @@ impl Follow {
                     return Some(self.send(s));
                 }
             }
+            let held = &mut self.held;
             tokio::select! {
                 changed = self.sub.updates.changed() => {
                     if changed.is_err() {
                         return None;
                     }
-                    self.pending = self.sub.updates.borrow_and_update().clone();
+                    // While paced, a rank change only marks the stream held (the
+                    // standing is read again when the gap has passed).
+                    if let Some(s) = self.look() {
+                        self.pending = s;
+                    }
                 }
                 changed = self.sub.summary.changed() => {
                     if changed.is_err() {
@@ -137,17 +191,30 @@ impl Follow {
                     // standing, read by the stream itself, coming back from the
                     // follower) is no news: the total still is.
                     if self.sub.updates.has_changed().unwrap_or(false) {
-                        let s = self.sub.updates.borrow_and_update().clone();
-                        if s.is_some() && self.last.as_ref().map(|(l, _)| l) != s.as_ref() {
-                            self.pending = s;
+                        if let Some(s) = self.look() {
+                            if s.is_some() && self.last.as_ref().map(|(l, _)| l) != s.as_ref() {
+                                self.pending = s;
+                                continue;
+                            }
+                        } else {
+                            // Paced: the held event will carry the new total too.
                             continue;
                         }
                     }
                     let now = self.summary();
                     if let Some((s, sent)) = &self.last {
                         if s.status == Status::Waiting && *sent != now {
-                            return Some(self.send(s.clone()));
+                            // The pause flipping goes out at once; the total alone is paced.
+                            if sent.paused != now.paused || !self.hold() {
+                                return Some(self.send_latest());
+                            }
                         }
+                    }
+                }
+                () = async { held.as_mut().expect("held").await }, if held.is_some() => {
+                    self.held = None;
+                    if let Some(ev) = self.told_late() {
+                        return Some(ev);
                     }
                 }
                 changed = self.sub.sale.changed() => {
@@ -164,6 +231,32 @@ impl Follow {
                 _ = self.shutdown.changed() => return None,
             }
         }
+    }
+
+    /// The latest standing (or the last sent, when the follower has none newer), to
+    /// be sent now with the current total and pause.
+    fn send_latest(&mut self) -> Event {
+        let latest = self.sub.updates.borrow_and_update().clone();
+        let s = match (latest, &self.last) {
+            (Some(s), _) => s,
+            (None, Some((l, _))) => l.clone(),
+            (None, None) => unreachable!("a stream starts from a standing"),
+        };
+        self.send(s)
+    }
+
+    /// The gap has passed: the latest standing, if it or the total differs from what
+    /// was told.
+    fn told_late(&mut self) -> Option<Event> {
+        let (last, sent) = self.last.as_ref()?;
+        if last.status != Status::Waiting {
+            return None;
+        }
+        let changed = {
+            let latest = self.sub.updates.borrow();
+            latest.as_ref().is_some_and(|s| s != last)
+        };
+        (changed || *sent != self.summary()).then(|| self.send_latest())
     }
 
     /// The event for the first part of the sale's state that differs from what was
@@ -189,15 +282,40 @@ impl Follow {
     fn send(&mut self, s: Standing) -> Event {
         let summary = self.summary();
         self.done = s.status != Status::Waiting;
+        self.held = None;
+        if !self.done {
+            self.told_at = Some(Instant::now());
+        }
         let ev = wire::event_for(&s, &self.queue, summary);
         self.last = Some((s, summary));
         ev
     }
 }
 
+/// Whether `new` differs from `told` in rank, estimate or nothing at all (what pacing
+/// may hold back), not in status, ticket, pre-queue or lane (what goes out at once).
+fn rank_only(told: &Standing, new: &Standing) -> bool {
+    new.status == Status::Waiting
+        && told.status == new.status
+        && told.ticket_id == new.ticket_id
+        && told.opens_at == new.opens_at
+        && told.lane == new.lane
+}
+
+/// A stream's gap between `position` events: `interval` and a random share of a
+/// quarter of it more, drawn once per stream. Streams that one promotion moved at the
+/// same instant then speak again at different instants, and drift further apart with
+/// each gap, instead of all at once one interval later.
+fn spread(interval: Duration) -> Duration {
+    let mut r = [0u8; 4];
+    getrandom::fill(&mut r).unwrap_or_default();
+    interval + interval.mul_f64(f64::from(u32::from_le_bytes(r)) / f64::from(u32::MAX) / 4.0)
+}
+
 /// The events of a stream that starts from `first` (the standing the request read)
 /// and holds `permit` (its place among the open streams) until it ends: `first`, then
-/// each change, until the person is no longer waiting or `shutdown` flips.
+/// each change (a change of rank, total or estimate alone at most once per the hub's
+/// push interval), until the person is no longer waiting or `shutdown` flips.
 pub fn events(
     sub: Subscription,
     permit: Permit,
@@ -205,6 +323,7 @@ pub fn events(
     queue: String,
     first: Standing,
 ) -> impl Stream<Item = Result<Event, std::convert::Infallible>> {
+    let interval = sub.hub.push_interval();
     let follow = Follow {
         sub,
         _permit: permit,
@@ -215,6 +334,9 @@ pub fn events(
         sale_sent: QueueState::default(),
         brand_new: false,
         done: false,
+        gap: spread(interval),
+        told_at: None,
+        held: None,
     };
     futures_util::stream::unfold(follow, |mut f| async move {
         let ev = f.next().await?;

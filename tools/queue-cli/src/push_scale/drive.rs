@@ -25,6 +25,17 @@ struct Churn {
     errors: u64,
 }
 
+/// A turn probe: a person of the line watched until their turn.
+struct Turn {
+    user: String,
+    /// The reply of the PROMOTE that promoted them.
+    promoted_at: Option<Instant>,
+    /// Their `promoted` event.
+    event_at: Option<Instant>,
+    /// Left the line (a random leave), or their stream ended otherwise.
+    gone: bool,
+}
+
 pub(super) async fn drive(a: DriveArgs) -> Result<(), String> {
     let lua = a.backend == "lua";
     let client = redis::Client::open(a.valkey.as_str()).map_err(|e| e.to_string())?;
@@ -62,6 +73,43 @@ pub(super) async fn drive(a: DriveArgs) -> Result<(), String> {
             w.lock().unwrap().last = Some((rank(&first).unwrap_or(-1), Instant::now()));
             readers.push((sse, w.clone()));
             watchers.push((user, w));
+        }
+    }
+
+    // Turn probes: people of the line (`p-0000000` .., promoted in that order) whose
+    // turn comes during the window at the promotion rate, a stream each.
+    let turns: Arc<Mutex<Vec<Turn>>> = Arc::default();
+    if promoting && a.turn_probes > 0 {
+        let ahead = a.promote_rate * (a.warmup + 0.5);
+        let span = a.promote_rate * (a.secs - 1.0).max(0.5);
+        for k in 0..a.turn_probes {
+            let i = (ahead + span * k as f64 / a.turn_probes as f64) as u64;
+            if i >= a.line {
+                break;
+            }
+            let user = format!("p-{i:07}");
+            let api = a.api[k % a.api.len()];
+            let Ok((mut sse, first)) = open_first(api, source, &queue, &user).await else { continue };
+            if first.name != "position" {
+                continue;
+            }
+            let n = {
+                let mut t = turns.lock().unwrap();
+                t.push(Turn { user, promoted_at: None, event_at: None, gone: false });
+                t.len() - 1
+            };
+            let turns = turns.clone();
+            tokio::spawn(async move {
+                while let Some(ev) = sse.next().await {
+                    let mut t = turns.lock().unwrap();
+                    match ev.name.as_str() {
+                        "position" => continue,
+                        "promoted" => t[n].event_at = Some(Instant::now()),
+                        _ => t[n].gone = true,
+                    }
+                    return;
+                }
+            });
         }
     }
 
@@ -196,6 +244,7 @@ pub(super) async fn drive(a: DriveArgs) -> Result<(), String> {
         let max = ((a.promote_rate * every.as_secs_f64()).round() as i64).max(1);
         let announce = a.announce;
         let watchers = watchers.clone();
+        let turns = turns.clone();
         tasks.push(tokio::spawn(async move {
             let mut held = 0i64;
             let mut tick = tokio::time::interval(every);
@@ -211,13 +260,37 @@ pub(super) async fn drive(a: DriveArgs) -> Result<(), String> {
                 // ticket holder leaving) promotes one, not batch_max.
                 tx.add_command(qcmd(lua, "QUEUE.CONFIG", &queue).arg("SET").arg("soft_cap").arg(held + max).clone()).ignore();
                 tx.add_command(qcmd(lua, "QUEUE.PROMOTE", &queue).arg("MAX").arg(max).clone());
+                // The next turn probes not promoted yet: promoted by this PROMOTE
+                // when their status right after it (in the same MULTI) says so.
+                let next: Vec<(usize, String)> = {
+                    let t = turns.lock().unwrap();
+                    t.iter()
+                        .enumerate()
+                        .filter(|(_, t)| t.promoted_at.is_none() && !t.gone)
+                        .take(3)
+                        .map(|(n, t)| (n, t.user.clone()))
+                        .collect()
+                };
+                for (_, u) in &next {
+                    tx.add_command(qcmd(lua, "QUEUE.STATUS", &queue).arg(u).clone());
+                }
                 let r: Result<Vec<Value>, _> = tx.query_async(&mut c).await;
                 let t0 = Instant::now();
                 let Ok(v) = r else {
                     churn.lock().unwrap().errors += 1;
                     continue;
                 };
-                let Some(report) = v.last() else { continue };
+                let Some(report) = v.get(watchers.len()) else { continue };
+                {
+                    let mut t = turns.lock().unwrap();
+                    for ((n, _), st) in next.iter().zip(&v[watchers.len() + 1..]) {
+                        match field_str(st, "status").unwrap_or_default().as_str() {
+                            "PROMOTED" => t[*n].promoted_at = Some(t0),
+                            "WAITING" => {}
+                            _ => t[*n].gone = true,
+                        }
+                    }
+                }
                 let promoted = field_i64(report, "promoted").unwrap_or(0);
                 let expired = field_i64(report, "tickets_expired").unwrap_or(0);
                 let waiting = field_i64(report, "waiting").unwrap_or(0);
@@ -297,6 +370,27 @@ pub(super) async fn drive(a: DriveArgs) -> Result<(), String> {
     }
     let fcall: serde_json::Map<String, serde_json::Value> =
         split.iter().map(|(k, (c, u))| (k.clone(), serde_json::json!([c, u]))).collect();
+    // Turn probes promoted in the window: their event, if it has not come yet, within
+    // 10 s.
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let (turn_ms, turn_timeouts) = loop {
+        let done = {
+            let t = turns.lock().unwrap();
+            let inside: Vec<&Turn> = t.iter().filter(|t| t.promoted_at.is_some_and(|at| win.inside(at))).collect();
+            let waiting = inside.iter().filter(|t| t.event_at.is_none() && !t.gone).count();
+            (Instant::now() >= deadline || waiting == 0).then(|| {
+                let ms: Vec<f64> = inside
+                    .iter()
+                    .filter_map(|t| Some(t.event_at?.saturating_duration_since(t.promoted_at?).as_secs_f64() * 1e3))
+                    .collect();
+                (ms, waiting)
+            })
+        };
+        match done {
+            Some(r) => break r,
+            None => tokio::time::sleep(Duration::from_millis(100)).await,
+        }
+    };
     let mut promote = promote_out.lock().unwrap();
     for (_, w) in &watchers {
         promote.timeouts += w.lock().unwrap().pending.iter().filter(|e| win.inside(e.t0)).count() as u64;
@@ -320,6 +414,7 @@ pub(super) async fn drive(a: DriveArgs) -> Result<(), String> {
         "streams_end": s1.streams,
         "lat_leave_ms": leave.ms, "leave_timeouts": leave.timeouts, "leave_errors": leave.errors,
         "lat_promote_ms": promote.ms, "promote_timeouts": promote.timeouts,
+        "lat_turn_ms": turn_ms, "turn_timeouts": turn_timeouts,
         "churn": churn_win,
     });
     std::fs::write(&a.out, format!("{result}\n")).map_err(|e| format!("{}: {e}", a.out))?;

@@ -138,6 +138,11 @@ pub struct DriveArgs {
     /// Watchers of the promote probe (with promotions only).
     #[arg(long, default_value_t = 4)]
     promote_probes: usize,
+    /// Turn probes (with promotions only): people of the line whose turn comes during
+    /// the window, each with a stream of its own; one sample each, from the reply of
+    /// the PROMOTE that promoted them to the `promoted` event on their stream.
+    #[arg(long, default_value_t = 40)]
+    turn_probes: usize,
     /// Source address of the probe streams (127.0.0.B).
     #[arg(long, default_value_t = 250)]
     source: u8,
