@@ -57,7 +57,12 @@ impl Upstream {
             if since.elapsed() >= POOL_IDLE {
                 continue;
             }
-            match conn.try_read(&mut [0u8; 1]) {
+            // A real look at the socket (one non-blocking peek), not the runtime's
+            // readiness, which may not have seen the app's FIN yet: nothing to read
+            // means still open; an end of stream, bytes nobody asked for or an error
+            // mean let it go.
+            let mut byte = [std::mem::MaybeUninit::<u8>::uninit()];
+            match socket2::SockRef::from(&conn).peek(&mut byte) {
                 Err(e) if e.kind() == io::ErrorKind::WouldBlock => return Some(conn),
                 _ => continue,
             }
