@@ -417,9 +417,10 @@ pub async fn leave(
 
 /// `GET /api/queue/stream?userId=&queue=`: server-sent events. `position` whenever
 /// rank or estimated wait change, or the queue's total (`totalWaiting`, in every
-/// position event from the first) or pause (`admissionPaused`) changed noticeably;
-/// then `promoted` with the ticket (or `active` / `unknown`), after which the stream
-/// ends.
+/// position event from the first) or pause (`admissionPaused`) changed noticeably,
+/// a mere change of rank, estimate or total at most once per `--push-interval` (the
+/// latest; hub/stream.rs); then `promoted` with the ticket (or `active` / `unknown`),
+/// at once, after which the stream ends.
 pub async fn stream(
     State(state): St,
     from: ClientIp,
