@@ -33,21 +33,21 @@ pub use request::MAX_BODY;
 
 use super::phases::{self, Ctx, Failure, Origin, Step};
 use crate::{auth, Gate};
-use axum::http::{header, HeaderValue, Method, StatusCode, Uri};
 use axum::response::Response;
+use std::future::Future;
+use std::task::Poll;
+use tracing::Instrument;
+use axum::http::{header, HeaderValue, Method, StatusCode, Uri};
 use bytes::{Buf, Bytes, BytesMut};
 use request::{head_ends, parse_request, Head, Kind, Parsed};
 use response::{relay, Framing};
-use std::future::Future;
 use std::io;
 use std::net::SocketAddr;
 use std::sync::Arc;
-use std::task::Poll;
 use std::time::Instant;
 use tokio::io::AsyncReadExt;
 use tokio::net::TcpStream;
 use tokio::sync::watch;
-use tracing::Instrument;
 use writer::write_answer;
 
 /// The largest head read here, the client's request's or the app's answer's (hyper

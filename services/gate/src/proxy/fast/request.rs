@@ -114,16 +114,7 @@ pub(super) fn parse_request(buf: &[u8], proxy: bool) -> Parsed {
         headers.append(name, value);
     }
     let length = body.is_some();
-    Parsed::Plain(Head {
-        kind,
-        method,
-        target: target.to_string(),
-        headers,
-        len,
-        body: body.unwrap_or(0),
-        length,
-        close,
-    })
+    Parsed::Plain(Head { kind, method, target: target.to_string(), headers, len, body: body.unwrap_or(0), length, close })
 }
 
 #[cfg(test)]
