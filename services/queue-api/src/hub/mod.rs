@@ -326,13 +326,19 @@ impl Hub {
     /// cycle) unless the ledger keeps them current already, and stay registered while
     /// they poll (`--poll-grace`).
     pub fn watch_poller(self: &Arc<Hub>, queue: &str, user: &str) {
+        self.register_within_cap(queue, user, Came::Poll);
+    }
+
+    /// Registers `user` as a poller unless `--max-pollers` are registered already and
+    /// they are not one of them: then their polls are answered from Valkey, and the
+    /// refusal is counted.
+    fn register_within_cap(self: &Arc<Hub>, queue: &str, user: &str, came: Came) {
         let max = self.max_pollers.load(Ordering::Relaxed);
         if max > 0 && self.pollers() >= max && !self.knows(queue, user) {
-            // Full: this poll was answered from Valkey, and so are the next ones.
             self.metrics.pollers_refused.increment(1);
             return;
         }
-        self.register(queue, user, Came::Poll);
+        self.register(queue, user, came);
     }
 
     /// `user` entered `queue` through this instance and waits (the entry's reply
@@ -342,12 +348,7 @@ impl Hub {
     /// of them before (an earlier place, re-entered now) is not answered from until
     /// that registration's checkpoint is applied.
     pub fn entered(self: &Arc<Hub>, queue: &str, user: &str) {
-        let max = self.max_pollers.load(Ordering::Relaxed);
-        if max > 0 && self.pollers() >= max && !self.knows(queue, user) {
-            self.metrics.pollers_refused.increment(1);
-            return;
-        }
-        self.register(queue, user, Came::Entry);
+        self.register_within_cap(queue, user, Came::Entry);
     }
 
     /// `user` left `queue` through this instance: polls here read Valkey from now on
