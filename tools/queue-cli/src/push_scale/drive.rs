@@ -370,15 +370,18 @@ pub(super) async fn drive(a: DriveArgs) -> Result<(), String> {
     }
     let fcall: serde_json::Map<String, serde_json::Value> =
         split.iter().map(|(k, (c, u))| (k.clone(), serde_json::json!([c, u]))).collect();
-    // Turn probes promoted in the window: their event, if it has not come yet, within
-    // 10 s.
+    // Turn probes promoted in the window and promote probes moved in it: their event,
+    // if it has not come yet, within 10 s (a rank event is paced by --push-interval, so
+    // a PROMOTE near the window's end is told up to an interval and a quarter later).
     let deadline = Instant::now() + Duration::from_secs(10);
     let (turn_ms, turn_timeouts) = loop {
+        let moved_pending: usize =
+            watchers.iter().map(|(_, w)| w.lock().unwrap().pending.iter().filter(|e| win.inside(e.t0)).count()).sum();
         let done = {
             let t = turns.lock().unwrap();
             let inside: Vec<&Turn> = t.iter().filter(|t| t.promoted_at.is_some_and(|at| win.inside(at))).collect();
             let waiting = inside.iter().filter(|t| t.event_at.is_none() && !t.gone).count();
-            (Instant::now() >= deadline || waiting == 0).then(|| {
+            (Instant::now() >= deadline || (waiting == 0 && moved_pending == 0)).then(|| {
                 let ms: Vec<f64> = inside
                     .iter()
                     .filter_map(|t| Some(t.event_at?.saturating_duration_since(t.promoted_at?).as_secs_f64() * 1e3))
