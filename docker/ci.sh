@@ -113,7 +113,7 @@ run "vq-app-$suffix" valkey-queue-ci/gate-example-app:test "LISTEN=127.0.0.1:$ap
 # per address).
 run "vq-gate-$suffix" valkey-queue-ci/queue-gate:test "VALKEY_URL=$url" "LISTEN=127.0.0.1:$gate" "HEALTH_PORT=$gate" \
   "GATE_UPSTREAM=http://127.0.0.1:$app" "GATE_ROUTES=/checkout=shop" "QUEUE_API=http://127.0.0.1:$api" \
-  GATE_IDLE=4s GATE_TICK=200ms TRUSTED_PROXIES=127.0.0.0/8 GATE_STRAIGHT_THROUGH=false
+  GATE_IDLE=4s GATE_TICK=200ms TRUSTED_PROXIES=127.0.0.0/8
 for c in chat manager api app gate; do
   for _ in $(seq 1 150); do
     [ "$($DOCKER inspect -f '{{.State.Health.Status}}' "vq-$c-$suffix")" = healthy ] && break
@@ -125,8 +125,8 @@ done
 status=0
 "$root/target/release/queue-cli" swarm --api "http://127.0.0.1:$api" --chat "http://127.0.0.1:$chat" \
   --users "${SWARM_USERS:-500}" --rate 100 --stay-secs 1 --admin-token ci-admin --timeout-secs 120 --quiet || status=$?
-# Through the gate: sent to the room, in line, claimed at /gate/claim, into the app
-# (the gate's straight pass on an idle queue is off above: the swarm walks the room).
+# Through the gate: straight in while nobody waits and a slot is free (the gate's
+# default), else sent to the room, in line, claimed at /gate/claim; into the app.
 "$root/target/release/queue-cli" swarm --api "http://127.0.0.1:$api" --chat "http://127.0.0.1:$chat" --queue shop \
   --gate "http://127.0.0.1:$gate" --gate-path /checkout --gate-idle-secs 4 \
   --users "${GATE_SWARM_USERS:-200}" --rate 50 --stay-secs 0.5 --admin-token ci-admin --timeout-secs 120 --quiet || status=$?

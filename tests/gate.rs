@@ -43,6 +43,7 @@ e2e_tests!(
     swarm_through_nginx,
     swarm_through_caddy,
     swarm_through_the_proxy_mode,
+    swarm_through_the_proxy_mode_straight_through,
     valkey_restarts_under_load_through_nginx,
     proxy_mode_on_a_cluster,
     spoofed_headers_through_nginx_and_caddy,
@@ -136,20 +137,31 @@ async fn swarm(
     (out.status.code(), report, stderr, journal)
 }
 
-/// The swarm's gate counters must be consistent and its audits zero.
-fn assert_gate_report(r: &Value, users: u32) {
+/// The swarm's gate counters must be consistent and its audits zero. `straight`: the
+/// gate's straight pass was on (else everyone was first sent to the room).
+fn assert_gate_report(r: &Value, users: u32, straight: bool) {
     let g = &r["gate"];
     let f = |k: &str| g[k].as_u64().unwrap_or_else(|| panic!("gate.{k} missing in {r:#}"));
     for zero in ["passed_unadmitted", "wrong_user", "app_unverified", "access_after_leave"] {
         assert_eq!(f(zero), 0, "gate.{zero}: {r:#}");
     }
-    assert_eq!(f("sent_to_room"), u64::from(users), "everyone was first sent to the room: {r:#}");
-    assert_eq!(f("claims"), n(r, "admitted"), "{r:#}");
-    assert_eq!(f("app_answered"), f("app_requests"), "every request of an admitted person was answered: {r:#}");
-    assert_eq!(f("left") + f("idle"), f("claims"), "{r:#}");
-    assert_eq!(f("refused_after_leave"), f("left"), "after leaving, the old token opened nothing: {r:#}");
+    let (passes, again) = (f("straight_through"), f("passed_again_after_leave"));
+    if straight {
+        assert!(passes > 0 && f("sent_to_room") > 0, "some went straight in, some to the busy room: {r:#}");
+    } else {
+        assert_eq!(passes + again, 0, "no straight pass while it is off: {r:#}");
+    }
+    assert_eq!(f("sent_to_room") + passes, u64::from(users), "everyone was sent to the room or let in: {r:#}");
+    assert_eq!(f("claims") + passes, n(r, "admitted"), "{r:#}");
+    assert_eq!(f("app_answered"), f("app_requests") + passes + again, "every admitted request was answered: {r:#}");
+    assert_eq!(f("left") + f("idle"), f("claims") + passes, "{r:#}");
+    assert_eq!(f("refused_after_leave") + again, f("left"), "after leaving, the old token opened nothing: {r:#}");
     assert!(f("left") > 0 && f("idle") > 0 && f("bearer_users") > 0, "the crowd took every way: {r:#}");
-    assert_eq!(n(r, "reuse_refused"), f("left"), "every used ticket was refused again: {r:#}");
+    // Every used ticket was refused again (people let straight in had none).
+    assert!(n(r, "reuse_refused") <= f("left") && n(r, "reuse_refused") + passes >= f("left"), "{r:#}");
+    if !straight {
+        assert_eq!(n(r, "reuse_refused"), f("left"), "every used ticket was refused again: {r:#}");
+    }
     assert!(f("claim_races") > 0, "{r:#}");
     assert!(
         n(r, "max_holding") >= SOFT_CAP / 2 && n(r, "max_holding") <= SOFT_CAP,
@@ -174,23 +186,34 @@ async fn assert_upstream_clean(
     assert!(a.violations.is_empty(), "the upstream's log: {:#?}", a.violations);
     let answered: u64 = reports.iter().map(|r| r["gate"]["app_answered"].as_u64().unwrap()).sum();
     assert_eq!(a.gated, answered, "the app served exactly the requests the swarm saw answered, nothing more");
-    let claims: u64 = reports.iter().map(|r| r["gate"]["claims"].as_u64().unwrap()).sum();
-    assert_eq!(a.users.values().sum::<usize>() as u64, claims, "every admitted person reached the app");
+    let admitted: u64 = reports
+        .iter()
+        .flat_map(|r| {
+            ["claims", "straight_through", "passed_again_after_leave"].map(|k| r["gate"][k].as_u64().unwrap())
+        })
+        .sum();
+    assert_eq!(a.users.values().sum::<usize>() as u64, admitted, "every admitted person reached the app");
     a
 }
 
-async fn swarm_through(backend: Backend, front: Front) {
+/// `straight`: with the gate's straight pass on (no limit per address: the swarm's
+/// users all come from one), so that people arriving while nobody waits go straight
+/// in and the others walk the room.
+async fn swarm_through(backend: Backend, front: Front, straight: bool) {
     let queue = "drop".to_string();
     let opts = options();
     let valkey = ValkeyServer::start(backend);
     configure(&mut valkey.client(), &queue, &opts);
     let flags = vec!["--valkey-url".to_string(), valkey.url()];
-    let go = gate_options(&[("/checkout", &queue)]);
+    let mut go = gate_options(&[("/checkout", &queue)]);
+    if straight {
+        go.extra = ["--straight-through", "true", "--straight-through-per-address", "0"].map(String::from).to_vec();
+    }
     let stack = GateStack::start("swarm", front, &flags, std::slice::from_ref(&queue), &opts, &go).await;
     let users = 150;
     let (code, r, stderr, journal) = swarm(&stack, &stack.services, &queue, "/checkout", users, 1).await;
     assert_clean(code, &r, &stderr);
-    assert_gate_report(&r, users);
+    assert_gate_report(&r, users, straight);
     assert_eq!(n(&r, "admitted") + n(&r, "abandoned"), u64::from(users), "{r:#}");
     let a = assert_upstream_clean(&stack, &go.routes, &[journal], &[&r]).await;
     // Idle people's leases lapse by themselves (idle time, then the lease).
@@ -204,7 +227,12 @@ async fn swarm_through(backend: Backend, front: Front) {
         tokio::time::sleep(Duration::from_millis(200)).await;
     };
     assert_eq!(testkit::field_int(&info, "active"), 0, "every session ended or lapsed: {info:?}");
-    assert_eq!(testkit::field_int(&info, "claimed") as u64, n(&r, "admitted"), "Valkey counted the same claims");
+    let again = r["gate"]["passed_again_after_leave"].as_u64().unwrap();
+    assert_eq!(
+        testkit::field_int(&info, "claimed") as u64,
+        n(&r, "admitted") + again,
+        "Valkey counted the same claims (a straight pass is one)"
+    );
     eprintln!(
         "{front:?} ({backend:?}): {} users, {} admitted, {} app requests audited, most inside at once {:?} (soft cap {SOFT_CAP}), {:.1} s",
         users,
@@ -216,15 +244,19 @@ async fn swarm_through(backend: Backend, front: Front) {
 }
 
 async fn swarm_through_nginx(backend: Backend) {
-    swarm_through(backend, Front::Nginx).await
+    swarm_through(backend, Front::Nginx, false).await
 }
 
 async fn swarm_through_caddy(backend: Backend) {
-    swarm_through(backend, Front::Caddy).await
+    swarm_through(backend, Front::Caddy, false).await
 }
 
 async fn swarm_through_the_proxy_mode(backend: Backend) {
-    swarm_through(backend, Front::Proxy).await
+    swarm_through(backend, Front::Proxy, false).await
+}
+
+async fn swarm_through_the_proxy_mode_straight_through(backend: Backend) {
+    swarm_through(backend, Front::Proxy, true).await
 }
 
 async fn proxy_mode_on_a_cluster(backend: Backend) {
@@ -250,7 +282,7 @@ async fn proxy_mode_on_a_cluster(backend: Backend) {
     let mut journals = Vec::new();
     for (code, r, stderr, j) in &results {
         assert_clean(*code, r, stderr);
-        assert_gate_report(r, users);
+        assert_gate_report(r, users, false);
         journals.push(j.clone());
     }
     let reports: Vec<&Value> = results.iter().map(|(_, r, _, _)| r).collect();

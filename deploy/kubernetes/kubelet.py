@@ -561,10 +561,6 @@ class Play:
                     raise Failure(f"env valueFrom not played here: {vf}")
             else:
                 env[e["name"]] = ""
-        if "GATE_ROUTES" in env:
-            # The played swarm walks the waiting room's path (sent to the room, claimed),
-            # so the gate's straight pass on an idle queue is turned off here only.
-            env.setdefault("GATE_STRAIGHT_THROUGH", "false")
         return env
 
     def volume_dirs(self, workload, pod_name, fs_group):
@@ -857,7 +853,8 @@ class Play:
             log(f"{p.label()}: Valkey up {time.monotonic() - p.started_at:.1f} s after start")
 
     def gate_swarm(self, token):
-        """People through the gate: sent to its waiting room, claimed, in the app.
+        """People through the gate: let straight in while nobody waits and a slot is
+        free, else sent to its waiting room and claimed; in the app.
         Through one gate replica, as the Ingress's cookie affinity sends each person
         (docs/kubernetes.md, "The gate"): another replica learns of a /gate/leave at
         its next tick, so over the round-robin Service a token could still open the

@@ -1,6 +1,9 @@
 //! Walking through a gate (`queue-cli swarm --gate URL --gate-path /checkout`): each
-//! virtual user first asks for the gated path without admission and must be sent to the
-//! waiting room; it then stands in line through the room's API as served by the gate
+//! virtual user first asks for the gated path without admission and must either be let
+//! straight in on that request (the gate's straight pass while nobody waits and a slot
+//! is free: the admission cookie set on the answer, the app told whom it serves; the
+//! user is then inside as after a claim) or be sent to the waiting room; in the room it
+//! stands in line through the room's API as served by the gate
 //! (`<gate>/gate/room/api/queue/*`), and once promoted goes where the waiting-room page
 //! sends it, `/gate/claim?queue=&ticketId=&return=`, which must set the admission cookie
 //! and send it back to the gated path. Inside, it asks for the gated path a few times
@@ -28,6 +31,7 @@ mod walk;
 
 pub use report::GateReport;
 pub use requests::{ask, claim, http_client, leave, set_cookie, Answer, Claimed, Credential};
+pub(crate) use walk::Arrival;
 pub use walk::{epoch_us, Gate};
 
 use std::time::Duration;

@@ -11,6 +11,9 @@ pub struct GateReport {
     pub sent_to_room: u64,
     /// Unadmitted requests for the gated path that got through (2xx).
     pub passed_unadmitted: u64,
+    /// Unadmitted requests let straight in (the gate's straight pass on an idle queue:
+    /// the admission cookie set and the app told whom it served).
+    pub straight_through: u64,
     /// Tickets claimed at /gate/claim (cookie set, sent back to the gated path).
     pub claims: u64,
     /// Users who claimed their ticket twice at once.
@@ -32,6 +35,9 @@ pub struct GateReport {
     /// After leaving, the old cookie was refused (sent to the room) or still let in.
     pub refused_after_leave: u64,
     pub access_after_leave: u64,
+    /// After leaving, the old cookie was dead and the idle queue let the person
+    /// straight in again as someone new (left at once).
+    pub passed_again_after_leave: u64,
 }
 
 impl GateReport {
@@ -45,8 +51,9 @@ impl std::fmt::Display for GateReport {
         let mark = |n: u64| if n == 0 { "ok" } else { "FAIL" };
         writeln!(
             f,
-            "  gate: sent to room    {} ({} got through unadmitted [{}])",
+            "  gate: sent to room    {} ({} straight through, {} got through unadmitted [{}])",
             self.sent_to_room,
+            self.straight_through,
             self.passed_unadmitted,
             mark(self.passed_unadmitted)
         )?;
@@ -70,10 +77,11 @@ impl std::fmt::Display for GateReport {
         )?;
         writeln!(
             f,
-            "  gate: after leaving   {} let in [{}], {} refused ({} left, {} went idle)",
+            "  gate: after leaving   {} let in [{}], {} refused, {} let straight in anew ({} left, {} went idle)",
             self.access_after_leave,
             mark(self.access_after_leave),
             self.refused_after_leave,
+            self.passed_again_after_leave,
             self.left,
             self.idle
         )

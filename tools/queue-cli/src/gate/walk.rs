@@ -3,7 +3,7 @@
 //! while unadmitted, the claim, the requests inside checked against whom the app
 //! says it served, leaving or going idle, the old cookie tried after leaving.
 
-use super::requests::{ask, claim, http_client, leave, Answer, Claimed, Credential};
+use super::requests::{ask, claim, http_client, leave, set_cookie, Answer, Claimed, Credential};
 use super::{GateWalk, Tally};
 use std::io::Write;
 use std::sync::Mutex;
@@ -45,31 +45,89 @@ impl Gate {
         self.url(self.walk.room.trim_end_matches('/'))
     }
 
-    /// Asks for the gated path as someone unadmitted: it must send them to the room of
-    /// `queue`, to come back to the gated path.
-    pub(crate) async fn arrive(&self, tally: &dyn Tally, queue: &str) -> Result<(), String> {
-        let answer = ask(&self.http, &self.url(&self.walk.path), None).await;
-        match answer {
-            Answer::Room(location) => {
-                let room = url::Url::parse(&self.walk.url)
-                    .and_then(|base| base.join(&location))
-                    .map_err(|e| format!("unreadable waiting-room address {location:?}: {e}"))?;
-                let param = |k: &str| room.query_pairs().find(|(n, _)| n == k).map(|(_, v)| v.into_owned());
-                if room.path().trim_end_matches('/') != self.walk.room.trim_end_matches('/') {
-                    return Err(format!("sent to {location}, not to the waiting room {}", self.walk.room));
-                }
-                if param("queue").as_deref() != Some(queue) || param("return").as_deref() != Some(&self.walk.path) {
-                    return Err(format!("sent to {location}: expected queue={queue} and return={}", self.walk.path));
-                }
-                tally.gate(&mut |g| g.sent_to_room += 1);
-                Ok(())
+    /// Asks for the gated path as someone unadmitted: it must either send them to the
+    /// room of `queue`, to come back to the gated path, or (the gate's straight pass on
+    /// an idle queue) let them in on that very request, setting the admission cookie
+    /// and passing on whom it admitted.
+    pub(crate) async fn arrive(&self, tally: &dyn Tally, queue: &str) -> Result<Arrival, String> {
+        let sent_us = epoch_us();
+        let reply = self.first_request(None).await?;
+        if let Some(location) = reply.location {
+            let room = url::Url::parse(&self.walk.url)
+                .and_then(|base| base.join(&location))
+                .map_err(|e| format!("unreadable waiting-room address {location:?}: {e}"))?;
+            let param = |k: &str| room.query_pairs().find(|(n, _)| n == k).map(|(_, v)| v.into_owned());
+            if room.path().trim_end_matches('/') != self.walk.room.trim_end_matches('/') {
+                return Err(format!("sent to {location}, not to the waiting room {}", self.walk.room));
             }
-            Answer::App(code, ..) => {
-                tally.gate(&mut |g| g.passed_unadmitted += 1);
-                Err(format!("the gated path answered {code} to someone unadmitted"))
+            if param("queue").as_deref() != Some(queue) || param("return").as_deref() != Some(&self.walk.path) {
+                return Err(format!("sent to {location}: expected queue={queue} and return={}", self.walk.path));
             }
-            Answer::Other(code, body) => Err(format!("the gated path answered {code}: {body}")),
+            tally.gate(&mut |g| g.sent_to_room += 1);
+            return Ok(Arrival::Room);
         }
+        if !(200..300).contains(&reply.code) {
+            return Err(format!("the gated path answered {}: {}", reply.code, reply.text));
+        }
+        // Let through: only as an admission, with the cookie set and the person named.
+        match reply.pass() {
+            Ok((user, token)) => {
+                tally.gate(&mut |g| {
+                    g.straight_through += 1;
+                    g.app_answered += 1;
+                });
+                Ok(Arrival::Straight { user, token, sent_us })
+            }
+            Err(what) => {
+                tally.gate(&mut |g| g.passed_unadmitted += 1);
+                Err(format!("the gated path answered {} to someone unadmitted, {what}", reply.code))
+            }
+        }
+    }
+
+    /// The gated path asked for as a browser would, with `cred` if any, its answer read
+    /// whole: where it redirects, the admission cookie it sets, its JSON body.
+    async fn first_request(&self, cred: Option<&Credential>) -> Result<Reply, String> {
+        let mut r = self.http.get(self.url(&self.walk.path));
+        if let Some(c) = cred {
+            r = c.apply(r);
+        }
+        let resp = r
+            .header("accept", "text/html,application/xhtml+xml;q=0.9,*/*;q=0.8")
+            .timeout(super::requests::REQUEST_TIMEOUT)
+            .send()
+            .await
+            .map_err(|e| format!("the gated path did not answer: {e}"))?;
+        let code = resp.status().as_u16();
+        let location = resp
+            .status()
+            .is_redirection()
+            .then(|| resp.headers().get("location").and_then(|v| v.to_str().ok()).unwrap_or("").to_string());
+        let cookie = set_cookie(resp.headers(), &self.walk.cookie);
+        let text: String = resp.text().await.unwrap_or_default();
+        let body = serde_json::from_str(&text).ok();
+        Ok(Reply { code, location, cookie, body, text: text.chars().take(200).collect() })
+    }
+
+    /// Inside after a straight pass (see [`Arrival::Straight`]): the requests to the
+    /// gated path with the cookie the pass set, then leaving or going idle, as after a
+    /// claim.
+    pub(crate) async fn stay_after_pass(
+        &self,
+        tally: &dyn Tally,
+        who: usize,
+        seed: u64,
+        queue: &str,
+        pass: (&str, &str, u64),
+        stay: Duration,
+    ) -> Result<(), String> {
+        let (user, token, sent_us) = pass;
+        let (goes_idle, bearer) = self.dice(seed, who);
+        tally.admitted(who);
+        tally.gate(&mut |g| g.bearer_users += u64::from(bearer));
+        let cred = self.credential(bearer, token.to_string());
+        let trouble = self.inside(tally, user, &cred, stay).await;
+        self.go(tally, user, queue, &cred, sent_us, goes_idle, trouble).await
     }
 
     /// Claims `ticket` as the waiting-room page does; `race`: twice at once. Then asks for
@@ -88,10 +146,7 @@ impl Gate {
         replay: bool,
         stay: Duration,
     ) -> Result<(), String> {
-        use rand::{Rng, SeedableRng};
-        let mut dice = rand::rngs::StdRng::seed_from_u64(seed ^ (who as u64).wrapping_mul(0x9E37_79B9_7F4A_7C15));
-        let goes_idle = dice.random_bool(self.walk.idle.clamp(0.0, 1.0));
-        let bearer = dice.random_bool(self.walk.bearer.clamp(0.0, 1.0));
+        let (goes_idle, bearer) = self.dice(seed, who);
         let path = &self.walk.path;
 
         let claim_sent = epoch_us();
@@ -125,9 +180,46 @@ impl Gate {
             g.claims += 1;
             g.bearer_users += u64::from(bearer);
         });
-        let mut cred =
-            if bearer { Credential::Bearer(token) } else { Credential::Cookie(self.walk.cookie.clone(), token) };
+        let cred = self.credential(bearer, token);
+        let trouble = self.inside(tally, user, &cred, stay).await;
+        let trouble = self.go(tally, user, queue, &cred, claim_sent, goes_idle, trouble).await.err();
+        // An idle person still holds the session: only a used ticket is tried again.
+        if replay && !goes_idle {
+            match claim(&self.http, &self.walk.url, &self.walk.cookie, queue, ticket, path).await {
+                Claimed::Admitted(..) => tally.double_claim(who, "a used ticket was claimed again"),
+                Claimed::Refused(400..=499, ..) => tally.reuse_refused(),
+                Claimed::Refused(code, _, body) => {
+                    return Err(trouble.unwrap_or(format!("claiming the used ticket again: unexpected {code} {body}")));
+                }
+                Claimed::Failed(e) => return Err(trouble.unwrap_or(format!("claiming the used ticket again: {e}"))),
+            }
+        }
+        trouble.map_or(Ok(()), Err)
+    }
 
+    /// Whether user `who` goes idle instead of leaving, and sends its token as a
+    /// bearer token: the same dice for a claim and a straight pass.
+    fn dice(&self, seed: u64, who: usize) -> (bool, bool) {
+        use rand::{Rng, SeedableRng};
+        let mut dice = rand::rngs::StdRng::seed_from_u64(seed ^ (who as u64).wrapping_mul(0x9E37_79B9_7F4A_7C15));
+        let goes_idle = dice.random_bool(self.walk.idle.clamp(0.0, 1.0));
+        let bearer = dice.random_bool(self.walk.bearer.clamp(0.0, 1.0));
+        (goes_idle, bearer)
+    }
+
+    fn credential(&self, bearer: bool, token: String) -> Credential {
+        if bearer {
+            Credential::Bearer(token)
+        } else {
+            Credential::Cookie(self.walk.cookie.clone(), token)
+        }
+    }
+
+    /// The requests to the gated path while inside, spread over `stay`, each checked
+    /// against whom the app says it served: the first trouble seen, if any.
+    async fn inside(&self, tally: &dyn Tally, user: &str, cred: &Credential, stay: Duration) -> Option<String> {
+        let path = &self.walk.path;
+        let mut cred = cred.clone();
         let started = Instant::now();
         let gap = stay / (self.walk.requests + 1);
         let mut trouble = None;
@@ -165,8 +257,25 @@ impl Gate {
                 }
             }
         }
-        let last_request = Instant::now();
+        trouble
+    }
 
+    /// Leaves at /gate/leave (and checks that the cookie no longer opens the gated
+    /// path) or goes idle; the window from `sent_us` goes to the journal. Err: the first
+    /// trouble, `trouble` (from inside) before any seen here.
+    #[allow(clippy::too_many_arguments)]
+    async fn go(
+        &self,
+        tally: &dyn Tally,
+        user: &str,
+        queue: &str,
+        cred: &Credential,
+        sent_us: u64,
+        goes_idle: bool,
+        mut trouble: Option<String>,
+    ) -> Result<(), String> {
+        let last_request = Instant::now();
+        let claim_sent = sent_us;
         if goes_idle {
             // Closed the tab: the slot is held until the gate stops renewing the lease.
             tokio::time::sleep_until((last_request + self.walk.idle_after).into()).await;
@@ -179,32 +288,43 @@ impl Gate {
         // never exceeds the server's.
         self.note(user, queue, claim_sent);
         tally.released();
-        let left = leave(&self.http, &self.walk.url, queue, &cred).await;
+        let left = leave(&self.http, &self.walk.url, queue, cred).await;
         if let Err(e) = left {
             return Err(trouble.unwrap_or(e));
         }
         tally.left();
         tally.gate(&mut |g| g.left += 1);
-        match ask(&self.http, &self.url(path), Some(&cred)).await {
-            Answer::Room(_) => tally.gate(&mut |g| g.refused_after_leave += 1),
-            Answer::App(code, ..) => {
-                tally.gate(&mut |g| g.access_after_leave += 1);
-                trouble.get_or_insert(format!("after leaving, the old token still opened the gated path ({code})"));
-            }
-            Answer::Other(code, body) => {
-                trouble.get_or_insert(format!("after leaving, the gated path answered {code}: {body}"));
-            }
-        }
-        if replay {
-            match claim(&self.http, &self.walk.url, &self.walk.cookie, queue, ticket, path).await {
-                Claimed::Admitted(..) => tally.double_claim(who, "a used ticket was claimed again"),
-                Claimed::Refused(400..=499, ..) => tally.reuse_refused(),
-                Claimed::Refused(code, _, body) => {
-                    trouble.get_or_insert(format!("claiming the used ticket again: unexpected {code} {body}"));
+        let again_sent = epoch_us();
+        match self.first_request(Some(cred)).await {
+            Ok(Reply { location: Some(_), .. }) => tally.gate(&mut |g| g.refused_after_leave += 1),
+            Ok(reply) if (200..300).contains(&reply.code) => match reply.pass() {
+                // The old token is dead, and the queue idle: a new straight pass, as
+                // anyone without a token gets (a new person, a new cookie). Left at
+                // once, so that its slot comes back.
+                Ok((someone, token)) if someone != user => {
+                    tally.gate(&mut |g| {
+                        g.passed_again_after_leave += 1;
+                        g.app_answered += 1;
+                    });
+                    let again = Credential::Cookie(self.walk.cookie.clone(), token);
+                    self.note(&someone, queue, again_sent);
+                    if let Err(e) = leave(&self.http, &self.walk.url, queue, &again).await {
+                        trouble.get_or_insert(format!("leaving the pass given after leaving: {e}"));
+                    }
                 }
-                Claimed::Failed(e) => {
-                    trouble.get_or_insert(format!("claiming the used ticket again: {e}"));
+                _ => {
+                    tally.gate(&mut |g| g.access_after_leave += 1);
+                    trouble.get_or_insert(format!(
+                        "after leaving, the old token still opened the gated path ({})",
+                        reply.code
+                    ));
                 }
+            },
+            Ok(reply) => {
+                trouble.get_or_insert(format!("after leaving, the gated path answered {}: {}", reply.code, reply.text));
+            }
+            Err(e) => {
+                trouble.get_or_insert(format!("after leaving: {e}"));
             }
         }
         trouble.map_or(Ok(()), Err)
@@ -221,6 +341,46 @@ impl Gate {
             let _ = writeln!(f, "{line}");
         }
     }
+}
+
+/// The gated path's answer read whole (see [`Gate::first_request`]).
+struct Reply {
+    code: u16,
+    /// Where a redirect sends the person.
+    location: Option<String>,
+    /// The admission cookie set, and whether it had HttpOnly and SameSite=Lax.
+    cookie: Option<(String, bool)>,
+    body: Option<serde_json::Value>,
+    /// The body's first 200 characters.
+    text: String,
+}
+
+impl Reply {
+    /// A straight pass: the admission cookie set (with its flags) and the app told of
+    /// one person: (that person, the token). Err: what is missing.
+    fn pass(&self) -> Result<(String, String), String> {
+        let users = match served_user(self.body.as_ref()) {
+            Served::Users(users) if users.iter().all(|u| *u == users[0]) => users,
+            Served::Users(users) => return Err(format!("serving {users:?}")),
+            Served::Unverified => return Err("without saying whom it served".into()),
+        };
+        match &self.cookie {
+            None => Err("without an admission cookie".into()),
+            Some((_, false)) => Err("with an admission cookie lacking HttpOnly or SameSite=Lax".into()),
+            Some((t, _)) if t.is_empty() => Err("clearing the admission cookie".into()),
+            Some((t, true)) => Ok((users[0].clone(), t.clone())),
+        }
+    }
+}
+
+/// How an unadmitted person's first request for the gated path ended.
+pub(crate) enum Arrival {
+    /// Sent to the waiting room.
+    Room,
+    /// Let straight in (nobody waiting and a slot free): the person the app was told
+    /// of, the admission token set, and when the request was sent (microseconds since
+    /// the epoch, for the journal).
+    Straight { user: String, token: String, sent_us: u64 },
 }
 
 /// Whom the app said it served.

@@ -7,6 +7,7 @@ use super::lanes::CodeAnswer;
 use super::ledger::{Audit, Phase};
 use super::{Plan, Shared};
 use crate::api::{Api, ApiError, Polled, Via};
+use crate::gate::Arrival;
 use crate::outage::{self, Outage, OutageLog};
 use queue_client::{Standing, Status};
 use rand::Rng;
@@ -97,7 +98,28 @@ async fn journey_once(
 ) -> Result<(), Stop> {
     let cfg = &shared.cfg;
     if let Some(gate) = &shared.gate {
-        gate.arrive(&**shared, &cfg.queue).await?;
+        let sent = Instant::now();
+        if let Arrival::Straight { user, token, sent_us } = gate.arrive(&**shared, &cfg.queue).await? {
+            // In on the first request (nobody waited, a slot was free): entered and
+            // admitted at once, as an entry that answers PROMOTED.
+            let now = Instant::now();
+            let audits = shared.with(|l| {
+                let p = &mut l.people[who];
+                p.entry_sent = sent;
+                p.entry_recv = Some(now);
+                p.user_id = user.clone();
+                p.phase = Phase::Waiting;
+                l.report.entered += 1;
+                l.report.admitted_at_once += 1;
+                l.promoted(who, now)
+            });
+            for audit in audits {
+                tokio::spawn(audit_fifo(shared.clone(), who, audit));
+            }
+            return Ok(gate
+                .stay_after_pass(&**shared, who, cfg.seed, &cfg.queue, (&user, &token, sent_us), plan.stay)
+                .await?);
+        }
     }
     let entry_sent = Instant::now();
     let user_id = chaos.map(|(_, id)| id.to_string());
