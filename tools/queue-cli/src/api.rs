@@ -103,6 +103,12 @@ impl Api {
         &self.queue
     }
 
+    /// The `X-Forwarded-For` this client sends (the person's own address behind a
+    /// proxy), if any.
+    pub fn forwarded_for(&self) -> Option<&str> {
+        self.forwarded_for.as_deref()
+    }
+
     fn request(&self, method: reqwest::Method, path: &str) -> reqwest::RequestBuilder {
         let mut r = self.http.request(method, format!("{}{path}", self.base));
         if let Some(ip) = &self.forwarded_for {

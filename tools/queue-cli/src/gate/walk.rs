@@ -49,9 +49,16 @@ impl Gate {
     /// room of `queue`, to come back to the gated path, or (the gate's straight pass on
     /// an idle queue) let them in on that very request, setting the admission cookie
     /// and passing on whom it admitted.
-    pub(crate) async fn arrive(&self, tally: &dyn Tally, queue: &str) -> Result<Arrival, String> {
+    /// `forwarded_for`: the person's address as a proxy in front would tell it (the
+    /// gate's straight pass is limited per address).
+    pub(crate) async fn arrive(
+        &self,
+        tally: &dyn Tally,
+        queue: &str,
+        forwarded_for: Option<&str>,
+    ) -> Result<Arrival, String> {
         let sent_us = epoch_us();
-        let reply = self.first_request(None).await?;
+        let reply = self.first_request(None, forwarded_for).await?;
         if let Some(location) = reply.location {
             let room = url::Url::parse(&self.walk.url)
                 .and_then(|base| base.join(&location))
@@ -87,10 +94,13 @@ impl Gate {
 
     /// The gated path asked for as a browser would, with `cred` if any, its answer read
     /// whole: where it redirects, the admission cookie it sets, its JSON body.
-    async fn first_request(&self, cred: Option<&Credential>) -> Result<Reply, String> {
+    async fn first_request(&self, cred: Option<&Credential>, forwarded_for: Option<&str>) -> Result<Reply, String> {
         let mut r = self.http.get(self.url(&self.walk.path));
         if let Some(c) = cred {
             r = c.apply(r);
+        }
+        if let Some(ip) = forwarded_for {
+            r = r.header("x-forwarded-for", ip);
         }
         let resp = r
             .header("accept", "text/html,application/xhtml+xml;q=0.9,*/*;q=0.8")
@@ -295,7 +305,7 @@ impl Gate {
         tally.left();
         tally.gate(&mut |g| g.left += 1);
         let again_sent = epoch_us();
-        match self.first_request(Some(cred)).await {
+        match self.first_request(Some(cred), None).await {
             Ok(Reply { location: Some(_), .. }) => tally.gate(&mut |g| g.refused_after_leave += 1),
             Ok(reply) if (200..300).contains(&reply.code) => match reply.pass() {
                 // The old token is dead, and the queue idle: a new straight pass, as

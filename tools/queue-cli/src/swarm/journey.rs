@@ -99,7 +99,9 @@ async fn journey_once(
     let cfg = &shared.cfg;
     if let Some(gate) = &shared.gate {
         let sent = Instant::now();
-        if let Arrival::Straight { user, token, sent_us } = gate.arrive(&**shared, &cfg.queue).await? {
+        if let Arrival::Straight { user, token, sent_us } =
+            gate.arrive(&**shared, &cfg.queue, api.forwarded_for()).await?
+        {
             // In on the first request (nobody waited, a slot was free): entered and
             // admitted at once, as an entry that answers PROMOTED.
             let now = Instant::now();
