@@ -578,12 +578,18 @@ local function shown_wait_seconds(secs)
   return math.max(math.floor((secs + math.floor(step / 2)) / step) * step, 20)
 end
 
--- Rounded to a step a person reads; nil when nobody is being let in (admission::estimated_wait_seconds).
+-- Rounded to a step a person reads; nil when nobody is being let in, or under
+-- SOON_SECS (the turn is near) (admission::estimated_wait_seconds).
+local SOON_SECS = 15
 local function estimated_wait_seconds(rank, per_minute)
   if per_minute <= 0 or rank <= 0 then
     return nil
   end
-  return shown_wait_seconds(math.floor((rank * 120 + per_minute) / (2 * per_minute)))
+  local secs = math.floor((rank * 120 + per_minute) / (2 * per_minute))
+  if secs < SOON_SECS then
+    return nil
+  end
+  return shown_wait_seconds(secs)
 end
 
 local function seen_refresh_ms(abandon_after)

@@ -761,12 +761,16 @@ fn status_shapes_and_estimated_wait(b: Backend) {
     assert_eq!(field_str(&r, "status").as_deref(), Some("WAITING"));
     assert_eq!(field_int(&r, "rank"), 10);
     assert_eq!(field_str(&r, "ticketId"), None);
-    // No admissions measured yet: the configured rate (2/s) gives 10 / 2 = 5 s, shown
-    // as 20 s (the shortest step a person reads).
-    assert_eq!(field_int(&r, "estimatedWaitSeconds"), 20);
+    // No admissions measured yet: the configured rate (2/s) gives 10 / 2 = 5 s: under
+    // 15 s no figure is given (the turn is near).
+    assert!(matches!(r.get("estimatedWaitSeconds"), Some(redis::Value::Nil)), "{r:?}");
     for i in 10..300 {
         c.enter("q", &format!("u{i}"), "n");
     }
+    // The 29th at 2/s: 14.5 s, rounded to 15 s, shown as 20 s (the shortest step a
+    // person reads); the 28th: 14 s, no figure.
+    assert_eq!(field_int(&c.status("q", "u28"), "estimatedWaitSeconds"), 20);
+    assert!(matches!(c.status("q", "u27").get("estimatedWaitSeconds"), Some(redis::Value::Nil)));
     // 300th at 2/s: 150 s, in 30 s steps.
     assert_eq!(field_int(&c.status("q", "u299"), "estimatedWaitSeconds"), 150);
     c.config_set("q", &[("rate", 0)]);

@@ -173,14 +173,22 @@ pub fn admissions_per_minute(w: RateWindow, now: i64, rate_per_second: i64) -> i
     }
 }
 
+/// Under this many seconds a wait gets no figure: its last seconds pass faster than
+/// any figure a person reads can follow (20 s shown when 2 s are left is ten times
+/// off, and a figure per second is noise), so nothing is said rather than something
+/// wrong; the page then says the turn is near.
+pub const SOON_SECS: i64 = 15;
+
 /// Estimated wait in whole seconds for the user at `rank` (1 = next) at `per_minute`
 /// admissions (see [`admissions_per_minute`]), rounded to a step a person reads (see
-/// [`shown_wait_seconds`]); unknown (None) when nobody is being let in.
+/// [`shown_wait_seconds`]). None: unknown (nobody is being let in), or under
+/// [`SOON_SECS`] (the turn is near).
 pub fn estimated_wait_seconds(rank: i64, per_minute: i64) -> Option<i64> {
     if per_minute <= 0 || rank <= 0 {
         return None;
     }
-    Some(shown_wait_seconds((rank * 120 + per_minute) / (2 * per_minute)))
+    let secs = (rank * 120 + per_minute) / (2 * per_minute);
+    (secs >= SOON_SECS).then(|| shown_wait_seconds(secs))
 }
 
 /// A wait in seconds rounded to the nearest step a person reads, so that the figure
@@ -354,14 +362,17 @@ mod tests {
 
     #[test]
     fn wait_estimates() {
-        assert_eq!(estimated_wait_seconds(1, 120), Some(20), "never under 20 s while waiting");
+        assert_eq!(estimated_wait_seconds(1, 120), None, "under 15 s: no figure, the turn is near");
+        assert_eq!(estimated_wait_seconds(28, 120), None, "14 s: near");
+        assert_eq!(estimated_wait_seconds(29, 120), Some(20), "14.5 s rounds to 15 s: the smallest figure, 20 s");
         assert_eq!(estimated_wait_seconds(120, 120), Some(60));
         assert_eq!(estimated_wait_seconds(121, 120), Some(60));
         assert_eq!(estimated_wait_seconds(59, 120), Some(40), "29.5 s rounds to 30 s, then to 40 s");
-        assert_eq!(estimated_wait_seconds(10, 120), Some(20));
+        assert_eq!(estimated_wait_seconds(10, 120), None);
         assert_eq!(estimated_wait_seconds(10, 0), None);
         assert_eq!(estimated_wait_seconds(0, 60), None);
-        assert_eq!(estimated_wait_seconds(1, 6000), Some(20));
+        assert_eq!(estimated_wait_seconds(1, 6000), None);
+        assert_eq!(estimated_wait_seconds(1, 4), Some(20), "15 s for the next one at 4 a minute");
         assert_eq!(estimated_wait_seconds(150, 120), Some(90), "75 s rounds to 90 s");
         assert_eq!(estimated_wait_seconds(450, 60), Some(480), "7.5 min rounds to 8");
         assert_eq!(estimated_wait_seconds(100_000, 60), Some(99_900), "15 minute steps past 2 hours");

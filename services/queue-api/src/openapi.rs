@@ -281,7 +281,7 @@ pub fn document() -> Value {
                     "userId": { "type": "string" },
                     "nickname": { "type": ["string", "null"] },
                     "ticketId": { "type": ["string", "null"], "description": "null until promoted" },
-                    "estimatedWaitSeconds": { "type": ["integer", "null"], "description": "from the admissions measured from the line (capped by the rate setting); null while nobody is being let in" },
+                    "estimatedWaitSeconds": { "type": ["integer", "null"], "description": "from the admissions measured from the line (capped by the rate setting), in steps a person reads (at least 20); null while nobody is being let in, and under 15 s (the turn is near)" },
                     "estimatedWaitRange": { "type": "object", "description": "while waiting with an estimate: where about four in five waits end",
                         "properties": { "low": { "type": "integer" }, "high": { "type": "integer" } } },
                     "opensAt": { "type": "integer", "description": "only in a pre-queue: when the queue opens (ms since the epoch); the rank is 0 until then" },

@@ -116,14 +116,19 @@
   // changes a few times a minute at most), never a range whose ends move with every
   // update. None yet: "Estimating your wait..." rather than a guess; "Nobody is being
   // let in" only when it is so: paused, or no estimate and this place not moved for
-  // STILL_MS.
-  const STILL_MS = 60000;
-  let rankSeen = null, rankSince = 0;
+  // STILL_MS. The server gives no figure for the last seconds of a wait either (under
+  // 15 s, faster than a figure can follow): after a short figure, "any moment now".
+  const STILL_MS = 60000, SOON_AFTER = 40;
+  let rankSeen = null, rankSince = 0, lastFigure = null;
   function waitText(s, rank) {
     const now = Date.now();
     if (rank !== rankSeen) { rankSeen = rank; rankSince = now; }
     if (paused) return t("paused");
-    if (s == null) return t(now - rankSince >= STILL_MS ? "nobody_let_in" : "estimating");
+    if (s == null) {
+      if (now - rankSince >= STILL_MS) return t("nobody_let_in");
+      return t(lastFigure != null && lastFigure <= SOON_AFTER ? "soon" : "estimating");
+    }
+    lastFigure = s;
     const wait = s >= 90 && s < 600 && s % 60 ? unit(Math.floor(s / 60), "minute") + " " + unit(s % 60, "second")
       : duration(s);
     return t("eta", { wait });
