@@ -126,7 +126,7 @@
     if (paused) return t("paused");
     if (s == null) {
       if (now - rankSince >= STILL_MS) return t("nobody_let_in");
-      return t(lastFigure != null && lastFigure <= SOON_AFTER ? "soon" : "estimating");
+      return lastFigure != null && lastFigure <= SOON_AFTER ? t("soon") : t("estimating");
     }
     lastFigure = s;
     const wait = s >= 90 && s < 600 && s % 60 ? unit(Math.floor(s / 60), "minute") + " " + unit(s % 60, "second")
