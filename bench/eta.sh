@@ -64,7 +64,10 @@ python3 - "$out" "$ROUNDS" <<'PY'
 import json, statistics, sys
 rounds = [json.load(open(f"{sys.argv[1]}/round{i}.json")) for i in range(1, int(sys.argv[2]) + 1)]
 for key, name in [("eta_error_shown", "as shown"), ("eta_error_at_entry", "at entry"), ("eta_error_at_rank10", "at rank 10")]:
-    p50s = [r[key]["p50"] for r in rounds]
+    p50s = [r[key]["p50"] for r in rounds if r[key]["count"] > 0]
+    if not p50s:
+        print(f"ETA error {name}: no figure was given there (none graded)")
+        continue
     print(f"ETA error {name}: median of round p50s {statistics.median(p50s):.3f} "
           f"(spread {min(p50s):.3f}-{max(p50s):.3f}; goal <= 0.25)")
 for p in ["p50", "p99"]:
