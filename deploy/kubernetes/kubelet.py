@@ -722,15 +722,7 @@ class Play:
         api = self.service_ports[("queue-api", 8080)]
         chat = self.service_ports[("chat-server", 8081)]
         token = self.secrets[self.secret_named("valkey-queue-secrets")]["admin-token"]
-        req = urllib.request.Request(
-            f"http://127.0.0.1:{api}/api/admin/queues/default", method="PUT",
-            data=json.dumps({"soft_cap": 50, "ticket_ttl": 10000, "abandon_after": 5000}).encode(),
-            headers={"Authorization": f"Bearer {token}", "Content-Type": "application/json"})
-        try:
-            with urllib.request.urlopen(req, timeout=10) as resp:
-                log(f"PUT /api/admin/queues/default: {resp.status}")
-        except urllib.error.HTTPError as e:
-            raise Failure(f"PUT /api/admin/queues/default: {e.code} {e.read().decode(errors='replace')}")
+        self.set_default_queue(token, {"soft_cap": 50, "ticket_ttl": 10000, "abandon_after": 5000})
         idle = self.stats()
         cpu_before = {p.name: proc_cpu_seconds(p.name) for p in self.pods}
         sampler = Sampler(self)
@@ -852,6 +844,18 @@ class Play:
                 time.sleep(0.2)
             log(f"{p.label()}: Valkey up {time.monotonic() - p.started_at:.1f} s after start")
 
+    def set_default_queue(self, token, settings):
+        """Sets the queue `default`'s settings through queue-api's back office."""
+        api = self.service_ports[("queue-api", 8080)]
+        req = urllib.request.Request(
+            f"http://127.0.0.1:{api}/api/admin/queues/default", method="PUT", data=json.dumps(settings).encode(),
+            headers={"Authorization": f"Bearer {token}", "Content-Type": "application/json"})
+        try:
+            with urllib.request.urlopen(req, timeout=10) as resp:
+                log(f"PUT /api/admin/queues/default {settings}: {resp.status}")
+        except urllib.error.HTTPError as e:
+            raise Failure(f"PUT /api/admin/queues/default: {e.code} {e.read().decode(errors='replace')}")
+
     def gate_swarm(self, token):
         """People through the gate: let straight in while nobody waits and a slot is
         free, else sent to its waiting room and claimed; in the app.
@@ -864,6 +868,9 @@ class Play:
         api = self.service_ports[("queue-api", 8080)]
         chat = self.service_ports[("chat-server", 8081)]
         users = max(50, self.users // 4)
+        # A room of 10: the first people go straight in, the crowd after them walks
+        # the waiting room and claims.
+        self.set_default_queue(token, {"soft_cap": 10})
         cmd = [os.path.join(ROOT, "target", "release", "queue-cli"), "swarm", "--api", f"http://127.0.0.1:{api}",
                "--chat", f"http://127.0.0.1:{chat}", "--gate", f"http://127.0.0.1:{gate}", "--gate-path", "/checkout",
                "--gate-idle", "0", "--users", str(users), "--rate", "50", "--stay-secs", "1",
