@@ -81,30 +81,59 @@ pub fn set_cookie(headers: &reqwest::header::HeaderMap, name: &str) -> Option<(S
     })
 }
 
-/// Asks for `url` as a browser would (HTML accepted), with `cred` if any.
-pub async fn ask(http: &reqwest::Client, url: &str, cred: Option<&Credential>) -> Answer {
+/// A gated path's answer read whole (see [`fetch`]).
+pub(super) struct Reply {
+    pub(super) code: u16,
+    /// Where a redirect sends the person.
+    pub(super) location: Option<String>,
+    /// The admission cookie set, and whether it had HttpOnly and SameSite=Lax.
+    pub(super) cookie: Option<(String, bool)>,
+    pub(super) body: Option<serde_json::Value>,
+    /// The body's first 200 characters.
+    pub(super) text: String,
+}
+
+/// Asks for `url` as a browser would (HTML accepted), with `cred` and
+/// `X-Forwarded-For: forwarded_for` if any, and reads the answer whole: where it
+/// redirects, the Set-Cookie of cookie `cookie` (when named), its JSON body.
+pub(super) async fn fetch(
+    http: &reqwest::Client,
+    url: &str,
+    cred: Option<&Credential>,
+    forwarded_for: Option<&str>,
+    cookie: Option<&str>,
+) -> Result<Reply, String> {
     let mut r = http.get(url).header("accept", "text/html,application/xhtml+xml;q=0.9,*/*;q=0.8");
     if let Some(c) = cred {
         r = c.apply(r);
     }
-    let resp = match r.timeout(REQUEST_TIMEOUT).send().await {
-        Ok(r) => r,
-        Err(e) => return Answer::Other(0, e.to_string()),
-    };
+    if let Some(ip) = forwarded_for {
+        r = r.header("x-forwarded-for", ip);
+    }
+    let resp = r.timeout(REQUEST_TIMEOUT).send().await.map_err(|e| e.to_string())?;
     let code = resp.status().as_u16();
-    if resp.status().is_redirection() {
-        let loc = resp.headers().get("location").and_then(|v| v.to_str().ok()).unwrap_or("").to_string();
-        return Answer::Room(loc);
+    let location = resp
+        .status()
+        .is_redirection()
+        .then(|| resp.headers().get("location").and_then(|v| v.to_str().ok()).unwrap_or("").to_string());
+    let cookie = cookie.and_then(|name| set_cookie(resp.headers(), name));
+    let text = resp.text().await.unwrap_or_default();
+    let body = serde_json::from_str(&text).ok();
+    Ok(Reply { code, location, cookie, body, text: text.chars().take(200).collect() })
+}
+
+/// Asks for `url` as a browser would (HTML accepted), with `cred` if any.
+pub async fn ask(http: &reqwest::Client, url: &str, cred: Option<&Credential>) -> Answer {
+    let cookie = match cred {
+        Some(Credential::Cookie(name, _)) => Some(name.as_str()),
+        _ => None,
+    };
+    match fetch(http, url, cred, None, cookie).await {
+        Err(e) => Answer::Other(0, e),
+        Ok(Reply { location: Some(location), .. }) => Answer::Room(location),
+        Ok(r) if (200..300).contains(&r.code) => Answer::App(r.code, r.body, r.cookie.map(|(v, _)| v)),
+        Ok(r) => Answer::Other(r.code, r.text),
     }
-    if resp.status().is_success() {
-        let renewed = match cred {
-            Some(Credential::Cookie(name, _)) => set_cookie(resp.headers(), name).map(|(v, _)| v),
-            _ => None,
-        };
-        let body = resp.json::<serde_json::Value>().await.ok();
-        return Answer::App(code, body, renewed);
-    }
-    Answer::Other(code, resp.text().await.unwrap_or_default().chars().take(200).collect())
 }
 
 /// `GET <gate>/gate/claim?queue=&ticketId=&return=`: admitted when the gate sets cookie

@@ -3,7 +3,7 @@
 //! while unadmitted, the claim, the requests inside checked against whom the app
 //! says it served, leaving or going idle, the old cookie tried after leaving.
 
-use super::requests::{ask, claim, http_client, leave, set_cookie, Answer, Claimed, Credential};
+use super::requests::{ask, claim, fetch, http_client, leave, Answer, Claimed, Credential, Reply};
 use super::{GateWalk, Tally};
 use std::io::Write;
 use std::sync::Mutex;
@@ -92,31 +92,12 @@ impl Gate {
         }
     }
 
-    /// The gated path asked for as a browser would, with `cred` if any, its answer read
-    /// whole: where it redirects, the admission cookie it sets, its JSON body.
+    /// The gated path asked for as a browser would (see [`fetch`]), the admission
+    /// cookie read from the answer.
     async fn first_request(&self, cred: Option<&Credential>, forwarded_for: Option<&str>) -> Result<Reply, String> {
-        let mut r = self.http.get(self.url(&self.walk.path));
-        if let Some(c) = cred {
-            r = c.apply(r);
-        }
-        if let Some(ip) = forwarded_for {
-            r = r.header("x-forwarded-for", ip);
-        }
-        let resp = r
-            .header("accept", "text/html,application/xhtml+xml;q=0.9,*/*;q=0.8")
-            .timeout(super::requests::REQUEST_TIMEOUT)
-            .send()
+        fetch(&self.http, &self.url(&self.walk.path), cred, forwarded_for, Some(&self.walk.cookie))
             .await
-            .map_err(|e| format!("the gated path did not answer: {e}"))?;
-        let code = resp.status().as_u16();
-        let location = resp
-            .status()
-            .is_redirection()
-            .then(|| resp.headers().get("location").and_then(|v| v.to_str().ok()).unwrap_or("").to_string());
-        let cookie = set_cookie(resp.headers(), &self.walk.cookie);
-        let text: String = resp.text().await.unwrap_or_default();
-        let body = serde_json::from_str(&text).ok();
-        Ok(Reply { code, location, cookie, body, text: text.chars().take(200).collect() })
+            .map_err(|e| format!("the gated path did not answer: {e}"))
     }
 
     /// Inside after a straight pass (see [`Arrival::Straight`]): the requests to the
@@ -351,18 +332,6 @@ impl Gate {
             let _ = writeln!(f, "{line}");
         }
     }
-}
-
-/// The gated path's answer read whole (see [`Gate::first_request`]).
-struct Reply {
-    code: u16,
-    /// Where a redirect sends the person.
-    location: Option<String>,
-    /// The admission cookie set, and whether it had HttpOnly and SameSite=Lax.
-    cookie: Option<(String, bool)>,
-    body: Option<serde_json::Value>,
-    /// The body's first 200 characters.
-    text: String,
 }
 
 impl Reply {

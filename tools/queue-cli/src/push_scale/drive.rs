@@ -373,10 +373,13 @@ pub(super) async fn drive(a: DriveArgs) -> Result<(), String> {
     // Turn probes promoted in the window and promote probes moved in it: their event,
     // if it has not come yet, within 10 s (a rank event is paced by --push-interval, so
     // a PROMOTE near the window's end is told up to an interval and a quarter later).
+    // Promote probes' expectations from inside the window still waiting for their event.
+    let moved_pending = || -> u64 {
+        watchers.iter().map(|(_, w)| w.lock().unwrap().pending.iter().filter(|e| win.inside(e.t0)).count() as u64).sum()
+    };
     let deadline = Instant::now() + Duration::from_secs(10);
     let (turn_ms, turn_timeouts) = loop {
-        let moved_pending: usize =
-            watchers.iter().map(|(_, w)| w.lock().unwrap().pending.iter().filter(|e| win.inside(e.t0)).count()).sum();
+        let moved_pending = moved_pending();
         let done = {
             let t = turns.lock().unwrap();
             let inside: Vec<&Turn> = t.iter().filter(|t| t.promoted_at.is_some_and(|at| win.inside(at))).collect();
@@ -395,9 +398,7 @@ pub(super) async fn drive(a: DriveArgs) -> Result<(), String> {
         }
     };
     let mut promote = promote_out.lock().unwrap();
-    for (_, w) in &watchers {
-        promote.timeouts += w.lock().unwrap().pending.iter().filter(|e| win.inside(e.t0)).count() as u64;
-    }
+    promote.timeouts += moved_pending();
     let leave = leave_out.lock().unwrap();
     // The churn done inside the window.
     let (c0, c1) = (serde_json::to_value(&c0).unwrap(), serde_json::to_value(&c1).unwrap());

@@ -115,9 +115,7 @@ async fn journey_once(
                 l.report.admitted_at_once += 1;
                 l.promoted(who, now)
             });
-            for audit in audits {
-                tokio::spawn(audit_fifo(shared.clone(), who, audit));
-            }
+            start_audits(shared, who, audits);
             return Ok(gate
                 .stay_after_pass(&**shared, who, cfg.seed, &cfg.queue, (&user, &token, sent_us), plan.stay)
                 .await?);
@@ -214,9 +212,7 @@ async fn journey_once(
         return Err(format!("expected a ticket, got {}", standing.status.as_str()).into());
     }
     let promoted_at = Instant::now();
-    for audit in shared.with(|l| l.promoted(who, promoted_at)) {
-        tokio::spawn(audit_fifo(shared.clone(), who, audit));
-    }
+    start_audits(shared, who, shared.with(|l| l.promoted(who, promoted_at)));
     let ticket = standing.ticket_id.ok_or("promoted without a ticket")?;
     if let Some(gate) = &shared.gate {
         let (user, stay) = (&standing.user_id, plan.stay);
@@ -359,6 +355,13 @@ async fn follow_through_outages(
 /// promotion from a later lane) where it stands, after `who` was seen promoted: still
 /// WAITING means the line was jumped. Void when that person started its journey over
 /// meanwhile (chaos runs).
+/// Starts the FIFO audits the ledger asked for on `who`'s promotion.
+fn start_audits(shared: &Arc<Shared>, who: usize, audits: Vec<Audit>) {
+    for audit in audits {
+        tokio::spawn(audit_fifo(shared.clone(), who, audit));
+    }
+}
+
 async fn audit_fifo(shared: Arc<Shared>, who: usize, audit: Audit) {
     let mut api = shared.api(audit.forwarded_for.clone());
     if let Some(token) = &audit.token {
