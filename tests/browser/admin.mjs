@@ -95,7 +95,7 @@ await run(browser, async () => {
   console.log("PAUSED");
   await expectLine("resume");
   await page.click("#resume");
-  await page.waitForFunction((c) => document.getElementById("pause-state").textContent.includes("soft cap of " + c), cap, { timeout: STEP });
+  await page.waitForFunction((c) => document.getElementById("pause-state").textContent === "Admitting up to a soft cap of " + c + ".", cap, { timeout: STEP });
   console.log("RESUMED");
 
   // The chart of the last minutes.
