@@ -73,6 +73,13 @@ pub struct Config {
     #[arg(long, env = "STATUS_MAX_STALENESS", default_value = "1s",
           value_parser = service_kit::duration(Duration::from_millis(100)..=Duration::from_secs(10)))]
     pub status_max_staleness: Duration,
+    /// How long a status poll of a person known here but not kept current (they
+    /// entered again through another instance, say) waits for the follower's next
+    /// registration to answer it, before it is read from Valkey (0 to 1s; 0: read at
+    /// once, then registered).
+    #[arg(long, env = "POLL_HOLD", default_value = "100ms",
+          value_parser = service_kit::duration(Duration::ZERO..=Duration::from_secs(1)))]
+    pub poll_hold: Duration,
     /// Most pollers this instance registers with its push followers (0: no limit);
     /// past it a poll is answered from Valkey (the batched read) without registering
     /// its person, so that a flood of made-up pollers cannot grow the instance's

@@ -144,6 +144,7 @@ pub async fn serve(
     );
     hub.limit_pollers(config.max_pollers);
     hub.pace_pushes(config.push_interval);
+    hub.hold_polls(config.poll_hold);
     let (stop_tx, stop_rx) = watch::channel(false);
     // Promotion announcements wake the matching queue's push streams at once.
     let mut events = queue_client::events::subscribe_target(config.common.target());

@@ -3,6 +3,7 @@
 
 use crate::error::ApiError;
 use crate::extract::{EntryRequest, Field, JsonBody};
+use crate::hub::Polled;
 use crate::AppState;
 use axum::extract::{FromRequestParts, Query, State};
 use axum::response::sse::{Event, KeepAlive, Sse};
@@ -370,16 +371,21 @@ pub async fn status(
     // From the push follower when it knows the person and is current (hub/mod.rs,
     // `Hub::poll`); else the batched read, after which a waiting person is
     // registered with the follower for their next polls.
-    let known = if state.config.status_from_follower { state.hub.poll(&queue, &user) } else { None };
-    let standing = match known {
-        Some(standing) => {
+    // A person known here but not current is held for the follower's next
+    // registration (`--poll-hold`) rather than read now and registered after.
+    let polled =
+        if state.config.status_from_follower { state.hub.poll_held(&queue, &user).await } else { Polled::Asked };
+    let standing = match polled {
+        Polled::Answer(standing) => {
             state.metrics.status_from_follower.increment(1);
             standing
         }
-        None => {
+        asked @ (Polled::Asked | Polled::Unknown) => {
             state.metrics.status_from_valkey.increment(1);
             let standing = state.statuses.status(&client, &queue, user.clone()).await?;
-            if state.config.status_from_follower && standing.status == Status::Waiting {
+            // (One held was asked again already.)
+            let unknown = matches!(asked, Polled::Unknown);
+            if state.config.status_from_follower && unknown && standing.status == Status::Waiting {
                 state.hub.watch_poller(&queue, &user);
             }
             standing

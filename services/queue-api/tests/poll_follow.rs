@@ -25,6 +25,7 @@ testkit::backend_tests!(
     a_log_moved_back_is_not_answered_from,
     a_poller_who_stops_is_unregistered,
     an_entry_here_is_answered_from_the_follower,
+    a_re_entry_elsewhere_is_held_for_the_registration,
 );
 
 async fn counter(api: &Api, name: &str) -> f64 {
@@ -313,6 +314,12 @@ async fn enter(api: &Api, again: Option<&str>) -> Value {
     resp.json().await.unwrap()
 }
 
+/// Leaves through `api`.
+async fn leave(api: &Api, user: &str) {
+    let resp = reqwest::Client::new().delete(api.url(&format!("/api/queue/entry?userId={user}"))).send().await;
+    assert_eq!(resp.unwrap().status().as_u16(), 200);
+}
+
 /// People who enter through the instance are known to its follower from the entry:
 /// registered in its next cycle, their first poll is answered from it (no batched
 /// read); someone ahead entering again moves everyone behind; a re-entry and a leave
@@ -364,4 +371,54 @@ async fn an_entry_here_is_answered_from_the_follower(b: Backend) {
     polls_agree(&on, &off, &users, Duration::from_secs(3), "back in line").await;
     on.stop().await;
     off.stop().await;
+}
+
+/// Someone known to an instance enters again through another: the instance learns
+/// from the log that their place changed, and their next poll there is held for its
+/// follower's registration (`--poll-hold`), which answers it, instead of a read from
+/// Valkey of their own followed by that registration. Someone who left for good is
+/// still read from Valkey (the same 404).
+async fn a_re_entry_elsewhere_is_held_for_the_registration(b: Backend) {
+    let (s, qc) = closed_queue(b, 600_000).await;
+    let here = follows(&s, Duration::from_secs(60), Duration::from_secs(2)).await;
+    let elsewhere = follows(&s, Duration::from_secs(60), Duration::from_secs(2)).await;
+    let off = reads(&s).await;
+    qc.enter(Q, "first", "n").await.unwrap();
+    let mut users = Vec::new();
+    for _ in 0..4 {
+        users.push(enter(&elsewhere, None).await["userId"].as_str().unwrap().to_string());
+    }
+    // Known here from their first polls (read from Valkey, then registered).
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let before = follower_answers(&here).await;
+        polls_agree(&here, &off, &users, Duration::from_secs(10), "registered here").await;
+        if follower_answers(&here).await - before >= users.len() as f64 {
+            break;
+        }
+        assert!(Instant::now() < deadline, "polls here are not answered from the follower");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let from_valkey = valkey_answers(&here).await;
+    // The first leaves and enters again at the back, elsewhere (as a page that lost
+    // its place does): here they agree with Valkey again within the bound, every
+    // answer from the follower.
+    let again = users[0].clone();
+    leave(&elsewhere, &again).await;
+    enter(&elsewhere, Some(&again)).await;
+    polls_agree(&here, &off, &users, Duration::from_secs(3), "a re-entry elsewhere").await;
+    assert_eq!(poll(&here, &again).await.1["rank"], 5, "at the back");
+    assert_eq!(valkey_answers(&here).await, from_valkey, "the re-entered person's polls were read from Valkey");
+    // The second leaves for good, elsewhere: the same 404 here, read from Valkey.
+    let gone = users[1].clone();
+    leave(&elsewhere, &gone).await;
+    let deadline = Instant::now() + Duration::from_secs(3);
+    while poll(&here, &gone).await.0 != 404 {
+        assert!(Instant::now() < deadline, "left, yet answered as waiting");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    assert!(valkey_answers(&here).await > from_valkey, "who left is read from Valkey");
+    for api in [here, elsewhere, off] {
+        api.stop().await;
+    }
 }

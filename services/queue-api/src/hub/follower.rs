@@ -63,6 +63,7 @@ impl Follower {
                 }
                 self.watch.publish();
             }
+            self.watch.cycle_done();
             let next_tick = self.last_tick.map_or_else(Instant::now, |t| t + self.hub.tick);
             let next_tick = self.ledger.read_due().map_or(next_tick, |due| next_tick.min(Instant::from_std(due)));
             // While people poll: a QUEUE.WATCH at least every half staleness bound,
@@ -297,6 +298,7 @@ impl Follower {
             match effect {
                 Effect::Standing(user, st) => {
                     if let Some(p) = users.get_mut(&user) {
+                        p.checked += 1;
                         p.current = st.status == Status::Waiting && self.ledger.tracks(&user) && !asked.contains(&user);
                         send(&self.hub, &p.tx, st);
                     }

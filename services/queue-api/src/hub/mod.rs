@@ -56,11 +56,14 @@ struct Person {
     current: bool,
     /// Registered by a poll (counted in the hub's pollers until they leave).
     by_poll: bool,
+    /// Counts the checked standings handed to them (a registration's answer): a poll
+    /// held for one ([`Hub::poll_held`]) stops waiting when it moves.
+    checked: u64,
 }
 
 impl Person {
     fn new() -> Person {
-        Person { tx: watch::channel(None).0, streams: 0, polled: None, current: false, by_poll: false }
+        Person { tx: watch::channel(None).0, streams: 0, polled: None, current: false, by_poll: false, checked: 0 }
     }
 
     /// Whether they still count as polling (polled within `grace`).
@@ -114,6 +117,9 @@ struct QueueWatch {
     /// The branding as last changed here (Null before any change was heard): a
     /// change reaches every stream of the queue.
     brand: watch::Sender<serde_json::Value>,
+    /// A wake-up at the end of each of the follower's cycles: a poll held for its
+    /// person's registration ([`Hub::poll_held`]) looks again.
+    cycled: Notify,
 }
 
 const UNKNOWN: u64 = u64::MAX;
@@ -144,7 +150,13 @@ impl QueueWatch {
             sale_n: AtomicU64::new(0),
             sale_seq: AtomicU64::new(0),
             brand: watch::channel(serde_json::Value::Null).0,
+            cycled: Notify::new(),
         }
+    }
+
+    /// The follower ended a cycle: polls held for a registration look again.
+    fn cycle_done(&self) {
+        self.cycled.notify_waiters();
     }
 
     /// Takes a `state` entry of the change log (one write in Valkey per change,
@@ -232,6 +244,8 @@ pub struct Hub {
     /// A stream tells a mere rank change at most once per this many milliseconds
     /// (`--push-interval`; 0: every change at once).
     push_interval_ms: AtomicU64,
+    /// `--poll-hold` in milliseconds ([`Hub::hold_polls`]).
+    poll_hold_ms: AtomicU64,
 }
 
 /// A process's instance name: the host's name (in the characters a userId may hold)
@@ -245,6 +259,18 @@ fn instance_name() -> String {
     getrandom::fill(&mut random).unwrap_or_default();
     let random: String = random.iter().map(|b| format!("{b:02x}")).collect();
     format!("api-{}{}{}-{random}", host, if host.is_empty() { "" } else { "-" }, std::process::id())
+}
+
+/// What [`Hub::poll_held`] made of a status poll.
+#[derive(Debug)]
+pub enum Polled {
+    /// Answered from the follower.
+    Answer(Standing),
+    /// Known here and asked again, not answered in time: read from Valkey (their
+    /// registration is under way already).
+    Asked,
+    /// Not known here: read from Valkey, then registered if they wait.
+    Unknown,
 }
 
 /// How a poll or stream came to the hub.
@@ -281,6 +307,7 @@ impl Hub {
             pollers: AtomicUsize::new(0),
             max_pollers: AtomicUsize::new(0),
             push_interval_ms: AtomicU64::new(0),
+            poll_hold_ms: AtomicU64::new(0),
         })
     }
 
@@ -294,6 +321,12 @@ impl Hub {
     /// `interval` (zero: at once); stream.rs, "Paced push".
     pub fn pace_pushes(&self, interval: Duration) {
         self.push_interval_ms.store(interval.as_millis() as u64, Ordering::Relaxed);
+    }
+
+    /// Polls of people known here but not current wait up to `hold` for the
+    /// follower's next registration ([`Hub::poll_held`]; zero: read at once).
+    pub fn hold_polls(&self, hold: Duration) {
+        self.poll_hold_ms.store(hold.as_millis() as u64, Ordering::Relaxed);
     }
 
     /// The pace of [`Hub::pace_pushes`].
@@ -469,6 +502,46 @@ impl Hub {
         let answer = if confirmed && person.current { person.tx.borrow().clone() } else { None };
         shared.last_poll = Some(now);
         answer
+    }
+
+    /// A status poll of `user` on `queue`, answered from the follower when it can be
+    /// ([`Hub::poll`]). A person known here but not kept current (they entered again
+    /// elsewhere, or were promoted) is asked again and the poll held for up to
+    /// `hold`, until the follower's next registration (its `QUEUE.WATCH`, shared with
+    /// everyone asked meanwhile) makes them current: one registration then answers
+    /// both this poll and the next ones, instead of a read of their own and then a
+    /// registration. When that answer does not make them current (they do not wait
+    /// any more), or not within `hold` (`--poll-hold`; the follower behind, Valkey
+    /// slow), the poll is read from Valkey ([`Polled::Asked`]).
+    pub async fn poll_held(self: &Arc<Hub>, queue: &str, user: &str) -> Polled {
+        let hold = Duration::from_millis(self.poll_hold_ms.load(Ordering::Relaxed));
+        if let Some(standing) = self.poll(queue, user) {
+            return Polled::Answer(standing);
+        }
+        let Some(w) = self.queues.lock().unwrap().get(queue).cloned() else { return Polled::Unknown };
+        if hold.is_zero() || !w.shared.lock().unwrap().users.contains_key(user) {
+            return Polled::Unknown;
+        }
+        let checked = |w: &QueueWatch| w.shared.lock().unwrap().users.get(user).map(|p| p.checked);
+        let start = checked(&w);
+        self.register(queue, user, Came::Poll);
+        let deadline = tokio::time::Instant::now() + hold;
+        loop {
+            let cycled = w.cycled.notified();
+            tokio::pin!(cycled);
+            cycled.as_mut().enable();
+            if let Some(standing) = self.poll(queue, user) {
+                return Polled::Answer(standing);
+            }
+            // Their registration answered without making them current (they do not
+            // wait any more), or they were forgotten here.
+            if checked(&w) != start {
+                return Polled::Asked;
+            }
+            if tokio::time::timeout_at(deadline, cycled).await.is_err() {
+                return Polled::Asked;
+            }
+        }
     }
 
     fn unsubscribe(&self, queue: &str, user: &str) {
