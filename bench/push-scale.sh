@@ -23,7 +23,10 @@
 #      on their stream, p50/p99 (rank events: paced by queue-api's --push-interval,
 #      API_FLAGS='--push-interval 0s' for every change at once); and the turn probes:
 #      from the reply of the PROMOTE that promoted a person of the line to the
-#      `promoted` event on their stream (never paced), p50/p99.
+#      `promoted` event on their stream (never paced), p50/p99. And queue-api's own
+#      cost: its CPU (user and system, all instances, from /proc) over the window
+#      per event sent (`api us/event`), and its resident memory grown by opening the
+#      streams, per stream (`api KiB/stream`).
 # Configurations: for each of ROUNDS rounds, I = 1 3 6 (INSTANCES), interleaved;
 # printed as a table of medians with the spread (min-max over rounds) and the ratio
 # 6 instances / 1, then as JSON lines (one per configuration, phase and round, and one
@@ -126,6 +129,15 @@ for p in sys.argv[2:]:
 print(t)" "$f" "$@"
 }
 
+# Resident memory of the processes (comma-separated ids), KiB in all.
+rss_kb() {
+  local t=0 p
+  for p in ${1//,/ }; do
+    t=$((t + $(awk '/^VmRSS:/ {print $2}' "/proc/$p/status" 2>/dev/null || echo 0)))
+  done
+  echo "$t"
+}
+
 run=0
 one() { # round instances
   local round=$1 inst=$2 i apis="" base parts p deadline opened
@@ -145,16 +157,18 @@ one() { # round instances
   qcall QUEUE.CONFIG "$Q" SET soft_cap 0 abandon_after 0 >/dev/null
   fill_resp | vcli --pipe >"$d/fill.log" 2>&1 || { cat "$d/fill.log" >&2; return 1; }
   # queue-api instances.
+  local apipids=""
   for i in $(seq "$inst"); do
     p=$(port)
     # shellcheck disable=SC2086
     RUST_LOG=${RUST_LOG:-warn} "$API_BIN" --valkey-url "redis://127.0.0.1:$vport/" --listen "127.0.0.1:$p" \
       --rate-limit 0 --max-streams $((S + 1000)) --max-streams-per-addr 0 $API_FLAGS >"$d/api$i.log" 2>&1 & pids+=($!)
-    apis="${apis:+$apis,}127.0.0.1:$p"
+    apis="${apis:+$apis,}127.0.0.1:$p"; apipids="${apipids:+$apipids,}$!"
   done
   for a in ${apis//,/ }; do
     for _ in $(seq 200); do curl -sf "http://$a/healthz" 2>/dev/null | grep -q '"up"' && break; sleep 0.1; done
   done
+  local rss_base; rss_base=$(rss_kb "$apipids")
   # The streams, from a fresh block of source addresses (ports of earlier runs may
   # still be in TIME_WAIT).
   base=$(( 2 + ((run - 1) * 20) % 220 ))
@@ -174,16 +188,19 @@ one() { # round instances
   done
   [ "$opened" -ge $((inst * S)) ] || echo "round $round, I=$inst: only $opened of $((inst * S)) streams opened" >&2
   sleep "$SETTLE"
+  # queue-api's memory for the open streams (resident, all instances).
+  local rss_streams; rss_streams=$(rss_kb "$apipids")
   local common=(--valkey "redis://127.0.0.1:$vport/" --api "$apis" --queue "$Q" --backend "$BACKEND" --line "$N"
-    --secs "$SECS" --leave-probes "$PROBES" --source $((base + 16)) --status "$(IFS=,; echo "${files[*]}")")
+    --secs "$SECS" --leave-probes "$PROBES" --source $((base + 16)) --status "$(IFS=,; echo "${files[*]}")"
+    --api-pids "$apipids")
   "$CLI_BIN" watch drive "${common[@]}" --warmup 1 --tag s --out "$d/steady.json"
   qcall QUEUE.CONFIG "$Q" SET ticket_ttl "$TICKET_TTL_MS" >/dev/null
   "$CLI_BIN" watch drive "${common[@]}" --warmup "$WARMUP" --enter-rate "$ENTER_RATE" --leave-rate "$LEAVE_RATE" \
     --promote-rate "$PROMOTE_RATE" --promote-every-ms "$PROMOTE_EVERY_MS" --promote-probes "$PROMOTE_PROBES" \
     --announce "$([ "$ANNOUNCE" = 1 ] && echo true || echo false)" --tag c --out "$d/churn.json"
   for ph in steady churn; do
-    python3 -c "import json,sys; r=json.load(open(sys.argv[1])); r.update(round=int(sys.argv[2]), instances=int(sys.argv[3]), phase=sys.argv[4], streams_per_instance=int(sys.argv[5]), line=int(sys.argv[6])); print(json.dumps(r))" \
-      "$d/$ph.json" "$round" "$inst" "$ph" "$S" "$N" >>"$OUT/raw.jsonl"
+    python3 -c "import json,sys; r=json.load(open(sys.argv[1])); r.update(round=int(sys.argv[2]), instances=int(sys.argv[3]), phase=sys.argv[4], streams_per_instance=int(sys.argv[5]), line=int(sys.argv[6]), api_rss_base_kb=int(sys.argv[7]), api_rss_streams_kb=int(sys.argv[8])); print(json.dumps(r))" \
+      "$d/$ph.json" "$round" "$inst" "$ph" "$S" "$N" "$rss_base" "$rss_streams" >>"$OUT/raw.jsonl"
   done
   stop_all
   echo "round $round, I=$inst done ($(status_sum opened "${files[@]}") streams)" >&2

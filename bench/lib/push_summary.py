@@ -50,6 +50,9 @@ def derive(r):
     streams = (s0.get("open", 0) + s1.get("open", 0)) / 2
     lat_l, lat_p = r.get("lat_leave_ms") or [], r.get("lat_promote_ms") or []
     ch = r["churn"]
+    events = s1.get("events", 0) - s0.get("events", 0)
+    opened = max(s0.get("open", 0), 1)
+    rss = (r.get("api_rss_streams_kb", 0) - r.get("api_rss_base_kb", 0)) if r.get("api_rss_base_kb") else None
     return {
         "kind": "run", "phase": r["phase"], "instances": r["instances"], "round": r["round"],
         "line": r["line"], "streams": round(streams), "secs": round(secs, 2),
@@ -61,7 +64,12 @@ def derive(r):
         "churn_ms_per_s": round(churn / secs / 1000, 2),
         "total_ms_per_s": round(total / secs / 1000, 2),
         "main_thread_ms_per_s": round(r["cpu_main_s"] * 1000 / secs, 1),
-        "events_per_s": round((s1.get("events", 0) - s0.get("events", 0)) / secs),
+        "events_per_s": round(events / secs),
+        # queue-api's CPU (all instances, user and system) over the window per event
+        # sent, and its resident memory for the open streams per stream.
+        "api_cores": round(r["api_cpu_s"] / secs, 3) if "api_cpu_s" in r else None,
+        "api_us_per_event": round(r["api_cpu_s"] * 1e6 / events, 1) if events and "api_cpu_s" in r else None,
+        "api_kib_per_stream": round(rss / opened, 2) if rss is not None else None,
         "leave_p50_ms": pct(lat_l, 50), "leave_p99_ms": pct(lat_l, 99), "leave_n": len(lat_l),
         "leave_timeouts": r.get("leave_timeouts", 0),
         "promote_p50_ms": pct(lat_p, 50), "promote_p99_ms": pct(lat_p, 99), "promote_n": len(lat_p),
@@ -92,7 +100,8 @@ def main(path):
             ("total_ns_per_person_s", "all ns/person/s", 1), ("push_ms_per_s", "push ms/s", 2),
             ("push_calls_per_s", "push calls/s", 1), ("floor_us_per_call", "echo us", 1),
             ("churn_ms_per_s", "churn ms/s", 2), ("main_thread_ms_per_s", "main thr ms/s", 1),
-            ("events_per_s", "events/s", 0), ("leave_p50_ms", "leave p50 ms", 1), ("leave_p99_ms", "leave p99 ms", 1),
+            ("events_per_s", "events/s", 0), ("api_cores", "api cores", 2),
+            ("api_us_per_event", "api us/event", 1), ("api_kib_per_stream", "api KiB/stream", 2), ("leave_p50_ms", "leave p50 ms", 1), ("leave_p99_ms", "leave p99 ms", 1),
             ("promote_p50_ms", "promote p50 ms", 1), ("promote_p99_ms", "promote p99 ms", 1),
             ("turn_p50_ms", "turn p50 ms", 1), ("turn_p99_ms", "turn p99 ms", 1),
             ("promoted_per_s", "promoted/s", 0)]

@@ -9,6 +9,7 @@
 use super::ledger::{self, Behind, Effect, Ledger, Published, Why};
 use super::{Hub, QueueWatch};
 use queue_client::{ClientError, QueueClient, Standing, Status};
+use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::Duration;
 use tokio::sync::watch;
@@ -305,7 +306,13 @@ impl Follower {
                 }
                 Effect::Rank { user, rank, eta } => {
                     if let Some(p) = users.get(&user) {
-                        p.tx.send_if_modified(|shown| ledger::set_rank(shown, rank, eta));
+                        // Nobody woken while every stream of theirs holds a change
+                        // back (the count is read under the channel's lock: a stream
+                        // that starts listening after it reads the new rank).
+                        let listening = &p.listening;
+                        p.tx.send_if_modified(|shown| {
+                            ledger::set_rank(shown, rank, eta) && listening.load(Ordering::SeqCst) > 0
+                        });
                     }
                 }
                 Effect::Gone { user, ticket } => {

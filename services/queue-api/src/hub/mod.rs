@@ -59,11 +59,24 @@ struct Person {
     /// Counts the checked standings handed to them (a registration's answer): a poll
     /// held for one ([`Hub::poll_held`]) stops waiting when it moves.
     checked: u64,
+    /// How many of their streams here look at every change of rank now (not holding
+    /// one back for pacing, stream.rs). While none does, a change of rank or estimate
+    /// alone is written into `tx` without waking anyone: a paced stream reads the
+    /// latest when its gap has passed, and a change of status always wakes.
+    listening: Arc<AtomicUsize>,
 }
 
 impl Person {
     fn new() -> Person {
-        Person { tx: watch::channel(None).0, streams: 0, polled: None, current: false, by_poll: false, checked: 0 }
+        Person {
+            tx: watch::channel(None).0,
+            streams: 0,
+            polled: None,
+            current: false,
+            by_poll: false,
+            checked: 0,
+            listening: Arc::default(),
+        }
     }
 
     /// Whether they still count as polling (polled within `grace`).
@@ -350,8 +363,8 @@ impl Hub {
     pub fn subscribe(self: &Arc<Hub>, queue: &str, user: &str) -> Subscription {
         let (watch, updates) = self.register(queue, user, Came::Stream);
         self.metrics.sse_streams.increment(1.0);
-        let updates = updates.expect("a stream's receiver");
-        Subscription::new(self.clone(), queue, user, watch, updates)
+        let (updates, listening) = updates.expect("a stream's receiver");
+        Subscription::new(self.clone(), queue, user, watch, updates, listening)
     }
 
     /// Registers a poller: `user` polled `queue` and the batched read found them
@@ -419,7 +432,7 @@ impl Hub {
         queue: &str,
         user: &str,
         came: Came,
-    ) -> (Arc<QueueWatch>, Option<watch::Receiver<Option<Standing>>>) {
+    ) -> (Arc<QueueWatch>, Option<(watch::Receiver<Option<Standing>>, Arc<AtomicUsize>)>) {
         // Under the registry lock, so that a follower retiring its queue either sees
         // this user or is replaced by a new one.
         let (watch, new_queue, updates) = {
@@ -448,7 +461,7 @@ impl Hub {
                 let updates = match came {
                     Came::Stream => {
                         person.streams += 1;
-                        Some(person.tx.subscribe())
+                        Some((person.tx.subscribe(), person.listening.clone()))
                     }
                     Came::Poll => {
                         let now = Instant::now();

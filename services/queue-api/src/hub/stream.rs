@@ -9,6 +9,7 @@ use axum::response::sse::Event;
 use futures_util::Stream;
 use queue_client::{QueueState, Standing, Status};
 use std::pin::Pin;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 use tokio::sync::watch;
@@ -27,6 +28,10 @@ pub struct Subscription {
     pub sale: watch::Receiver<Option<QueueState>>,
     /// Changes when the queue's branding changed (the new branding).
     pub brand: watch::Receiver<serde_json::Value>,
+    /// The person's streams that look at every change of rank now (mod.rs,
+    /// `Person::listening`); this one counts in it unless `quiet`.
+    listening: Arc<AtomicUsize>,
+    quiet: bool,
 }
 
 impl Subscription {
@@ -36,9 +41,36 @@ impl Subscription {
         user: &str,
         watch: Arc<QueueWatch>,
         updates: watch::Receiver<Option<Standing>>,
+        listening: Arc<AtomicUsize>,
     ) -> Subscription {
         let (summary, sale, brand) = (watch.summary.subscribe(), watch.sale.subscribe(), watch.brand.subscribe());
-        Subscription { hub, queue: queue.to_string(), user: user.to_string(), watch, updates, summary, sale, brand }
+        listening.fetch_add(1, Ordering::SeqCst);
+        Subscription {
+            hub,
+            queue: queue.to_string(),
+            user: user.to_string(),
+            watch,
+            updates,
+            summary,
+            sale,
+            brand,
+            listening,
+            quiet: false,
+        }
+    }
+
+    /// This stream holds a change of rank back (`true`: a mere change of rank need
+    /// not wake it) or looks at every change again (`false`: counted before it reads
+    /// the latest standing, so that no change falls between).
+    fn quiet(&mut self, quiet: bool) {
+        if quiet != self.quiet {
+            self.quiet = quiet;
+            if quiet {
+                self.listening.fetch_sub(1, Ordering::SeqCst);
+            } else {
+                self.listening.fetch_add(1, Ordering::SeqCst);
+            }
+        }
     }
 
     /// Whether the sale's state is known here yet (else the stream reads QUEUE.INFO).
@@ -73,6 +105,7 @@ impl Subscription {
 
 impl Drop for Subscription {
     fn drop(&mut self) {
+        self.quiet(true);
         self.hub.unsubscribe(&self.queue, &self.user);
         self.hub.metrics.sse_streams.decrement(1.0);
     }
@@ -128,8 +161,16 @@ impl Follow {
         let Some(at) = self.paced_until() else { return false };
         if self.held.is_none() {
             self.held = Some(Box::pin(tokio::time::sleep_until(at.into())));
+            // Until the gap has passed, a change of rank alone need not wake it.
+            self.sub.quiet(true);
         }
         true
+    }
+
+    /// The gap has passed or an event goes out: every change looked at again.
+    fn unhold(&mut self) {
+        self.held = None;
+        self.sub.quiet(false);
     }
 
     /// Looks at the follower's newest standing: a copy to consider sending now, or
@@ -212,7 +253,7 @@ impl Follow {
                     }
                 }
                 () = async { held.as_mut().expect("held").await }, if held.is_some() => {
-                    self.held = None;
+                    self.unhold();
                     if let Some(ev) = self.told_late() {
                         return Some(ev);
                     }
@@ -282,7 +323,7 @@ impl Follow {
     fn send(&mut self, s: Standing) -> Event {
         let summary = self.summary();
         self.done = s.status != Status::Waiting;
-        self.held = None;
+        self.unhold();
         if !self.done {
             self.told_at = Some(Instant::now());
         }

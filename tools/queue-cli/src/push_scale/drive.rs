@@ -340,6 +340,7 @@ pub(super) async fn drive(a: DriveArgs) -> Result<(), String> {
         let _: Result<(), _> = redis::cmd("SLOWLOG").arg("RESET").query_async(&mut meter).await;
     }
     let s0 = snapshot(&mut meter, &a.status).await?;
+    let api0 = super::valkey::processes_cpu_s(&a.api_pids);
     let c0 = churn.lock().unwrap().clone();
     let mut split: BTreeMap<String, (u64, u64)> = BTreeMap::new();
     while Instant::now() < win.end {
@@ -349,6 +350,7 @@ pub(super) async fn drive(a: DriveArgs) -> Result<(), String> {
         }
     }
     let s1 = snapshot(&mut meter, &a.status).await?;
+    let api1 = super::valkey::processes_cpu_s(&a.api_pids);
     let c1 = churn.lock().unwrap().clone();
     if lua {
         drain_slowlog(&mut meter, &mut split).await;
@@ -414,6 +416,7 @@ pub(super) async fn drive(a: DriveArgs) -> Result<(), String> {
         "fcall_split": fcall,
         "cpu_main_s": s1.cpu_main - s0.cpu_main,
         "cpu_all_s": s1.cpu_all - s0.cpu_all,
+        "api_cpu_s": api1 - api0,
         "streams_start": s0.streams,
         "streams_end": s1.streams,
         "lat_leave_ms": leave.ms, "leave_timeouts": leave.timeouts, "leave_errors": leave.errors,

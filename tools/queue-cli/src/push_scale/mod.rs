@@ -156,6 +156,10 @@ pub struct DriveArgs {
     /// Where the JSON result goes.
     #[arg(long)]
     out: String,
+    /// The queue-api processes (their ids, comma-separated): their CPU time over the
+    /// window is read from /proc (user and system), for queue-api's CPU per event.
+    #[arg(long, value_delimiter = ',')]
+    api_pids: Vec<u32>,
 }
 
 pub async fn run(args: WatchArgs) -> ExitCode {
