@@ -88,6 +88,21 @@ async fn polls_agree(on: &Api, off: &Api, users: &[String], limit: Duration, ste
     }
 }
 
+/// Polls everyone until a whole round of `on`'s answers agreed with `off`'s and
+/// came from its follower (they are registered), within 10 s.
+async fn answered_from_follower(on: &Api, off: &Api, users: &[String]) {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let before = follower_answers(on).await;
+        polls_agree(on, off, users, Duration::from_secs(10), "registered").await;
+        if follower_answers(on).await - before >= users.len() as f64 {
+            return;
+        }
+        assert!(Instant::now() < deadline, "polls are not answered from the follower");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
 async fn closed_queue(b: Backend, abandon_ms: i64) -> (ValkeyServer, QueueClient) {
     let s = ValkeyServer::start(b);
     let qc = QueueClient::connect(&s.url()).await.unwrap();
@@ -108,16 +123,7 @@ async fn polls_follow_the_line(b: Backend) {
     }
     polls_agree(&on, &off, &users, Duration::from_secs(10), "first polls").await;
     // Registered: the next polls come from the follower.
-    let deadline = Instant::now() + Duration::from_secs(10);
-    loop {
-        let before = follower_answers(&on).await;
-        polls_agree(&on, &off, &users, Duration::from_secs(10), "registered").await;
-        if follower_answers(&on).await - before >= users.len() as f64 {
-            break;
-        }
-        assert!(Instant::now() < deadline, "polls are not answered from the follower");
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
+    answered_from_follower(&on, &off, &users).await;
     let from_valkey = valkey_answers(&on).await;
     qc.leave(Q, "p03").await.unwrap();
     let rest: Vec<String> = users.iter().filter(|u| *u != "p03").cloned().collect();
@@ -389,16 +395,7 @@ async fn a_re_entry_elsewhere_is_held_for_the_registration(b: Backend) {
         users.push(enter(&elsewhere, None).await["userId"].as_str().unwrap().to_string());
     }
     // Known here from their first polls (read from Valkey, then registered).
-    let deadline = Instant::now() + Duration::from_secs(10);
-    loop {
-        let before = follower_answers(&here).await;
-        polls_agree(&here, &off, &users, Duration::from_secs(10), "registered here").await;
-        if follower_answers(&here).await - before >= users.len() as f64 {
-            break;
-        }
-        assert!(Instant::now() < deadline, "polls here are not answered from the follower");
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
+    answered_from_follower(&here, &off, &users).await;
     let from_valkey = valkey_answers(&here).await;
     // The first leaves and enters again at the back, elsewhere (as a page that lost
     // its place does): here they agree with Valkey again within the bound, every
