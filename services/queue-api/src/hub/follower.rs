@@ -21,6 +21,15 @@ const WATCH_BATCH: usize = 10_000;
 const LOG_PAGE: usize = 1_000;
 /// How long a follower waits after a cycle failed (Valkey away) before the next.
 const RETRY: Duration = Duration::from_millis(200);
+/// How long published entries that move ranks alone (people entering, leaving, a
+/// head moving past nobody registered here) wait to be applied together. Each
+/// application walks everyone the entries reach, so under churn (a thousand entries a
+/// second) applying them in batches costs a fraction of applying each; a rank is told
+/// at most once per push interval anyway. An entry with a ticket for someone here,
+/// the sale's state or a reset is applied at once, with everything before it.
+const APPLY_EVERY: Duration = Duration::from_millis(20);
+/// Entries held back at most (then applied at once).
+const APPLY_BATCH: usize = 1_000;
 
 pub(super) struct Follower {
     hub: Arc<Hub>,
@@ -35,6 +44,8 @@ pub(super) struct Follower {
     to_confirm: Option<(u64, std::time::Instant)>,
     /// The last sweep of pollers gone quiet.
     last_sweep: Instant,
+    /// Since when published entries wait to be applied together ([`APPLY_EVERY`]).
+    held_since: Option<Instant>,
 }
 
 impl Follower {
@@ -48,6 +59,7 @@ impl Follower {
             last_watch: None,
             to_confirm: None,
             last_sweep: Instant::now(),
+            held_since: None,
         }
     }
 
@@ -73,6 +85,8 @@ impl Follower {
                 Some(t) => next_tick.min(t + self.confirm_every()),
                 None => next_tick,
             };
+            // Published entries held back: applied when they have waited long enough.
+            let next_tick = self.held_since.map_or(next_tick, |t| next_tick.min(t + APPLY_EVERY));
             // After a failure (Valkey away), not again at once.
             let next_tick = if failed { next_tick.max(Instant::now() + RETRY) } else { next_tick };
             tokio::select! {
@@ -112,7 +126,16 @@ impl Follower {
         }
         // Asked again from here on: only a reply sent after this counts for them.
         shared.changed_here.clear();
-        self.ledger.published(std::mem::take(&mut shared.pushed));
+        // Entries that move ranks alone wait a moment for the next ones.
+        let urgent = |e: &queue_client::LogEntry| !e.tickets.is_empty() || e.state.is_some() || e.reset;
+        let now = Instant::now();
+        let due = self.held_since.is_some_and(|t| now >= t + APPLY_EVERY);
+        if due || shared.pushed.len() >= APPLY_BATCH || shared.pushed.iter().any(urgent) {
+            self.held_since = None;
+            self.ledger.published(std::mem::take(&mut shared.pushed));
+        } else if !shared.pushed.is_empty() {
+            self.held_since.get_or_insert(now);
+        }
         if shared.users.is_empty() && !self.ledger.unwatching() {
             queues.remove(&self.queue);
             return true;
@@ -201,6 +224,7 @@ impl Follower {
             return Ok(());
         }
         let watch = self.watch.clone();
+        self.held_since = None;
         self.ledger.published(std::mem::take(&mut watch.shared.lock().unwrap().pushed));
         self.apply_published(client).await?;
         if self.ledger.behind(Instant::now().into_std()) == Behind::ReadLog {
