@@ -274,6 +274,10 @@ fn instance_name() -> String {
     format!("api-{}{}{}-{random}", host, if host.is_empty() { "" } else { "-" }, std::process::id())
 }
 
+/// What a new stream takes from its person's entry: their standing's receiver and
+/// the count of their streams that look at every change (`Person::listening`).
+type StreamHandles = (watch::Receiver<Option<Standing>>, Arc<AtomicUsize>);
+
 /// What [`Hub::poll_held`] made of a status poll.
 #[derive(Debug)]
 pub enum Polled {
@@ -427,12 +431,7 @@ impl Hub {
         w.is_some_and(|w| w.shared.lock().unwrap().users.contains_key(user))
     }
 
-    fn register(
-        self: &Arc<Hub>,
-        queue: &str,
-        user: &str,
-        came: Came,
-    ) -> (Arc<QueueWatch>, Option<(watch::Receiver<Option<Standing>>, Arc<AtomicUsize>)>) {
+    fn register(self: &Arc<Hub>, queue: &str, user: &str, came: Came) -> (Arc<QueueWatch>, Option<StreamHandles>) {
         // Under the registry lock, so that a follower retiring its queue either sees
         // this user or is replaced by a new one.
         let (watch, new_queue, updates) = {
