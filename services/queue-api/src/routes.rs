@@ -372,7 +372,8 @@ pub async fn status(
     // `Hub::poll`); else the batched read, after which a waiting person is
     // registered with the follower for their next polls.
     // A person known here but not current is held for the follower's next
-    // registration (`--poll-hold`) rather than read now and registered after.
+    // registration (`--poll-hold`) rather than read now and registered after. Off,
+    // every poll is read and nobody registered (as if asked already).
     let polled =
         if state.config.status_from_follower { state.hub.poll_held(&queue, &user).await } else { Polled::Asked };
     let standing = match polled {
@@ -384,8 +385,7 @@ pub async fn status(
             state.metrics.status_from_valkey.increment(1);
             let standing = state.statuses.status(&client, &queue, user.clone()).await?;
             // (One held was asked again already.)
-            let unknown = matches!(asked, Polled::Unknown);
-            if state.config.status_from_follower && unknown && standing.status == Status::Waiting {
+            if matches!(asked, Polled::Unknown) && standing.status == Status::Waiting {
                 state.hub.watch_poller(&queue, &user);
             }
             standing

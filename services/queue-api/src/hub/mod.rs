@@ -526,10 +526,10 @@ impl Hub {
     /// any more), or not within `hold` (`--poll-hold`; the follower behind, Valkey
     /// slow), the poll is read from Valkey ([`Polled::Asked`]).
     pub async fn poll_held(self: &Arc<Hub>, queue: &str, user: &str) -> Polled {
-        let hold = Duration::from_millis(self.poll_hold_ms.load(Ordering::Relaxed));
         if let Some(standing) = self.poll(queue, user) {
             return Polled::Answer(standing);
         }
+        let hold = Duration::from_millis(self.poll_hold_ms.load(Ordering::Relaxed));
         let Some(w) = self.queues.lock().unwrap().get(queue).cloned() else { return Polled::Unknown };
         if hold.is_zero() || !w.shared.lock().unwrap().users.contains_key(user) {
             return Polled::Unknown;

@@ -340,7 +340,7 @@ pub(super) async fn drive(a: DriveArgs) -> Result<(), String> {
         let _: Result<(), _> = redis::cmd("SLOWLOG").arg("RESET").query_async(&mut meter).await;
     }
     let s0 = snapshot(&mut meter, &a.status).await?;
-    let api0 = super::valkey::processes_cpu_s(&a.api_pids);
+    let api0 = processes_cpu_s(&a.api_pids);
     let c0 = churn.lock().unwrap().clone();
     let mut split: BTreeMap<String, (u64, u64)> = BTreeMap::new();
     while Instant::now() < win.end {
@@ -350,7 +350,7 @@ pub(super) async fn drive(a: DriveArgs) -> Result<(), String> {
         }
     }
     let s1 = snapshot(&mut meter, &a.status).await?;
-    let api1 = super::valkey::processes_cpu_s(&a.api_pids);
+    let api1 = processes_cpu_s(&a.api_pids);
     let c1 = churn.lock().unwrap().clone();
     if lua {
         drain_slowlog(&mut meter, &mut split).await;
@@ -426,4 +426,21 @@ pub(super) async fn drive(a: DriveArgs) -> Result<(), String> {
     });
     std::fs::write(&a.out, format!("{result}\n")).map_err(|e| format!("{}: {e}", a.out))?;
     Ok(())
+}
+
+/// CPU seconds (user and system) the processes `pids` have used so far, from
+/// /proc/<pid>/stat (a process gone counts 0).
+fn processes_cpu_s(pids: &[u32]) -> f64 {
+    // /proc counts in USER_HZ, 100 a second on Linux whatever the kernel's own tick.
+    let tick = 100.0;
+    pids.iter()
+        .filter_map(|pid| {
+            let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+            // The fields after the command's name (which may hold spaces) in parentheses.
+            let rest = &stat[stat.rfind(')')? + 2..];
+            let f: Vec<&str> = rest.split(' ').collect();
+            // utime and stime are fields 14 and 15 of the whole line: 11 and 12 (from 0) here.
+            Some((f.get(11)?.parse::<u64>().ok()? + f.get(12)?.parse::<u64>().ok()?) as f64 / tick)
+        })
+        .sum()
 }

@@ -109,23 +109,6 @@ pub(super) async fn snapshot(conn: &mut MultiplexedConnection, status: &[String]
     })
 }
 
-/// CPU seconds (user and system) the processes `pids` have used so far, from
-/// /proc/<pid>/stat (a process gone counts 0).
-pub(super) fn processes_cpu_s(pids: &[u32]) -> f64 {
-    // /proc counts in USER_HZ, 100 a second on Linux whatever the kernel's own tick.
-    let tick = 100.0;
-    pids.iter()
-        .filter_map(|pid| {
-            let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
-            // The fields after the command's name (which may hold spaces) in parentheses.
-            let rest = &stat[stat.rfind(')')? + 2..];
-            let f: Vec<&str> = rest.split(' ').collect();
-            // utime and stime are fields 14 and 15 of the whole line: 12 and 13 here.
-            Some((f.get(11)?.parse::<u64>().ok()? + f.get(12)?.parse::<u64>().ok()?) as f64 / tick)
-        })
-        .sum()
-}
-
 /// Adds the FCALLs in the slow log to `split` (function -> calls, usec) and empties it.
 pub(super) async fn drain_slowlog(conn: &mut MultiplexedConnection, split: &mut BTreeMap<String, (u64, u64)>) {
     let mut tx = redis::pipe();
