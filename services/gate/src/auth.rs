@@ -23,7 +23,7 @@ use crate::i18n::Msg;
 use crate::proxy::{QUEUE_NAME, QUEUE_USER};
 use crate::{now_ms, Gate};
 use axum::extract::{ConnectInfo, Request, State};
-use axum::http::{header, HeaderValue, StatusCode};
+use axum::http::{header, HeaderMap, HeaderValue, Method, StatusCode};
 use axum::response::{IntoResponse, Response};
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -34,10 +34,31 @@ pub const DECISION_HEADER: &str = "x-queue-decision";
 /// The decision header's value for a visitor let straight in.
 pub const STRAIGHT: &str = "straight_through";
 
+/// The router's `/gate/auth` (and `/gate/auth/<path>`): [`forward_auth`].
 pub async fn auth(State(gate): State<Arc<Gate>>, ConnectInfo(peer): ConnectInfo<SocketAddr>, req: Request) -> Response {
-    let headers = req.headers();
+    let uri = req.uri();
+    forward_auth(&gate, req.method(), uri.path(), uri.query(), req.headers(), peer).await
+}
+
+/// Whether `path` is answered by [`forward_auth`], as the router routes it:
+/// `/gate/auth` itself or `/gate/auth/<something>` (Envoy's convention).
+pub fn is_auth_path(path: &str) -> bool {
+    path.strip_prefix("/gate/auth").is_some_and(|rest| rest.is_empty() || (rest.starts_with('/') && rest.len() > 1))
+}
+
+/// One forward-auth call (`path` and `query` of the request target), answered the same
+/// whichever way it came: through the router ([`auth`]) or proxy mode's and forward-auth
+/// mode's fast path (`proxy::fast`), which reads the head itself and writes this answer.
+pub async fn forward_auth(
+    gate: &Gate,
+    req_method: &Method,
+    req_path: &str,
+    req_query: Option<&str>,
+    headers: &HeaderMap,
+    peer: SocketAddr,
+) -> Response {
     let text = |name: &str| headers.get(name).and_then(|v| v.to_str().ok());
-    let envoy_path = req.uri().path().strip_prefix("/gate/auth").filter(|p| p.starts_with('/'));
+    let envoy_path = req_path.strip_prefix("/gate/auth").filter(|p| p.starts_with('/'));
     let nginx = headers.contains_key("x-original-uri");
     let forwarded = headers.contains_key("x-forwarded-uri");
     let convention = match gate.config.auth_convention {
@@ -64,7 +85,7 @@ pub async fn auth(State(gate): State<Arc<Gate>>, ConnectInfo(peer): ConnectInfo<
         AuthConvention::Nginx => text("x-original-uri").map(|u| (u.to_string(), Convention::Nginx)),
         AuthConvention::Forwarded => text("x-forwarded-uri").map(|u| (u.to_string(), Convention::Redirect)),
         _ => envoy_path.map(|p| {
-            let q = req.uri().query().map(|q| format!("?{q}")).unwrap_or_default();
+            let q = req_query.map(|q| format!("?{q}")).unwrap_or_default();
             (format!("{p}{q}"), Convention::Redirect)
         }),
     };
@@ -86,7 +107,7 @@ pub async fn auth(State(gate): State<Arc<Gate>>, ConnectInfo(peer): ConnectInfo<
     let path = original.split(['?', '#']).next().unwrap_or("/");
     // A browser's GET may be sent through /gate/renew for a fresh cookie (see
     // --renew-redirect); anything else gets it on the 200.
-    let method = text("x-forwarded-method").or_else(|| text("x-original-method")).unwrap_or(req.method().as_str());
+    let method = text("x-forwarded-method").or_else(|| text("x-original-method")).unwrap_or(req_method.as_str());
     let navigation = method.eq_ignore_ascii_case("GET") && answer::wants_html(headers);
     let by_redirect = gate.config.renew_redirect && navigation;
     let incoming = Incoming { host, path, headers, client, https, renew: !by_redirect };

@@ -229,8 +229,9 @@ pub async fn serve(
         "queue-gate ready"
     );
     let router = app(gate.clone());
-    let result = if gate.fast.is_some() {
-        // Proxy mode: plain requests on the fast path, the rest by the router.
+    let result = if gate.config.fast_path {
+        // Plain requests on the fast path (forward-auth calls in either mode, requests
+        // for a plain-HTTP app in proxy mode), the rest by the router.
         let http = Arc::new(service_kit::http::http1(limits));
         let g = gate.clone();
         service_kit::http::serve_with(listener, shutdown, move |tcp, peer, closing| {

@@ -18,6 +18,7 @@ testkit::backend_tests!(
     lapsed_lease_ends_access_within_a_tick,
     sessions_ended_by_the_app_and_by_leaving,
     forward_auth_conventions,
+    forward_auth_conventions_general_path,
     websocket_and_upload_through_the_proxy,
     valkey_away_admitted_pass_claims_503_then_fail_open,
     two_instances_share_only_valkey,
@@ -308,8 +309,20 @@ async fn sessions_ended_by_the_app_and_by_leaving(b: Backend) {
     gate.stop().await;
 }
 
+/// Forward auth on the fast path (the default): its own head parsing and writing.
 async fn forward_auth_conventions(b: Backend) {
-    let Proxied { valkey: s, qc, dir, gate, .. } = Proxied::with(ValkeyServer::start(b), false, |_| {}).await;
+    forward_auth_conventions_on(b, true).await;
+}
+
+/// The same calls answered by hyper and the router (`--fast-path off`): both paths
+/// must give the same answers.
+async fn forward_auth_conventions_general_path(b: Backend) {
+    forward_auth_conventions_on(b, false).await;
+}
+
+async fn forward_auth_conventions_on(b: Backend, fast: bool) {
+    let Proxied { valkey: s, qc, dir, gate, .. } =
+        Proxied::with(ValkeyServer::start(b), false, |c| c.fast_path = fast).await;
     let auth = |headers: &[(&str, &str)], path: &str| {
         let mut r = client().get(gate.url(path));
         for (k, v) in headers {
@@ -357,6 +370,7 @@ async fn forward_auth_conventions(b: Backend) {
     }
     // Bypass: the secret header and a listed network.
     let mut c = config(&s, None, &key_file(dir.path(), "k2.pem"));
+    c.fast_path = fast;
     c.bypass_secret = Some("staff-secret-0123456789".into());
     c.rules.bypass_networks.push("10.9.0.0/16".parse().unwrap());
     let g2 = Gate::start(c).await;
@@ -385,6 +399,7 @@ async fn forward_auth_conventions(b: Backend) {
     // A bypass network holding the proxy itself (here 127.0.0.1) lets no one through
     // on the proxy's address: without X-Forwarded-For the client is unknown.
     let mut c = config(&s, None, &key_file(dir.path(), "k4.pem"));
+    c.fast_path = fast;
     c.rules.bypass_networks.push("127.0.0.0/8".parse().unwrap());
     let g4 = Gate::start(c).await;
     let r = client().get(g4.url("/gate/auth")).header("x-forwarded-uri", "/checkout").header("accept", HTML);
@@ -392,6 +407,7 @@ async fn forward_auth_conventions(b: Backend) {
     g4.stop().await;
     // X-Real-IP only when named by --client-ip-header (then X-Forwarded-For is not read).
     let mut c = config(&s, None, &key_file(dir.path(), "k5.pem"));
+    c.fast_path = fast;
     c.rules.bypass_networks.push("10.9.0.0/16".parse().unwrap());
     c.client_addrs = service_kit::ClientAddrs::new(&service_kit::ProxyFlags {
         client_ip_header: Some(axum::http::HeaderName::from_static("x-real-ip")),
@@ -412,6 +428,7 @@ async fn forward_auth_conventions(b: Backend) {
     g5.stop().await;
     // A set convention reads only its own header.
     let mut c = config(&s, None, &key_file(dir.path(), "k3.pem"));
+    c.fast_path = fast;
     c.auth_convention = queue_gate::config::AuthConvention::Forwarded;
     let g3 = Gate::start(c).await;
     let r =

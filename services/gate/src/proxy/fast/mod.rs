@@ -1,12 +1,15 @@
-//! The proxy's fast path: the plain requests of proxy mode (most of them) read,
-//! decided and forwarded on the client connection's own task, the request head
+//! The fast path: the plain requests of proxy mode (most of them) read, decided and
+//! forwarded on the client connection's own task, the request head
 //! written to the app as it came with the gate's headers applied, the answer's head
 //! read and relayed with its body as the app framed it, over a pool of kept-alive
 //! connections to the app. No second HTTP codec, router or channel between tasks on
 //! the way: that is where the general path spends most of its time per request.
+//! Forward-auth calls (`/gate/auth`, `/gate/auth/<path>`), in forward-auth mode as in
+//! proxy mode, are read here too and answered by [`crate::auth::forward_auth`], the
+//! router's own handler, written back without hyper.
 //!
 //! Anything else goes to the general path ([`super::general`], hyper and the router) for
-//! the rest of the connection, from the request that is not plain on: the gate's own
+//! the rest of the connection, from the request that is not plain on: the gate's other
 //! endpoints (`/gate...`, `/.well-known/`), upgrades (WebSockets), `Expect`, request
 //! bodies sent chunked or larger than [`MAX_BODY`] (streamed there), HTTP/1.0,
 //! absolute or unusual request targets, heads that are malformed or too large (hyper
@@ -29,18 +32,22 @@ pub use pool::Upstream;
 pub use request::MAX_BODY;
 
 use super::phases::{self, Ctx, Failure, Origin, Step};
-use crate::Gate;
+use crate::{auth, Gate};
 use axum::http::{header, HeaderValue, Method, StatusCode, Uri};
+use axum::response::Response;
 use bytes::{Buf, Bytes, BytesMut};
-use request::{head_ends, parse_request, Head, Parsed};
+use request::{head_ends, parse_request, Head, Kind, Parsed};
 use response::{relay, Framing};
+use std::future::Future;
 use std::io;
 use std::net::SocketAddr;
 use std::sync::Arc;
+use std::task::Poll;
 use std::time::Instant;
 use tokio::io::AsyncReadExt;
 use tokio::net::TcpStream;
 use tokio::sync::watch;
+use tracing::Instrument;
 use writer::write_answer;
 
 /// The largest head read here, the client's request's or the app's answer's (hyper
@@ -49,6 +56,9 @@ const MAX_HEAD: usize = 64 * 1024;
 /// The route label of proxied requests in `http_server_requests_seconds` (as the
 /// router labels its fallback).
 const ROUTE: &str = "unmatched";
+/// The route labels of forward-auth calls (as the router labels them).
+const AUTH_ROUTE: &str = "/gate/auth";
+const AUTH_ROUTE_ENVOY: &str = "/gate/auth/{*rest}";
 
 /// Serves one client connection of proxy mode: plain requests here, the rest of the
 /// connection by `router` (hyper) from the first request that is not plain.
@@ -60,7 +70,7 @@ pub async fn connection(
     peer: SocketAddr,
     mut closing: watch::Receiver<bool>,
 ) {
-    let Some(upstream) = gate.fast.as_ref() else { return };
+    let upstream = gate.fast.as_ref();
     let mut buf = BytesMut::with_capacity(8 * 1024);
     let mut ubuf = BytesMut::with_capacity(16 * 1024);
     loop {
@@ -71,7 +81,7 @@ pub async fn connection(
         let mut scanned = 0;
         let head = loop {
             if head_ends(&buf, scanned) {
-                match parse_request(&buf) {
+                match parse_request(&buf, upstream.is_some()) {
                     Parsed::Plain(head) => break Some(head),
                     Parsed::Other => break None,
                     Parsed::Partial => {}
@@ -132,7 +142,7 @@ pub async fn connection(
 /// Decides and answers one request; false when the connection must close.
 async fn serve_one(
     gate: &Gate,
-    upstream: &Upstream,
+    upstream: Option<&Upstream>,
     head: &mut Head,
     body: Bytes,
     peer: SocketAddr,
@@ -140,19 +150,56 @@ async fn serve_one(
     ubuf: &mut BytesMut,
 ) -> bool {
     let started = Instant::now();
-    let span = service_kit::metrics::request_span(head.method.as_str(), ROUTE, &head.headers);
-    let origin = Origin::of(&head.headers, &Uri::from_static("/"), peer, &gate.config.client_addrs);
-    let path = head.target.split('?').next().unwrap_or("/");
     let is_head = head.method == Method::HEAD;
-    let (status, keep) = match phases::request_filter(gate, &origin, path, &head.target, &head.headers).await {
-        Step::Answer(resp) => write_answer(client, resp, head.close, is_head).await,
-        Step::Forward(ctx) => forward(gate, upstream, head, body, &origin, &ctx, client, ubuf).await,
+    let (path, query) = match head.target.split_once('?') {
+        Some((path, query)) => (path, Some(query)),
+        None => (head.target.as_str(), None),
+    };
+    let (route, span, status, keep) = match (head.kind, upstream) {
+        (Kind::Proxy, Some(upstream)) => {
+            let span = service_kit::metrics::request_span(head.method.as_str(), ROUTE, &head.headers);
+            let origin = Origin::of(&head.headers, &Uri::from_static("/"), peer, &gate.config.client_addrs);
+            let (status, keep) = match phases::request_filter(gate, &origin, path, &head.target, &head.headers).await {
+                Step::Answer(resp) => write_answer(client, resp, head.close, is_head).await,
+                Step::Forward(ctx) => forward(gate, upstream, head, body, &origin, &ctx, client, ubuf).await,
+            };
+            (ROUTE, span, status, keep)
+        }
+        // A forward-auth call, answered as the router's /gate/auth answers it (the
+        // parser takes a request for the app only in proxy mode).
+        (Kind::Auth, _) | (Kind::Proxy, None) => {
+            let route = if path == "/gate/auth" { AUTH_ROUTE } else { AUTH_ROUTE_ENVOY };
+            let span = service_kit::metrics::request_span(head.method.as_str(), route, &head.headers);
+            let answer = auth::forward_auth(gate, &head.method, path, query, &head.headers, peer);
+            // Traced as the router traces its requests: the Valkey call of a straight
+            // pass in the request's span, or not at all.
+            let resp = match &span {
+                Some(span) => own_answer(gate, answer.instrument(span.clone())).await,
+                None => own_answer(gate, queue_client::untraced(answer)).await,
+            };
+            let (status, keep) = write_answer(client, resp, head.close, is_head).await;
+            (route, span, status, keep)
+        }
     };
     if let Some(span) = span {
         service_kit::metrics::end_request_span(&span, status);
     }
-    gate.metrics.registry.record_http(head.method.as_str(), ROUTE, status, started);
+    gate.metrics.registry.record_http(head.method.as_str(), route, status, started);
     keep
+}
+
+/// One of the gate's own answers, bounded by `--request-timeout` as the router bounds
+/// them (408 past it); the timer is set only for an answer that waits (a straight
+/// pass's Valkey call): a decision answered at once costs none.
+async fn own_answer(gate: &Gate, answer: impl Future<Output = Response>) -> Response {
+    let mut answer = std::pin::pin!(answer);
+    match std::future::poll_fn(|cx| Poll::Ready(answer.as_mut().poll(cx))).await {
+        Poll::Ready(resp) => resp,
+        Poll::Pending => {
+            let limit = gate.config.limits.request_timeout;
+            tokio::time::timeout(limit, answer).await.unwrap_or_else(|_| service_kit::http::request_timed_out(limit))
+        }
+    }
 }
 
 /// Forwards one request to the app and relays its answer, the phases of `ctx`

@@ -9,8 +9,18 @@ const MAX_HEADERS: usize = 64;
 /// bodies); larger ones are streamed by the general path.
 pub const MAX_BODY: usize = 64 * 1024;
 
+/// Who answers a plain request on the fast path.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Kind {
+    /// Forwarded to the app (proxy mode).
+    Proxy,
+    /// A forward-auth call (`/gate/auth`, `/gate/auth/<path>`), answered by the gate.
+    Auth,
+}
+
 /// A plain request's head, owned.
 pub(super) struct Head {
+    pub(super) kind: Kind,
     pub(super) method: Method,
     /// The request target as sent (origin form: path and query).
     pub(super) target: String,
@@ -43,8 +53,9 @@ pub(super) fn head_ends(buf: &[u8], from: usize) -> bool {
     memchr::memmem::find(rest, b"\n\r\n").is_some() || memchr::memmem::find(rest, b"\n\n").is_some()
 }
 
-/// Reads a request head from `buf`; `Plain` only for what the fast path serves.
-pub(super) fn parse_request(buf: &[u8]) -> Parsed {
+/// Reads a request head from `buf`; `Plain` only for what the fast path serves: a
+/// forward-auth call, or (when `proxy`, proxy mode) a request for the app.
+pub(super) fn parse_request(buf: &[u8], proxy: bool) -> Parsed {
     if buf.is_empty() {
         return Parsed::Partial;
     }
@@ -58,7 +69,14 @@ pub(super) fn parse_request(buf: &[u8]) -> Parsed {
     let (Some(method), Some(target), Some(1)) = (req.method, req.path, req.version) else { return Parsed::Other };
     // A fragment is not sent (hyper drops it, and decides on the path before it).
     let own = target.starts_with("/gate") || target.starts_with("/.well-known/");
-    if !target.starts_with('/') || target.contains('#') || own {
+    let kind = if !own {
+        Kind::Proxy
+    } else if crate::auth::is_auth_path(target.split('?').next().unwrap_or("")) {
+        Kind::Auth
+    } else {
+        return Parsed::Other;
+    };
+    if !target.starts_with('/') || target.contains('#') || (kind == Kind::Proxy && !proxy) {
         return Parsed::Other;
     }
     // The target as hyper would take it (its character rules), for the same answers.
@@ -96,7 +114,16 @@ pub(super) fn parse_request(buf: &[u8]) -> Parsed {
         headers.append(name, value);
     }
     let length = body.is_some();
-    Parsed::Plain(Head { method, target: target.to_string(), headers, len, body: body.unwrap_or(0), length, close })
+    Parsed::Plain(Head {
+        kind,
+        method,
+        target: target.to_string(),
+        headers,
+        len,
+        body: body.unwrap_or(0),
+        length,
+        close,
+    })
 }
 
 #[cfg(test)]
@@ -117,7 +144,7 @@ mod tests {
 
     #[test]
     fn only_plain_requests_are_served_here() {
-        let plain = |r: &str| matches!(parse_request(r.as_bytes()), Parsed::Plain(_));
+        let plain = |r: &str| matches!(parse_request(r.as_bytes(), true), Parsed::Plain(_));
         assert!(plain("GET /checkout?x=1 HTTP/1.1\r\nHost: a\r\n\r\n"));
         assert!(plain("POST /buy HTTP/1.1\r\nHost: a\r\nContent-Length: 3\r\n\r\nabc"));
         for other in [
@@ -137,10 +164,29 @@ mod tests {
         ] {
             assert!(!plain(other), "{other:?}");
         }
-        assert!(matches!(parse_request(b"GET / HTTP/1.1\r\nHost: a\r\n"), Parsed::Partial));
-        let Parsed::Plain(h) = parse_request(b"GET / HTTP/1.1\r\nConnection: keep-alive, Close\r\n\r\n") else {
+        assert!(matches!(parse_request(b"GET / HTTP/1.1\r\nHost: a\r\n", true), Parsed::Partial));
+        let Parsed::Plain(h) = parse_request(b"GET / HTTP/1.1\r\nConnection: keep-alive, Close\r\n\r\n", true) else {
             panic!("plain")
         };
         assert!(h.close);
+    }
+
+    #[test]
+    fn forward_auth_calls_are_served_here_in_either_mode() {
+        let kind = |r: &str, proxy: bool| match parse_request(r.as_bytes(), proxy) {
+            Parsed::Plain(h) => Some(h.kind),
+            _ => None,
+        };
+        for proxy in [true, false] {
+            assert_eq!(kind("GET /gate/auth HTTP/1.1\r\nX-Original-URI: /a\r\n\r\n", proxy), Some(Kind::Auth));
+            assert_eq!(kind("GET /gate/auth?x=1 HTTP/1.1\r\n\r\n", proxy), Some(Kind::Auth));
+            assert_eq!(kind("GET /gate/auth/checkout?x=1 HTTP/1.1\r\n\r\n", proxy), Some(Kind::Auth));
+            // As the router routes them: these are not forward-auth calls.
+            for other in ["/gate/auth/", "/gate/authx", "/gate/healthz", "/gate/auth/a#b"] {
+                assert_eq!(kind(&format!("GET {other} HTTP/1.1\r\n\r\n"), proxy), None, "{other}");
+            }
+        }
+        assert_eq!(kind("GET /checkout HTTP/1.1\r\n\r\n", true), Some(Kind::Proxy));
+        assert_eq!(kind("GET /checkout HTTP/1.1\r\n\r\n", false), None, "forward-auth mode forwards nothing");
     }
 }
