@@ -14,6 +14,8 @@
 #     process (what an HTTP request costs the gate without a decision)
 #     (target <= 5 us per decision); and the decision alone, in process with no HTTP
 #     (services/gate/examples/decision-cost.rs: a cached token, a few map lookups);
+#     beside them the floor: nginx's CPU per request answering `return 200` itself
+#     (one HTTP exchange over loopback, no upstream), same load;
 #  4. Valkey calls per admitted request, from INFO commandstats over every round
 #     (target 0), and the heartbeats (at most one per queue per tick per instance);
 #  5. straight through: the latency a visitor's first request on an idle queue adds
@@ -102,6 +104,8 @@ http {
     upstream app { server 127.0.0.1:$uport; keepalive 128; }
     server {
         listen 127.0.0.1:$nport;
+        # The floor of one HTTP exchange on this machine: nginx answering by itself.
+        location = /bench-return-200 { return 200; }
         location / {
             proxy_http_version 1.1;
             proxy_set_header Connection "";
@@ -190,22 +194,27 @@ for r in $(seq "$ROUNDS"); do
   gate_requests=$((gate_requests + a_total))
   read -r _ _ h_bad h_total _ < <(run_wrk 2 "$CONNS" "$SECS" "http://127.0.0.1:$aport/gate/healthz")
   c2=$(cpu_ticks "$apid")
+  # The floor: nginx answering a request by itself (no upstream), same connections.
+  f0=$(cpu_ticks $nworkers)
+  read -r _ _ f_bad f_total _ < <(run_wrk 2 "$CONNS" "$SECS" "http://127.0.0.1:$nport/bench-return-200")
+  f1=$(cpu_ticks $nworkers)
   # The decision alone, in process: one round of the example (ns per decision).
   read -r _ _ dc_ns < <(target/release/examples/decision-cost 1 | awk 'NR == 1')
-  bad=$((n_bad + g_bad + a_bad + h_bad + n_err + g_err))
+  bad=$((n_bad + g_bad + a_bad + h_bad + f_bad + n_err + g_err))
   [ "$bad" = 0 ] || { echo "round $r: $bad failed or refused requests (nginx $n_bad, gate $g_bad, auth $a_bad, health $h_bad; socket errors $n_err/$g_err)" >&2; exit 1; }
   python3 - "$r" "$n_rps" "$g_rps" "$d_p99" "$ln_p99" "$lg_p99" "$a_total" "$((c1 - c0))" "$h_total" "$((c2 - c1))" "$clk" "$a_rps" "$dc_ns" \
-    "$g_total" "$((p1 - p0))" "$n_total" "$((n1 - n0))" >>"$results" <<'PY'
+    "$g_total" "$((p1 - p0))" "$n_total" "$((n1 - n0))" "$f_total" "$((f1 - f0))" >>"$results" <<'PY'
 import sys
-r, n_rps, g_rps, d, ln, lg, a_total, a_ticks, h_total, h_ticks, clk, a_rps, dc_ns, g_total, g_ticks, n_total, n_ticks = sys.argv[1:]
+r, n_rps, g_rps, d, ln, lg, a_total, a_ticks, h_total, h_ticks, clk, a_rps, dc_ns, g_total, g_ticks, n_total, n_ticks, f_total, f_ticks = sys.argv[1:]
 n_rps, g_rps, d, ln, lg = map(float, (n_rps, g_rps, d, ln, lg))
 auth_us = int(a_ticks) / int(clk) * 1e6 / int(a_total)
 health_us = int(h_ticks) / int(clk) * 1e6 / int(h_total)
 g_cpu = int(g_ticks) / int(clk) * 1e6 / int(g_total)
 n_cpu = int(n_ticks) / int(clk) * 1e6 / int(n_total)
-print(r, g_rps / n_rps, n_rps, g_rps, lg - d, ln - d, auth_us, health_us, a_rps, float(dc_ns) / 1000, g_cpu, n_cpu)
+floor_us = int(f_ticks) / int(clk) * 1e6 / int(f_total)
+print(r, g_rps / n_rps, n_rps, g_rps, lg - d, ln - d, auth_us, health_us, a_rps, float(dc_ns) / 1000, g_cpu, n_cpu, floor_us)
 PY
-  tail -1 "$results" | awk '{printf "round %d: throughput gate/nginx %.3f (nginx %.0f/s, gate %.0f/s; CPU per request %.1f us, nginx %.1f); p99 added: gate %.0f us, nginx %.0f us; forward auth %.2f us CPU per decision (%.0f/s), %.2f per health check; the decision alone %.3f us\n", $1, $2, $3, $4, $11, $12, $5, $6, $7, $9, $8, $10}'
+  tail -1 "$results" | awk '{printf "round %d: throughput gate/nginx %.3f (nginx %.0f/s, gate %.0f/s; CPU per request %.1f us, nginx %.1f); p99 added: gate %.0f us, nginx %.0f us; forward auth %.2f us CPU per decision (%.0f/s), %.2f per health check, nginx return 200 %.2f; the decision alone %.3f us\n", $1, $2, $3, $4, $11, $12, $5, $6, $7, $9, $8, $13, $10}'
 done
 t_end=$(date +%s.%N)
 stats_after=$(commandstats)
@@ -256,6 +265,7 @@ show("p99 added by the gate (us, 4 conns)", 4, "{:.0f}", "target <= 1000")
 show("  p99 added by nginx (us)", 5, "{:.0f}", "")
 show("forward auth CPU per decision (us)", 6, "{:.2f}", "target <= 5")
 show("  per /gate/healthz request (us)", 7, "{:.2f}", "")
+show("  nginx return 200, per request (us)", 12, "{:.2f}", "(the floor: one HTTP exchange here, nginx answering itself)")
 own = [r[6] - r[7] for r in rows]
 print(f"  {'  the decision itself (auth - healthz, us)':<40} median {statistics.median(own):.2f}  (spread {min(own):.2f} .. {max(own):.2f})")
 show("  the decision alone, in process (us)", 9, "{:.3f}", "target <= 5 (no HTTP, no Valkey)")
