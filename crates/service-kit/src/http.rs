@@ -216,7 +216,9 @@ async fn serve_connection_by<I>(
 
 /// Serves one connection whose first bytes (`read`) were already taken from `tcp`
 /// (to see who serves it) with `router`, as [`serve_connection`] does: hyper reads
-/// them again first.
+/// them again first. `first_head_by`: the connection is closed then if the request
+/// head those bytes began has not come whole (the reader's header timeout, which
+/// hyper's own would start again).
 pub async fn serve_rewound(
     http: std::sync::Arc<hyper::server::conn::http1::Builder>,
     router: Router,
@@ -224,9 +226,10 @@ pub async fn serve_rewound(
     tcp: TcpStream,
     peer: std::net::SocketAddr,
     closing: tokio::sync::watch::Receiver<bool>,
+    first_head_by: Option<tokio::time::Instant>,
 ) {
     let io = TokioIo::new(crate::rewind::Rewind::new(read, tcp));
-    serve_connection(http, router, io, peer, closing).await
+    serve_connection_by(http, router, io, peer, closing, first_head_by).await
 }
 
 /// The largest first request head [`serve_peeking`] reads itself; a larger one goes

@@ -348,6 +348,13 @@ async fn forward_auth_conventions_on(b: Backend, fast: bool) {
     let r = auth(&[("x-forwarded-uri", "/about")], "/gate/auth").await.unwrap();
     assert_eq!((r.status().as_u16(), r.headers()["x-queue-decision"].to_str().unwrap()), (200, "unmatched"));
     assert_eq!(auth(&[], "/gate/auth").await.unwrap().status(), 400);
+    // A proxy passing the client's Content-Length on a bodiless auth call (nginx's
+    // auth_request without `proxy_set_header Content-Length ""`): answered at once,
+    // as the router answers it, not after waiting out --request-timeout for a body.
+    let asked = std::time::Instant::now();
+    let call = "GET /gate/auth HTTP/1.1\r\nHost: shop.test\r\nX-Original-URI: /checkout\r\nContent-Length: 5\r\n\r\n";
+    assert_eq!(raw_request_status(gate.addr, call).await, 401, "a call saying it has a body");
+    assert!(asked.elapsed() < Duration::from_secs(5), "answered at once: {:?}", asked.elapsed());
     // Two conventions at once: a client chose one of them (Caddy and Traefik pass its
     // headers on), so neither is believed.
     for (spoofed, path) in [

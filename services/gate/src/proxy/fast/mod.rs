@@ -34,7 +34,7 @@ pub use request::MAX_BODY;
 use super::phases::{self, Ctx, Failure, Origin, Step};
 use crate::{auth, Gate};
 use axum::http::{header, HeaderValue, Method, StatusCode, Uri};
-use axum::response::Response;
+use axum::response::{IntoResponse, Response};
 use bytes::{Buf, Bytes, BytesMut};
 use request::{head_ends, parse_request, Head, Kind, Parsed};
 use response::{relay, Framing};
@@ -103,7 +103,10 @@ pub async fn connection(
             }
         };
         let Some(mut head) = head else {
-            service_kit::http::serve_rewound(http, router, buf.split().freeze(), tcp, peer, closing).await;
+            // The head still within this loop's header timeout (hyper's own would start
+            // afresh).
+            let by = Some(deadline);
+            service_kit::http::serve_rewound(http, router, buf.split().freeze(), tcp, peer, closing, by).await;
             return;
         };
         // The body, read whole (it is small), within the request timeout.
@@ -165,9 +168,14 @@ async fn serve_one(
             };
             (ROUTE, span, status, keep)
         }
-        // A forward-auth call, answered as the router's /gate/auth answers it (the
-        // parser takes a request for the app only in proxy mode).
-        (Kind::Auth, _) | (Kind::Proxy, None) => {
+        // The parser takes a request for the app only in proxy mode; were one to come
+        // here without an app, it is not decided (as the router without a fallback).
+        (Kind::Proxy, None) => {
+            let (status, _) = write_answer(client, StatusCode::NOT_FOUND.into_response(), true, is_head).await;
+            (ROUTE, None, status, false)
+        }
+        // A forward-auth call, answered as the router's /gate/auth answers it.
+        (Kind::Auth, _) => {
             let route = if path == "/gate/auth" { AUTH_ROUTE } else { AUTH_ROUTE_ENVOY };
             let span = service_kit::metrics::request_span(head.method.as_str(), route, &head.headers);
             let answer = auth::forward_auth(gate, &head.method, path, query, &head.headers, peer);
