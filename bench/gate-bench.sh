@@ -201,7 +201,7 @@ for r in $(seq "$ROUNDS"); do
   # The decision alone, in process: one round of the example (ns per decision).
   read -r _ _ dc_ns < <(target/release/examples/decision-cost 1 | awk 'NR == 1')
   bad=$((n_bad + g_bad + a_bad + h_bad + f_bad + n_err + g_err))
-  [ "$bad" = 0 ] || { echo "round $r: $bad failed or refused requests (nginx $n_bad, gate $g_bad, auth $a_bad, health $h_bad; socket errors $n_err/$g_err)" >&2; exit 1; }
+  [ "$bad" = 0 ] || { echo "round $r: $bad failed or refused requests (nginx $n_bad, gate $g_bad, auth $a_bad, health $h_bad, nginx return 200 $f_bad; socket errors $n_err/$g_err)" >&2; exit 1; }
   python3 - "$r" "$n_rps" "$g_rps" "$d_p99" "$ln_p99" "$lg_p99" "$a_total" "$((c1 - c0))" "$h_total" "$((c2 - c1))" "$clk" "$a_rps" "$dc_ns" \
     "$g_total" "$((p1 - p0))" "$n_total" "$((n1 - n0))" "$f_total" "$((f1 - f0))" >>"$results" <<'PY'
 import sys
