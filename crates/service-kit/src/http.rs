@@ -267,7 +267,10 @@ where
         // accept: peeking does not give a slow client a second one in hyper.
         let first_head_by = tokio::time::Instant::now() + limits.header_timeout;
         async move {
-            match peek(&mut tcp, peer, closing.clone(), first_head_by, &outside).await {
+            // Boxed too: the peek's state (the head read so far, its timers) is freed
+            // once it is done, and the connection's task is not sized for it.
+            let peeked = Box::pin(peek(&mut tcp, peer, closing.clone(), first_head_by, &outside)).await;
+            match peeked {
                 Peeked::Gone => {}
                 Peeked::Outside(req) => {
                     drop(closing);

@@ -41,7 +41,6 @@ use axum::routing::{get, post};
 use axum::Router;
 use std::sync::Arc;
 use tokio::net::TcpListener;
-use tokio::sync::watch;
 
 /// Shared by every handler.
 pub struct AppState {
@@ -58,8 +57,6 @@ pub struct AppState {
     pub pow: pow::ProofOfWork,
     /// Which queues exist (declared by an operator), as this instance last found.
     pub declared: declared::Declared,
-    /// Flips to true on shutdown, ending push streams.
-    pub shutdown: watch::Receiver<bool>,
     /// Who the client is behind the proxies in front (`--trusted-proxies`).
     pub client_addrs: service_kit::ClientAddrs,
     /// Checks the app login's tokens (`--identity-jwks` or `--identity-jwks-url`); None
@@ -145,7 +142,6 @@ pub async fn serve(
     hub.limit_pollers(config.max_pollers);
     hub.pace_pushes(config.push_interval);
     hub.hold_polls(config.poll_hold);
-    let (stop_tx, stop_rx) = watch::channel(false);
     // Promotion announcements wake the matching queue's push streams at once.
     let mut events = queue_client::events::subscribe_target(config.common.target());
     let hub_events = hub.clone();
@@ -188,14 +184,14 @@ pub async fn serve(
         statuses: Default::default(),
         metrics,
         declared: Default::default(),
-        shutdown: stop_rx,
         identity,
         entry_modes: Default::default(),
     });
     let limits = state.config.http;
+    let hub = state.hub.clone();
     server::serve(listener, app(state), limits, async move {
         shutdown.await;
-        let _ = stop_tx.send(true);
+        hub.shut_down();
     })
     .await
 }

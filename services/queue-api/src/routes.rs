@@ -451,7 +451,7 @@ pub async fn stream(
             sub.note(&info);
         }
     }
-    let events = crate::hub::stream::events(sub, permit, state.shutdown.clone(), queue, first);
+    let events = crate::hub::stream::events(sub, permit, first);
     Ok(Sse::new(events).keep_alive(KeepAlive::default()))
 }
 

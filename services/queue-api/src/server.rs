@@ -35,7 +35,15 @@ pub async fn serve(
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> std::io::Result<()> {
     service_kit::http::serve_peeking(listener, router, limits, shutdown, served_outside_hyper, |tcp, router, req| {
-        serve_stream(tcp, router, req)
+        // Boxed apart: the request, the router's future and the response head are
+        // freed once the head is written; what stays for the stream's life is the
+        // socket and the body alone.
+        let answering = Box::pin(answer(tcp, router, req));
+        async move {
+            if let Some((tcp, body)) = answering.await {
+                write_events(tcp, body).await
+            }
+        }
     })
     .await
 }
@@ -51,12 +59,16 @@ fn served_outside_hyper(method: &str, path: &str) -> bool {
     method == Method::GET.as_str() && path == STREAM_PATH
 }
 
-/// Runs the request through the router and writes its response to the socket
-/// directly: the event stream as it comes, ending when it ends or the client goes;
-/// a refusal (or any other answer) whole. The connection closes after either.
-async fn serve_stream(mut tcp: TcpStream, router: Router, req: axum::extract::Request) {
-    // Boxed: the router's future is freed once the response head is known.
-    let Ok(resp) = Box::pin(router.oneshot(req)).await;
+/// Runs `req` through the router and writes its answer to the socket directly: a
+/// refusal (or any answer but an event stream) whole, closing the connection, then
+/// None; an event stream's head, then the socket and the stream's body, for
+/// [`write_events`]. The connection closes after either.
+async fn answer(
+    mut tcp: TcpStream,
+    router: Router,
+    req: axum::extract::Request,
+) -> Option<(TcpStream, axum::body::Body)> {
+    let Ok(resp) = router.oneshot(req).await;
     let (parts, body) = resp.into_parts();
     let streaming = parts.status == axum::http::StatusCode::OK
         && parts
@@ -75,7 +87,7 @@ async fn serve_stream(mut tcp: TcpStream, router: Router, req: axum::extract::Re
         out.extend_from_slice(b"\r\n");
     }
     if !streaming {
-        let Ok(bytes) = axum::body::to_bytes(body, 1024 * 1024).await else { return };
+        let bytes = axum::body::to_bytes(body, 1024 * 1024).await.ok()?;
         out.extend_from_slice(format!("content-length: {}\r\nconnection: close\r\n\r\n", bytes.len()).as_bytes());
         out.extend_from_slice(&bytes);
         let _ = tokio::time::timeout(STREAM_WRITE_TIMEOUT, async {
@@ -83,15 +95,15 @@ async fn serve_stream(mut tcp: TcpStream, router: Router, req: axum::extract::Re
             tcp.shutdown().await
         })
         .await;
-        return;
+        return None;
     }
     out.extend_from_slice(b"connection: close\r\n\r\n");
-    // Not kept for the stream's life (its headers and extensions are on the heap).
-    drop(parts);
-    if !matches!(tokio::time::timeout(STREAM_WRITE_TIMEOUT, tcp.write_all(&out)).await, Ok(Ok(()))) {
-        return;
-    }
-    drop(out);
+    matches!(tokio::time::timeout(STREAM_WRITE_TIMEOUT, tcp.write_all(&out)).await, Ok(Ok(()))).then_some((tcp, body))
+}
+
+/// Writes an event stream's `body` to `tcp` as it comes, until it ends, a write
+/// takes longer than [`STREAM_WRITE_TIMEOUT`] or the client closes its side.
+async fn write_events(mut tcp: TcpStream, body: axum::body::Body) {
     let mut data = body.into_data_stream();
     let (mut rd, mut wr) = tcp.split();
     let mut probe = [0u8; 16];

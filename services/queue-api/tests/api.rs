@@ -668,6 +668,33 @@ async fn shutdown_does_not_wait_for_silent_connections() {
     }
 }
 
+/// Shutdown ends every open push stream at once, in every queue (each learns it from
+/// its queue's news), rather than holding shutdown up for the drain limit.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn open_streams_end_at_shutdown() {
+    let s = ValkeyServer::start(Backend::Module);
+    let api = Api::start(queue_api::Config::local(&s.url())).await;
+    let qc = client_for(&s).await;
+    let mut streams = Vec::new();
+    for queue in ["default", "second"] {
+        qc.config_set(queue, &[("soft_cap", 0)]).await.unwrap();
+        let (code, entered) = post_entry(&api, json!({ "nickname": "a", "queue": queue })).await;
+        assert_eq!(code, 200, "{entered}");
+        let url = format!("/api/queue/stream?userId={}&queue={queue}", entered["userId"].as_str().unwrap());
+        let mut stream = reqwest::get(api.url(&url)).await.unwrap().bytes_stream();
+        let first = tokio::time::timeout(Duration::from_secs(5), stream.next()).await.expect("a first event");
+        assert!(String::from_utf8_lossy(&first.unwrap().unwrap()).contains("position"));
+        streams.push(stream);
+    }
+    let started = Instant::now();
+    api.stop().await;
+    assert!(started.elapsed() < Duration::from_secs(5), "shutdown took {:?}", started.elapsed());
+    for mut stream in streams {
+        let end = tokio::time::timeout(Duration::from_secs(2), stream.next()).await.expect("the stream ended");
+        assert!(end.is_none_or(|r| r.is_err()), "no event after shutdown");
+    }
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn valkey_down_gives_503_then_recovers() {
     let mut s = ValkeyServer::start(Backend::Module);

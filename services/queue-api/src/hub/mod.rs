@@ -114,28 +114,41 @@ struct QueueWatch {
     waiting: AtomicU64,
     /// Whether admission is paused (soft cap 0) as of the last tick.
     paused: AtomicBool,
-    /// The total and the pause as last published to streams: changed when the total
-    /// moved noticeably ([`noticeable`]) or the pause flipped, so that a stream tells
-    /// its person even when their own rank stayed.
-    summary: watch::Sender<Summary>,
-    /// The sale's state (closed, sold out, the operator's message) as last heard:
-    /// None until read. Every stream of the queue tells its changes.
-    sale: watch::Sender<Option<QueueState>>,
+    /// What every stream of the queue shows beside its own standing, as last
+    /// published ([`News`]): one channel, so that an idle stream waits on one
+    /// change of the queue's, not one per part.
+    news: watch::Sender<News>,
     /// The log number of the last `state` entry taken (0: none yet); an entry at or
     /// below it is old news (one read from the log after it came on the channel).
     sale_n: AtomicU64,
     /// Counts the state entries taken, so that a QUEUE.INFO read across one does
     /// not put its older state back ([`QueueWatch::note_info_sale`]).
     sale_seq: AtomicU64,
-    /// The branding as last changed here (Null before any change was heard): a
-    /// change reaches every stream of the queue.
-    brand: watch::Sender<serde_json::Value>,
     /// A wake-up at the end of each of the follower's cycles: a poll held for its
     /// person's registration ([`Hub::poll_held`]) looks again.
     cycled: Notify,
 }
 
 const UNKNOWN: u64 = u64::MAX;
+
+/// What every stream of a queue shows beside its own standing; a change of any part
+/// wakes them all, and each tells what differs from what it told.
+#[derive(Debug, Clone, PartialEq)]
+pub struct News {
+    /// The total and the pause: changed when the total moved noticeably
+    /// ([`noticeable`]) or the pause flipped, so that a stream tells its person
+    /// even when their own rank stayed.
+    pub summary: Summary,
+    /// The sale's state (closed, sold out, the operator's message) as last heard:
+    /// None until read.
+    pub sale: Option<QueueState>,
+    /// The branding as last changed here (Null before any change was heard), and
+    /// how many changes were heard.
+    pub brand: Arc<serde_json::Value>,
+    pub brand_seq: u64,
+    /// The service is shutting down: the stream ends.
+    pub ending: bool,
+}
 
 /// What every stream of a queue shows beside its own standing.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -152,17 +165,22 @@ fn noticeable(shown: Option<u64>, now: u64) -> bool {
 }
 
 impl QueueWatch {
-    fn new() -> QueueWatch {
+    fn new(ending: bool) -> QueueWatch {
         QueueWatch {
             shared: Mutex::default(),
             wake: Notify::new(),
             waiting: AtomicU64::new(UNKNOWN),
             paused: AtomicBool::new(false),
-            summary: watch::channel(Summary { total: None, paused: false }).0,
-            sale: watch::channel(None).0,
+            news: watch::channel(News {
+                summary: Summary { total: None, paused: false },
+                sale: None,
+                brand: Arc::new(serde_json::Value::Null),
+                brand_seq: 0,
+                ending,
+            })
+            .0,
             sale_n: AtomicU64::new(0),
             sale_seq: AtomicU64::new(0),
-            brand: watch::channel(serde_json::Value::Null).0,
             cycled: Notify::new(),
         }
     }
@@ -194,11 +212,11 @@ impl QueueWatch {
     }
 
     fn set_sale(&self, state: QueueState) {
-        self.sale.send_if_modified(|s| {
-            if s.as_ref() == Some(&state) {
+        self.news.send_if_modified(|n| {
+            if n.sale.as_ref() == Some(&state) {
                 return false;
             }
-            *s = Some(state);
+            n.sale = Some(state);
             true
         });
     }
@@ -225,9 +243,9 @@ impl QueueWatch {
     fn publish(&self) {
         let Some(waiting) = self.total() else { return };
         let paused = self.paused();
-        self.summary.send_if_modified(|s| {
-            if noticeable(s.total, waiting) || s.paused != paused {
-                *s = Summary { total: Some(waiting), paused };
+        self.news.send_if_modified(|n| {
+            if noticeable(n.summary.total, waiting) || n.summary.paused != paused {
+                n.summary = Summary { total: Some(waiting), paused };
                 true
             } else {
                 false
@@ -259,6 +277,8 @@ pub struct Hub {
     push_interval_ms: AtomicU64,
     /// `--poll-hold` in milliseconds ([`Hub::hold_polls`]).
     poll_hold_ms: AtomicU64,
+    /// The service is shutting down: every stream ends ([`Hub::shut_down`]).
+    ending: AtomicBool,
 }
 
 /// A process's instance name: the host's name (in the characters a userId may hold)
@@ -325,7 +345,19 @@ impl Hub {
             max_pollers: AtomicUsize::new(0),
             push_interval_ms: AtomicU64::new(0),
             poll_hold_ms: AtomicU64::new(0),
+            ending: AtomicBool::new(false),
         })
+    }
+
+    /// The service is shutting down: every open stream ends (told through its
+    /// queue's news, which each waits on anyway), and one opened from now on ends
+    /// at once.
+    pub fn shut_down(&self) {
+        let queues = self.queues.lock().unwrap();
+        self.ending.store(true, Ordering::SeqCst);
+        for w in queues.values() {
+            w.news.send_modify(|n| n.ending = true);
+        }
     }
 
     /// Registers at most `max` pollers (0: no limit); past it, polls are answered
@@ -439,7 +471,7 @@ impl Hub {
             let (w, new_queue) = match queues.get(queue) {
                 Some(w) => (w.clone(), false),
                 None => {
-                    let w = Arc::new(QueueWatch::new());
+                    let w = Arc::new(QueueWatch::new(self.ending.load(Ordering::SeqCst)));
                     queues.insert(queue.to_string(), w.clone());
                     (w, true)
                 }
@@ -603,7 +635,10 @@ impl Hub {
     /// wrote it, read once here): every open stream of it here sends it to its page.
     pub fn brand_changed(&self, queue: &str, brand: serde_json::Value) {
         if let Some(w) = self.queues.lock().unwrap().get(queue) {
-            w.brand.send_replace(brand);
+            w.news.send_modify(|n| {
+                n.brand = Arc::new(brand);
+                n.brand_seq += 1;
+            });
         }
     }
 

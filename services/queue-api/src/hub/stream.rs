@@ -3,7 +3,7 @@
 //! beside it, so that an event goes out when either changed and never twice for one
 //! change.
 
-use super::{wire, Hub, QueueWatch, Summary};
+use super::{wire, Hub, News, QueueWatch, Summary};
 use crate::conn_limit::Permit;
 use axum::response::sse::Event;
 use futures_util::Stream;
@@ -22,12 +22,12 @@ pub struct Subscription {
     user: String,
     watch: Arc<QueueWatch>,
     pub updates: watch::Receiver<Option<Standing>>,
-    /// Changes when the queue's total or pause changed noticeably.
-    pub summary: watch::Receiver<Summary>,
-    /// The sale's state: closed, sold out, the operator's message (None: not read yet).
-    pub sale: watch::Receiver<Option<QueueState>>,
-    /// Changes when the queue's branding changed (the new branding).
-    pub brand: watch::Receiver<serde_json::Value>,
+    /// The queue's news: its total and pause, the sale's state, the branding.
+    pub news: watch::Receiver<News>,
+    /// The news's total and pause, and its count of branding changes, as this
+    /// stream last looked at them (what was published before it began is no news).
+    seen_summary: Summary,
+    brand_seen: u64,
     /// The person's streams that look at every change of rank now (mod.rs,
     /// `Person::listening`); this one counts in it unless `quiet`.
     listening: Arc<AtomicUsize>,
@@ -43,7 +43,11 @@ impl Subscription {
         updates: watch::Receiver<Option<Standing>>,
         listening: Arc<AtomicUsize>,
     ) -> Subscription {
-        let (summary, sale, brand) = (watch.summary.subscribe(), watch.sale.subscribe(), watch.brand.subscribe());
+        let news = watch.news.subscribe();
+        let (seen_summary, brand_seen) = {
+            let n = news.borrow();
+            (n.summary, n.brand_seq)
+        };
         listening.fetch_add(1, Ordering::SeqCst);
         Subscription {
             hub,
@@ -51,9 +55,9 @@ impl Subscription {
             user: user.to_string(),
             watch,
             updates,
-            summary,
-            sale,
-            brand,
+            news,
+            seen_summary,
+            brand_seen,
             listening,
             quiet: false,
         }
@@ -75,7 +79,7 @@ impl Subscription {
 
     /// Whether the sale's state is known here yet (else the stream reads QUEUE.INFO).
     pub fn sale_known(&self) -> bool {
-        self.watch.sale.borrow().is_some()
+        self.watch.news.borrow().sale.is_some()
     }
 
     /// How many wait in the queue, as last heard (seed 001's total), if known.
@@ -124,17 +128,14 @@ impl Drop for Subscription {
 struct Follow {
     sub: Subscription,
     _permit: Permit,
-    shutdown: watch::Receiver<bool>,
-    queue: String,
-    /// A standing not yet looked at.
-    pending: Option<Standing>,
+    /// A standing not yet looked at (boxed: it is there only between a change and
+    /// its event, and a stream's state stays small for the rest of its life).
+    pending: Option<Box<Standing>>,
     /// The last standing sent, and the total and pause sent with it.
     last: Option<(Standing, Summary)>,
     /// The sale's state as this stream last told it (nothing closed, sold out or
     /// said before the first event: a stream opened later tells the state first).
     sale_sent: QueueState,
-    /// The branding changed since the last `brand` event.
-    brand_new: bool,
     done: bool,
     /// The least time between two `position` events (zero: no pacing).
     gap: Duration,
@@ -176,7 +177,7 @@ impl Follow {
     /// Looks at the follower's newest standing: a copy to consider sending now, or
     /// None when it is a change of rank or estimate alone and the stream is paced
     /// (then only marked held: nothing is copied or serialised).
-    fn look(&mut self) -> Option<Option<Standing>> {
+    fn look(&mut self) -> Option<Option<Box<Standing>>> {
         let paced = self.paced_until().is_some();
         let s = self.sub.updates.borrow_and_update();
         let last = self.last.as_ref().map(|(l, _)| l);
@@ -185,7 +186,12 @@ impl Follow {
             self.hold();
             return None;
         }
-        Some(s.clone())
+        Some(s.as_ref().map(|s| Box::new(s.clone())))
+    }
+
+    /// Whether `s` differs from the last standing sent.
+    fn differs(&self, s: &Standing) -> bool {
+        self.last.as_ref().map(|(l, _)| l) != Some(s)
     }
 
     /// The next event: a changed standing, or the last one again when the queue's
@@ -195,19 +201,27 @@ impl Follow {
             return None;
         }
         loop {
-            // The sale's state goes first: one event per part that changed.
-            let sale = self.sub.sale.borrow_and_update().clone();
+            // The sale's state goes first (one event per part that changed), then
+            // the branding. (Read without marking the news seen: `changed()` below
+            // then still wakes for a change of the total that came meanwhile.)
+            let (sale, brand) = {
+                let news = self.sub.news.borrow();
+                if news.ending {
+                    return None;
+                }
+                let brand = (news.brand_seq != self.sub.brand_seen).then(|| (news.brand_seq, news.brand.clone()));
+                (news.sale.clone(), brand)
+            };
             if let Some(ev) = sale.and_then(|now| self.sale_event(now)) {
                 return Some(ev);
             }
-            // (`changed()` below marks the branding seen: hence `brand_new`.)
-            if std::mem::take(&mut self.brand_new) || self.sub.brand.has_changed().unwrap_or(false) {
-                let brand = self.sub.brand.borrow_and_update().clone();
-                return Some(wire::brand_event(&self.queue, &brand));
+            if let Some((seq, brand)) = brand {
+                self.sub.brand_seen = seq;
+                return Some(wire::brand_event(&self.sub.queue, &brand));
             }
             if let Some(s) = self.pending.take() {
-                if self.last.as_ref().map(|(l, _)| l) != Some(&s) {
-                    return Some(self.send(s));
+                if self.differs(&s) {
+                    return Some(self.send(*s));
                 }
             }
             let held = &mut self.held;
@@ -222,18 +236,23 @@ impl Follow {
                         self.pending = s;
                     }
                 }
-                changed = self.sub.summary.changed() => {
+                changed = self.sub.news.changed() => {
                     if changed.is_err() {
                         return None;
                     }
-                    self.sub.summary.borrow_and_update();
+                    // The sale's state or the branding: told at the loop's top.
+                    let published = self.sub.news.borrow_and_update().summary;
+                    if published == self.sub.seen_summary {
+                        continue;
+                    }
+                    self.sub.seen_summary = published;
                     // A new standing from the same read goes first (it carries the
                     // new total too). One equal to the last sent (the first
                     // standing, read by the stream itself, coming back from the
                     // follower) is no news: the total still is.
                     if self.sub.updates.has_changed().unwrap_or(false) {
                         if let Some(s) = self.look() {
-                            if s.is_some() && self.last.as_ref().map(|(l, _)| l) != s.as_ref() {
+                            if s.as_deref().is_some_and(|s| self.differs(s)) {
                                 self.pending = s;
                                 continue;
                             }
@@ -258,18 +277,6 @@ impl Follow {
                         return Some(ev);
                     }
                 }
-                changed = self.sub.sale.changed() => {
-                    if changed.is_err() {
-                        return None;
-                    }
-                }
-                changed = self.sub.brand.changed() => {
-                    if changed.is_err() {
-                        return None;
-                    }
-                    self.brand_new = true;
-                }
-                _ = self.shutdown.changed() => return None,
             }
         }
     }
@@ -306,13 +313,13 @@ impl Follow {
         let mut sent = self.sale_sent.clone();
         let ev = if now.closed != sent.closed {
             sent.closed = now.closed;
-            wire::closed_event(&self.queue, now.closed)
+            wire::closed_event(&self.sub.queue, now.closed)
         } else if now.sold_out != sent.sold_out {
             sent.sold_out = now.sold_out;
-            wire::sold_out_event(&self.queue, now.sold_out)
+            wire::sold_out_event(&self.sub.queue, now.sold_out)
         } else if now.message != sent.message {
             sent.message = now.message.clone();
-            wire::message_event(&self.queue, &now.message)
+            wire::message_event(&self.sub.queue, &now.message)
         } else {
             return None;
         };
@@ -327,7 +334,7 @@ impl Follow {
         if !self.done {
             self.told_at = Some(Instant::now());
         }
-        let ev = wire::event_for(&s, &self.queue, summary);
+        let ev = wire::event_for(&s, &self.sub.queue, summary);
         self.last = Some((s, summary));
         ev
     }
@@ -356,24 +363,20 @@ fn spread(interval: Duration) -> Duration {
 /// The events of a stream that starts from `first` (the standing the request read)
 /// and holds `permit` (its place among the open streams) until it ends: `first`, then
 /// each change (a change of rank, total or estimate alone at most once per the hub's
-/// push interval), until the person is no longer waiting or `shutdown` flips.
+/// push interval), until the person is no longer waiting or the service shuts down
+/// ([`super::Hub::shut_down`]).
 pub fn events(
     sub: Subscription,
     permit: Permit,
-    shutdown: watch::Receiver<bool>,
-    queue: String,
     first: Standing,
 ) -> impl Stream<Item = Result<Event, std::convert::Infallible>> {
     let interval = sub.hub.push_interval();
     let follow = Follow {
         sub,
         _permit: permit,
-        shutdown,
-        queue,
-        pending: Some(first),
+        pending: Some(Box::new(first)),
         last: None,
         sale_sent: QueueState::default(),
-        brand_new: false,
         done: false,
         gap: spread(interval),
         told_at: None,
