@@ -108,20 +108,24 @@ async fn write_events(mut tcp: TcpStream, body: axum::body::Body) {
     let (mut rd, mut wr) = tcp.split();
     let mut probe = [0u8; 16];
     loop {
-        tokio::select! {
+        // The next event, taken out of the wait before it is written: the wait's
+        // state and the write's are never held at once (a stream's task is sized
+        // for the larger of the two, not their sum).
+        let bytes = tokio::select! {
             chunk = data.next() => match chunk {
-                Some(Ok(bytes)) => {
-                    if !matches!(tokio::time::timeout(STREAM_WRITE_TIMEOUT, wr.write_all(&bytes)).await, Ok(Ok(()))) {
-                        return;
-                    }
-                }
+                Some(Ok(bytes)) => bytes,
                 _ => break,
             },
             // The client closing its side ends the stream (what it sends is ignored).
             read = rd.read(&mut probe) => match read {
                 Ok(0) | Err(_) => return,
-                Ok(_) => {}
+                Ok(_) => continue,
             },
+        };
+        // Boxed, for the time of a write only: its timer is not part of what a
+        // stream keeps while it waits.
+        if !matches!(Box::pin(tokio::time::timeout(STREAM_WRITE_TIMEOUT, wr.write_all(&bytes))).await, Ok(Ok(()))) {
+            return;
         }
     }
     let _ = tokio::time::timeout(Duration::from_secs(1), wr.shutdown()).await;

@@ -12,7 +12,6 @@ use queue_client::{ClientError, QueueClient, Standing, Status};
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::Duration;
-use tokio::sync::watch;
 use tokio::time::Instant;
 
 /// Users registered per QUEUE.WATCH call (bounds one call's time inside Valkey).
@@ -372,7 +371,7 @@ impl Follower {
 }
 
 /// Hands a checked standing to a user's streams (counting a promotion once).
-fn send(hub: &Hub, tx: &watch::Sender<Option<Standing>>, s: Standing) {
+fn send(hub: &Hub, tx: &super::slot::Sender<Option<Standing>>, s: Standing) {
     let promoted_now = s.status == Status::Promoted;
     tx.send_if_modified(|cur| {
         if cur.as_ref() == Some(&s) {

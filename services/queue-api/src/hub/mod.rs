@@ -27,6 +27,7 @@
 
 mod follower;
 pub mod ledger;
+mod slot;
 pub mod stream;
 pub mod wire;
 
@@ -44,7 +45,7 @@ pub use stream::Subscription;
 /// One person streamed to or polling here.
 struct Person {
     /// Their standing as this instance knows it (what their streams read).
-    tx: watch::Sender<Option<Standing>>,
+    tx: slot::Sender<Option<Standing>>,
     /// Their open streams here.
     streams: usize,
     /// Their last status poll here, if any.
@@ -69,7 +70,7 @@ struct Person {
 impl Person {
     fn new() -> Person {
         Person {
-            tx: watch::channel(None).0,
+            tx: slot::channel(None),
             streams: 0,
             polled: None,
             current: false,
@@ -296,7 +297,7 @@ fn instance_name() -> String {
 
 /// What a new stream takes from its person's entry: their standing's receiver and
 /// the count of their streams that look at every change (`Person::listening`).
-type StreamHandles = (watch::Receiver<Option<Standing>>, Arc<AtomicUsize>);
+type StreamHandles = (slot::Receiver<Option<Standing>>, Arc<AtomicUsize>);
 
 /// What [`Hub::poll_held`] made of a status poll.
 #[derive(Debug)]

@@ -3,7 +3,7 @@
 //! beside it, so that an event goes out when either changed and never twice for one
 //! change.
 
-use super::{wire, Hub, News, QueueWatch, Summary};
+use super::{slot, wire, Hub, News, QueueWatch, Summary};
 use crate::conn_limit::Permit;
 use axum::response::sse::Event;
 use futures_util::Stream;
@@ -21,7 +21,7 @@ pub struct Subscription {
     queue: String,
     user: String,
     watch: Arc<QueueWatch>,
-    pub updates: watch::Receiver<Option<Standing>>,
+    pub updates: slot::Receiver<Option<Standing>>,
     /// The queue's news: its total and pause, the sale's state, the branding.
     pub news: watch::Receiver<News>,
     /// The news's total and pause, and its count of branding changes, as this
@@ -40,7 +40,7 @@ impl Subscription {
         queue: &str,
         user: &str,
         watch: Arc<QueueWatch>,
-        updates: watch::Receiver<Option<Standing>>,
+        updates: slot::Receiver<Option<Standing>>,
         listening: Arc<AtomicUsize>,
     ) -> Subscription {
         let news = watch.news.subscribe();
