@@ -56,6 +56,11 @@ pub struct Config {
     #[arg(long, env = "PUSH_INTERVAL", default_value = "2s",
           value_parser = service_kit::duration(Duration::ZERO..=Duration::from_secs(60)))]
     pub push_interval: Duration,
+    /// An open push stream with nothing to tell gets a comment line (`:`) this often,
+    /// so that proxies and load balancers in front do not cut it as idle (1s to 5m).
+    #[arg(long, env = "STREAM_KEEP_ALIVE", default_value = "15s",
+          value_parser = service_kit::duration(Duration::from_secs(1)..=Duration::from_secs(300)))]
+    pub stream_keep_alive: Duration,
     /// Answer status polls from what this instance's push follower knows (no Valkey
     /// call per poll, answers up to --status-max-staleness behind; docs/http-api.md,
     /// "Status from the push follower"); off by default: every poll is read from Valkey
@@ -291,6 +296,16 @@ mod tests {
         );
         for bad in ["99ms", "61s", "1000"] {
             assert!(parse::<Config>(&["--push-tick", bad]).is_err(), "{bad}");
+        }
+    }
+
+    #[test]
+    fn stream_keep_alive() {
+        assert_eq!(parse::<Config>(&[]).unwrap().stream_keep_alive, Duration::from_secs(15));
+        let c = parse::<Config>(&["--stream-keep-alive", "1s"]).unwrap();
+        assert_eq!(c.stream_keep_alive, Duration::from_secs(1));
+        for bad in ["0s", "999ms", "301s", "soon"] {
+            assert!(parse::<Config>(&["--stream-keep-alive", bad]).is_err(), "{bad}");
         }
     }
 

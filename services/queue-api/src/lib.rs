@@ -141,6 +141,7 @@ pub async fn serve(
     );
     hub.limit_pollers(config.max_pollers);
     hub.pace_pushes(config.push_interval);
+    tokio::spawn(hub.clone().keep_alive(config.stream_keep_alive));
     hub.hold_polls(config.poll_hold);
     // Promotion announcements wake the matching queue's push streams at once.
     let mut events = queue_client::events::subscribe_target(config.common.target());

@@ -6,7 +6,7 @@ use crate::extract::{EntryRequest, Field, JsonBody};
 use crate::hub::Polled;
 use crate::AppState;
 use axum::extract::{FromRequestParts, Query, State};
-use axum::response::sse::{Event, KeepAlive, Sse};
+use axum::response::sse::{Event, Sse};
 use axum::response::{IntoResponse, Response};
 use axum::Json;
 use futures_util::Stream;
@@ -452,7 +452,8 @@ pub async fn stream(
         }
     }
     let events = crate::hub::stream::events(sub, permit, first);
-    Ok(Sse::new(events).keep_alive(KeepAlive::default()))
+    // Kept alive by the hub's tick (`--stream-keep-alive`), not a timer per stream.
+    Ok(Sse::new(events))
 }
 
 pub async fn openapi() -> Json<Value> {

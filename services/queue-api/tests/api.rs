@@ -668,6 +668,31 @@ async fn shutdown_does_not_wait_for_silent_connections() {
     }
 }
 
+/// A stream with nothing to tell gets a comment line every `--stream-keep-alive`
+/// (one tick for the whole process), so proxies in front do not cut it as idle.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn idle_streams_get_keep_alive_comments() {
+    let s = ValkeyServer::start(Backend::Module);
+    let mut config = queue_api::Config::local(&s.url());
+    config.stream_keep_alive = Duration::from_secs(1);
+    let api = Api::start(config).await;
+    client_for(&s).await.config_set("default", &[("soft_cap", 0)]).await.unwrap();
+    let (_, entered) = post_entry(&api, json!({ "nickname": "idle" })).await;
+    let url = format!("/api/queue/stream?userId={}", entered["userId"].as_str().unwrap());
+    let mut stream = reqwest::get(api.url(&url)).await.unwrap().bytes_stream();
+    let mut seen = String::new();
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while seen.lines().filter(|l| l.starts_with(':')).count() < 2 {
+        let left = deadline.saturating_duration_since(Instant::now());
+        let chunk =
+            tokio::time::timeout(left, stream.next()).await.unwrap_or_else(|_| panic!("two comments: {seen:?}"));
+        seen.push_str(&String::from_utf8_lossy(&chunk.expect("still open").unwrap()));
+    }
+    assert_eq!(seen.matches("event: position").count(), 1, "nothing but comments after the first event: {seen:?}");
+    drop(stream);
+    api.stop().await;
+}
+
 /// Shutdown ends every open push stream at once, in every queue (each learns it from
 /// its queue's news), rather than holding shutdown up for the drain limit.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -147,6 +147,9 @@ pub struct News {
     /// how many changes were heard.
     pub brand: Arc<serde_json::Value>,
     pub brand_seq: u64,
+    /// Counts the keep-alive ticks ([`Hub::keep_alive`]): each new one has every
+    /// stream write a comment line.
+    pub ping: u64,
     /// The service is shutting down: the stream ends.
     pub ending: bool,
 }
@@ -177,6 +180,7 @@ impl QueueWatch {
                 sale: None,
                 brand: Arc::new(serde_json::Value::Null),
                 brand_seq: 0,
+                ping: 0,
                 ending,
             })
             .0,
@@ -348,6 +352,21 @@ impl Hub {
             poll_hold_ms: AtomicU64::new(0),
             ending: AtomicBool::new(false),
         })
+    }
+
+    /// Every `every`, until shutdown: each open stream writes a comment line, so that
+    /// proxies in front do not cut it as idle. One timer for all the streams of the
+    /// process (through the queues' news, which each waits on anyway), not one each.
+    pub async fn keep_alive(self: Arc<Hub>, every: Duration) {
+        let mut tick = tokio::time::interval_at(tokio::time::Instant::now() + every, every);
+        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        while !self.ending.load(Ordering::SeqCst) {
+            tick.tick().await;
+            let queues: Vec<_> = self.queues.lock().unwrap().values().cloned().collect();
+            for w in queues {
+                w.news.send_modify(|n| n.ping += 1);
+            }
+        }
     }
 
     /// The service is shutting down: every open stream ends (told through its

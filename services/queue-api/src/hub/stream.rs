@@ -28,6 +28,8 @@ pub struct Subscription {
     /// stream last looked at them (what was published before it began is no news).
     seen_summary: Summary,
     brand_seen: u64,
+    /// The keep-alive tick last answered with a comment line.
+    ping_seen: u64,
     /// The person's streams that look at every change of rank now (mod.rs,
     /// `Person::listening`); this one counts in it unless `quiet`.
     listening: Arc<AtomicUsize>,
@@ -44,9 +46,9 @@ impl Subscription {
         listening: Arc<AtomicUsize>,
     ) -> Subscription {
         let news = watch.news.subscribe();
-        let (seen_summary, brand_seen) = {
+        let (seen_summary, brand_seen, ping_seen) = {
             let n = news.borrow();
-            (n.summary, n.brand_seq)
+            (n.summary, n.brand_seq, n.ping)
         };
         listening.fetch_add(1, Ordering::SeqCst);
         Subscription {
@@ -58,6 +60,7 @@ impl Subscription {
             news,
             seen_summary,
             brand_seen,
+            ping_seen,
             listening,
             quiet: false,
         }
@@ -204,13 +207,13 @@ impl Follow {
             // The sale's state goes first (one event per part that changed), then
             // the branding. (Read without marking the news seen: `changed()` below
             // then still wakes for a change of the total that came meanwhile.)
-            let (sale, brand) = {
+            let (sale, brand, ping) = {
                 let news = self.sub.news.borrow();
                 if news.ending {
                     return None;
                 }
                 let brand = (news.brand_seq != self.sub.brand_seen).then(|| (news.brand_seq, news.brand.clone()));
-                (news.sale.clone(), brand)
+                (news.sale.clone(), brand, news.ping)
             };
             if let Some(ev) = sale.and_then(|now| self.sale_event(now)) {
                 return Some(ev);
@@ -223,6 +226,10 @@ impl Follow {
                 if self.differs(&s) {
                     return Some(self.send(*s));
                 }
+            }
+            if ping != self.sub.ping_seen {
+                self.sub.ping_seen = ping;
+                return Some(Event::default().comment(""));
             }
             let held = &mut self.held;
             tokio::select! {
