@@ -56,8 +56,9 @@ pub struct Config {
     #[arg(long, env = "PUSH_INTERVAL", default_value = "2s",
           value_parser = service_kit::duration(Duration::ZERO..=Duration::from_secs(60)))]
     pub push_interval: Duration,
-    /// An open push stream with nothing to tell gets a comment line (`:`) this often,
-    /// so that proxies and load balancers in front do not cut it as idle (1s to 5m).
+    /// An open push stream gets a comment line (`:`) this often unless it told its
+    /// standing within half of it, so that proxies and load balancers in front do
+    /// not cut it as idle (1s to 5m).
     #[arg(long, env = "STREAM_KEEP_ALIVE", default_value = "15s",
           value_parser = service_kit::duration(Duration::from_secs(1)..=Duration::from_secs(300)))]
     pub stream_keep_alive: Duration,

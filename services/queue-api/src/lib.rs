@@ -141,7 +141,7 @@ pub async fn serve(
     );
     hub.limit_pollers(config.max_pollers);
     hub.pace_pushes(config.push_interval);
-    tokio::spawn(hub.clone().keep_alive(config.stream_keep_alive));
+    let keep_alive = tokio::spawn(hub.clone().keep_alive(config.stream_keep_alive));
     hub.hold_polls(config.poll_hold);
     // Promotion announcements wake the matching queue's push streams at once.
     let mut events = queue_client::events::subscribe_target(config.common.target());
@@ -190,9 +190,11 @@ pub async fn serve(
     });
     let limits = state.config.http;
     let hub = state.hub.clone();
-    server::serve(listener, app(state), limits, async move {
+    let served = server::serve(listener, app(state), limits, async move {
         shutdown.await;
         hub.shut_down();
     })
-    .await
+    .await;
+    keep_alive.abort();
+    served
 }

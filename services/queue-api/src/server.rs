@@ -13,7 +13,7 @@
 //! through the router (rate limit, stream limits, lookup: the same handler, the same
 //! refusals), but its response is written straight to the socket, close-delimited
 //! (`connection: close`), with no buffer beyond the event being written
-//! ([`serve_stream`]). Every other connection is handed to hyper with the bytes
+//! ([`answer`], then [`write_events`]). Every other connection is handed to hyper with the bytes
 //! already read. bench/README.md has the figures. The client address reaches
 //! handlers as `ConnectInfo<SocketAddr>`, as with axum's serve.
 

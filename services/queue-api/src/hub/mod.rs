@@ -140,6 +140,10 @@ pub struct News {
     /// ([`noticeable`]) or the pause flipped, so that a stream tells its person
     /// even when their own rank stayed.
     pub summary: Summary,
+    /// Counts the changes of `summary`: a stream compares this, not the value (a
+    /// change and its undoing between two looks are still a change: the stream may
+    /// have told the first).
+    pub summary_seq: u64,
     /// The sale's state (closed, sold out, the operator's message) as last heard:
     /// None until read.
     pub sale: Option<QueueState>,
@@ -177,6 +181,7 @@ impl QueueWatch {
             paused: AtomicBool::new(false),
             news: watch::channel(News {
                 summary: Summary { total: None, paused: false },
+                summary_seq: 0,
                 sale: None,
                 brand: Arc::new(serde_json::Value::Null),
                 brand_seq: 0,
@@ -251,6 +256,7 @@ impl QueueWatch {
         self.news.send_if_modified(|n| {
             if noticeable(n.summary.total, waiting) || n.summary.paused != paused {
                 n.summary = Summary { total: Some(waiting), paused };
+                n.summary_seq += 1;
                 true
             } else {
                 false
@@ -284,6 +290,8 @@ pub struct Hub {
     poll_hold_ms: AtomicU64,
     /// The service is shutting down: every stream ends ([`Hub::shut_down`]).
     ending: AtomicBool,
+    /// `--stream-keep-alive` in milliseconds (0 before [`Hub::keep_alive`] runs).
+    keep_alive_ms: AtomicU64,
 }
 
 /// A process's instance name: the host's name (in the characters a userId may hold)
@@ -351,13 +359,16 @@ impl Hub {
             push_interval_ms: AtomicU64::new(0),
             poll_hold_ms: AtomicU64::new(0),
             ending: AtomicBool::new(false),
+            keep_alive_ms: AtomicU64::new(0),
         })
     }
 
-    /// Every `every`, until shutdown: each open stream writes a comment line, so that
-    /// proxies in front do not cut it as idle. One timer for all the streams of the
-    /// process (through the queues' news, which each waits on anyway), not one each.
+    /// Every `every`, until shutdown: each open stream writes a comment line unless it
+    /// told its standing within half of it, so that proxies in front do not cut it
+    /// as idle. One timer for all the streams of the process (through the queues'
+    /// news, which each waits on anyway), not one each.
     pub async fn keep_alive(self: Arc<Hub>, every: Duration) {
+        self.keep_alive_ms.store(every.as_millis() as u64, Ordering::Relaxed);
         let mut tick = tokio::time::interval_at(tokio::time::Instant::now() + every, every);
         tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         while !self.ending.load(Ordering::SeqCst) {
@@ -396,6 +407,11 @@ impl Hub {
     /// follower's next registration ([`Hub::poll_held`]; zero: read at once).
     pub fn hold_polls(&self, hold: Duration) {
         self.poll_hold_ms.store(hold.as_millis() as u64, Ordering::Relaxed);
+    }
+
+    /// How often an idle stream writes a comment line ([`Hub::keep_alive`]).
+    pub fn keep_alive_interval(&self) -> Duration {
+        Duration::from_millis(self.keep_alive_ms.load(Ordering::Relaxed))
     }
 
     /// The pace of [`Hub::pace_pushes`].

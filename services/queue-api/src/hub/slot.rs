@@ -195,6 +195,49 @@ mod tests {
         assert_eq!(within(rx.changed()).await, Some(Err(Closed)));
     }
 
+    /// Each change waits for the receiver to have seen the one before: a lost
+    /// wake-up is not covered by a later change.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn every_change_wakes_a_waiting_receiver() {
+        let tx = channel(0u32);
+        let mut rx = tx.subscribe();
+        let (ack, mut acked) = tokio::sync::mpsc::channel::<u32>(1);
+        let reader = tokio::spawn(async move {
+            loop {
+                if rx.changed().await.is_err() {
+                    return;
+                }
+                let v = *rx.borrow_and_update();
+                ack.send(v).await.unwrap();
+            }
+        });
+        for i in 1..=2_000u32 {
+            tx.send_if_modified(|v| {
+                *v = i;
+                true
+            });
+            let seen = within(acked.recv()).await.expect("the receiver woke").unwrap();
+            assert_eq!(seen, i);
+        }
+        drop(tx);
+        within(reader).await.expect("the reader ends once the sender is gone").unwrap();
+    }
+
+    /// A wait dropped before it ends (a select that took another branch) loses
+    /// nothing: the change is seen by the next wait.
+    #[tokio::test]
+    async fn a_dropped_wait_loses_no_change() {
+        let tx = channel(0u32);
+        let mut rx = tx.subscribe();
+        assert!(tokio::time::timeout(Duration::from_millis(20), rx.changed()).await.is_err());
+        tx.send_if_modified(|v| {
+            *v = 1;
+            true
+        });
+        within(rx.changed()).await.expect("at once").unwrap();
+        assert_eq!(*rx.borrow(), 1);
+    }
+
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn no_change_is_missed_under_contention() {
         let tx = Arc::new(channel(0u64));

@@ -24,9 +24,10 @@ pub struct Subscription {
     pub updates: slot::Receiver<Option<Standing>>,
     /// The queue's news: its total and pause, the sale's state, the branding.
     pub news: watch::Receiver<News>,
-    /// The news's total and pause, and its count of branding changes, as this
-    /// stream last looked at them (what was published before it began is no news).
-    seen_summary: Summary,
+    /// The news's counts of changes of the total and pause and of the branding, as
+    /// this stream last looked at them (what was published before it began is no
+    /// news).
+    summary_seen: u64,
     brand_seen: u64,
     /// The keep-alive tick last answered with a comment line.
     ping_seen: u64,
@@ -46,9 +47,9 @@ impl Subscription {
         listening: Arc<AtomicUsize>,
     ) -> Subscription {
         let news = watch.news.subscribe();
-        let (seen_summary, brand_seen, ping_seen) = {
+        let (summary_seen, brand_seen, ping_seen) = {
             let n = news.borrow();
-            (n.summary, n.brand_seq, n.ping)
+            (n.summary_seq, n.brand_seq, n.ping)
         };
         listening.fetch_add(1, Ordering::SeqCst);
         Subscription {
@@ -58,7 +59,7 @@ impl Subscription {
             watch,
             updates,
             news,
-            seen_summary,
+            summary_seen,
             brand_seen,
             ping_seen,
             listening,
@@ -212,10 +213,11 @@ impl Follow {
                 if news.ending {
                     return None;
                 }
+                let sale = news.sale.as_ref().and_then(|now| sale_event(&mut self.sale_sent, &self.sub.queue, now));
                 let brand = (news.brand_seq != self.sub.brand_seen).then(|| (news.brand_seq, news.brand.clone()));
-                (news.sale.clone(), brand, news.ping)
+                (sale, brand, news.ping)
             };
-            if let Some(ev) = sale.and_then(|now| self.sale_event(now)) {
+            if let Some(ev) = sale {
                 return Some(ev);
             }
             if let Some((seq, brand)) = brand {
@@ -229,7 +231,14 @@ impl Follow {
             }
             if ping != self.sub.ping_seen {
                 self.sub.ping_seen = ping;
-                return Some(Event::default().comment(""));
+                // A stream that told its standing within half the interval needs no
+                // comment this time (so a line goes out at least every 1.5 intervals):
+                // in a moving line most streams write nothing more, and the tick
+                // that wakes every stream at once makes few of them write.
+                let every = self.sub.hub.keep_alive_interval();
+                if self.told_at.is_none_or(|t| t.elapsed() >= every / 2) {
+                    return Some(Event::default().comment(""));
+                }
             }
             let held = &mut self.held;
             tokio::select! {
@@ -248,11 +257,11 @@ impl Follow {
                         return None;
                     }
                     // The sale's state or the branding: told at the loop's top.
-                    let published = self.sub.news.borrow_and_update().summary;
-                    if published == self.sub.seen_summary {
+                    let published = self.sub.news.borrow_and_update().summary_seq;
+                    if published == self.sub.summary_seen {
                         continue;
                     }
-                    self.sub.seen_summary = published;
+                    self.sub.summary_seen = published;
                     // A new standing from the same read goes first (it carries the
                     // new total too). One equal to the last sent (the first
                     // standing, read by the stream itself, coming back from the
@@ -314,26 +323,6 @@ impl Follow {
         (changed || *sent != self.summary()).then(|| self.send_latest())
     }
 
-    /// The event for the first part of the sale's state that differs from what was
-    /// told (closed, then sold out, then the message), if any.
-    fn sale_event(&mut self, now: QueueState) -> Option<Event> {
-        let mut sent = self.sale_sent.clone();
-        let ev = if now.closed != sent.closed {
-            sent.closed = now.closed;
-            wire::closed_event(&self.sub.queue, now.closed)
-        } else if now.sold_out != sent.sold_out {
-            sent.sold_out = now.sold_out;
-            wire::sold_out_event(&self.sub.queue, now.sold_out)
-        } else if now.message != sent.message {
-            sent.message = now.message.clone();
-            wire::message_event(&self.sub.queue, &now.message)
-        } else {
-            return None;
-        };
-        self.sale_sent = sent;
-        Some(ev)
-    }
-
     fn send(&mut self, s: Standing) -> Event {
         let summary = self.summary();
         self.done = s.status != Status::Waiting;
@@ -344,6 +333,23 @@ impl Follow {
         let ev = wire::event_for(&s, &self.sub.queue, summary);
         self.last = Some((s, summary));
         ev
+    }
+}
+
+/// The event for the first part of the sale's state `now` that differs from what was
+/// told (`sent`, brought up to date): closed, then sold out, then the message.
+fn sale_event(sent: &mut QueueState, queue: &str, now: &QueueState) -> Option<Event> {
+    if now.closed != sent.closed {
+        sent.closed = now.closed;
+        Some(wire::closed_event(queue, now.closed))
+    } else if now.sold_out != sent.sold_out {
+        sent.sold_out = now.sold_out;
+        Some(wire::sold_out_event(queue, now.sold_out))
+    } else if now.message != sent.message {
+        sent.message.clone_from(&now.message);
+        Some(wire::message_event(queue, &now.message))
+    } else {
+        None
     }
 }
 
