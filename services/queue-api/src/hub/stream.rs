@@ -256,7 +256,8 @@ impl Follow {
                     if changed.is_err() {
                         return None;
                     }
-                    // The sale's state or the branding: told at the loop's top.
+                    // The sale's state, the branding, a keep-alive tick or shutdown:
+                    // seen at the loop's top.
                     let published = self.sub.news.borrow_and_update().summary_seq;
                     if published == self.sub.summary_seen {
                         continue;
