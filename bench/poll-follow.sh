@@ -24,6 +24,9 @@
 # interleaved, ROUNDS of each per instance count; the median and the spread
 # (min..max) are printed.
 #
+# Binaries from env vars (defaults: this checkout's target/release, built when
+# missing): API_BIN (queue-api), MODULE_SO (the module), CLI_BIN (queue-cli).
+#
 #   bash bench/poll-follow.sh                  # USERS=2000 CONNS=64 SECS=20 ROUNDS=3
 #   REDUCED=1 bash bench/poll-follow.sh        # < 60 s; fails only when an answer
 #                                              # never agreed with Valkey (2 s)
@@ -44,16 +47,19 @@ trap cleanup EXIT
 command -v valkey-server >/dev/null 2>&1 || bash "$root/scripts/install-deps.sh"
 # Needs the release build (scripts/test.sh makes it); what is missing is built one
 # package at a time, as the tests build them (no features unified anew).
-[ -e "$root/target/release/libvalkey_queue.so" ] || (cd "$root" && cargo build --release -q -p valkey-queue)
-[ -e "$root/target/release/queue-api" ] || (cd "$root" && cargo build --release -q -p queue-api)
-[ -e "$root/target/release/queue-cli" ] || (cd "$root" && cargo build --release -q -p queue-cli)
+API_BIN=${API_BIN:-$root/target/release/queue-api}
+export MODULE_SO=${MODULE_SO:-$root/target/release/libvalkey_queue.so}
+CLI_BIN=${CLI_BIN:-$root/target/release/queue-cli}
+[ -e "$MODULE_SO" ] || (cd "$root" && cargo build --release -q -p valkey-queue)
+[ -e "$API_BIN" ] || (cd "$root" && cargo build --release -q -p queue-api)
+[ -e "$CLI_BIN" ] || (cd "$root" && cargo build --release -q -p queue-cli)
 start_valkey
 valkey-cli -p "$vport" QUEUE.CONFIG default SET soft_cap 0 abandon_after 600000 >/dev/null
 api_ports=()
 for mode in true false; do
   for i in 1 2 3; do
     p=$(port)
-    "$root/target/release/queue-api" --valkey-url "redis://127.0.0.1:$vport/" --listen "127.0.0.1:$p" \
+    "$API_BIN" --valkey-url "redis://127.0.0.1:$vport/" --listen "127.0.0.1:$p" \
       --rate-limit 0 --status-from-follower "$mode" >"$dir/api-$mode-$i.log" 2>&1 & pids+=($!)
     api_ports+=("$mode:$p")
   done
@@ -61,7 +67,7 @@ done
 for entry in "${api_ports[@]}"; do
   for _ in $(seq 100); do curl -sf "http://127.0.0.1:${entry#*:}/healthz" | grep -q '"up"' && break; sleep 0.1; done
 done
-python3 - "$vport" "$USERS" "$CONNS" "$SECS" "$ROUNDS" "$CHURN" "$SAMPLERS" "$CHURN_VIA" "$root/target/release/queue-cli" "$dir" "${api_ports[@]}" <<'EOF'
+python3 - "$vport" "$USERS" "$CONNS" "$SECS" "$ROUNDS" "$CHURN" "$SAMPLERS" "$CHURN_VIA" "$CLI_BIN" "$dir" "${api_ports[@]}" <<'EOF'
 import json, random, socket, statistics, subprocess, sys, threading, time, urllib.request
 vport, users, conns, secs, rounds, churn, samplers = (int(a) for a in sys.argv[1:8])
 churn_via, cli, tmp = sys.argv[8:11]

@@ -197,7 +197,7 @@ local function open(name)
     -- What this command took out of the line's waiting part, for the change log:
     -- the head run (number of the last one taken there, how many), the numbers of
     -- the others who left, and whether ranks changed otherwise (opening, repair).
-    log = { head = nil, gone = 0, tickets = {}, left = {}, again = {}, reset = false, ahead = {}, state = false },
+    log = { head = nil, gone = 0, tickets = {}, left = {}, again = {}, moved = {}, reset = false, ahead = {}, state = false },
   }, Q)
   return current
 end
@@ -686,6 +686,28 @@ function Q:log_again(seq)
   end
 end
 
+-- What a waiting user's new place in line keeps of the old one when they enter
+-- again (engine::changelog::reentering), read before the old one is given up: their
+-- nickname and the push instance registered for them.
+function Q:reentering(user, old)
+  local rec = self:record(old)
+  local watcher = self:has_watched() and read("HGET", self.watched, user) or nil
+  return { old = old, nickname = rec and not rec.promoted and rec.nickname or nil, watcher = watcher }
+end
+
+-- The re-entrant waits again as `seq` at `rank` (engine::changelog::reentered): the
+-- registration stays, and with the nickname and lane they had the entry tells their
+-- new number and rank (`moved`).
+function Q:reentered(user, r, seq, rank, nickname)
+  if r.watcher then
+    redis.call("HSET", self.watched, user, r.watcher)
+  end
+  if r.nickname == nickname and math.floor(r.old / BAND) == math.floor(seq / BAND) then
+    local moved = self.log.moved
+    moved[#moved + 1] = fmt(r.old) .. ":" .. fmt(seq) .. ":" .. fmt(rank)
+  end
+end
+
 function Q:log_head(seq)
   self.log.head = seq
   self.log.gone = self.log.gone + 1
@@ -733,6 +755,10 @@ function Q:flush_log()
     entry[#entry + 1] = "again"
     entry[#entry + 1] = table.concat(lg.again, ",")
   end
+  if #lg.moved > 0 then
+    entry[#entry + 1] = "moved"
+    entry[#entry + 1] = table.concat(lg.moved, ",")
+  end
   if lg.reset then
     entry[#entry + 1] = "reset"
     entry[#entry + 1] = "1"
@@ -756,7 +782,7 @@ function Q:flush_log()
   entry[#entry + 1] = fmt(self:waiting_count())
   -- A log key of another type gets no entry (the command's writes are made).
   local id = redis.pcall(unpack(entry))
-  self.log = { head = nil, gone = 0, tickets = {}, left = {}, again = {}, reset = false, ahead = {}, state = false }
+  self.log = { head = nil, gone = 0, tickets = {}, left = {}, again = {}, moved = {}, reset = false, ahead = {}, state = false }
   if type(id) == "string" then
     -- Published for push instances: the id, then the fields and values. A caller not
     -- allowed the channel (ACL) publishes nothing; watchers catch up within a tick.
@@ -1668,6 +1694,7 @@ local function queue_enter(keys, args)
   if (may_admit_now or old_holds) and not q:check(ALL_PARTS) then
     return fail(E_WRONGTYPE)
   end
+  local reentry = old_waits == 1 and q:reentering(user, old) or nil
   if old ~= nil then
     q:remove(user, old, old_holds)
     if not old_holds then
@@ -1693,6 +1720,9 @@ local function queue_enter(keys, args)
   end
   q:add_waiter(user, seq, now, nickname)
   local st = { status = STATUS.WAITING, seq = seq, rank = q:waiting_count(), seen = now, nickname = nickname }
+  if reentry then
+    q:reentered(user, reentry, seq, st.rank, nickname)
+  end
   return standing_reply(user, st, q:eta(st))
 end
 
@@ -1724,6 +1754,7 @@ function Q:enter_lane(user, nickname, lane, code, now)
   end
   local old = tonumber(redis.call("ZSCORE", self.waiting, user) or nil)
   local old_holds = old ~= nil and self:is_promoted(old)
+  local reentry = (old ~= nil and not old_holds) and self:reentering(user, old) or nil
   if old ~= nil then
     self:remove(user, old, old_holds)
     if not old_holds then
@@ -1754,6 +1785,9 @@ function Q:enter_lane(user, nickname, lane, code, now)
   end
   local rank = redis.call("ZRANK", self.waiting, user)
   local st = { status = STATUS.WAITING, seq = seq, rank = rank + 1 - self:joining(), seen = now, nickname = nickname }
+  if reentry then
+    self:reentered(user, reentry, seq, st.rank, nickname)
+  end
   return standing_reply(user, st, self:eta(st))
 end
 

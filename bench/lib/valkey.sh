@@ -27,7 +27,7 @@ wait_valkey() {
 start_valkey() {
   dir=$(mktemp -d); vport=$(port)
   valkey-server --port "$vport" --bind 127.0.0.1 --save '' --dir "$dir" --logfile "$dir/valkey.log" \
-    --loadmodule "$root/target/release/libvalkey_queue.so" "$@" & vpid=$!
+    --loadmodule "${MODULE_SO:-$root/target/release/libvalkey_queue.so}" "$@" & vpid=$!
   wait_valkey "$vport" && return 0
   echo "valkey-server did not start (see $dir/valkey.log)" >&2; return 1
 }

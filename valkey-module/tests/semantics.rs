@@ -1461,9 +1461,10 @@ fn unwatch_counts_the_person_as_heard_from_now(b: Backend) {
     assert_eq!(field_str(&c.status("q", "b"), "status").as_deref(), Some("WAITING"));
 }
 
-/// Taking a user out of line removes its registration: leaving, re-entering, being
-/// dropped, claiming, a ticket expiring. A ticket holder is still in line (its
-/// registration stays until then); WATCH does not register those who do not wait.
+/// Taking a user out of line removes its registration: leaving, being dropped,
+/// claiming, a ticket expiring. A ticket holder is still in line (its registration
+/// stays until then); one who enters again and waits keeps it, whatever the nickname;
+/// WATCH does not register those who do not wait.
 fn registrations_go_when_the_user_leaves_the_line(b: Backend) {
     let (_s, mut c) = server(b);
     closed_queue(&mut c, "q");
@@ -1483,19 +1484,23 @@ fn registrations_go_when_the_user_leaves_the_line(b: Backend) {
     assert!(!watched(&mut c, "q").contains_key("a"), "claimed");
     assert_eq!(c.leave("q", "c"), 1);
     assert!(!watched(&mut c, "q").contains_key("c"), "left");
-    c.enter("q", "d", "d");
-    assert!(!watched(&mut c, "q").contains_key("d"), "re-entered");
+    c.enter("q", "d", "dee");
+    assert_eq!(watched(&mut c, "q").get("d").map(String::as_str), Some("pod"), "re-entered, renamed");
+    // Renamed: the log says they are still in the queue, not where (they are asked).
+    let last = log_after(&mut c.con, "q", "-").pop().unwrap().1;
+    let keys: Vec<&str> = last.iter().map(|(k, _)| k.as_str()).collect();
+    assert_eq!(keys, ["n", "left", "again", "waiting"], "no `moved` for a renamed re-entry");
     c.set_clock("q", T0 + 1_000);
     c.promote("q", Some(0));
     assert!(!watched(&mut c, "q").contains_key("b"), "b's ticket expired");
-    // Only e is still registered; WATCH of someone inside, holding a ticket or unknown
-    // registers nobody.
-    assert_eq!(watched(&mut c, "q").into_keys().collect::<Vec<_>>(), vec!["e".to_string()]);
+    // Only d and e are still registered; WATCH of someone inside, holding a ticket or
+    // unknown registers nobody.
+    assert_eq!(watched(&mut c, "q").into_keys().collect::<Vec<_>>(), ["d", "e"]);
     let (_, _, each) = watch(&mut c, "q", "pod", 600_000, &["a", "nobody"]);
     assert_eq!(each.iter().map(|(n, _)| *n).collect::<Vec<_>>(), vec![0, 0]);
     assert_eq!(field_str(&each[0].1, "status").as_deref(), Some("ACTIVE"));
     assert_eq!(field_str(&each[1].1, "status").as_deref(), Some("UNKNOWN"));
-    assert_eq!(watched(&mut c, "q").len(), 1);
+    assert_eq!(watched(&mut c, "q").len(), 2);
 }
 
 /// One entry per command that takes people out of the line's waiting part, with the
@@ -1520,7 +1525,11 @@ fn the_change_log_tells_who_left_the_waiting_part(b: Backend) {
     log.expect(&mut c, "LEAVE", &[&[("n", "1".into()), ("left", n(2)), ("waiting", "5".into())]]);
     c.set_clock("q", T0 + 600);
     c.enter("q", "u3", "u3");
-    log.expect(&mut c, "re-entry", &[&[("n", "2".into()), ("left", n(3)), ("again", n(3)), ("waiting", "5".into())]]);
+    // Entering again as they were: `moved` gives the new number and rank (u1 u4 u5 u6 u3).
+    let u3 = numbers(&mut c, "q", &["u3"])[0];
+    let moved = format!("{}:{u3}:5", n(3));
+    let re_entry = [("n", "2".into()), ("left", n(3)), ("again", n(3)), ("moved", moved), ("waiting", "5".into())];
+    log.expect(&mut c, "re-entry", &[&re_entry]);
     assert_eq!(c.leave("q", "nobody"), 0);
     c.status("q", "u4");
     c.enter("q", "u7", "u7");
@@ -1647,9 +1656,12 @@ fn the_change_log_keeps_about_ten_thousand_entries(b: Backend) {
     assert!(lefts.iter().all(|&l| l > first), "{:?}", &lefts[..5]);
     for (_, f) in &all {
         let keys: Vec<&str> = f.iter().map(|(k, _)| k.as_str()).collect();
-        assert_eq!(keys, vec!["n", "left", "again", "waiting"]);
+        assert_eq!(keys, vec!["n", "left", "again", "moved", "waiting"]);
         assert_eq!(f[2].1, f[1].1, "the one who left entered again");
-        assert_eq!(f[3].1, "2");
+        let moved: Vec<i64> = f[3].1.split(':').map(|x| x.parse().unwrap()).collect();
+        // At the back of the line, u is numbered after first again: often its old number.
+        assert!(moved.len() == 3 && moved[0].to_string() == f[1].1 && moved[1] > first && moved[2] == 2, "{f:?}");
+        assert_eq!(f[4].1, "2");
     }
     let stats: std::collections::HashMap<String, String> =
         redis::cmd("HGETALL").arg("queue:{q}:stats").query(&mut c.con).unwrap();

@@ -137,7 +137,7 @@ fn model_agrees_step_by_step(b: Backend) {
     };
     let (mut steps, mut runs, mut failed) = (0u64, 0u64, Vec::new());
     let (mut entries, mut watched, mut repeats) = (0u64, 0u64, 0u64);
-    let (mut lane_runs, mut ahead, mut codes_used) = (0u64, 0u64, 0u64);
+    let (mut lane_runs, mut ahead, mut codes_used, mut moved) = (0u64, 0u64, 0u64, 0u64);
     let (mut sale_refusals, mut state_entries, mut passes, mut refused_passes) = (0u64, 0u64, 0u64, 0u64);
     for (i, &seed) in seeds.iter().enumerate() {
         if steps >= total && env_u64("MODEL_SEED").is_none() {
@@ -154,6 +154,7 @@ fn model_agrees_step_by_step(b: Backend) {
         repeats += run.repeats;
         lane_runs += u64::from(run.model.has_lanes());
         ahead += run.ahead_entries;
+        moved += run.moved_entries;
         sale_refusals += run.sale_refusals;
         state_entries += run.state_entries;
         passes += run.passes;
@@ -169,10 +170,11 @@ fn model_agrees_step_by_step(b: Backend) {
         }
     }
     eprintln!(
-        "{b:?}: {runs} runs, {steps} steps, {entries} change-log entries, {watched} watched ranks confirmed, {repeats} claims answered again for their holder, {lane_runs} runs with lanes, {ahead} entries with `ahead`, {codes_used} code uses still counted at the end, {sale_refusals} entries refused CLOSED or SOLDOUT, {state_entries} state entries, {passes} passes and {refused_passes} passes answered nil, {} failed seeds {failed:?}",
+        "{b:?}: {runs} runs, {steps} steps, {entries} change-log entries, {watched} watched ranks confirmed, {repeats} claims answered again for their holder, {lane_runs} runs with lanes, {ahead} entries with `ahead`, {moved} with `moved`, {codes_used} code uses still counted at the end, {sale_refusals} entries refused CLOSED or SOLDOUT, {state_entries} state entries, {passes} passes and {refused_passes} passes answered nil, {} failed seeds {failed:?}",
         failed.len()
     );
     assert!(failed.is_empty(), "{} of {runs} runs failed: seeds {failed:?}", failed.len());
+    assert!(moved > 0 || env_u64("MODEL_SEED").is_some(), "no re-entry was told by `moved`");
     if env_u64("MODEL_SEED").is_none() && steps >= 20_000 {
         assert!(sale_refusals > 0 && state_entries > 0, "the runs never closed or sold out");
         assert!(passes > 0 && refused_passes > 0, "PASS never let anyone in, or never refused");
@@ -247,8 +249,9 @@ struct Run {
     codes_seen: BTreeMap<String, (i64, i64)>,
     /// Who waited after the last step (for the lane-order check).
     waited_before: Vec<String>,
-    /// Change-log entries with `ahead` (for the summary).
+    /// Change-log entries with `ahead`, and with `moved` (for the summary).
     ahead_entries: u64,
+    moved_entries: u64,
     /// A run that closes and sells out (a third).
     sale: bool,
     /// `promoted` before the step (for the inventory check).
@@ -307,6 +310,7 @@ impl Run {
             codes_seen: BTreeMap::new(),
             waited_before: Vec::new(),
             ahead_entries: 0,
+            moved_entries: 0,
             sale,
             promoted_before: 0,
             sale_refusals: 0,
@@ -732,11 +736,16 @@ impl Run {
                     return Err(format!("the log tells {u} (number {seq}) is {told:?}, the model {is:?}"));
                 }
             }
+            // Gone, or (`moved`) waiting again under a new number at the rank told.
             let watcher = std::mem::take(&mut self.watcher);
             self.watcher = watcher
                 .into_iter()
-                .filter_map(|(u, (s, r))| reference::apply_entry(s, r, &e).map(|r| (u, (s, r))))
+                .filter_map(|(u, (s, r))| match reference::apply_entry(s, r, &e) {
+                    Some(r) => Some((u, (s, r))),
+                    None => e.moved.iter().find(|m| m.0 == s).map(|&(_, s, r)| (u, (s, r))),
+                })
                 .collect();
+            self.moved_entries += u64::from(!e.moved.is_empty());
         }
         Ok(())
     }

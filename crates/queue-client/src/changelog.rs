@@ -39,6 +39,9 @@ pub struct LogEntry {
     /// Those of `left` still in the queue after the command: they entered again
     /// (under a new number, or into the pre-queue), or are inside (a session).
     pub again: Vec<u64>,
+    /// Of `again`, those who wait again in line with the nickname and lane they had:
+    /// (the number they left, their new number, their rank after the command).
+    pub moved: Vec<Moved>,
     /// Numbers or ranks changed in a way the entry does not list: ask again.
     pub reset: bool,
     /// Users waiting after the command.
@@ -50,6 +53,18 @@ pub struct LogEntry {
     /// The queue's state, when it changed in this entry (closed, sold out, message:
     /// docs/commands.md, "A sale's end"). Such an entry changes nobody's rank.
     pub state: Option<QueueState>,
+}
+
+/// One person of a log entry's `moved`: they entered again and wait in line under a
+/// new number, with the nickname and lane they had.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Moved {
+    /// The number they left (listed in `left` and `again`).
+    pub old: u64,
+    /// Their new number.
+    pub new: u64,
+    /// Their rank after the command.
+    pub rank: u64,
 }
 
 /// A `state` entry's fields: what every waiting page is to show at once.
@@ -137,6 +152,15 @@ impl LogEntry {
                 "tickets" => e.tickets = v.split(',').map(listed_ticket).collect::<Result<_, _>>()?,
                 "left" => e.left = v.split(',').map(number).collect::<Result<_, _>>()?,
                 "again" => e.again = v.split(',').map(number).collect::<Result<_, _>>()?,
+                "moved" => {
+                    e.moved = v
+                        .split(',')
+                        .map(|m| match m.split(':').map(number).collect::<Result<Vec<_>, _>>()?[..] {
+                            [old, new, rank] => Ok(Moved { old, new, rank }),
+                            _ => Err(protocol(&format!("moved is not old:new:rank: {m}"))),
+                        })
+                        .collect::<Result<_, _>>()?
+                }
                 "reset" => e.reset = v == "1",
                 "waiting" => e.waiting = number(&v)?,
                 "ahead" => e.ahead = v.split(',').map(number).collect::<Result<_, _>>()?,
@@ -151,6 +175,11 @@ impl LogEntry {
         }
         e.head = head.map(|h| (h, gone.unwrap_or(0)));
         Ok(e)
+    }
+
+    /// Where the person who left numbered `seq` waits again, if this entry tells it.
+    pub fn moved_of(&self, seq: u64) -> Option<Moved> {
+        self.moved.iter().find(|m| m.old == seq).copied()
     }
 
     /// The ticket this entry lists for the person who waited numbered `seq`, if any.
@@ -271,6 +300,17 @@ mod tests {
         }
     }
 
+    /// A re-entry's `moved` reads as (old number, new number, rank); a number of
+    /// `again` not in it is not moved.
+    #[test]
+    fn moved_entries_read_the_new_place() {
+        let e = message("4-0 n 2 left 3,5 again 3,5 moved 5:12:7 waiting 8").unwrap();
+        assert_eq!(e.moved, [Moved { old: 5, new: 12, rank: 7 }]);
+        assert_eq!(e.moved_of(5), Some(Moved { old: 5, new: 12, rank: 7 }));
+        assert_eq!(e.moved_of(3), None, "in again, entered again with another nickname or into the pre-queue");
+        assert!(message("1-0 n 1 left 2 waiting 1").unwrap().moved.is_empty());
+    }
+
     #[test]
     fn malformed_tickets_and_ahead_are_protocol_errors() {
         for bad in [
@@ -281,6 +321,10 @@ mod tests {
             "1-0 n 1 tickets 9=7 waiting 0",
             "1-0 n 1 ahead 3,x waiting 0",
             "1-0 n 1 ahead  waiting 0",
+            "1-0 n 1 left 3 again 3 moved 3:9 waiting 1",
+            "1-0 n 1 left 3 again 3 moved 3:9:1:2 waiting 1",
+            "1-0 n 1 left 3 again 3 moved 3:x:1 waiting 1",
+            "1-0 n 1 left 3 again 3 moved  waiting 1",
         ] {
             assert!(matches!(message(bad), Err(ClientError::Protocol(_))), "{bad}");
         }

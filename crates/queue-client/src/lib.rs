@@ -50,7 +50,7 @@ mod types;
 
 pub use backend::Backend;
 pub use backoff::Backoff;
-pub use changelog::{Checkpoint, LogEntry, QueueState};
+pub use changelog::{Checkpoint, LogEntry, Moved, QueueState};
 pub use conn::ConnectOptions;
 pub use durable::{Durability, MAX_WAITING_CONNECTIONS};
 pub use error::{ClientError, QueueError};

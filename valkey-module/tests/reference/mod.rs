@@ -211,6 +211,11 @@ pub struct LogEntry {
     pub left: Vec<i64>,
     /// Those of `left` still in the queue's books: entered again, or inside.
     pub again: Vec<i64>,
+    /// Of `again`, those waiting in line again with the nickname and lane they had:
+    /// (old number, new number, rank after the command). The model names the people
+    /// with their old number and rank (`moved_users`); the server gives the new number.
+    pub moved: Vec<(i64, i64, i64)>,
+    pub moved_users: Vec<(String, i64, i64)>,
     pub reset: bool,
     /// Numbers of people who joined a lane while someone waited in a later lane (the
     /// model names the people: `ahead_users`, whose numbers the server gives).
@@ -239,6 +244,10 @@ impl LogEntry {
         if !self.again.is_empty() {
             f.push(("again".into(), list(&self.again)));
         }
+        if !self.moved.is_empty() {
+            let moved: Vec<String> = self.moved.iter().map(|(o, n, r)| format!("{o}:{n}:{r}")).collect();
+            f.push(("moved".into(), moved.join(",")));
+        }
         if self.reset {
             f.push(("reset".into(), "1".into()));
         }
@@ -266,6 +275,15 @@ impl LogEntry {
                 "tickets" => e.tickets = v.split(',').map(str::to_string).collect(),
                 "left" => e.left = v.split(',').map(int).collect::<Result<_, _>>()?,
                 "again" => e.again = v.split(',').map(int).collect::<Result<_, _>>()?,
+                "moved" => {
+                    e.moved = v
+                        .split(',')
+                        .map(|m| match m.split(':').map(int).collect::<Result<Vec<_>, _>>()?[..] {
+                            [o, n, r] => Ok((o, n, r)),
+                            _ => Err(format!("moved {m:?} is not old:new:rank in {fields:?}")),
+                        })
+                        .collect::<Result<_, _>>()?
+                }
                 "reset" => e.reset = v == "1",
                 "ahead" => e.ahead = v.split(',').map(int).collect::<Result<_, _>>()?,
                 "closed" => e.state.get_or_insert_with(SaleState::default).closed = v == "1",
@@ -287,6 +305,7 @@ struct Pending {
     promoted_watched: Vec<String>,
     left: Vec<i64>,
     again: Vec<i64>,
+    moved_users: Vec<(String, i64, i64)>,
     reset: bool,
     ahead_users: Vec<String>,
     /// The queue's state changed (closed, sold out, message).
@@ -460,6 +479,8 @@ impl Model {
             promoted_watched: p.promoted_watched,
             left: p.left,
             again: p.again,
+            moved: Vec::new(),
+            moved_users: p.moved_users,
             reset: p.reset,
             ahead: Vec::new(),
             ahead_users: p.ahead_users,
@@ -488,6 +509,11 @@ impl Model {
             })
             .collect::<Option<_>>()?;
         e.ahead = e.ahead_users.iter().map(|u| self.line[self.position(u)?].number).collect::<Option<_>>()?;
+        e.moved = e
+            .moved_users
+            .iter()
+            .map(|(u, old, rank)| Some((*old, self.line[self.position(u)?].number?, *rank)))
+            .collect::<Option<_>>()?;
         Some(())
     }
 
@@ -527,7 +553,7 @@ impl Model {
     }
 
     /// Someone leaves the line altogether (left, re-entered, dropped, claimed, a ticket
-    /// expired): its registration goes.
+    /// expired): its registration goes (a re-entrant who waits again gets it back).
     fn out_of_line(&mut self, user: &str) {
         self.watched.remove(user);
         if self.joining() == 0 {
@@ -756,8 +782,11 @@ impl Model {
         if let Some(c) = code.and_then(|h| self.codes.get_mut(h)) {
             c.used += 1;
         }
+        // A waiting person entering again: their registration, nickname, lane and number.
+        let mut was_waiting = None;
         if let Some(i) = self.position(user) {
             let old = self.line.remove(i);
+            let watcher = self.watched.get(user).cloned();
             self.out_of_line(user);
             match old.place {
                 Place::Ticket { .. } => self.fill(now, Vec::new()),
@@ -765,6 +794,7 @@ impl Model {
                     let number = Self::number_of(&old);
                     self.left_line(user, number);
                     self.still_there(number);
+                    was_waiting = Some((watcher, old.nickname.clone(), old.lane, number));
                 }
             }
         }
@@ -808,7 +838,18 @@ impl Model {
                 waited_as: None,
             },
         );
-        Standing::Waiting { rank: self.rank_of(at), nickname: nickname.into(), lane: self.lane_shown(lane) }
+        let rank = self.rank_of(at);
+        // "The change log and watchers": someone entering again who waits again keeps
+        // their registration; with the nickname and lane they had, `moved` tells it.
+        if let Some((watcher, old_nickname, old_lane, number)) = was_waiting {
+            if let Some(w) = watcher {
+                self.watched.insert(user.into(), w);
+            }
+            if old_nickname == nickname && old_lane == lane {
+                self.pending.moved_users.push((user.into(), number, rank));
+            }
+        }
+        Standing::Waiting { rank, nickname: nickname.into(), lane: self.lane_shown(lane) }
     }
 
     /// QUEUE.STATUS (and each user of QUEUE.RANKS): a waiting person counts as heard
@@ -1047,7 +1088,7 @@ impl Model {
     /// Not in docs/commands.md, done by both implementations: a named user who does
     /// not wait loses its registration by this instance (one by another instance
     /// stays). Only the `watched` hash shows it: a registration counts for waiting
-    /// users only, and nobody waits again without re-entering, which removes it anyway.
+    /// users only, and one who waits again has re-entered, which keeps it.
     pub fn watch(
         &mut self,
         instance: &str,

@@ -25,6 +25,37 @@ pub(super) fn note_ticket<S: Store>(s: &mut S, user: &S::User, ticket: &[u8], ol
     }
 }
 
+/// What a waiting user's new place in line keeps of the old one when they enter again,
+/// read before the old one is given up ([`reentering`], then [`reentered`]).
+pub(super) struct Reentry {
+    old: i64,
+    nickname: Option<Vec<u8>>,
+    watcher: Option<Vec<u8>>,
+}
+
+/// The waiting user `user`, numbered `old`, enters again: their nickname and
+/// registration as they are now.
+pub(super) fn reentering<S: Store>(s: &S, user: &S::User, old: i64) -> Reentry {
+    let nickname = match super::members::record(s, old) {
+        Some(super::members::Rec::Waiting { nickname, .. }) => Some(nickname),
+        _ => None,
+    };
+    Reentry { old, nickname, watcher: s.watcher(user) }
+}
+
+/// The re-entrant waits again, numbered `seq` at `rank`, as `nickname`: a push
+/// instance's registration stays (they still wait), and with the nickname and lane
+/// they had the entry tells their new number and rank (`moved`), so that nobody needs
+/// to ask about them.
+pub(super) fn reentered<S: Store>(s: &mut S, user: &S::User, r: Reentry, seq: i64, rank: i64, nickname: &[u8]) {
+    if let Some(instance) = &r.watcher {
+        s.set_watcher(user, instance);
+    }
+    if r.nickname.as_deref() == Some(nickname) && r.old / crate::lanes::BAND == seq / crate::lanes::BAND {
+        s.log_draft().note_moved(r.old, seq, rank);
+    }
+}
+
 /// Appends the command's entry, if it has one: called once at the command's end (or
 /// earlier by a command that replies with the log's number), after every change.
 pub fn close_log<S: Store>(s: &mut S) {
@@ -49,6 +80,10 @@ pub fn close_log<S: Store>(s: &mut S) {
     }
     if !d.again.is_empty() {
         fields.push(("again", list(&d.again)));
+    }
+    if !d.moved.is_empty() {
+        let moved: Vec<String> = d.moved.iter().map(|(old, new, rank)| format!("{old}:{new}:{rank}")).collect();
+        fields.push(("moved", moved.join(",").into_bytes()));
     }
     if d.reset {
         fields.push(("reset", b"1".to_vec()));

@@ -416,6 +416,7 @@ pub fn enter_with<S: Store>(
     if may_admit_now || old_holds {
         s.check(&ALL_PARTS)?;
     }
+    let reentry = old.filter(|_| old_waits).map(|seq| changelog::reentering(s, user, seq));
     if let Some(seq) = old {
         remove(s, user, seq, old_holds);
         if old_waits {
@@ -448,7 +449,11 @@ pub fn enter_with<S: Store>(
         }
     }
     add_waiter(s, user, seq, now, nickname);
-    Ok(Standing::Waiting { seq, rank: waiting_count(s), seen: now, nickname: nickname.to_vec() })
+    let rank = waiting_count(s);
+    if let Some(r) = reentry {
+        changelog::reentered(s, user, r, seq, rank, nickname);
+    }
+    Ok(Standing::Waiting { seq, rank, seen: now, nickname: nickname.to_vec() })
 }
 
 /// The lane an entry goes into in a queue with lanes (None without lanes), and the
@@ -523,6 +528,7 @@ fn enter_lane<S: Store>(
     }
     let old = s.waiting_score(user);
     let old_holds = old.is_some_and(|seq| is_promoted(s, seq));
+    let reentry = old.filter(|_| !old_holds).map(|seq| changelog::reentering(s, user, seq));
     if let Some(seq) = old {
         remove(s, user, seq, old_holds);
         if !old_holds {
@@ -555,7 +561,11 @@ fn enter_lane<S: Store>(
     }
     let seq = lane_next_seq(s, lane);
     add_waiter(s, user, seq, now, nickname);
-    Ok(in_lane(s, user, lanes, lane, seq, now, nickname))
+    let standing = in_lane(s, user, lanes, lane, seq, now, nickname);
+    if let (Some(r), Standing::Waiting { rank, .. }) = (reentry, &standing) {
+        changelog::reentered(s, user, r, seq, *rank, nickname);
+    }
+    Ok(standing)
 }
 
 /// The standing of `user`, just put at the back of lane `lane` as number `seq`; an

@@ -263,6 +263,9 @@ pub struct LogDraft {
     /// command: they entered again (under a new number, or into the pre-queue), or
     /// are inside (a session), in the order they left.
     pub again: Vec<i64>,
+    /// Of those in `again`, the ones who entered the line again with the nickname and
+    /// lane they had: (the old number, the new one, their rank after the command).
+    pub moved: Vec<(i64, i64, i64)>,
     /// Numbers or ranks changed in a way the entry does not list.
     pub reset: bool,
     /// Numbers of people who joined a lane ahead of others waiting (a queue with
@@ -294,6 +297,12 @@ impl LogDraft {
         if self.again.last() != Some(&seq) {
             self.again.push(seq);
         }
+    }
+
+    /// The waiting user numbered `old`, who left in this command and is listed in
+    /// `again`, waits again as `new` at `rank`, with the nickname and lane they had.
+    pub(super) fn note_moved(&mut self, old: i64, new: i64, rank: i64) {
+        self.moved.push((old, new, rank));
     }
 
     /// The waiting user numbered `seq` joined a lane ahead of people waiting in a later one.

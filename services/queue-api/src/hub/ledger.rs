@@ -12,10 +12,13 @@
 //! ahead of them plus those who joined ahead of them ([`effect_of`]); a batch of
 //! entries costs one pass over the people they reach, in number order. The entries
 //! also tell the promoted and registered their tickets (by the number they waited
-//! under, which a queue with lanes changes at promotion) and who left for good; only people taken at the head with no ticket listed, people
-//! still in the queue otherwise (entered again, or inside), and everyone after a gap
-//! in the log (entries trimmed before they were read, a failover, a restart) or an
-//! entry that says reset, are asked again. A checkpoint older than what was applied
+//! under, which a queue with lanes changes at promotion), who left for good, and
+//! who entered again and waits under a new number with the nickname and lane they
+//! had (`moved`: the new number and rank, [`follow`]). Only people taken at the head
+//! with no ticket listed, people still in the queue otherwise (entered again into
+//! the pre-queue or with another nickname or lane, or inside), and everyone after a
+//! gap in the log (entries trimmed before they were read, a failover, a restart) or
+//! an entry that says reset, are asked again. A checkpoint older than what was applied
 //! means the log moved back (a failover): everyone is asked again from its new end.
 
 use queue_client::{Checkpoint, LogEntry, Standing, Status};
@@ -124,6 +127,25 @@ fn effect_of(e: &LogEntry, seq: u64) -> Change {
     }
     ahead += e.ahead.iter().filter(|&&a| a < seq).count() as i64;
     Change::Ahead(ahead)
+}
+
+/// Where a person who left numbered `l.seq` is after the entries past their `pos`:
+/// each re-entry an entry tells (`moved`) carries them on to their new number and
+/// rank. Their number and rank when they wait after the last entry; else the number
+/// they left under, with None.
+fn follow(entries: &[LogEntry], l: InLine) -> (u64, Option<u64>) {
+    let (mut seq, mut rank) = (l.seq, l.rank);
+    for e in entries.iter().filter(|e| e.n > l.pos) {
+        match effect_of(e, seq) {
+            Change::Ahead(n) => rank = rank.saturating_add_signed(n).max(1),
+            // The entry's other fields are counted in the rank it tells.
+            Change::Gone => match e.moved_of(seq) {
+                Some(m) => (seq, rank) = (m.new, m.rank),
+                None => return (seq, None),
+            },
+        }
+    }
+    (seq, Some(rank))
 }
 
 /// Several entries at once for everyone numbered in ascending order: one pass over
@@ -549,8 +571,18 @@ impl Ledger {
         for (user, change) in changed {
             match change {
                 Change::Gone => {
-                    let seq = self.line.get(&user).map(|l| l.seq);
+                    let Some(&l) = self.line.get(&user) else { continue };
                     self.forget(&user);
+                    // Entered again with the nickname and lane they had: in line
+                    // under the new number, with nobody asked.
+                    let (seq, rank) = follow(entries, l);
+                    if let Some(rank) = rank {
+                        self.line.insert(user.clone(), InLine { seq, rank, pos: last.n });
+                        self.by_seq.insert(seq, user.clone());
+                        self.out.push(Effect::Rank { user, rank, eta: self.eta(rank) });
+                        continue;
+                    }
+                    let seq = Some(seq);
                     let ticket = seq.and_then(|seq| entries.iter().find_map(|e| e.ticket_of(seq)));
                     let left_for_good = seq.is_some_and(|seq| {
                         batch.left.contains(&seq) && !entries.iter().any(|e| e.again.contains(&seq))

@@ -188,7 +188,12 @@ impl World {
     }
 
     fn enter(&mut self, u: &str) {
-        engine::enter(&mut self.s, &Self::user(u), u.as_bytes()).unwrap();
+        self.enter_as(u, u);
+    }
+
+    /// QUEUE.ENTER of `u` with the nickname `nickname`.
+    fn enter_as(&mut self, u: &str, nickname: &str) {
+        engine::enter(&mut self.s, &Self::user(u), nickname.as_bytes()).unwrap();
         self.history.entry(u.to_string()).or_default();
         self.ran();
     }
@@ -455,11 +460,13 @@ fn ranks_follow_the_entries() {
 }
 
 /// The promoted and registered get their ticket from the entry; a person who left
-/// is told they are no longer in the queue; one who entered again is asked.
+/// is told they are no longer in the queue; one who entered again as they were is
+/// placed at their new number from the entry, one who entered again under another
+/// nickname is asked.
 #[test]
 fn the_log_tells_tickets_and_who_left() {
     let mut w = World::new();
-    for u in ["a", "b", "c", "d"] {
+    for u in ["a", "b", "c", "d", "e"] {
         w.enter(u);
         w.open(u);
     }
@@ -467,7 +474,8 @@ fn the_log_tells_tickets_and_who_left() {
     w.effects.clear();
     w.promote(1);
     w.leave("b");
-    w.enter("c"); // again, at the back
+    w.enter("c"); // again, at the back: e d c
+    w.enter_as("d", "dee"); // again, renamed: e c dee
     w.publish(|_| false);
     w.cycle(false);
     let told: Vec<&Effect> = w.effects.iter().filter(|e| matches!(e, Effect::Gone { .. })).collect();
@@ -477,10 +485,13 @@ fn the_log_tells_tickets_and_who_left() {
     assert_eq!(w.streams["a"].as_ref().unwrap().status, Status::Promoted);
     assert_eq!(w.streams["a"].as_ref().unwrap().nickname.as_deref(), Some("a"), "the nickname kept");
     assert_eq!(w.shown("b"), (Status::Unknown, 0));
-    let c_asked = w.effects.iter().any(|e| matches!(e, Effect::Standing(u, st) if u == "c" && st.rank == 2));
-    assert!(c_asked, "c, who entered again, is asked: {:?}", w.effects);
+    assert_eq!(w.shown("c"), (Status::Waiting, 2), "c, who entered again, placed from the entries");
+    let asked: Vec<&str> =
+        w.effects.iter().filter_map(|e| if let Effect::Standing(u, _) = e { Some(u.as_str()) } else { None }).collect();
+    assert_eq!(asked, ["d"], "only d, renamed, is asked: {:?}", w.effects);
     w.settle();
-    assert_eq!(w.shown("c"), (Status::Waiting, 2));
+    assert_eq!(w.shown("d"), (Status::Waiting, 3));
+    assert_eq!(w.streams["d"].as_ref().unwrap().nickname.as_deref(), Some("dee"));
     w.check_streams();
 }
 
@@ -620,7 +631,7 @@ impl Rng {
 #[test]
 fn streams_show_the_engine_s_truth_whatever_happens() {
     // How often each rule was reached, over every seed.
-    let (mut ranks, mut tickets, mut left, mut reads) = (0, 0, 0, 0);
+    let (mut ranks, mut tickets, mut left, mut reads, mut moved) = (0, 0, 0, 0, 0);
     for seed in 1..=60u64 {
         let mut rng = Rng(seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1);
         let mut w = World::new();
@@ -629,7 +640,9 @@ fn streams_show_the_engine_s_truth_whatever_happens() {
             for _ in 0..=rng.below(4) {
                 let u = people[rng.below(people.len() as u64) as usize].as_str();
                 match rng.below(10) {
-                    0..=2 => w.enter(u),
+                    0 | 1 => w.enter(u),
+                    // Entering again renamed is asked about; as they were, moved.
+                    2 => w.enter_as(u, if rng.below(3) == 0 { "renamed" } else { u }),
                     3 => w.leave(u),
                     4 => w.promote(1 + rng.below(3) as i64),
                     5 | 6 => w.open(u),
@@ -661,8 +674,12 @@ fn streams_show_the_engine_s_truth_whatever_happens() {
             }
         }
         reads += w.reads;
+        moved += w.s.log.iter().filter(|e| e.iter().any(|(f, _)| *f == "moved")).count();
     }
-    assert!(ranks > 100 && tickets > 100 && left > 10 && reads > 50, "{ranks} {tickets} {left} {reads}");
+    assert!(
+        ranks > 100 && tickets > 100 && left > 10 && reads > 50 && moved > 100,
+        "{ranks} {tickets} {left} {reads} {moved}"
+    );
 }
 
 /// Everyone in a later lane watching their stream: a newcomer in an earlier lane puts
