@@ -7,7 +7,10 @@
 # CHURN times a second someone leaves and enters again (every poller behind them
 # moves): through queue-api's HTTP entry and leave, as people do (CHURN_VIA=api,
 # the default), or by raw QUEUE.LEAVE / QUEUE.ENTER on Valkey (CHURN_VIA=valkey: a
-# change the instances learn only from the change log).
+# change the instances learn only from the change log). CHURN_KIND=again makes each
+# of them one entry again without leaving (QUEUE.ENTER of someone waiting, with the
+# nickname they had: the change log's `moved` tells every instance their new place)
+# instead of a leave and an entry (CHURN_KIND=leave, the default).
 #
 # - Valkey time per poll: INFO commandstats after the round (reset before it), the
 #   usec of the commands queue-api sends (QUEUE.* but QUEUE.ENTER and QUEUE.LEAVE,
@@ -38,8 +41,9 @@ if [ "$REDUCED" = 1 ]; then
 else
   USERS=${USERS:-2000}; CONNS=${CONNS:-64}; SECS=${SECS:-20}; ROUNDS=${ROUNDS:-3}; CHURN=${CHURN:-50}
 fi
-SAMPLERS=${SAMPLERS:-2}; CHURN_VIA=${CHURN_VIA:-api}
+SAMPLERS=${SAMPLERS:-2}; CHURN_VIA=${CHURN_VIA:-api}; CHURN_KIND=${CHURN_KIND:-leave}
 case "$CHURN_VIA" in api|valkey) ;; *) echo "CHURN_VIA must be api or valkey" >&2; exit 2 ;; esac
+case "$CHURN_KIND" in leave|again) ;; *) echo "CHURN_KIND must be leave or again" >&2; exit 2 ;; esac
 . "$root/bench/lib/valkey.sh"
 pids=()
 cleanup() { for p in "${pids[@]}" ${vpid:-}; do kill "$p" 2>/dev/null || true; done; wait 2>/dev/null; rm -rf "${dir:-}"; }
@@ -67,10 +71,11 @@ done
 for entry in "${api_ports[@]}"; do
   for _ in $(seq 100); do curl -sf "http://127.0.0.1:${entry#*:}/healthz" | grep -q '"up"' && break; sleep 0.1; done
 done
-python3 - "$vport" "$USERS" "$CONNS" "$SECS" "$ROUNDS" "$CHURN" "$SAMPLERS" "$CHURN_VIA" "$CLI_BIN" "$dir" "${api_ports[@]}" <<'EOF'
+python3 - "$vport" "$USERS" "$CONNS" "$SECS" "$ROUNDS" "$CHURN" "$SAMPLERS" "$CHURN_VIA:$CHURN_KIND" "$CLI_BIN" "$dir" "${api_ports[@]}" <<'EOF'
 import json, random, socket, statistics, subprocess, sys, threading, time, urllib.request
 vport, users, conns, secs, rounds, churn, samplers = (int(a) for a in sys.argv[1:8])
 churn_via, cli, tmp = sys.argv[8:11]
+churn_via, churn_kind = churn_via.split(":")
 apis = {"true": [], "false": []}
 for a in sys.argv[11:]:
     mode, port = a.split(":")
@@ -160,12 +165,14 @@ def round_once(mode, n_inst):
             out = people[random.randrange(len(people))]
             if churn_via == "api":
                 base = bases[k % len(bases)]
-                code, body = get(f"{base}/api/queue/entry?userId={out}", "DELETE")
-                if code != 200: errors.append(("leave", code, body))
+                if churn_kind == "leave":
+                    code, body = get(f"{base}/api/queue/entry?userId={out}", "DELETE")
+                    if code != 200: errors.append(("leave", code, body))
                 code, body = get(f"{base}/api/queue/entry", "POST", {"nickname": "n", "userId": out})
                 if code != 200 or body.get("userId") != out: errors.append(("enter", code, body))
             else:
-                r.call("QUEUE.LEAVE", "default", out); r.call("QUEUE.ENTER", "default", out, "n")
+                if churn_kind == "leave": r.call("QUEUE.LEAVE", "default", out)
+                r.call("QUEUE.ENTER", "default", out, "n")
             k += 1; time.sleep(1.0 / churn)
         changes[0] = k
     load = subprocess.Popen([cli, "poll-load", "--users-file", users_file, "--conns", str(conns), "--secs", str(secs)]
@@ -205,7 +212,8 @@ for _ in range(rounds):
             results.setdefault((n_inst, mode), []).append((ns, p99, n, ratio))
             if errors: failed.append(((n_inst, mode), errors[:5]))
 print(f"{users} people, {conns} connections polling + {samplers} lag samplers, {churn} re-entries/s "
-      f"(through {churn_via}), {secs} s a round, {rounds} round(s)")
+      f"({'left and entered' if churn_kind == 'leave' else 'entered again'} through {churn_via}), "
+      f"{secs} s a round, {rounds} round(s)")
 for (n_inst, mode), rs in sorted(results.items()):
     ns = [r[0] for r in rs]; p99 = [r[1] for r in rs]; n = [r[2] for r in rs]
     print(f"instances={n_inst} from_follower={mode:5}  Valkey ns/poll median {statistics.median(ns):8.1f} "

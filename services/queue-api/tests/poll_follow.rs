@@ -26,6 +26,7 @@ testkit::backend_tests!(
     a_poller_who_stops_is_unregistered,
     an_entry_here_is_answered_from_the_follower,
     a_re_entry_elsewhere_is_held_for_the_registration,
+    a_re_entry_elsewhere_is_followed_from_the_log,
 );
 
 async fn counter(api: &Api, name: &str) -> f64 {
@@ -379,11 +380,11 @@ async fn an_entry_here_is_answered_from_the_follower(b: Backend) {
     off.stop().await;
 }
 
-/// Someone known to an instance enters again through another: the instance learns
-/// from the log that their place changed, and their next poll there is held for its
-/// follower's registration (`--poll-hold`), which answers it, instead of a read from
-/// Valkey of their own followed by that registration. Someone who left for good is
-/// still read from Valkey (the same 404).
+/// Someone known to an instance leaves and enters again through another: the
+/// instance learns from the log that they left, and their next poll there is held
+/// for its follower's registration (`--poll-hold`), which answers it, instead of a
+/// read from Valkey of their own followed by that registration. Someone who left for
+/// good is still read from Valkey (the same 404).
 async fn a_re_entry_elsewhere_is_held_for_the_registration(b: Backend) {
     let (s, qc) = closed_queue(b, 600_000).await;
     let here = follows(&s, Duration::from_secs(60), Duration::from_secs(2)).await;
@@ -415,6 +416,42 @@ async fn a_re_entry_elsewhere_is_held_for_the_registration(b: Backend) {
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
     assert!(valkey_answers(&here).await > from_valkey, "who left is read from Valkey");
+    for api in [here, elsewhere, off] {
+        api.stop().await;
+    }
+}
+
+/// Someone known to an instance enters again through another without leaving, as
+/// they were (the same nickname): the instance places them at the back from the
+/// change log's entry alone (`moved`), and every poll of them there is answered from
+/// its follower, none read from Valkey. Entering again under another nickname is not
+/// in the entry: that person is asked again.
+async fn a_re_entry_elsewhere_is_followed_from_the_log(b: Backend) {
+    let (s, qc) = closed_queue(b, 600_000).await;
+    let here = follows(&s, Duration::from_secs(60), Duration::from_secs(2)).await;
+    let elsewhere = follows(&s, Duration::from_secs(60), Duration::from_secs(2)).await;
+    let off = reads(&s).await;
+    qc.enter(Q, "first", "n").await.unwrap();
+    let mut users = Vec::new();
+    for _ in 0..4 {
+        users.push(enter(&elsewhere, None).await["userId"].as_str().unwrap().to_string());
+    }
+    answered_from_follower(&here, &off, &users).await;
+    let from_valkey = valkey_answers(&here).await;
+    enter(&elsewhere, Some(&users[0])).await;
+    polls_agree(&here, &off, &users, Duration::from_secs(3), "a re-entry elsewhere").await;
+    assert_eq!(poll(&here, &users[0]).await.1["rank"], 5, "at the back");
+    assert_eq!(valkey_answers(&here).await, from_valkey, "the re-entry followed from the log");
+    // Renamed: asked again (the poll held for the registration, or read from Valkey).
+    let resp = reqwest::Client::new()
+        .post(elsewhere.url("/api/queue/entry"))
+        .json(&serde_json::json!({ "nickname": "other", "userId": users[1] }))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(resp.status().as_u16(), 200);
+    polls_agree(&here, &off, &users, Duration::from_secs(3), "a renamed re-entry elsewhere").await;
+    assert_eq!(poll(&here, &users[1]).await.1["nickname"], "other");
     for api in [here, elsewhere, off] {
         api.stop().await;
     }

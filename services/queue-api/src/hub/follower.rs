@@ -86,6 +86,9 @@ impl Follower {
             };
             // Published entries held back: applied when they have waited long enough.
             let next_tick = self.held_since.map_or(next_tick, |t| next_tick.min(t + APPLY_EVERY));
+            // Someone who entered again here: asked if the log has not told by then.
+            let moving = self.watch.shared.lock().unwrap().moving.front().map(|m| m.0);
+            let next_tick = moving.map_or(next_tick, |t| next_tick.min(Instant::from_std(t + super::MOVE_WAIT)));
             // After a failure (Valkey away), not again at once.
             let next_tick = if failed { next_tick.max(Instant::now() + RETRY) } else { next_tick };
             tokio::select! {
@@ -122,6 +125,18 @@ impl Follower {
         }
         for u in std::mem::take(&mut shared.fresh) {
             self.ledger.ask(u);
+        }
+        // Entered again here, and the log did not tell their new place in time.
+        let now_std = std::time::Instant::now();
+        while let Some((since, _)) = shared.moving.front() {
+            if now_std.saturating_duration_since(*since) < super::MOVE_WAIT {
+                break;
+            }
+            let Some((since, u)) = shared.moving.pop_front() else { break };
+            if let Some(p) = shared.users.get_mut(&u).filter(|p| p.moving == Some(since)) {
+                p.moving = None;
+                self.ledger.ask(u);
+            }
         }
         // Asked again from here on: only a reply sent after this counts for them.
         shared.changed_here.clear();
@@ -300,6 +315,8 @@ impl Follower {
         for u in self.ledger.asking() {
             if let Some(p) = shared.users.get_mut(u) {
                 p.current = false;
+                // The registration's answer makes them current.
+                p.moving = None;
             }
         }
         if self.ledger.cursor().is_none() {
@@ -323,9 +340,23 @@ impl Follower {
                 Effect::Standing(user, st) => {
                     if let Some(p) = users.get_mut(&user) {
                         p.checked += 1;
-                        p.current = st.status == Status::Waiting && self.ledger.tracks(&user) && !asked.contains(&user);
+                        p.current = st.status == Status::Waiting
+                            && self.ledger.tracks(&user)
+                            && !asked.contains(&user)
+                            && p.moving.is_none();
                         send(&self.hub, &p.tx, st);
                     }
+                }
+                Effect::Moved { user, rank, eta } => {
+                    let Some(p) = users.get_mut(&user) else { continue };
+                    // Entered again here: their new place, as the log tells it.
+                    if p.moving.take().is_some() {
+                        p.current = true;
+                    }
+                    let listening = &p.listening;
+                    p.tx.send_if_modified(|shown| {
+                        ledger::set_rank(shown, rank, eta) && listening.load(Ordering::SeqCst) > 0
+                    });
                 }
                 Effect::Rank { user, rank, eta } => {
                     if let Some(p) = users.get(&user) {

@@ -46,6 +46,10 @@ pub enum Effect {
     Standing(String, Standing),
     /// Their rank as this instance now knows it, with the estimate.
     Rank { user: String, rank: u64, eta: Eta },
+    /// They entered again, as they were, and wait at this rank under a new number
+    /// (the log's `moved`): a rank as [`Effect::Rank`], and their place after the
+    /// re-entry.
+    Moved { user: String, rank: u64, eta: Eta },
     /// Out of line as the log tells it: promoted with this ticket, or (None) no
     /// longer in the queue. A stream with no standing yet cannot be told (it has no
     /// nickname to show): then [`Ledger::ask_again`].
@@ -579,7 +583,7 @@ impl Ledger {
                     if let Some(rank) = rank {
                         self.line.insert(user.clone(), InLine { seq, rank, pos: last.n });
                         self.by_seq.insert(seq, user.clone());
-                        self.out.push(Effect::Rank { user, rank, eta: self.eta(rank) });
+                        self.out.push(Effect::Moved { user, rank, eta: self.eta(rank) });
                         continue;
                     }
                     let seq = Some(seq);

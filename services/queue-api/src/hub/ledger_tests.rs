@@ -276,7 +276,7 @@ impl World {
                         *shown = Some(st);
                     }
                 }
-                Effect::Rank { user, rank, eta } => {
+                Effect::Rank { user, rank, eta } | Effect::Moved { user, rank, eta } => {
                     if let Some(shown) = self.streams.get_mut(&user) {
                         set_rank(shown, rank, eta);
                     }
@@ -667,7 +667,7 @@ fn streams_show_the_engine_s_truth_whatever_happens() {
         }
         for e in &w.effects {
             match e {
-                Effect::Rank { .. } => ranks += 1,
+                Effect::Rank { .. } | Effect::Moved { .. } => ranks += 1,
                 Effect::Gone { ticket: Some(_), .. } => tickets += 1,
                 Effect::Gone { ticket: None, .. } => left += 1,
                 _ => {}

@@ -65,7 +65,16 @@ struct Person {
     /// alone is written into `tx` without waking anyone: a paced stream reads the
     /// latest when its gap has passed, and a change of status always wakes.
     listening: Arc<AtomicUsize>,
+    /// They entered again through this instance while kept current, at this moment:
+    /// not answered from until the log's entry tells their new place
+    /// ([`ledger::Effect::Moved`]), or asked after [`MOVE_WAIT`].
+    moving: Option<Instant>,
 }
+
+/// How long a person who entered again through this instance waits for the change
+/// log to tell their new place before they are asked (the entry came on the channel
+/// before their entry's reply here, or entering again said nothing of it).
+const MOVE_WAIT: Duration = Duration::from_secs(1);
 
 impl Person {
     fn new() -> Person {
@@ -77,6 +86,7 @@ impl Person {
             by_poll: false,
             checked: 0,
             listening: Arc::default(),
+            moving: None,
         }
     }
 
@@ -103,6 +113,9 @@ struct Shared {
     /// Users who entered again or left through this instance since the follower's
     /// cycle began: a registration reply sent before that does not make them current.
     changed_here: std::collections::HashSet<String>,
+    /// Users who entered again here while kept current ([`Person::moving`]), in the
+    /// order they did (some may have been told their place since).
+    moving: std::collections::VecDeque<(Instant, String)>,
     /// Log entries as published on the queue's changes channel, not taken yet.
     pushed: Vec<LogEntry>,
 }
@@ -464,7 +477,8 @@ impl Hub {
     /// `QUEUE.WATCH` with everyone else who entered meanwhile, so that their first
     /// poll is answered from the ledger with no read of their own. Whatever was known
     /// of them before (an earlier place, re-entered now) is not answered from until
-    /// that registration's checkpoint is applied.
+    /// that registration's checkpoint is applied; or, for a person kept current in
+    /// line here, until the change log tells their new place (no registration).
     pub fn entered(self: &Arc<Hub>, queue: &str, user: &str) {
         self.register_within_cap(queue, user, Came::Entry);
     }
@@ -535,8 +549,8 @@ impl Hub {
                         person.polled = Some(now);
                         shared.last_poll = Some(now);
                         // Known but not kept current (say promoted before and in
-                        // line again): asked again.
-                        fresh |= !person.current;
+                        // line again): asked again, unless the log is to tell.
+                        fresh |= !person.current && person.moving.is_none();
                         None
                     }
                     Came::Entry => {
@@ -545,8 +559,21 @@ impl Hub {
                         let now = Instant::now();
                         person.polled = Some(now);
                         shared.last_poll = Some(now);
+                        // Kept current in line until now: entering again as they
+                        // were, the log tells their new place (`moved`), with no
+                        // registration; not answered from until it does.
+                        let in_line = person
+                            .tx
+                            .borrow()
+                            .as_ref()
+                            .is_some_and(|st| st.status == queue_client::Status::Waiting && st.opens_at.is_none());
+                        if person.current && in_line {
+                            person.moving = Some(now);
+                            shared.moving.push_back((now, user.to_string()));
+                        } else {
+                            fresh = true;
+                        }
                         person.current = false;
-                        fresh = true;
                         shared.changed_here.insert(user.to_string());
                         None
                     }
@@ -586,7 +613,8 @@ impl Hub {
 
     /// A status poll of `user` on `queue`, answered from the follower when it can be
     /// ([`Hub::poll`]). A person known here but not kept current (they entered again
-    /// elsewhere, or were promoted) is asked again and the poll held for up to
+    /// elsewhere under another nickname or lane, or were promoted; a re-entry as they
+    /// were is followed from the log) is asked again and the poll held for up to
     /// `hold`, until the follower's next registration (its `QUEUE.WATCH`, shared with
     /// everyone asked meanwhile) makes them current: one registration then answers
     /// both this poll and the next ones, instead of a read of their own and then a
