@@ -1659,7 +1659,7 @@ fn the_change_log_keeps_about_ten_thousand_entries(b: Backend) {
         assert_eq!(keys, vec!["n", "left", "again", "moved", "waiting"]);
         assert_eq!(f[2].1, f[1].1, "the one who left entered again");
         let moved: Vec<i64> = f[3].1.split(':').map(|x| x.parse().unwrap()).collect();
-        // At the back of the line, u is numbered after first again: often its old number.
+        // Numbered anew after first, the last one in line: here its old number again.
         assert!(moved.len() == 3 && moved[0].to_string() == f[1].1 && moved[1] > first && moved[2] == 2, "{f:?}");
         assert_eq!(f[4].1, "2");
     }

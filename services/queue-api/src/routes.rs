@@ -204,6 +204,8 @@ pub async fn entry(
         }
         _ => queue_client::EntryOptions::default(),
     };
+    // What the follower was told of this person before the entry (hub/mod.rs, `Hub::moves`).
+    let moves = if state.config.status_from_follower { state.hub.moves(&queue, &user) } else { None };
     let standing = client.enter_with(&queue, &user, nickname, &options).await.map_err(|e| {
         if matches!(e, queue_client::ClientError::Refused(queue_client::QueueError::NoCode)) {
             state.metrics.code_refused.increment(1);
@@ -218,7 +220,7 @@ pub async fn entry(
         // Known to this instance's follower from here on: registered in its next
         // cycle with everyone else who entered meanwhile, so that their polls are
         // answered from it, the first one too (hub/mod.rs, `Hub::entered`).
-        state.hub.entered(&queue, &user);
+        state.hub.entered(&queue, &user, moves, standing.rank);
     }
     if who.is_some() {
         // The identity is the place: no place cookie.

@@ -1243,8 +1243,9 @@ async fn last_event(seen: &Seen, user: &str, name: &str) -> Value {
 
 /// A change log entry tells the streams of people promoted their tickets (which then
 /// claim) and of people who left that they are gone, with no QUEUE.WATCH call (no
-/// tick comes: a push tick of a minute); someone who entered again is asked, and
-/// their stream shows the new place.
+/// tick comes: a push tick of a minute); someone who entered again as they were is
+/// placed from the entry too (`moved`), someone who entered again under another
+/// nickname is asked; both streams show the new place.
 async fn the_log_tells_the_promoted_their_tickets_and_who_left(b: Backend) {
     let (s, qc, api) = closed_queue_slow_tick(b).await;
     let users: Vec<String> = (0..10).map(|i| format!("p{i:02}")).collect();
@@ -1275,11 +1276,17 @@ async fn the_log_tells_the_promoted_their_tickets_and_who_left(b: Backend) {
     let claim = qc.claim("default", promoted["ticketId"].as_str().unwrap()).await.unwrap();
     assert_eq!(claim.user_id, "p03", "the streamed ticket claims");
 
-    // p07 enters again: asked, and shown at the back.
+    // p07 enters again as they were: shown at the back from the entry alone.
     qc.enter("default", "p07", "nick-p07").await.unwrap();
     streams_settle(&qc, &seen, &streamed, "p07 entered again").await;
     assert_eq!(last_event(&seen, "p07", "position").await["rank"], 5);
-    assert!(counter(&api, "queue_api_watch_calls_total").await > calls, "the one who entered again was asked");
+    assert_eq!(counter(&api, "queue_api_watch_calls_total").await, calls, "nobody was asked");
+    // p08 enters again under another nickname: asked, and shown at the back so named.
+    qc.enter("default", "p08", "renamed").await.unwrap();
+    streams_settle(&qc, &seen, &streamed, "p08 entered again renamed").await;
+    let p08 = last_event(&seen, "p08", "position").await;
+    assert_eq!((p08["rank"].as_u64(), p08["nickname"].as_str()), (Some(5), Some("renamed")));
+    assert!(counter(&api, "queue_api_watch_calls_total").await > calls, "the one renamed was asked");
     for t in tasks {
         t.abort();
     }

@@ -133,23 +133,32 @@ fn effect_of(e: &LogEntry, seq: u64) -> Change {
     Change::Ahead(ahead)
 }
 
+/// Where a person gone from the waiting part is after the entries ([`follow`]).
+#[derive(Debug, PartialEq, Eq)]
+enum Followed {
+    /// Waiting again (entered again as they were): their number and rank now.
+    Waiting { seq: u64, rank: u64 },
+    /// Gone numbered `seq` in `entries[at]` (numbers are reused: only that entry
+    /// tells what became of them).
+    Gone { seq: u64, at: usize },
+}
+
 /// Where a person who left numbered `l.seq` is after the entries past their `pos`:
 /// each re-entry an entry tells (`moved`) carries them on to their new number and
-/// rank. Their number and rank when they wait after the last entry; else the number
-/// they left under, with None.
-fn follow(entries: &[LogEntry], l: InLine) -> (u64, Option<u64>) {
+/// rank, until they leave without one.
+fn follow(entries: &[LogEntry], l: InLine) -> Followed {
     let (mut seq, mut rank) = (l.seq, l.rank);
-    for e in entries.iter().filter(|e| e.n > l.pos) {
+    for (at, e) in entries.iter().enumerate().filter(|(_, e)| e.n > l.pos) {
         match effect_of(e, seq) {
             Change::Ahead(n) => rank = rank.saturating_add_signed(n).max(1),
             // The entry's other fields are counted in the rank it tells.
             Change::Gone => match e.moved_of(seq) {
                 Some(m) => (seq, rank) = (m.new, m.rank),
-                None => return (seq, None),
+                None => return Followed::Gone { seq, at },
             },
         }
     }
-    (seq, Some(rank))
+    Followed::Waiting { seq, rank }
 }
 
 /// Several entries at once for everyone numbered in ascending order: one pass over
@@ -283,7 +292,10 @@ impl Ledger {
 
     fn forget(&mut self, user: &str) {
         if let Some(l) = self.line.remove(user) {
-            self.by_seq.remove(&l.seq);
+            // Unless someone placed anew in the same batch holds that number now.
+            if self.by_seq.get(&l.seq).is_some_and(|u| u == user) {
+                self.by_seq.remove(&l.seq);
+            }
         }
         self.pre.remove(user);
     }
@@ -579,18 +591,18 @@ impl Ledger {
                     self.forget(&user);
                     // Entered again with the nickname and lane they had: in line
                     // under the new number, with nobody asked.
-                    let (seq, rank) = follow(entries, l);
-                    if let Some(rank) = rank {
-                        self.line.insert(user.clone(), InLine { seq, rank, pos: last.n });
-                        self.by_seq.insert(seq, user.clone());
-                        self.out.push(Effect::Moved { user, rank, eta: self.eta(rank) });
-                        continue;
-                    }
-                    let seq = Some(seq);
-                    let ticket = seq.and_then(|seq| entries.iter().find_map(|e| e.ticket_of(seq)));
-                    let left_for_good = seq.is_some_and(|seq| {
-                        batch.left.contains(&seq) && !entries.iter().any(|e| e.again.contains(&seq))
-                    });
+                    let (seq, at) = match follow(entries, l) {
+                        Followed::Waiting { seq, rank } => {
+                            self.line.insert(user.clone(), InLine { seq, rank, pos: last.n });
+                            self.by_seq.insert(seq, user.clone());
+                            self.out.push(Effect::Moved { user, rank, eta: self.eta(rank) });
+                            continue;
+                        }
+                        Followed::Gone { seq, at } => (seq, &entries[at]),
+                    };
+                    // What the entry that took them tells, of that number there.
+                    let ticket = at.ticket_of(seq);
+                    let left_for_good = at.left.contains(&seq) && !at.again.contains(&seq);
                     match ticket {
                         Some(ticket) => self.out.push(Effect::Gone { user, ticket: Some(ticket.to_string()) }),
                         None if left_for_good => self.out.push(Effect::Gone { user, ticket: None }),

@@ -495,6 +495,55 @@ fn the_log_tells_tickets_and_who_left() {
     w.check_streams();
 }
 
+/// Someone leaves from the back and, in the same batch, someone ahead enters again
+/// and is given the number the leaver had: the one placed anew keeps that number in
+/// the ledger (the leaver's leaving does not take it from them), so the promotion
+/// after reaches them.
+#[test]
+fn a_number_reused_in_one_batch_stays_with_the_one_placed_on_it() {
+    let mut w = World::new();
+    for u in ["a", "c", "b"] {
+        w.enter(u);
+        w.open(u);
+    }
+    w.settle();
+    w.leave("b");
+    w.enter("a"); // again: numbered after c, the number b had
+    w.publish(|_| false);
+    w.cycle(false);
+    assert!(w.ledger.nobody_to_watch(), "a placed from the entry");
+    assert_eq!(w.shown("a"), (Status::Waiting, 2));
+    w.ledger.check();
+    w.promote(2);
+    w.settle();
+    assert_eq!(w.shown("a").0, Status::Promoted, "the promotion reached a");
+    w.check_streams();
+}
+
+/// In a lane, someone promoted and then, in the same batch, someone who enters
+/// again into the emptied lane under the promoted one's number and is promoted too:
+/// each stream shows its own ticket (the entry that took them tells it, not an
+/// earlier one of the same number).
+#[test]
+fn a_reused_number_s_ticket_is_the_one_of_the_entry_that_took_them() {
+    let mut w = World::with_lanes("vip,general");
+    for u in ["b", "m"] {
+        w.enter_with(u, Some("vip"), None).unwrap();
+        w.open(u);
+    }
+    w.settle();
+    w.promote(1); // b, with a ticket under the number b waited with
+    w.enter_with("m", Some("vip"), None).unwrap(); // again: the lane's first number
+    w.promote(1); // m
+    w.publish(|_| false);
+    w.cycle(false);
+    w.settle();
+    let ticket = |u: &str| w.streams[u].as_ref().unwrap().ticket_id.clone();
+    assert!(ticket("b").is_some() && ticket("m").is_some());
+    assert_ne!(ticket("b"), ticket("m"), "m shown b's ticket");
+    w.check_streams();
+}
+
 /// A message lost on the channel: the next one shows the number skipped and the log
 /// is read for it; with no next one, the tick's checkpoint shows the log ahead and
 /// the log is read once the entries are overdue.

@@ -69,6 +69,10 @@ struct Person {
     /// not answered from until the log's entry tells their new place
     /// ([`ledger::Effect::Moved`]), or asked after [`MOVE_WAIT`].
     moving: Option<Instant>,
+    /// How many times the log told them a new place after entering again
+    /// ([`ledger::Effect::Moved`]): an entry here compares it with its count from
+    /// before ([`Hub::moves`]), in case the log told it before the entry's reply.
+    moves: u64,
 }
 
 /// How long a person who entered again through this instance waits for the change
@@ -87,6 +91,7 @@ impl Person {
             checked: 0,
             listening: Arc::default(),
             moving: None,
+            moves: 0,
         }
     }
 
@@ -341,8 +346,10 @@ enum Came {
     Stream,
     Poll,
     /// They entered (or entered again) through this instance and wait: registered
-    /// like a poller before their first poll, and asked again whatever was known.
-    Entry,
+    /// like a poller before their first poll, and asked again whatever was known
+    /// (unless the log tells their new place: with [`Hub::moves`] from before the
+    /// entry, and the rank the entry replied).
+    Entry(Option<u64>, u64),
 }
 
 impl Hub {
@@ -479,8 +486,17 @@ impl Hub {
     /// of them before (an earlier place, re-entered now) is not answered from until
     /// that registration's checkpoint is applied; or, for a person kept current in
     /// line here, until the change log tells their new place (no registration).
-    pub fn entered(self: &Arc<Hub>, queue: &str, user: &str) {
-        self.register_within_cap(queue, user, Came::Entry);
+    pub fn entered(self: &Arc<Hub>, queue: &str, user: &str, moves: Option<u64>, rank: u64) {
+        self.register_within_cap(queue, user, Came::Entry(moves, rank));
+    }
+
+    /// How many new places after entering again the log told `user` here so far
+    /// (None: not known here), read before an entry through this instance and handed
+    /// to [`Hub::entered`] after it.
+    pub fn moves(&self, queue: &str, user: &str) -> Option<u64> {
+        let w = self.queues.lock().unwrap().get(queue).cloned()?;
+        let shared = w.shared.lock().unwrap();
+        shared.users.get(user).map(|p| p.moves)
     }
 
     /// `user` left `queue` through this instance: polls here read Valkey from now on
@@ -533,7 +549,7 @@ impl Hub {
                 let person = shared.users.entry(user.to_string()).or_insert_with(|| {
                     fresh = true;
                     let mut p = Person::new();
-                    if matches!(came, Came::Poll | Came::Entry) {
+                    if matches!(came, Came::Poll | Came::Entry(..)) {
                         p.by_poll = true;
                         self.pollers.fetch_add(1, Ordering::Relaxed);
                     }
@@ -553,7 +569,7 @@ impl Hub {
                         fresh |= !person.current && person.moving.is_none();
                         None
                     }
-                    Came::Entry => {
+                    Came::Entry(before, replied) => {
                         // Counted as polling from the entry on: unregistered after
                         // the grace period if they never poll.
                         let now = Instant::now();
@@ -561,20 +577,22 @@ impl Hub {
                         shared.last_poll = Some(now);
                         // Kept current in line until now: entering again as they
                         // were, the log tells their new place (`moved`), with no
-                        // registration; not answered from until it does.
-                        let in_line = person
-                            .tx
-                            .borrow()
-                            .as_ref()
-                            .is_some_and(|st| st.status == queue_client::Status::Waiting && st.opens_at.is_none());
-                        if person.current && in_line {
-                            person.moving = Some(now);
-                            shared.moving.push_back((now, user.to_string()));
-                        } else {
-                            fresh = true;
+                        // registration; not answered from until it does, unless it
+                        // did already (since `before`, at the rank the entry replied).
+                        let shown = person.tx.borrow().as_ref().map(|st| (st.status, st.rank, st.opens_at.is_none()));
+                        let in_line =
+                            shown.is_some_and(|(status, _, placed)| status == queue_client::Status::Waiting && placed);
+                        let told = before.is_some_and(|b| person.moves > b) && shown.is_some_and(|s| s.1 == replied);
+                        if !(person.current && in_line && told) {
+                            if person.current && in_line && before.is_some() {
+                                person.moving = Some(now);
+                                shared.moving.push_back((now, user.to_string()));
+                            } else {
+                                fresh = true;
+                            }
+                            person.current = false;
+                            shared.changed_here.insert(user.to_string());
                         }
-                        person.current = false;
-                        shared.changed_here.insert(user.to_string());
                         None
                     }
                 };
