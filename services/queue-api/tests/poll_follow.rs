@@ -380,12 +380,10 @@ async fn an_entry_here_is_answered_from_the_follower(b: Backend) {
     off.stop().await;
 }
 
-/// Someone known to an instance leaves and enters again through another: the
-/// instance learns from the log that they left, and their next poll there is held
-/// for its follower's registration (`--poll-hold`), which answers it, instead of a
-/// read from Valkey of their own followed by that registration. Someone who left for
-/// good is still read from Valkey (the same 404).
-async fn a_re_entry_elsewhere_is_held_for_the_registration(b: Backend) {
+/// Two instances following (`here`, `elsewhere`) and one reading from Valkey; four
+/// people who entered through `elsewhere` behind someone else, known `here` from
+/// their first polls (read from Valkey, then registered).
+async fn known_here_entered_elsewhere(b: Backend) -> (ValkeyServer, Api, Api, Api, Vec<String>) {
     let (s, qc) = closed_queue(b, 600_000).await;
     let here = follows(&s, Duration::from_secs(60), Duration::from_secs(2)).await;
     let elsewhere = follows(&s, Duration::from_secs(60), Duration::from_secs(2)).await;
@@ -395,8 +393,17 @@ async fn a_re_entry_elsewhere_is_held_for_the_registration(b: Backend) {
     for _ in 0..4 {
         users.push(enter(&elsewhere, None).await["userId"].as_str().unwrap().to_string());
     }
-    // Known here from their first polls (read from Valkey, then registered).
     answered_from_follower(&here, &off, &users).await;
+    (s, here, elsewhere, off, users)
+}
+
+/// Someone known to an instance leaves and enters again through another: the
+/// instance learns from the log that they left, and their next poll there is held
+/// for its follower's registration (`--poll-hold`), which answers it, instead of a
+/// read from Valkey of their own followed by that registration. Someone who left for
+/// good is still read from Valkey (the same 404).
+async fn a_re_entry_elsewhere_is_held_for_the_registration(b: Backend) {
+    let (_s, here, elsewhere, off, users) = known_here_entered_elsewhere(b).await;
     let from_valkey = valkey_answers(&here).await;
     // The first leaves and enters again at the back, elsewhere (as a page that lost
     // its place does): here they agree with Valkey again within the bound, every
@@ -427,16 +434,7 @@ async fn a_re_entry_elsewhere_is_held_for_the_registration(b: Backend) {
 /// its follower, none read from Valkey. Entering again under another nickname is not
 /// in the entry: that person is asked again.
 async fn a_re_entry_elsewhere_is_followed_from_the_log(b: Backend) {
-    let (s, qc) = closed_queue(b, 600_000).await;
-    let here = follows(&s, Duration::from_secs(60), Duration::from_secs(2)).await;
-    let elsewhere = follows(&s, Duration::from_secs(60), Duration::from_secs(2)).await;
-    let off = reads(&s).await;
-    qc.enter(Q, "first", "n").await.unwrap();
-    let mut users = Vec::new();
-    for _ in 0..4 {
-        users.push(enter(&elsewhere, None).await["userId"].as_str().unwrap().to_string());
-    }
-    answered_from_follower(&here, &off, &users).await;
+    let (_s, here, elsewhere, off, users) = known_here_entered_elsewhere(b).await;
     let from_valkey = valkey_answers(&here).await;
     enter(&elsewhere, Some(&users[0])).await;
     polls_agree(&here, &off, &users, Duration::from_secs(3), "a re-entry elsewhere").await;
