@@ -220,7 +220,7 @@ pub async fn entry(
         // Known to this instance's follower from here on: registered in its next
         // cycle with everyone else who entered meanwhile, so that their polls are
         // answered from it, the first one too (hub/mod.rs, `Hub::entered`).
-        state.hub.entered(&queue, &user, moves, standing.rank);
+        state.hub.entered(&queue, &user, moves, &standing);
     }
     if who.is_some() {
         // The identity is the place: no place cookie.

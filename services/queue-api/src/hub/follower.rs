@@ -25,8 +25,9 @@ const RETRY: Duration = Duration::from_millis(200);
 /// application walks everyone the entries reach, so under churn (a thousand entries a
 /// second) applying them in batches costs a fraction of applying each; a rank is told
 /// at most once per push interval anyway. An entry with a ticket for someone here,
-/// the sale's state, a reset or someone's new place after entering again (`moved`)
-/// is applied at once, with everything before it.
+/// the sale's state, a reset, or someone's new place after entering again (`moved`)
+/// while someone who entered again here waits for it, is applied at once, with
+/// everything before it.
 const APPLY_EVERY: Duration = Duration::from_millis(20);
 /// Entries held back at most (then applied at once).
 const APPLY_BATCH: usize = 1_000;
@@ -142,10 +143,12 @@ impl Follower {
         // Asked again from here on: only a reply sent after this counts for them.
         shared.changed_here.clear();
         // Entries that move ranks alone wait a moment for the next ones. One that
-        // tells someone's new place after entering again does not: a person who
-        // entered again here waits for it ([`super::Person::moving`]).
-        let urgent =
-            |e: &queue_client::LogEntry| !e.tickets.is_empty() || e.state.is_some() || e.reset || !e.moved.is_empty();
+        // tells someone's new place after entering again does not while someone
+        // who entered again here waits for it ([`super::Person::moving`]).
+        let waited_for = !shared.moving.is_empty();
+        let urgent = |e: &queue_client::LogEntry| {
+            !e.tickets.is_empty() || e.state.is_some() || e.reset || (waited_for && !e.moved.is_empty())
+        };
         let now = Instant::now();
         let due = self.held_since.is_some_and(|t| now >= t + APPLY_EVERY);
         if due || shared.pushed.len() >= APPLY_BATCH || shared.pushed.iter().any(urgent) {
@@ -377,8 +380,12 @@ impl Follower {
                 Effect::Gone { user, ticket } => {
                     let Some(p) = users.get_mut(&user) else { continue };
                     p.current = false;
-                    // Told where they went: nothing more to wait for.
-                    p.moving = None;
+                    // Entered again here after this (a ticket they gave back, say):
+                    // not told what the entry says of before, asked.
+                    if p.moving.take().is_some() {
+                        self.ledger.ask_again(user);
+                        continue;
+                    }
                     let st = ledger::gone_standing(&user, p.tx.borrow().as_ref(), ticket);
                     match st {
                         Some(st) => send(&self.hub, &p.tx, st),

@@ -290,6 +290,19 @@ impl Ledger {
         self.pending.extend(entries.into_iter().map(|e| (e.n, e)));
     }
 
+    /// Puts `user` in line as `l`. Someone else the ledger still has under that
+    /// number (they left in an entry not applied yet, and the number was given
+    /// again) is taken out and asked about.
+    fn place(&mut self, user: &str, l: InLine) {
+        if let Some(prev) = self.by_seq.insert(l.seq, user.to_string()) {
+            if prev != user && self.line.get(&prev).is_some_and(|p| p.seq == l.seq) {
+                self.line.remove(&prev);
+                self.to_watch.push(prev);
+            }
+        }
+        self.line.insert(user.to_string(), l);
+    }
+
     fn forget(&mut self, user: &str) {
         if let Some(l) = self.line.remove(user) {
             // Unless someone placed anew in the same batch holds that number now.
@@ -425,8 +438,7 @@ impl Ledger {
             }
             if current && st.status == Status::Waiting {
                 if seq > 0 {
-                    self.line.insert(user.clone(), InLine { seq, rank: st.rank, pos: cp.log });
-                    self.by_seq.insert(seq, user.clone());
+                    self.place(&user, InLine { seq, rank: st.rank, pos: cp.log });
                     self.fresh.insert((cp.log, user.clone()));
                 } else {
                     self.pre.insert(user.clone());
@@ -584,6 +596,8 @@ impl Ledger {
         // Of those gone, the entries tell the promoted and watched their tickets, and
         // who left the queue altogether; the rest (taken at the head without a ticket
         // listed, or still in the queue otherwise: entered again, inside) are asked.
+        // People placed anew (entered again), once everyone gone here is forgotten.
+        let mut placed = Vec::new();
         for (user, change) in changed {
             match change {
                 Change::Gone => {
@@ -593,9 +607,7 @@ impl Ledger {
                     // under the new number, with nobody asked.
                     let (seq, at) = match follow(entries, l) {
                         Followed::Waiting { seq, rank } => {
-                            self.line.insert(user.clone(), InLine { seq, rank, pos: last.n });
-                            self.by_seq.insert(seq, user.clone());
-                            self.out.push(Effect::Moved { user, rank, eta: self.eta(rank) });
+                            placed.push((user, InLine { seq, rank, pos: last.n }));
                             continue;
                         }
                         Followed::Gone { seq, at } => (seq, &entries[at]),
@@ -618,6 +630,10 @@ impl Ledger {
                     }
                 }
             }
+        }
+        for (user, l) in placed {
+            self.place(&user, l);
+            self.out.push(Effect::Moved { user, rank: l.rank, eta: self.eta(l.rank) });
         }
     }
 }

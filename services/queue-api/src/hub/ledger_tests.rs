@@ -520,6 +520,29 @@ fn a_number_reused_in_one_batch_stays_with_the_one_placed_on_it() {
     w.check_streams();
 }
 
+/// The last one in line leaves, and a newcomer given their number is registered
+/// with a checkpoint from after that leave, before the leave's entry is applied: the
+/// one who left is not kept under the newcomer's number (they are asked), and each
+/// stream shows the truth.
+#[test]
+fn a_checkpoint_ahead_onto_a_number_still_held_asks_the_holder() {
+    let mut w = World::new();
+    for u in ["a", "y"] {
+        w.enter(u);
+        w.open(u);
+    }
+    w.settle();
+    w.leave("y");
+    w.enter("z"); // numbered as y was
+    w.open("z");
+    w.cycle(false); // z's checkpoint, the leave not applied yet
+    w.ledger.check();
+    w.settle();
+    assert_eq!(w.shown("y"), (Status::Unknown, 0));
+    assert_eq!(w.shown("z"), (Status::Waiting, 2));
+    w.check_streams();
+}
+
 /// In a lane, someone promoted and then, in the same batch, someone who enters
 /// again into the emptied lane under the promoted one's number and is promoted too:
 /// each stream shows its own ticket (the entry that took them tells it, not an

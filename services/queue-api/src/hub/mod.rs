@@ -348,8 +348,8 @@ enum Came {
     /// They entered (or entered again) through this instance and wait: registered
     /// like a poller before their first poll, and asked again whatever was known
     /// (unless the log tells their new place: with [`Hub::moves`] from before the
-    /// entry, and the rank the entry replied).
-    Entry(Option<u64>, u64),
+    /// entry, and the standing the entry replied).
+    Entry(Option<u64>, Standing),
 }
 
 impl Hub {
@@ -486,8 +486,8 @@ impl Hub {
     /// of them before (an earlier place, re-entered now) is not answered from until
     /// that registration's checkpoint is applied; or, for a person kept current in
     /// line here, until the change log tells their new place (no registration).
-    pub fn entered(self: &Arc<Hub>, queue: &str, user: &str, moves: Option<u64>, rank: u64) {
-        self.register_within_cap(queue, user, Came::Entry(moves, rank));
+    pub fn entered(self: &Arc<Hub>, queue: &str, user: &str, moves: Option<u64>, replied: &Standing) {
+        self.register_within_cap(queue, user, Came::Entry(moves, replied.clone()));
     }
 
     /// How many new places after entering again the log told `user` here so far
@@ -510,6 +510,7 @@ impl Hub {
         let shared = &mut *shared;
         let Some(person) = shared.users.get_mut(user) else { return };
         person.current = false;
+        person.moving = None;
         shared.changed_here.insert(user.to_string());
         if person.streams == 0 {
             // Leaving removed their registration in Valkey: nothing to unregister
@@ -578,11 +579,15 @@ impl Hub {
                         // Kept current in line until now: entering again as they
                         // were, the log tells their new place (`moved`), with no
                         // registration; not answered from until it does, unless it
-                        // did already (since `before`, at the rank the entry replied).
-                        let shown = person.tx.borrow().as_ref().map(|st| (st.status, st.rank, st.opens_at.is_none()));
-                        let in_line =
-                            shown.is_some_and(|(status, _, placed)| status == queue_client::Status::Waiting && placed);
-                        let told = before.is_some_and(|b| person.moves > b) && shown.is_some_and(|s| s.1 == replied);
+                        // did already (since `before`, the place the entry replied).
+                        let (in_line, as_replied) = match person.tx.borrow().as_ref() {
+                            Some(st) => (
+                                st.status == queue_client::Status::Waiting && st.opens_at.is_none(),
+                                (st.rank, &st.nickname, &st.lane) == (replied.rank, &replied.nickname, &replied.lane),
+                            ),
+                            None => (false, false),
+                        };
+                        let told = before.is_some_and(|b| person.moves > b) && as_replied;
                         if !(person.current && in_line && told) {
                             if person.current && in_line && before.is_some() {
                                 person.moving = Some(now);
