@@ -361,20 +361,11 @@ impl Follower {
                     if p.moving.take().is_some() {
                         p.current = true;
                     }
-                    let listening = &p.listening;
-                    p.tx.send_if_modified(|shown| {
-                        ledger::set_rank(shown, rank, eta) && listening.load(Ordering::SeqCst) > 0
-                    });
+                    tell_rank(p, rank, eta);
                 }
                 Effect::Rank { user, rank, eta } => {
                     if let Some(p) = users.get(&user) {
-                        // Nobody woken while every stream of theirs holds a change
-                        // back (the count is read under the channel's lock: a stream
-                        // that starts listening after it reads the new rank).
-                        let listening = &p.listening;
-                        p.tx.send_if_modified(|shown| {
-                            ledger::set_rank(shown, rank, eta) && listening.load(Ordering::SeqCst) > 0
-                        });
+                        tell_rank(p, rank, eta);
                     }
                 }
                 Effect::Gone { user, ticket } => {
@@ -413,6 +404,14 @@ impl Follower {
             }
         }
     }
+}
+
+/// Writes a new rank and estimate into a person's standing. Nobody is woken while
+/// every stream of theirs holds a change back (the count is read under the channel's
+/// lock: a stream that starts listening after it reads the new rank).
+fn tell_rank(p: &super::Person, rank: u64, eta: ledger::Eta) {
+    let listening = &p.listening;
+    p.tx.send_if_modified(|shown| ledger::set_rank(shown, rank, eta) && listening.load(Ordering::SeqCst) > 0);
 }
 
 /// Hands a checked standing to a user's streams (counting a promotion once).

@@ -305,10 +305,7 @@ impl Ledger {
 
     fn forget(&mut self, user: &str) {
         if let Some(l) = self.line.remove(user) {
-            // Unless someone placed anew in the same batch holds that number now.
-            if self.by_seq.get(&l.seq).is_some_and(|u| u == user) {
-                self.by_seq.remove(&l.seq);
-            }
+            self.by_seq.remove(&l.seq);
         }
         self.pre.remove(user);
     }
