@@ -2,7 +2,7 @@
 # poll-follow.sh -- status polls answered from the push follower: what a poll costs
 # Valkey and how far behind Valkey its answers are. One valkey-server (the module),
 # INSTANCES queue-api instances, USERS people who entered through queue-api
-# (POST /api/queue/entry) in a closed queue, polled round robin across the instances
+# (POST /api/queue/entry) in a closed queue, polled at random across the instances
 # by `queue-cli poll-load` over CONNS keep-alive connections for SECS seconds, while
 # CHURN times a second someone leaves and enters again (every poller behind them
 # moves): through queue-api's HTTP entry and leave, as people do (CHURN_VIA=api,
@@ -131,12 +131,24 @@ for _ in range(users):
 users_file = f"{tmp}/users.txt"
 with open(users_file, "w") as f: f.write("\n".join(people) + "\n")
 
+def held_counts(bases):
+    """Polls the instances read from Valkey, held for a registration, and held then read."""
+    names = ("queue_api_status_from_valkey_total", "queue_api_status_held_total", "queue_api_status_held_read_total")
+    out = [0, 0, 0]
+    for base in bases:
+        with urllib.request.urlopen(f"{base}/metrics", timeout=10) as r:
+            for line in r.read().decode().splitlines():
+                name, _, value = line.partition(" ")
+                if name in names: out[names.index(name)] += int(float(value))
+    return out
+
 def round_once(mode, n_inst):
     bases = apis[mode][:n_inst]
-    # Everyone's first poll at every instance (polls go round robin across them).
+    # Everyone's first poll at every instance (the load then picks both at random).
     for u in people:
         for base in bases: get(f"{base}/api/queue/status?userId={u}")
     time.sleep(1.5)  # registered with the followers
+    held_before = held_counts(bases)
     admin.call("CONFIG", "RESETSTAT")
     stop = time.time() + secs; polls = [0]; lags = []; errors = []; lock = threading.Lock(); changes = [0]
     def sampler(k):
@@ -196,9 +208,12 @@ def round_once(mode, n_inst):
         f = dict(kv.split("=") for kv in rest.split(","))
         usec += int(f["usec"]); by[name] = (int(f["usec"]), int(f["calls"]))
     top = sorted(by.items(), key=lambda kv: -kv[1][0])[:4]
+    read, held, held_read = (a - b for a, b in zip(held_counts(bases), held_before))
     print(f"  round instances={n_inst} from_follower={mode}: {polls[0]} polls, {changes[0]} re-entries "
           f"(polls:changes {polls[0] / max(1, changes[0]):.0f}:1): " + ", ".join(
-        f"{k} {u * 1000.0 / max(1, polls[0]):.1f} ns/poll ({c} calls)" for k, (u, c) in top), flush=True)
+        f"{k} {u * 1000.0 / max(1, polls[0]):.1f} ns/poll ({c} calls)" for k, (u, c) in top)
+        + (f"; polls read from Valkey {read}, held {held} (then read {held_read})" if mode == "true" else ""),
+        flush=True)
     lags.sort()
     p99 = lags[min(len(lags) - 1, int(len(lags) * 0.99))] if lags else 0.0
     return usec * 1000.0 / max(1, polls[0]), p99 * 1000, polls[0], errors, polls[0] / max(1, changes[0])

@@ -82,7 +82,8 @@ pub struct Config {
     /// How long a status poll of a person known here but not kept current (they
     /// entered again through another instance, say) waits for the follower's next
     /// registration to answer it, before it is read from Valkey (0 to 1s; 0: read at
-    /// once, then registered).
+    /// once, then registered). The people asked for their polls are gathered for
+    /// half of it into one registration.
     #[arg(long, env = "POLL_HOLD", default_value = "100ms",
           value_parser = service_kit::duration(Duration::ZERO..=Duration::from_secs(1)))]
     pub poll_hold: Duration,

@@ -16,6 +16,8 @@ pub struct Metrics {
     pub status_requests: Counter,
     pub status_from_follower: Counter,
     pub status_from_valkey: Counter,
+    pub status_held: Counter,
+    pub status_held_read: Counter,
     pub pollers_refused: Counter,
     pub leave_requests: Counter,
     promoted_users: Counter,
@@ -48,6 +50,14 @@ impl Default for Metrics {
             status_from_valkey: r.counter(
                 "queue_api_status_from_valkey_total",
                 "Status polls read from Valkey (batched QUEUE.RANKS): a first poll, the follower not current, or --status-from-follower false.",
+            ),
+            status_held: r.counter(
+                "queue_api_status_held_total",
+                "Status polls held for the push follower's registration of their person (--poll-hold).",
+            ),
+            status_held_read: r.counter(
+                "queue_api_status_held_read_total",
+                "Status polls held, then read from Valkey: the registration did not answer within --poll-hold, or found them not waiting.",
             ),
             leave_requests: r
                 .counter("queue_leave_requests_total", "Requests to leave the line (DELETE /api/queue/entry)."),

@@ -385,6 +385,9 @@ pub async fn status(
         }
         asked @ (Polled::Asked | Polled::Unknown) => {
             state.metrics.status_from_valkey.increment(1);
+            if matches!(asked, Polled::Asked) {
+                state.metrics.status_held_read.increment(1);
+            }
             let standing = state.statuses.status(&client, &queue, user.clone()).await?;
             // (One held was asked again already.)
             if matches!(asked, Polled::Unknown) && standing.status == Status::Waiting {

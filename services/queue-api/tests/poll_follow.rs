@@ -27,6 +27,7 @@ testkit::backend_tests!(
     an_entry_here_is_answered_from_the_follower,
     a_re_entry_elsewhere_is_held_for_the_registration,
     a_re_entry_elsewhere_is_followed_from_the_log,
+    people_asked_for_their_polls_are_registered_together,
 );
 
 async fn counter(api: &Api, name: &str) -> f64 {
@@ -46,10 +47,16 @@ async fn valkey_answers(api: &Api) -> f64 {
 
 /// An instance answering polls from its follower (`bound`: --status-max-staleness).
 async fn follows(s: &ValkeyServer, tick: Duration, bound: Duration) -> Api {
+    follows_holding(s, tick, bound, queue_api::Config::local(&s.url()).poll_hold).await
+}
+
+/// [`follows`], with `hold` as --poll-hold.
+async fn follows_holding(s: &ValkeyServer, tick: Duration, bound: Duration, hold: Duration) -> Api {
     let mut config = queue_api::Config::local(&s.url());
     config.status_from_follower = true;
     config.push_tick = tick;
     config.status_max_staleness = bound;
+    config.poll_hold = hold;
     config.rate_limit = 0.0;
     Api::start(config).await
 }
@@ -382,10 +389,15 @@ async fn an_entry_here_is_answered_from_the_follower(b: Backend) {
 
 /// Two instances following (`here`, `elsewhere`) and one reading from Valkey; four
 /// people who entered through `elsewhere` behind someone else, known `here` from
-/// their first polls (read from Valkey, then registered).
-async fn known_here_entered_elsewhere(b: Backend) -> (ValkeyServer, Api, Api, Api, Vec<String>) {
+/// their first polls (read from Valkey, then registered). `here` has `bound` as
+/// --status-max-staleness and `hold` as --poll-hold.
+async fn known_here_entered_elsewhere(
+    b: Backend,
+    bound: Duration,
+    hold: Duration,
+) -> (ValkeyServer, Api, Api, Api, Vec<String>) {
     let (s, qc) = closed_queue(b, 600_000).await;
-    let here = follows(&s, Duration::from_secs(60), Duration::from_secs(2)).await;
+    let here = follows_holding(&s, Duration::from_secs(60), bound, hold).await;
     let elsewhere = follows(&s, Duration::from_secs(60), Duration::from_secs(2)).await;
     let off = reads(&s).await;
     qc.enter(Q, "first", "n").await.unwrap();
@@ -403,7 +415,7 @@ async fn known_here_entered_elsewhere(b: Backend) -> (ValkeyServer, Api, Api, Ap
 /// read from Valkey of their own followed by that registration. Someone who left for
 /// good is still read from Valkey (the same 404).
 async fn a_re_entry_elsewhere_is_held_for_the_registration(b: Backend) {
-    let (_s, here, elsewhere, off, users) = known_here_entered_elsewhere(b).await;
+    let (_s, here, elsewhere, off, users) = known_here_entered_elsewhere(b, BOUND, HOLD).await;
     let from_valkey = valkey_answers(&here).await;
     // The first leaves and enters again at the back, elsewhere (as a page that lost
     // its place does): here they agree with Valkey again within the bound, every
@@ -428,13 +440,71 @@ async fn a_re_entry_elsewhere_is_held_for_the_registration(b: Backend) {
     }
 }
 
+/// --status-max-staleness and --poll-hold of most tests here.
+const BOUND: Duration = Duration::from_secs(2);
+const HOLD: Duration = Duration::from_millis(100);
+
+/// People known to an instance leave and enter again through another, one after
+/// another, and then poll it, one after another: the instance asks about them for
+/// their polls (held meanwhile), and registers them together, one `QUEUE.WATCH`
+/// for all of them rather than one each, and answers every poll from it.
+async fn people_asked_for_their_polls_are_registered_together(b: Backend) {
+    // A hold of 600ms: gathered for 300ms from the first asked.
+    let hold = Duration::from_millis(600);
+    let bound = Duration::from_secs(10);
+    let (_s, here, elsewhere, off, users) = known_here_entered_elsewhere(b, bound, hold).await;
+    // Past the confirmation the set-up's polls made due (one every half bound).
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    let (watches, from_valkey) = (counter(&here, "queue_api_watch_calls_total").await, valkey_answers(&here).await);
+    for u in &users {
+        leave(&elsewhere, u).await;
+        enter(&elsewhere, Some(u)).await;
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let polls: Vec<_> = users
+        .iter()
+        .enumerate()
+        .map(|(i, u)| {
+            let url = here.url(&format!("/api/queue/status?userId={u}"));
+            tokio::spawn(async move {
+                tokio::time::sleep(Duration::from_millis(20 * i as u64)).await;
+                let sent = Instant::now();
+                (sent, reqwest::get(url).await.unwrap().json::<Value>().await.unwrap())
+            })
+        })
+        .collect();
+    let (mut sent, mut answers) = (Vec::new(), Vec::new());
+    for p in polls {
+        let (at, answer) = p.await.unwrap();
+        sent.push(at);
+        answers.push(answer);
+    }
+    let watched = counter(&here, "queue_api_watch_calls_total").await - watches;
+    // One registration when every poll came within the gathering (300ms from the
+    // first); a machine too busy to send them 20ms apart may split them in two.
+    let spread = sent.iter().max().unwrap().duration_since(*sent.iter().min().unwrap());
+    if spread < Duration::from_millis(200) {
+        assert_eq!(watched, 1.0, "registrations for {} people asked within {spread:?}", users.len());
+    } else {
+        assert!(watched <= 2.0, "{watched} registrations for {} people asked within {spread:?}", users.len());
+    }
+    for (u, got) in users.iter().zip(&answers) {
+        assert_eq!(got, &poll(&off, u).await.1, "{u}");
+    }
+    assert_eq!(answers.iter().map(|a| a["rank"].as_u64().unwrap()).collect::<Vec<_>>(), [2, 3, 4, 5]);
+    assert_eq!(valkey_answers(&here).await, from_valkey, "polls read from Valkey, not held for the registration");
+    for api in [here, elsewhere, off] {
+        api.stop().await;
+    }
+}
+
 /// Someone known to an instance enters again through another without leaving, as
 /// they were (the same nickname): the instance places them at the back from the
 /// change log's entry alone (`moved`), and every poll of them there is answered from
 /// its follower, none read from Valkey. Entering again under another nickname is not
 /// in the entry: that person is asked again.
 async fn a_re_entry_elsewhere_is_followed_from_the_log(b: Backend) {
-    let (_s, here, elsewhere, off, users) = known_here_entered_elsewhere(b).await;
+    let (_s, here, elsewhere, off, users) = known_here_entered_elsewhere(b, BOUND, HOLD).await;
     let from_valkey = valkey_answers(&here).await;
     enter(&elsewhere, Some(&users[0])).await;
     polls_agree(&here, &off, &users, Duration::from_secs(3), "a re-entry elsewhere").await;

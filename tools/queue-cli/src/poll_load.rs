@@ -1,9 +1,10 @@
 //! `poll-load`: status polls as fast as `--conns` keep-alive connections make them, for
 //! `bench/poll-follow.sh`. Each connection polls the people of `--users-file` (one
-//! userId a line) in turn, spreading its polls round robin over the `--api`
-//! instances, for `--secs` seconds. Prints one line of JSON: polls made, how many
+//! userId a line) at random, each poll at one of the `--api` instances at random,
+//! for `--secs` seconds. Prints one line of JSON: polls made, how many
 //! were answered 200 and 404, other answers and failures, and polls a second.
 
+use rand::{Rng, SeedableRng};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -75,12 +76,15 @@ pub async fn main(args: PollLoadArgs) -> u8 {
         let (client, users, bases, counts, queue) =
             (client.clone(), users.clone(), bases.clone(), counts.clone(), args.queue.clone());
         tasks.push(tokio::spawn(async move {
-            // Each connection starts at its own place in the list.
-            let mut i = k * users.len() / args.conns as usize;
+            // Each connection picks the person and the instance at random, on its
+            // own: connections that went through the same person in turn would
+            // bunch up behind a poll held a moment (hub/mod.rs, `Hub::poll_held`)
+            // and then hit the next one together, polling some people many times
+            // more than others.
+            let mut rng = rand::rngs::StdRng::seed_from_u64(k as u64);
             while Instant::now() < stop {
-                let user = &users[i % users.len()];
-                let base = &bases[i % bases.len()];
-                i += 1;
+                let user = &users[rng.random_range(0..users.len())];
+                let base = &bases[rng.random_range(0..bases.len())];
                 let url = format!("{base}/api/queue/status?userId={user}&queue={queue}");
                 counts.polls.fetch_add(1, Ordering::Relaxed);
                 let got = match client.get(&url).send().await {

@@ -47,6 +47,9 @@ pub(super) struct Follower {
     last_sweep: Instant,
     /// Since when published entries wait to be applied together ([`APPLY_EVERY`]).
     held_since: Option<Instant>,
+    /// Since when people to register for their polls are gathered
+    /// ([`super::Hub::gather_for`]).
+    gathering_since: Option<Instant>,
 }
 
 impl Follower {
@@ -61,6 +64,7 @@ impl Follower {
             to_confirm: None,
             last_sweep: Instant::now(),
             held_since: None,
+            gathering_since: None,
         }
     }
 
@@ -88,6 +92,10 @@ impl Follower {
             };
             // Published entries held back: applied when they have waited long enough.
             let next_tick = self.held_since.map_or(next_tick, |t| next_tick.min(t + APPLY_EVERY));
+            // People gathered for their polls: registered when gathered long enough
+            // ([`Follower::gathered`]).
+            let gather = self.hub.gather_for();
+            let next_tick = self.gathering_since.map_or(next_tick, |t| next_tick.min(t + gather));
             // Someone who entered again here: asked if the log has not told by then.
             let moving = self.watch.shared.lock().unwrap().moving.front().map(|m| m.0);
             let next_tick = moving.map_or(next_tick, |t| next_tick.min(Instant::from_std(t + super::MOVE_WAIT)));
@@ -197,9 +205,12 @@ impl Follower {
     /// QUEUE.WATCH for the people to (re)check, and the lease once a tick.
     async fn register(&mut self, client: &QueueClient, renew: bool) -> Result<(), ClientError> {
         let lease = self.hub.lease().as_millis() as u64;
-        // While people poll, every half staleness bound too (it confirms the ledger).
-        let confirm = self.polled_lately() && self.last_watch.is_none_or(|t| t.elapsed() >= self.confirm_every());
-        if self.ledger.nobody_to_watch() && (renew || confirm) {
+        let due = renew || self.confirm_due(self.polled_lately());
+        if due {
+            // A registration goes out anyway: everyone gathered goes with it.
+            self.gathering_since = None;
+        }
+        if self.ledger.nobody_to_watch() && due {
             self.hub.metrics.watch_calls.increment(1);
             let sent = Instant::now();
             self.last_watch = Some(sent);
@@ -208,6 +219,9 @@ impl Follower {
                 self.to_confirm = Some((cp.log, sent.into_std()));
             }
             self.deliver();
+        }
+        if !due && !self.gathered() {
+            return Ok(());
         }
         while let Some(batch) = self.ledger.next_to_watch(WATCH_BATCH) {
             self.hub.metrics.watch_calls.increment(1);
@@ -235,6 +249,30 @@ impl Follower {
             }
         }
         Ok(())
+    }
+
+    /// Whether the people to ask are to be registered now. People asked for their
+    /// polls alone (no stream here) are gathered for [`super::Hub::gather_for`]
+    /// from the first, their polls held meanwhile, so that under churn one
+    /// `QUEUE.WATCH` registers many: a registration's cost is mostly its fixed part.
+    /// Someone with a stream here is to be told every change from now on, so is
+    /// registered at once (and everyone gathered with them).
+    fn gathered(&mut self) -> bool {
+        if self.ledger.nobody_to_watch() {
+            self.gathering_since = None;
+            return true;
+        }
+        let now = Instant::now();
+        let since = *self.gathering_since.get_or_insert(now);
+        let streamed = {
+            let shared = self.watch.shared.lock().unwrap();
+            self.ledger.asking().iter().any(|u| shared.users.get(u).is_some_and(|p| p.streams > 0))
+        };
+        if streamed || now >= since + self.hub.gather_for() {
+            self.gathering_since = None;
+            return true;
+        }
+        false
     }
 
     /// After a checkpoint said the log holds entries beyond what was applied: what
@@ -297,6 +335,12 @@ impl Follower {
     fn polled_lately(&self) -> bool {
         let last = self.watch.shared.lock().unwrap().last_poll;
         last.is_some_and(|t| t.elapsed() < self.hub.poll_grace)
+    }
+
+    /// Whether a `QUEUE.WATCH` is due, with `polled` whether anyone polled lately:
+    /// while people poll, one every half staleness bound confirms the ledger current.
+    fn confirm_due(&self, polled: bool) -> bool {
+        polled && self.last_watch.is_none_or(|t| t.elapsed() >= self.confirm_every())
     }
 
     /// How often the ledger is confirmed current while people poll.

@@ -429,6 +429,17 @@ impl Hub {
         self.poll_hold_ms.store(hold.as_millis() as u64, Ordering::Relaxed);
     }
 
+    /// How long the follower gathers the people to register for their polls before
+    /// one `QUEUE.WATCH` registers them all: half the hold, so that the polls held
+    /// for them are answered by it well within the hold. A registration costs Valkey
+    /// about the same for one person as for many (its fixed part, tens of µs when it
+    /// comes now and then), so under churn (people leaving and entering, each then
+    /// polling every instance) one a gathering instead of one a person is most of a
+    /// poll's cost (bench/README.md, "Polls gathered into one registration").
+    fn gather_for(&self) -> Duration {
+        Duration::from_millis(self.poll_hold_ms.load(Ordering::Relaxed) / 2)
+    }
+
     /// How often an idle stream writes a comment line ([`Hub::keep_alive`]).
     pub fn keep_alive_interval(&self) -> Duration {
         Duration::from_millis(self.keep_alive_ms.load(Ordering::Relaxed))
@@ -655,6 +666,7 @@ impl Hub {
         }
         let checked = |w: &QueueWatch| w.shared.lock().unwrap().users.get(user).map(|p| p.checked);
         let start = checked(&w);
+        self.metrics.status_held.increment(1);
         self.register(queue, user, Came::Poll);
         let deadline = tokio::time::Instant::now() + hold;
         loop {
