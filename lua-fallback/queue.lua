@@ -652,9 +652,19 @@ function Q:has_watched()
   return self.watched_n > 0
 end
 
+-- The instances a registration (a `watched` value) lists: their ids, comma-separated,
+-- in the order they registered (an id has no comma).
+local function listed(registration)
+  local out = {}
+  for i in string.gmatch(registration or "", "[^,]+") do
+    out[#out + 1] = i
+  end
+  return out
+end
+
 -- Whether the waiting user `user`, whose record was heard from at `seen`, is
--- abandoned: heard from at the later of its own time and the lease expiry of the
--- instance it is registered under. The record alone decides first (one read).
+-- abandoned: heard from at the later of its own time and the latest lease expiry of
+-- the instances it is registered under. The record alone decides first (one read).
 function Q:abandoned(user, seen, now, abandon_after)
   if not is_abandoned(seen, now, abandon_after) then
     return false
@@ -662,12 +672,54 @@ function Q:abandoned(user, seen, now, abandon_after)
   if not self:has_watched() then
     return true
   end
-  local instance = read("HGET", self.watched, user)
-  if not instance then
-    return true
+  local heard = seen
+  for _, instance in ipairs(listed(read("HGET", self.watched, user))) do
+    local lease = tonumber(read("ZSCORE", self.instances, instance) or nil)
+    if lease then
+      heard = math.max(heard, math.floor(lease))
+    end
   end
-  local lease = tonumber(read("ZSCORE", self.instances, instance) or nil)
-  return lease == nil or is_abandoned(math.max(seen, math.floor(lease)), now, abandon_after)
+  return is_abandoned(heard, now, abandon_after)
+end
+
+-- Registers `user` as watched by `instance` too (engine::changelog::add_watcher): at
+-- the end of the list unless listed already, the listed instances whose lease ended
+-- before `now` dropped.
+function Q:add_watcher(user, instance, now)
+  local kept = {}
+  for _, i in ipairs(listed(read("HGET", self.watched, user))) do
+    if i == instance then
+      return
+    end
+    local lease = tonumber(read("ZSCORE", self.instances, i) or nil)
+    if lease and lease >= now then
+      kept[#kept + 1] = i
+    end
+  end
+  kept[#kept + 1] = instance
+  redis.call("HSET", self.watched, user, table.concat(kept, ","))
+end
+
+-- Takes `instance` out of `user`'s registration (gone when nobody is left in it);
+-- whether it was listed.
+function Q:remove_watcher_of(user, instance)
+  local rest, found = {}, false
+  for _, i in ipairs(listed(read("HGET", self.watched, user))) do
+    if i == instance then
+      found = true
+    else
+      rest[#rest + 1] = i
+    end
+  end
+  if not found then
+    return false
+  end
+  if #rest == 0 then
+    redis.call("HDEL", self.watched, user)
+  else
+    redis.call("HSET", self.watched, user, table.concat(rest, ","))
+  end
+  return true
 end
 
 -- The change log (docs/commands.md, "The change log and watchers"): one entry at the
@@ -1876,13 +1928,10 @@ local function queue_watch(keys, args)
   local out = {}
   for _, user in ipairs(users) do
     local st = q:standing(user, now)
-    local registered = read("HGET", q.watched, user)
     if st.status == STATUS.WAITING then
-      if registered ~= instance then
-        redis.call("HSET", q.watched, user, instance)
-      end
-    elseif registered == instance then
-      redis.call("HDEL", q.watched, user)
+      q:add_watcher(user, instance, now)
+    else
+      q:remove_watcher_of(user, instance)
     end
     out[#out + 1] = { st.seq or 0, standing_reply(user, st, q:eta(st)) }
   end
@@ -1909,8 +1958,7 @@ local function queue_unwatch(keys, args)
   end
   local removed = 0
   for _, user in ipairs(users) do
-    if read("HGET", q.watched, user) == instance then
-      redis.call("HDEL", q.watched, user)
+    if q:remove_watcher_of(user, instance) then
       removed = removed + 1
       local st = q:standing(user, now)
       if st.status == STATUS.WAITING and st.seq then

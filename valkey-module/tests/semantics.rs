@@ -37,6 +37,7 @@ testkit::backend_tests!(
     slot_wait_counts_how_long_expired_slots_stood_empty,
     a_watched_user_is_heard_from_while_its_instance_lease_lives,
     unwatch_counts_the_person_as_heard_from_now,
+    every_instance_that_registers_a_user_vouches_for_it,
     registrations_go_when_the_user_leaves_the_line,
     the_change_log_tells_who_left_the_waiting_part,
     the_opening_writes_a_reset_entry,
@@ -1422,8 +1423,8 @@ fn a_watched_user_is_heard_from_while_its_instance_lease_lives(b: Backend) {
     for u in ["x", "y", "z"] {
         c.enter("s", u, u);
     }
-    watch(&mut c, "s", "pod-2", 3_000, &["y", "x"]);
-    // x re-registered under another instance whose lease is over at once.
+    watch(&mut c, "s", "pod-2", 3_000, &["y"]);
+    // x registered under another instance whose lease is over at once.
     c.set_clock("s", T0 + 1);
     watch(&mut c, "s", "pod-3", 1, &["x"]);
     c.set_clock("s", T0 + 2_000);
@@ -1432,6 +1433,53 @@ fn a_watched_user_is_heard_from_while_its_instance_lease_lives(b: Backend) {
     assert_eq!((field_int(&r, "promoted"), field_int(&r, "dropped")), (1, 2), "{r:?}");
     assert_eq!(field_str(&c.status("s", "y"), "status").as_deref(), Some("PROMOTED"));
     assert_eq!(waiting_now(&mut c, "s"), 0);
+}
+
+/// Every instance that registers a waiting user is listed in its registration, in the
+/// order they registered, and vouches for it until its own lease ends: one letting go
+/// (`QUEUE.UNWATCH`) leaves the others', so a person followed by two instances is not
+/// dropped while one of them still follows them. An instance listed whose lease has
+/// ended goes when another registers the user.
+fn every_instance_that_registers_a_user_vouches_for_it(b: Backend) {
+    let (_s, mut c) = server(b);
+    closed_queue(&mut c, "q");
+    c.config_set("q", &[("abandon_after", 1_000)]);
+    for u in ["a", "b"] {
+        c.enter("q", u, u);
+    }
+    watch(&mut c, "q", "pod-1", 500, &["a"]);
+    watch(&mut c, "q", "pod-2", 100_000, &["a"]);
+    watch(&mut c, "q", "pod-1", 500, &["a"]);
+    assert_eq!(watched(&mut c, "q").get("a").map(String::as_str), Some("pod-1,pod-2"), "each once, in order");
+    // pod-1's lease ended long ago; pod-2's still vouches for a (b is dropped).
+    c.set_clock("q", T0 + 5_000);
+    let r = c.promote("q", Some(0));
+    assert_eq!(field_int(&r, "dropped"), 1, "{r:?}");
+    assert_eq!(field_str(&c.status("q", "a"), "status").as_deref(), Some("WAITING"));
+    // pod-2 lets go: pod-1 stays listed; a counts as heard from now, and pod-1's
+    // ended lease vouches no further.
+    c.set_clock("q", T0 + 6_000);
+    assert_eq!(unwatch(&mut c, "q", "pod-2", &["a"]), 1);
+    assert_eq!(watched(&mut c, "q").get("a").map(String::as_str), Some("pod-1"));
+    c.set_clock("q", T0 + 7_000);
+    assert_eq!(field_int(&c.promote("q", Some(0)), "dropped"), 0, "heard from when pod-2 let go");
+    // pod-3 registers a: pod-1, whose lease ended, goes from the list.
+    watch(&mut c, "q", "pod-3", 100_000, &["a"]);
+    assert_eq!(watched(&mut c, "q").get("a").map(String::as_str), Some("pod-3"));
+    // pod-2 registers a again, then lets go: pod-3 still vouches.
+    watch(&mut c, "q", "pod-2", 100_000, &["a"]);
+    assert_eq!(watched(&mut c, "q").get("a").map(String::as_str), Some("pod-3,pod-2"));
+    assert_eq!(unwatch(&mut c, "q", "pod-2", &["a"]), 1);
+    c.set_clock("q", T0 + 50_000);
+    assert_eq!(field_int(&c.promote("q", Some(0)), "dropped"), 0, "pod-3 vouches");
+    // Once a does not wait (promoted), an instance naming it takes only itself out.
+    watch(&mut c, "q", "pod-2", 100_000, &["a"]);
+    c.config_set("q", &[("soft_cap", 1)]);
+    assert_eq!(field_int(&c.promote("q", None), "promoted"), 1);
+    watch(&mut c, "q", "pod-2", 100_000, &["a"]);
+    assert_eq!(watched(&mut c, "q").get("a").map(String::as_str), Some("pod-3"));
+    c.leave("q", "a");
+    assert!(watched(&mut c, "q").is_empty(), "giving the ticket back takes the whole registration");
 }
 
 /// QUEUE.UNWATCH takes back the instance's registrations (not another's) and counts

@@ -1120,7 +1120,7 @@ impl Run {
             return Err(format!("active {got:?}, model {want:?}"));
         }
         let got: Vec<(String, String)> = watched.chunks(2).map(|c| (c[0].clone(), c[1].clone())).collect();
-        let want: Vec<(String, String)> = self.model.watched.iter().map(|(u, i)| (u.clone(), i.clone())).collect();
+        let want: Vec<(String, String)> = self.model.watched.iter().map(|(u, i)| (u.clone(), i.join(","))).collect();
         let mut got_sorted = got.clone();
         got_sorted.sort();
         if got_sorted != want {

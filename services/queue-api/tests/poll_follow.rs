@@ -28,6 +28,7 @@ testkit::backend_tests!(
     a_re_entry_elsewhere_is_held_for_the_registration,
     a_re_entry_elsewhere_is_followed_from_the_log,
     people_asked_for_their_polls_are_registered_together,
+    a_poller_let_go_by_one_instance_is_kept_by_another,
 );
 
 async fn counter(api: &Api, name: &str) -> f64 {
@@ -306,6 +307,48 @@ async fn a_poller_who_stops_is_unregistered(b: Backend) {
         assert!(Instant::now() < deadline, "a poller who stopped was never dropped");
     }
     on.stop().await;
+}
+
+/// A poller registered by two instances, who then polls only one of them: the other
+/// lets them go after the grace period (its `QUEUE.UNWATCH`), and the one they still
+/// poll keeps them in line past abandon_after, as if they had polled it alone.
+async fn a_poller_let_go_by_one_instance_is_kept_by_another(b: Backend) {
+    let (s, qc) = closed_queue(b, 2000).await;
+    let start = || {
+        let mut config = queue_api::Config::local(&s.url());
+        config.status_from_follower = true;
+        config.push_tick = Duration::from_millis(200);
+        config.poll_grace = Duration::from_secs(1);
+        config.rate_limit = 0.0;
+        Api::start(config)
+    };
+    let (kept, left) = (start().await, start().await);
+    qc.enter(Q, "poller", "n").await.unwrap();
+    // Registered by both, the instance that lets go last (the registration is its).
+    for api in [&kept, &left] {
+        let deadline = Instant::now() + Duration::from_secs(10);
+        let before = follower_answers(api).await;
+        while follower_answers(api).await <= before {
+            assert_eq!(poll(api, "poller").await.0, 200);
+            assert!(Instant::now() < deadline, "never answered from the follower");
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
+    let line = |qc: QueueClient| async move {
+        qc.promote(Q, Some(0)).await.unwrap();
+        qc.line(Q, 0, 100).await.unwrap().users
+    };
+    // Only `kept` polled from now on: `left` lets them go after 1 s, and
+    // abandon_after (2 s) passes twice over.
+    let until = Instant::now() + Duration::from_millis(5000);
+    while Instant::now() < until {
+        let (code, body) = poll(&kept, "poller").await;
+        assert_eq!(code, 200, "{body}");
+        assert_eq!(line(qc.clone()).await, vec!["poller".to_string()], "dropped while polling");
+        tokio::time::sleep(Duration::from_millis(300)).await;
+    }
+    kept.stop().await;
+    left.stop().await;
 }
 
 /// Calls of the batched read (QUEUE.RANKS) Valkey served so far (the module; the Lua

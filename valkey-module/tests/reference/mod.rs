@@ -334,8 +334,9 @@ pub struct Model {
     pub line: Vec<Person>,
     pub sessions: BTreeMap<String, Session>,
     pub counters: Counters,
-    /// Watcher registrations: userId -> the push instance watching it.
-    pub watched: BTreeMap<String, String>,
+    /// Watcher registrations: userId -> the push instances watching it, in the order
+    /// they registered ("Watchers": the hash's value lists them comma-separated).
+    pub watched: BTreeMap<String, Vec<String>>,
     /// Push instances' leases: instance -> lease expiry (ms).
     pub instances: BTreeMap<String, i64>,
     /// The change log's last number (0 before any entry).
@@ -562,10 +563,10 @@ impl Model {
     }
 
     /// When a waiting person was last heard from: the later of its own time and the
-    /// lease expiry of the instance it is registered under.
+    /// latest lease expiry of the instances it is registered under.
     fn heard_from(&self, user: &str, seen: i64) -> i64 {
-        let lease = self.watched.get(user).and_then(|i| self.instances.get(i)).copied();
-        lease.map_or(seen, |l| l.max(seen))
+        let leases = self.watched.get(user).into_iter().flatten().filter_map(|i| self.instances.get(i));
+        leases.copied().fold(seen, i64::max)
     }
 
     fn position(&self, user: &str) -> Option<usize> {
@@ -1104,19 +1105,38 @@ impl Model {
             let standing = self.standing(u, now, false);
             let number = match self.position(u) {
                 Some(i) if matches!(self.line[i].place, Place::Waiting { .. }) => {
-                    self.watched.insert(u.to_string(), instance.to_string());
+                    // Added at the end unless listed; the listed instances whose
+                    // lease ended before now go.
+                    let listed = self.watched.get(*u).cloned().unwrap_or_default();
+                    if !listed.iter().any(|i| i == instance) {
+                        let mut kept: Vec<String> =
+                            listed.into_iter().filter(|i| self.instances.get(i).is_some_and(|&l| l >= now)).collect();
+                        kept.push(instance.to_string());
+                        self.watched.insert(u.to_string(), kept);
+                    }
                     Self::number_of(&self.line[i])
                 }
                 _ => {
-                    if self.watched.get(*u).is_some_and(|i| i == instance) {
-                        self.watched.remove(*u);
-                    }
+                    self.unlist(u, instance);
                     0
                 }
             };
             each.push((number, standing));
         }
         (self.log_n, self.waiting(), each)
+    }
+
+    /// Takes `instance` out of `user`'s registration, which goes when nobody is left
+    /// in it; whether it was listed.
+    fn unlist(&mut self, user: &str, instance: &str) -> bool {
+        let Some(listed) = self.watched.get_mut(user) else { return false };
+        let before = listed.len();
+        listed.retain(|i| i != instance);
+        let found = listed.len() < before;
+        if listed.is_empty() {
+            self.watched.remove(user);
+        }
+        found
     }
 
     /// QUEUE.UNWATCH: removes the named users' registrations under `instance` (how
@@ -1128,8 +1148,7 @@ impl Model {
     pub fn unwatch(&mut self, instance: &str, users: &[&str], now: i64) -> i64 {
         let mut removed = 0;
         for u in users {
-            if self.watched.get(*u).is_some_and(|i| i == instance) {
-                self.watched.remove(*u);
+            if self.unlist(u, instance) {
                 removed += 1;
                 if let Some(i) = self.position(u) {
                     if let Place::Waiting { seen } = &mut self.line[i].place {

@@ -102,13 +102,52 @@ pub fn close_log<S: Store>(s: &mut S) {
     s.log_append(&fields);
 }
 
+/// The instances a registration lists (the `watched` hash's value: their ids,
+/// comma-separated, in the order they registered; an id has no comma).
+fn listed(registration: &[u8]) -> impl Iterator<Item = &[u8]> {
+    registration.split(|&b| b == b',').filter(|i| !i.is_empty())
+}
+
+/// `registration` (if any) without `instance`: None when nobody is left.
+fn without(registration: &[u8], instance: &[u8]) -> Option<Vec<u8>> {
+    let rest: Vec<&[u8]> = listed(registration).filter(|&i| i != instance).collect();
+    (!rest.is_empty()).then(|| rest.join(&b','))
+}
+
 /// When a waiting user last counted as heard from: the later of its own time and the
-/// lease expiry of the instance watching it.
+/// latest lease expiry of the instances watching it.
 pub fn heard_from<S: Store>(s: &S, user: &S::User, seen: i64) -> i64 {
-    match s.watcher(user).and_then(|i| s.instance_lease(&i)) {
-        Some(until) => seen.max(until),
-        None => seen,
+    let Some(registration) = s.watcher(user) else { return seen };
+    listed(&registration).filter_map(|i| s.instance_lease(i)).fold(seen, i64::max)
+}
+
+/// Registers `user` as watched by `instance` too: added at the end of the instances
+/// listed unless listed already, and the listed instances whose lease has ended
+/// (before `now`) dropped, so that the list holds the live instances that follow the
+/// user, each counting them as heard from until its own lease ends.
+fn add_watcher<S: Store>(s: &mut S, user: &S::User, instance: &[u8], now: i64) {
+    let registration = s.watcher(user).unwrap_or_default();
+    if listed(&registration).any(|i| i == instance) {
+        return;
     }
+    let mut kept: Vec<&[u8]> =
+        listed(&registration).filter(|&i| s.instance_lease(i).is_some_and(|until| until >= now)).collect();
+    kept.push(instance);
+    s.set_watcher(user, &kept.join(&b','));
+}
+
+/// Takes `instance` out of `user`'s registration; whether it was listed. The
+/// registration goes when nobody is left in it.
+fn remove_watcher_of<S: Store>(s: &mut S, user: &S::User, instance: &[u8]) -> bool {
+    let Some(registration) = s.watcher(user) else { return false };
+    if !listed(&registration).any(|i| i == instance) {
+        return false;
+    }
+    match without(&registration, instance) {
+        Some(rest) => s.set_watcher(user, &rest),
+        None => s.remove_watcher(user),
+    }
+    true
 }
 
 /// Whether a waiting user whose record says `seen` is dropped as silent at `now`:
@@ -148,11 +187,9 @@ pub fn watch<S: Store>(s: &mut S, instance: &[u8], lease_ms: i64, users: &[S::Us
             _ => 0,
         };
         match &st {
-            Standing::Waiting { .. } | Standing::Pre { .. } => s.set_watcher(u, instance),
+            Standing::Waiting { .. } | Standing::Pre { .. } => add_watcher(s, u, instance, now),
             _ => {
-                if s.watcher(u).as_deref() == Some(instance) {
-                    s.remove_watcher(u);
-                }
+                remove_watcher_of(s, u, instance);
             }
         }
         out.push((seq, st));
@@ -172,10 +209,9 @@ pub fn unwatch<S: Store>(s: &mut S, instance: &[u8], users: &[S::User]) -> Resul
     opening::open_if_due(s, now)?;
     let mut removed = 0;
     for u in users {
-        if s.watcher(u).as_deref() != Some(instance) {
+        if !remove_watcher_of(s, u, instance) {
             continue;
         }
-        s.remove_watcher(u);
         removed += 1;
         if let Standing::Waiting { seq, nickname, .. } = standing(s, u, now) {
             touch(s, seq, now, &nickname);
