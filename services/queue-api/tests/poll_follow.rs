@@ -29,6 +29,7 @@ testkit::backend_tests!(
     a_re_entry_elsewhere_is_followed_from_the_log,
     people_asked_for_their_polls_are_registered_together,
     a_poller_let_go_by_one_instance_is_kept_by_another,
+    who_left_while_gathered_is_not_registered,
 );
 
 async fn counter(api: &Api, name: &str) -> f64 {
@@ -349,6 +350,47 @@ async fn a_poller_let_go_by_one_instance_is_kept_by_another(b: Backend) {
     }
     kept.stop().await;
     left.stop().await;
+}
+
+/// Someone asked about for their poll who leaves through the instance while the
+/// follower gathers, and is back in line before the gathering's registration goes
+/// out, is not registered by it: the instance no longer follows them, so a
+/// registration of its would keep them in line (its lease renewed every tick) with
+/// nobody to take it back.
+async fn who_left_while_gathered_is_not_registered(b: Backend) {
+    let (s, qc) = closed_queue(b, 600_000).await;
+    // A hold of a second: gathered for 500ms.
+    let here = follows_holding(&s, Duration::from_secs(60), Duration::from_secs(10), Duration::from_secs(1)).await;
+    let off = reads(&s).await;
+    qc.enter(Q, "first", "n").await.unwrap();
+    qc.enter(Q, "p", "n").await.unwrap();
+    // (`first` keeps the follower of the queue running here.)
+    answered_from_follower(&here, &off, &["first".to_string(), "p".to_string()]).await;
+    let registration = |s: &ValkeyServer| -> Option<String> {
+        redis::cmd("HGET").arg(format!("queue:{{{Q}}}:watched")).arg("p").query(&mut s.conn()).unwrap()
+    };
+    assert!(registration(&s).is_some(), "registered by its poll");
+    // Left and back elsewhere: known here, not current, asked at the next poll.
+    qc.leave(Q, "p").await.unwrap();
+    qc.enter(Q, "p", "n").await.unwrap();
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    assert_eq!(registration(&s), None, "entering after leaving starts with no registration");
+    let url = here.url("/api/queue/status?userId=p");
+    let held = tokio::spawn(async move { reqwest::get(url).await.unwrap().status().as_u16() });
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    // While gathered: leaves through this instance (forgotten here), then back in
+    // line without it.
+    leave(&here, "p").await;
+    qc.enter(Q, "p", "n").await.unwrap();
+    held.await.unwrap();
+    // Past the gathering (500ms from the ask), with room; `first` still polls.
+    for _ in 0..12 {
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        assert_eq!(poll(&here, "first").await.0, 200);
+    }
+    assert_eq!(registration(&s), None, "registered by an instance that no longer follows them");
+    here.stop().await;
+    off.stop().await;
 }
 
 /// Calls of the batched read (QUEUE.RANKS) Valkey served so far (the module; the Lua

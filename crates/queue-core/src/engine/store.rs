@@ -18,7 +18,8 @@ pub enum Part {
     Active,
     Stats,
     Config,
-    /// The change log's watchers (hash userId -> instance).
+    /// The change log's watchers (hash userId -> the instances registering it,
+    /// comma-separated).
     Watched,
     /// The push instances' leases (zset instance -> expiry).
     Instances,
@@ -204,9 +205,11 @@ pub trait Store {
     /// Appends an entry, its fields in order, to the change log (keeping about
     /// `keys::LOG_MAX` entries).
     fn log_append(&mut self, fields: &[(&'static str, Vec<u8>)]);
-    /// The instance `user` is registered under, if any.
+    /// `user`'s registration, if any: the instances it is registered under,
+    /// comma-separated (changelog.rs reads and writes the list; a store keeps the
+    /// value as it is given).
     fn watcher(&self, user: &Self::User) -> Option<Vec<u8>>;
-    fn set_watcher(&mut self, user: &Self::User, instance: &[u8]);
+    fn set_watcher(&mut self, user: &Self::User, registration: &[u8]);
     /// Removes `user`'s registration, if any.
     fn remove_watcher(&mut self, user: &Self::User);
     /// An instance's lease expiry (ms), if it has one.

@@ -50,6 +50,8 @@ pub(super) struct Follower {
     /// Since when people to register for their polls are gathered
     /// ([`super::Hub::gather_for`]).
     gathering_since: Option<Instant>,
+    /// How many of the people to ask [`Follower::gathered`] looked at already.
+    gather_scanned: usize,
 }
 
 impl Follower {
@@ -65,6 +67,7 @@ impl Follower {
             last_sweep: Instant::now(),
             held_since: None,
             gathering_since: None,
+            gather_scanned: 0,
         }
     }
 
@@ -206,9 +209,14 @@ impl Follower {
     async fn register(&mut self, client: &QueueClient, renew: bool) -> Result<(), ClientError> {
         let lease = self.hub.lease().as_millis() as u64;
         let due = renew || self.confirm_due(self.polled_lately());
-        if due {
-            // A registration goes out anyway: everyone gathered goes with it.
+        let send = due || self.gathered();
+        if send {
+            // A registration goes out anyway: everyone gathered goes with it, but
+            // nobody this instance no longer follows.
             self.gathering_since = None;
+            self.gather_scanned = 0;
+            let shared = self.watch.shared.lock().unwrap();
+            self.ledger.keep_asking(|u| shared.users.contains_key(u));
         }
         if self.ledger.nobody_to_watch() && due {
             self.hub.metrics.watch_calls.increment(1);
@@ -220,7 +228,7 @@ impl Follower {
             }
             self.deliver();
         }
-        if !due && !self.gathered() {
+        if !send {
             return Ok(());
         }
         while let Some(batch) = self.ledger.next_to_watch(WATCH_BATCH) {
@@ -259,20 +267,27 @@ impl Follower {
     /// registered at once (and everyone gathered with them).
     fn gathered(&mut self) -> bool {
         if self.ledger.nobody_to_watch() {
-            self.gathering_since = None;
             return true;
         }
         let now = Instant::now();
         let since = *self.gathering_since.get_or_insert(now);
+        // Only the people asked since the last look (the list only grows while
+        // gathering), unless a stream opened meanwhile (its person may have been
+        // looked at before).
         let streamed = {
-            let shared = self.watch.shared.lock().unwrap();
-            self.ledger.asking().iter().any(|u| shared.users.get(u).is_some_and(|p| p.streams > 0))
+            let mut shared = self.watch.shared.lock().unwrap();
+            if std::mem::take(&mut shared.stream_opened) {
+                self.gather_scanned = 0;
+            }
+            let asking = self.ledger.asking();
+            if asking.len() < self.gather_scanned {
+                self.gather_scanned = 0;
+            }
+            let new = &asking[self.gather_scanned..];
+            self.gather_scanned = asking.len();
+            new.iter().any(|u| shared.users.get(u).is_some_and(|p| p.streams > 0))
         };
-        if streamed || now >= since + self.hub.gather_for() {
-            self.gathering_since = None;
-            return true;
-        }
-        false
+        streamed || now >= since + self.hub.gather_for()
     }
 
     /// After a checkpoint said the log holds entries beyond what was applied: what

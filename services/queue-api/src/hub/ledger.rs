@@ -366,6 +366,14 @@ impl Ledger {
         &self.to_watch
     }
 
+    /// Keeps only the people to ask that `followed` says are still followed here (a
+    /// registration of someone nobody here follows any more would never be taken
+    /// back: they left this instance, or stopped polling, while they waited to be
+    /// asked).
+    pub fn keep_asking(&mut self, followed: impl Fn(&str) -> bool) {
+        self.to_watch.retain(|u| followed(u));
+    }
+
     /// Whether nobody is to be registered or asked (the lease is then renewed alone).
     pub fn nobody_to_watch(&self) -> bool {
         self.to_watch.is_empty()

@@ -115,6 +115,8 @@ struct Shared {
     fresh: Vec<String>,
     /// Users whose last stream here closed.
     closed: Vec<String>,
+    /// A stream opened here since the follower last looked at whom it gathers.
+    stream_opened: bool,
     /// Users who entered again or left through this instance since the follower's
     /// cycle began: a registration reply sent before that does not make them current.
     changed_here: std::collections::HashSet<String>,
@@ -570,6 +572,7 @@ impl Hub {
                 let updates = match came {
                     Came::Stream => {
                         person.streams += 1;
+                        shared.stream_opened = true;
                         Some((person.tx.subscribe(), person.listening.clone()))
                     }
                     Came::Poll => {
