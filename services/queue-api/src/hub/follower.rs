@@ -262,7 +262,7 @@ impl Follower {
     /// Whether the people to ask are to be registered now. People asked for their
     /// polls alone (no stream here) are gathered for [`super::Hub::gather_for`]
     /// from the first, their polls held meanwhile, so that under churn one
-    /// `QUEUE.WATCH` registers many: a registration's cost is mostly its fixed part.
+    /// `QUEUE.WATCH` registers many and pays a registration's fixed part once.
     /// Someone with a stream here is to be told every change from now on, so is
     /// registered at once (and everyone gathered with them).
     fn gathered(&mut self) -> bool {

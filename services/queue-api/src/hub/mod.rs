@@ -433,11 +433,12 @@ impl Hub {
 
     /// How long the follower gathers the people to register for their polls before
     /// one `QUEUE.WATCH` registers them all: half the hold, so that the polls held
-    /// for them are answered by it well within the hold. A registration costs Valkey
-    /// about the same for one person as for many (its fixed part, tens of µs when it
-    /// comes now and then), so under churn (people leaving and entering, each then
-    /// polling every instance) one a gathering instead of one a person is most of a
-    /// poll's cost (bench/README.md, "Polls gathered into one registration").
+    /// for them are answered by it well within the hold. A registration has a fixed
+    /// part (about 5 µs of Valkey's time in a tight loop, several times that when it
+    /// comes now and then) and about 2 µs a person more, so under churn (people
+    /// leaving and entering, each then polling every instance) one a gathering saves
+    /// the fixed part of all but one (bench/README.md, "Polls gathered into one
+    /// registration", for what that came to).
     fn gather_for(&self) -> Duration {
         Duration::from_millis(self.poll_hold_ms.load(Ordering::Relaxed) / 2)
     }
