@@ -217,9 +217,9 @@ pub async fn entry(
     })?;
     state.metrics.promoted(&standing);
     if state.config.status_from_follower && standing.status == Status::Waiting {
-        // Known to this instance's follower from here on: registered in its next
-        // cycle with everyone else who entered meanwhile, so that their polls are
-        // answered from it, the first one too (hub/mod.rs, `Hub::entered`).
+        // Known to this instance's follower from here on: registered with everyone
+        // else who entered or was asked within its gathering, so that their polls
+        // are answered from it, the first one too (hub/mod.rs, `Hub::entered`).
         state.hub.entered(&queue, &user, moves, &standing);
     }
     if who.is_some() {

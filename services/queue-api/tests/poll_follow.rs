@@ -271,38 +271,46 @@ async fn a_restart_answers_at_once(b: Backend) {
     off.stop().await;
 }
 
-/// A poller is kept in line by the instance's lease (no Valkey call per poll) while
-/// polling, past abandon_after; once they stop, they are unregistered after the
-/// grace period and dropped abandon_after later.
-async fn a_poller_who_stops_is_unregistered(b: Backend) {
-    let (s, qc) = closed_queue(b, 2000).await;
+/// An instance answering polls from its follower that lets a person go after a
+/// second without a poll from them (--poll-grace 1s), renewing its lease every 200ms.
+async fn lets_pollers_go(s: &ValkeyServer) -> Api {
     let mut config = queue_api::Config::local(&s.url());
     config.status_from_follower = true;
     config.push_tick = Duration::from_millis(200);
     config.poll_grace = Duration::from_secs(1);
     config.rate_limit = 0.0;
-    let on = Api::start(config).await;
+    Api::start(config).await
+}
+
+/// Who waits after a `QUEUE.PROMOTE MAX 0` (which drops the abandoned, promoting nobody).
+async fn swept_line(qc: &QueueClient) -> Vec<String> {
+    qc.promote(Q, Some(0)).await.unwrap();
+    qc.line(Q, 0, 100).await.unwrap().users
+}
+
+/// A poller is kept in line by the instance's lease (no Valkey call per poll) while
+/// polling, past abandon_after; once they stop, they are unregistered after the
+/// grace period and dropped abandon_after later.
+async fn a_poller_who_stops_is_unregistered(b: Backend) {
+    let (s, qc) = closed_queue(b, 2000).await;
+    let on = lets_pollers_go(&s).await;
     for u in ["silent", "poller"] {
         qc.enter(Q, u, u).await.unwrap();
     }
-    let line = |qc: QueueClient| async move {
-        qc.promote(Q, Some(0)).await.unwrap();
-        qc.line(Q, 0, 100).await.unwrap().users
-    };
     let until = Instant::now() + Duration::from_millis(4000);
     while Instant::now() < until {
         let (code, body) = poll(&on, "poller").await;
         assert_eq!(code, 200, "{body}");
         tokio::time::sleep(Duration::from_millis(300)).await;
-        line(qc.clone()).await;
+        swept_line(&qc).await;
     }
     assert!(follower_answers(&on).await > 5.0, "answered from the follower");
-    assert_eq!(line(qc.clone()).await, vec!["poller".to_string()], "the poller stays, the silent one is dropped");
+    assert_eq!(swept_line(&qc).await, vec!["poller".to_string()], "the poller stays, the silent one is dropped");
     // Stopped polling: grace (1 s), then abandon_after (2 s), with room.
     let deadline = Instant::now() + Duration::from_secs(12);
     loop {
         tokio::time::sleep(Duration::from_millis(300)).await;
-        if line(qc.clone()).await.is_empty() {
+        if swept_line(&qc).await.is_empty() {
             break;
         }
         assert!(Instant::now() < deadline, "a poller who stopped was never dropped");
@@ -315,15 +323,7 @@ async fn a_poller_who_stops_is_unregistered(b: Backend) {
 /// poll keeps them in line past abandon_after, as if they had polled it alone.
 async fn a_poller_let_go_by_one_instance_is_kept_by_another(b: Backend) {
     let (s, qc) = closed_queue(b, 2000).await;
-    let start = || {
-        let mut config = queue_api::Config::local(&s.url());
-        config.status_from_follower = true;
-        config.push_tick = Duration::from_millis(200);
-        config.poll_grace = Duration::from_secs(1);
-        config.rate_limit = 0.0;
-        Api::start(config)
-    };
-    let (kept, left) = (start().await, start().await);
+    let (kept, left) = (lets_pollers_go(&s).await, lets_pollers_go(&s).await);
     qc.enter(Q, "poller", "n").await.unwrap();
     // Registered by both, the instance that lets go last (the registration is its).
     for api in [&kept, &left] {
@@ -335,17 +335,13 @@ async fn a_poller_let_go_by_one_instance_is_kept_by_another(b: Backend) {
             tokio::time::sleep(Duration::from_millis(50)).await;
         }
     }
-    let line = |qc: QueueClient| async move {
-        qc.promote(Q, Some(0)).await.unwrap();
-        qc.line(Q, 0, 100).await.unwrap().users
-    };
     // Only `kept` polled from now on: `left` lets them go after 1 s, and
     // abandon_after (2 s) passes twice over.
     let until = Instant::now() + Duration::from_millis(5000);
     while Instant::now() < until {
         let (code, body) = poll(&kept, "poller").await;
         assert_eq!(code, 200, "{body}");
-        assert_eq!(line(qc.clone()).await, vec!["poller".to_string()], "dropped while polling");
+        assert_eq!(swept_line(&qc).await, vec!["poller".to_string()], "dropped while polling");
         tokio::time::sleep(Duration::from_millis(300)).await;
     }
     kept.stop().await;

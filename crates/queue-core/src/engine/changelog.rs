@@ -108,12 +108,6 @@ fn listed(registration: &[u8]) -> impl Iterator<Item = &[u8]> {
     registration.split(|&b| b == b',').filter(|i| !i.is_empty())
 }
 
-/// `registration` (if any) without `instance`: None when nobody is left.
-fn without(registration: &[u8], instance: &[u8]) -> Option<Vec<u8>> {
-    let rest: Vec<&[u8]> = listed(registration).filter(|&i| i != instance).collect();
-    (!rest.is_empty()).then(|| rest.join(&b','))
-}
-
 /// When a waiting user last counted as heard from: the later of its own time and the
 /// latest lease expiry of the instances watching it.
 pub fn heard_from<S: Store>(s: &S, user: &S::User, seen: i64) -> i64 {
@@ -140,12 +134,14 @@ fn add_watcher<S: Store>(s: &mut S, user: &S::User, instance: &[u8], now: i64) {
 /// registration goes when nobody is left in it.
 fn remove_watcher_of<S: Store>(s: &mut S, user: &S::User, instance: &[u8]) -> bool {
     let Some(registration) = s.watcher(user) else { return false };
-    if !listed(&registration).any(|i| i == instance) {
+    let rest: Vec<&[u8]> = listed(&registration).filter(|&i| i != instance).collect();
+    if rest.len() == listed(&registration).count() {
         return false;
     }
-    match without(&registration, instance) {
-        Some(rest) => s.set_watcher(user, &rest),
-        None => s.remove_watcher(user),
+    if rest.is_empty() {
+        s.remove_watcher(user);
+    } else {
+        s.set_watcher(user, &rest.join(&b','));
     }
     true
 }

@@ -208,13 +208,15 @@ impl Follower {
     /// QUEUE.WATCH for the people to (re)check, and the lease once a tick.
     async fn register(&mut self, client: &QueueClient, renew: bool) -> Result<(), ClientError> {
         let lease = self.hub.lease().as_millis() as u64;
-        let due = renew || self.confirm_due(self.polled_lately());
+        let due = renew || self.confirm_due();
         let send = due || self.gathered();
         if send {
-            // A registration goes out anyway: everyone gathered goes with it, but
-            // nobody this instance no longer follows.
             self.gathering_since = None;
             self.gather_scanned = 0;
+        }
+        if send && !self.ledger.nobody_to_watch() {
+            // A registration goes out: everyone gathered goes with it, but nobody
+            // this instance no longer follows.
             let shared = self.watch.shared.lock().unwrap();
             self.ledger.keep_asking(|u| shared.users.contains_key(u));
         }
@@ -352,10 +354,10 @@ impl Follower {
         last.is_some_and(|t| t.elapsed() < self.hub.poll_grace)
     }
 
-    /// Whether a `QUEUE.WATCH` is due, with `polled` whether anyone polled lately:
-    /// while people poll, one every half staleness bound confirms the ledger current.
-    fn confirm_due(&self, polled: bool) -> bool {
-        polled && self.last_watch.is_none_or(|t| t.elapsed() >= self.confirm_every())
+    /// Whether a `QUEUE.WATCH` is due: while people poll, one every half staleness
+    /// bound confirms the ledger current.
+    fn confirm_due(&self) -> bool {
+        self.polled_lately() && self.last_watch.is_none_or(|t| t.elapsed() >= self.confirm_every())
     }
 
     /// How often the ledger is confirmed current while people poll.
